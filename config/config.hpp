@@ -1,0 +1,138 @@
+// splitpoint's configuration as plain structs (SPEC §2). Loading and validation live
+// in config.cpp, the only file that includes yaml-cpp.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace splitpoint::config {
+
+using Duration = std::chrono::milliseconds;
+
+enum class PoolMode { transaction, session };
+enum class AuthMethod { trust, password, md5, scram_sha_256 };
+enum class Method { hash, range, list };
+enum class UnlistedPolicy { reference, reject, shard };
+enum class PartialResults { deny, allow };
+enum class CrossShardWrites { refuse, two_phase };
+
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+struct Tls {
+  std::string cert;
+  std::string key;
+};
+
+struct User {
+  std::string name;
+  std::string password;  // plaintext, or a SCRAM-SHA-256$... / md5... verifier
+  bool admin = false;
+  int line = 0;
+};
+
+struct Shard {
+  std::string name;
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 5432;
+  std::string database;  // empty: the client's database name
+  std::string user;      // empty: the client's own user name
+  std::string password;  // empty: the client's password from `users` (if plaintext)
+  int pool_size = 20;
+  int line = 0;
+};
+
+struct Range {
+  std::optional<std::string> upto;  // exclusive upper bound; nullopt = +infinity (last)
+  std::size_t shard = 0;            // index into Config::shards
+};
+
+struct ListPartition {
+  std::size_t shard = 0;
+  std::vector<std::string> values;
+};
+
+struct Distribution {
+  std::string name;
+  Method method = Method::hash;
+  // hash: number of logical partitions and partition -> shard index (size == partitions)
+  int partitions = 0;
+  std::vector<std::size_t> placement;
+  // range: one logical partition per range, in order
+  std::vector<Range> ranges;
+  // list: one logical partition per shard entry, in file order; then the default
+  std::vector<ListPartition> lists;
+  std::optional<std::size_t> default_shard;
+  std::vector<std::pair<std::string, std::string>> tables;  // table -> key column
+  int line = 0;
+};
+
+struct Scatter {
+  Duration deadline{5000};
+  Duration max_deadline{60000};
+  PartialResults partial_results = PartialResults::deny;
+  std::size_t max_buffered_rows = 1000000;
+};
+
+struct Timeouts {
+  Duration client_login{10000};
+  Duration client_idle{0};  // 0 = never
+  Duration server_connect{3000};
+  Duration shutdown{30000};
+};
+
+struct Config {
+  Endpoint listen{"127.0.0.1", 6432};
+  Endpoint metrics_listen{"127.0.0.1", 9930};
+  PoolMode pool_mode = PoolMode::transaction;
+  AuthMethod auth = AuthMethod::trust;
+  std::optional<Tls> tls;
+  std::vector<User> users;
+  std::vector<Shard> shards;
+  std::vector<Distribution> distributions;
+  std::vector<std::string> reference_tables;
+  UnlistedPolicy unlisted_tables = UnlistedPolicy::reference;
+  std::size_t unlisted_shard = 0;  // when unlisted_tables is shard:<name>
+  Scatter scatter;
+  CrossShardWrites cross_shard_writes = CrossShardWrites::refuse;
+  Timeouts timeouts;
+  // Extensions beyond SPEC §2 (documented in docs/configuration.md):
+  std::size_t max_client_connections = 1000;
+  std::size_t max_message_size = std::size_t{1} << 30;
+  int workers = 0;  // 0 = one per hardware thread
+  std::string log_level = "info";
+
+  const User* find_user(std::string_view name) const;
+  std::optional<std::size_t> find_shard(std::string_view name) const;
+};
+
+struct ConfigError {
+  int line = 0;  // 1-based YAML line; 0 when it concerns the whole file
+  std::string message;
+};
+
+struct LoadResult {
+  std::optional<Config> config;     // set only when errors is empty
+  std::vector<ConfigError> errors;  // every problem found, in line order
+};
+
+LoadResult load_file(const std::string& path);
+LoadResult load_string(std::string_view yaml);
+// Built-in default (SPEC §1): listen 127.0.0.1:6432, one shard at 127.0.0.1:5432,
+// metrics on 127.0.0.1:9930.
+Config default_config();
+
+// "5s", "200ms", "2m", "1h", "0"; nullopt when malformed.
+std::optional<Duration> parse_duration(std::string_view text);
+// "1024", "64kB", "16MB", "1GB" (binary multiples, as PostgreSQL's units); nullopt when malformed.
+std::optional<std::size_t> parse_size(std::string_view text);
+
+}  // namespace splitpoint::config
