@@ -1,1 +1,913 @@
-// placeholder
+// Loading and whole-file validation of splitpoint's YAML configuration (SPEC §2).
+// Every problem is collected with its 1-based line, so `splitpoint --check` can list
+// them all at once; a Config is produced only when there are none. This is the only
+// file that includes yaml-cpp: everything else sees plain structs.
+#include "config/config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cstdio>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <system_error>
+
+namespace splitpoint::config {
+
+const User* Config::find_user(std::string_view name) const {
+  for (const User& u : users)
+    if (u.name == name) return &u;
+  return nullptr;
+}
+
+std::optional<std::size_t> Config::find_shard(std::string_view name) const {
+  for (std::size_t i = 0; i < shards.size(); ++i)
+    if (shards[i].name == name) return i;
+  return std::nullopt;
+}
+
+namespace {
+
+constexpr std::int64_t kMaxPartitions = 65536;  // memory and per-partition metrics
+constexpr std::int64_t kMaxWorkers = 1024;
+constexpr std::size_t kMinMessageSize = 1024;
+constexpr std::size_t kMaxMessageSize = std::size_t{1} << 30;  // PostgreSQL's own limit
+constexpr std::size_t kMaxNameLength = 63;                     // NAMEDATALEN - 1
+
+std::string quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+// A whole decimal integer (optional leading '-'); nullopt on anything else or overflow.
+std::optional<std::int64_t> parse_int(std::string_view s) {
+  std::int64_t v = 0;
+  const char* end = s.data() + s.size();
+  auto [p, ec] = std::from_chars(s.data(), end, v);
+  if (s.empty() || ec != std::errc{} || p != end) return std::nullopt;
+  return v;
+}
+
+// "250ms" -> (250, "ms"); spaces between number and unit are allowed, as in PostgreSQL.
+struct Quantity {
+  std::uint64_t number = 0;
+  std::string_view unit;
+};
+
+std::optional<Quantity> split_quantity(std::string_view text) {
+  text = trim(text);
+  std::size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  Quantity q;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + digits, q.number);
+  if (digits == 0 || ec != std::errc{}) return std::nullopt;
+  q.unit = trim(text.substr(digits));
+  return q;
+}
+
+std::optional<std::uint64_t> scaled(const Quantity& q, std::uint64_t factor, std::uint64_t max) {
+  if (q.number > max / factor) return std::nullopt;
+  return q.number * factor;
+}
+
+bool is_integer(std::string_view s) {
+  if (!s.empty() && s.front() == '-') s.remove_prefix(1);
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+}
+
+// Compares two is_integer() strings numerically, whatever their size.
+int compare_integers(std::string_view a, std::string_view b) {
+  auto split = [](std::string_view s) {
+    bool negative = !s.empty() && s.front() == '-';
+    if (negative) s.remove_prefix(1);
+    while (s.size() > 1 && s.front() == '0') s.remove_prefix(1);
+    return std::pair{negative && s != "0", s};
+  };
+  auto [neg_a, mag_a] = split(a);
+  auto [neg_b, mag_b] = split(b);
+  if (neg_a != neg_b) return neg_a ? -1 : 1;
+  int m = mag_a.size() != mag_b.size() ? (mag_a.size() < mag_b.size() ? -1 : 1) : mag_a.compare(mag_b);
+  m = (m > 0) - (m < 0);
+  return neg_a ? -m : m;
+}
+
+// "0-31" or "7" -> inclusive [first, last].
+std::optional<std::pair<std::int64_t, std::int64_t>> parse_partition_span(std::string_view s) {
+  auto number = [](std::string_view t) -> std::optional<std::int64_t> {
+    t = trim(t);
+    if (t.empty() || t.front() == '-') return std::nullopt;
+    return parse_int(t);
+  };
+  const auto dash = s.find('-');
+  auto first = number(s.substr(0, dash));
+  auto last = dash == std::string_view::npos ? first : number(s.substr(dash + 1));
+  if (!first || !last) return std::nullopt;
+  return std::pair{*first, *last};
+}
+
+// Sorted partition numbers as "partition 7 is" or "partitions 0-3, 7, 9-10 are".
+std::string partitions_are(const std::vector<std::int64_t>& parts) {
+  std::string out;
+  for (std::size_t i = 0; i < parts.size();) {
+    std::size_t j = i;
+    while (j + 1 < parts.size() && parts[j + 1] == parts[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(parts[i]);
+    if (j > i) out += "-" + std::to_string(parts[j]);
+    i = j + 1;
+  }
+  return parts.size() == 1 ? "partition " + out + " is" : "partitions " + out + " are";
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+bool valid_name(std::string_view s) {
+  return !s.empty() && s.size() <= kMaxNameLength && s.front() != '-' && s.front() != '.' &&
+         std::all_of(s.begin(), s.end(), [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+         });
+}
+
+int node_line(const YAML::Node& n, int fallback) {
+  if (!n.IsDefined() || n.IsNull()) return fallback;  // a null value's mark is past it
+  const YAML::Mark m = n.Mark();
+  return m.is_null() ? fallback : m.line + 1;
+}
+
+std::string describe(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "no value";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return quote(n.Scalar());
+}
+
+// One `key: value` of a mapping (or one item of a list), with where it came from.
+struct Entry {
+  std::string path;  // e.g. "shards[1].port"
+  YAML::Node value;
+  int key_line = 0;  // the key's line; for a list item, the item's line
+  // Scalars report on their own line; collections and empty values on the key's.
+  int line() const { return value.IsScalar() ? node_line(value, key_line) : key_line; }
+};
+
+struct Fields {
+  int line = 0;                                        // where the mapping is introduced
+  std::vector<std::pair<std::string, Entry>> entries;  // file order, first occurrence only
+  const Entry* get(std::string_view key) const {
+    for (const auto& [k, e] : entries)
+      if (k == key) return &e;
+    return nullptr;
+  }
+};
+
+using Keys = std::initializer_list<std::string_view>;
+
+// Stores a value that was read successfully; on failure the error is already recorded.
+template <class T, class U>
+void assign(T& out, const std::optional<U>& v) {
+  if (v) out = static_cast<T>(*v);
+}
+
+class Loader {
+ public:
+  LoadResult run(const YAML::Node& root);
+  void error(int line, std::string message) { errors_.push_back({line, std::move(message)}); }
+
+ private:
+  void error(const Entry& e, const std::string& what) { error(e.line(), e.path + ": " + what); }
+
+  // Structure. `known` empty = any key (the keys are names: shards, tables, ...).
+  std::optional<Fields> mapping(const Entry& e, Keys known);
+  std::optional<std::vector<Entry>> sequence(const Entry& e);
+  const Entry* required(const Fields& f, const std::string& path, std::string_view key);
+
+  // Values.
+  std::optional<std::string> text(const Entry& e);
+  std::optional<std::string> name(const Entry& e);
+  std::optional<std::int64_t> integer(const Entry& e, std::int64_t min, std::int64_t max);
+  std::optional<bool> boolean(const Entry& e);
+  std::optional<Duration> duration(const Entry& e, bool allow_zero);
+  std::optional<std::size_t> size(const Entry& e, std::size_t min, std::size_t max);
+  std::optional<Endpoint> endpoint(const Entry& e);
+  template <class T>
+  std::optional<T> choice(const Entry& e, std::initializer_list<std::pair<std::string_view, T>> options);
+  std::optional<std::size_t> shard_named(std::string_view name, int line, const std::string& path);
+  std::optional<std::size_t> shard_ref(const Entry& e);
+
+  // Sections.
+  void load_shards(const Fields& top);
+  void load_users(const Fields& top);
+  void load_frontend(const Fields& top);
+  void load_scatter(const Entry& e);
+  void load_timeouts(const Entry& e);
+  void load_distributions(const Fields& top);
+  void load_distribution(const Entry& item);
+  void load_partitioning(Distribution& d, const Fields& f, const std::string& path);
+  void load_placement(Distribution& d, const Entry& e);
+  void load_ranges(Distribution& d, const Entry& e);
+  void load_lists(Distribution& d, const Entry& e);
+  void load_tables(Distribution& d, const Entry& e);
+  void load_reference_tables(const Fields& top);
+  void load_unlisted_tables(const Entry& e);
+  void claim_table(const std::string& table, const std::string& owner, int line, const std::string& path);
+
+  Config cfg_;
+  std::vector<ConfigError> errors_;
+  std::map<std::string, std::pair<std::string, int>, std::less<>> table_owner_;  // -> (owner, line)
+  std::map<std::string, int, std::less<>> distribution_names_;                   // -> line
+};
+
+std::optional<Fields> Loader::mapping(const Entry& e, Keys known) {
+  if (!e.value.IsMap()) {
+    error(e, "expected a mapping of keys, got " + describe(e.value));
+    return std::nullopt;
+  }
+  Fields f;
+  f.line = e.key_line;
+  std::map<std::string, int, std::less<>> seen;
+  for (auto it = e.value.begin(); it != e.value.end(); ++it) {
+    const int line = node_line(it->first, e.key_line);
+    const std::string prefix = e.path.empty() ? "" : e.path + ".";
+    if (!it->first.IsScalar()) {
+      error(line, prefix + "<key>: a key must be a plain name, got " + describe(it->first));
+      continue;
+    }
+    const std::string key = it->first.Scalar();
+    const std::string path = prefix + key;
+    if (auto [pos, fresh] = seen.emplace(key, line); !fresh) {
+      error(line, path + ": duplicate key (first at line " + std::to_string(pos->second) + ")");
+      continue;
+    }
+    if (known.size() != 0 && std::find(known.begin(), known.end(), key) == known.end()) {
+      std::string hint;
+      std::size_t best = 3;  // suggest only close misspellings
+      for (std::string_view k : known)
+        if (const std::size_t dist = edit_distance(k, key); dist < best) {
+          best = dist;
+          hint = " (did you mean \"" + std::string(k) + "\"?)";
+        }
+      error(line, path + ": unknown key" + hint);
+      continue;
+    }
+    f.entries.emplace_back(key, Entry{path, it->second, line});
+  }
+  return f;
+}
+
+std::optional<std::vector<Entry>> Loader::sequence(const Entry& e) {
+  if (!e.value.IsSequence()) {
+    error(e, "expected a list, got " + describe(e.value));
+    return std::nullopt;
+  }
+  std::vector<Entry> items;
+  for (std::size_t i = 0; i < e.value.size(); ++i) {
+    const YAML::Node item = e.value[i];
+    items.push_back({e.path + "[" + std::to_string(i) + "]", item, node_line(item, e.key_line)});
+  }
+  return items;
+}
+
+const Entry* Loader::required(const Fields& f, const std::string& path, std::string_view key) {
+  const Entry* e = f.get(key);
+  if (!e)
+    error(f.line, (path.empty() ? "" : path + ": ") + "missing required key \"" + std::string(key) + "\"");
+  return e;
+}
+
+std::optional<std::string> Loader::text(const Entry& e) {
+  if (!e.value.IsScalar()) {
+    error(e, "expected a single value, got " + describe(e.value));
+    return std::nullopt;
+  }
+  if (e.value.Scalar().empty()) {
+    error(e, "must not be empty");
+    return std::nullopt;
+  }
+  return e.value.Scalar();
+}
+
+std::optional<std::string> Loader::name(const Entry& e) {
+  auto s = text(e);
+  if (s && !valid_name(*s)) {
+    error(e, quote(*s) + " is not a valid name (letters, digits, _ . -; at most 63 characters)");
+    return std::nullopt;
+  }
+  return s;
+}
+
+std::optional<std::int64_t> Loader::integer(const Entry& e, std::int64_t min, std::int64_t max) {
+  auto s = text(e);
+  if (!s) return std::nullopt;
+  auto v = parse_int(*s);
+  if (!v) {
+    error(e, "expected an integer, got " + quote(*s));
+  } else if (*v < min || *v > max) {
+    error(e, max >= INT_MAX  // no practical upper bound: don't print one
+                 ? "must be at least " + std::to_string(min) + ", got " + *s
+                 : "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " + *s);
+    v.reset();
+  }
+  return v;
+}
+
+std::optional<bool> Loader::boolean(const Entry& e) {
+  auto s = text(e);
+  if (!s) return std::nullopt;
+  std::string lower = *s;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == "true" || lower == "yes" || lower == "on") return true;
+  if (lower == "false" || lower == "no" || lower == "off") return false;
+  error(e, "expected true or false, got " + quote(*s));
+  return std::nullopt;
+}
+
+std::optional<Duration> Loader::duration(const Entry& e, bool allow_zero) {
+  auto s = text(e);
+  if (!s) return std::nullopt;
+  auto d = parse_duration(*s);
+  if (!d) {
+    error(e, "expected a duration such as 250ms, 5s, 2m or 1h (a bare number is milliseconds), got " +
+                 quote(*s));
+  } else if (!allow_zero && d->count() == 0) {
+    error(e, "must be greater than 0");
+    d.reset();
+  }
+  return d;
+}
+
+std::optional<std::size_t> Loader::size(const Entry& e, std::size_t min, std::size_t max) {
+  auto s = text(e);
+  if (!s) return std::nullopt;
+  auto v = parse_size(*s);
+  if (!v) {
+    error(e, "expected a size such as 65536, 64kB, 16MB or 1GB, got " + quote(*s));
+  } else if (*v < min || *v > max) {
+    error(e, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " bytes, got " + *s);
+    v.reset();
+  }
+  return v;
+}
+
+std::optional<Endpoint> Loader::endpoint(const Entry& e) {
+  auto s = text(e);
+  if (!s) return std::nullopt;
+  std::string_view v = *s, host, port;
+  std::string why;
+  if (v.front() == '[') {
+    const auto close = v.find(']');
+    if (close == std::string_view::npos || close + 1 >= v.size() || v[close + 1] != ':') {
+      why = "expected [address]:port";
+    } else {
+      host = v.substr(1, close - 1);
+      port = v.substr(close + 2);
+    }
+  } else if (const auto colon = v.rfind(':'); colon == std::string_view::npos) {
+    why = "expected host:port";
+  } else {
+    host = v.substr(0, colon);
+    port = v.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) why = "write an IPv6 address in brackets, e.g. [::1]:6432";
+  }
+  auto number = parse_int(port);
+  if (why.empty() && host.empty()) why = "the host is missing";
+  if (why.empty() && (!number || *number < 1 || *number > 65535))
+    why = "the port must be between 1 and 65535";
+  if (!why.empty()) {
+    error(e, why + ", got " + quote(*s));
+    return std::nullopt;
+  }
+  return Endpoint{std::string(host), static_cast<std::uint16_t>(*number)};
+}
+
+template <class T>
+std::optional<T> Loader::choice(const Entry& e,
+                                std::initializer_list<std::pair<std::string_view, T>> options) {
+  auto s = text(e);
+  if (!s) return std::nullopt;
+  std::string names;
+  for (const auto& [n, v] : options) {
+    if (*s == n) return v;
+    names += (names.empty() ? "" : " | ") + std::string(n);
+  }
+  error(e, "expected one of " + names + ", got " + quote(*s));
+  return std::nullopt;
+}
+
+std::optional<std::size_t> Loader::shard_named(std::string_view name, int line, const std::string& path) {
+  if (auto i = cfg_.find_shard(name)) return i;
+  std::string known;
+  for (std::size_t i = 0; i < cfg_.shards.size(); ++i)
+    if (const std::string& n = cfg_.shards[i].name; !n.empty() && cfg_.find_shard(n) == i)
+      known += (known.empty() ? "" : ", ") + n;
+  error(line, path + ": unknown shard " + quote(name) + (known.empty() ? "" : " (shards: " + known + ")"));
+  return std::nullopt;
+}
+
+std::optional<std::size_t> Loader::shard_ref(const Entry& e) {
+  auto s = text(e);
+  return s ? shard_named(*s, e.line(), e.path) : std::nullopt;
+}
+
+void Loader::load_shards(const Fields& top) {
+  const Entry* e = top.get("shards");
+  if (!e) {
+    error(0, "shards: no shards configured; at least one is required");
+    return;
+  }
+  auto items = sequence(*e);
+  if (!items) return;
+  if (items->empty()) error(e->key_line, "shards: no shards configured; at least one is required");
+  std::map<std::string, int, std::less<>> seen;
+  for (const Entry& item : *items) {
+    auto f = mapping(item, {"name", "host", "port", "database", "user", "password", "pool_size"});
+    if (!f) continue;
+    Shard s;
+    s.line = item.key_line;
+    if (const Entry* n = required(*f, item.path, "name"); n) {
+      if (auto v = name(*n)) {
+        if (auto [pos, fresh] = seen.emplace(*v, n->line()); !fresh)
+          error(*n,
+                "duplicate shard name " + quote(*v) + " (first at line " + std::to_string(pos->second) + ")");
+        s.name = *v;
+      }
+    }
+    if (const Entry* v = f->get("host")) assign(s.host, text(*v));
+    if (const Entry* v = f->get("port")) assign(s.port, integer(*v, 1, 65535));
+    if (const Entry* v = f->get("database")) assign(s.database, text(*v));
+    if (const Entry* v = f->get("user")) assign(s.user, text(*v));
+    if (const Entry* v = f->get("password")) assign(s.password, text(*v));
+    if (const Entry* v = f->get("pool_size")) assign(s.pool_size, integer(*v, 1, INT_MAX));
+    cfg_.shards.push_back(std::move(s));
+  }
+}
+
+void Loader::load_users(const Fields& top) {
+  const Entry* e = top.get("users");
+  if (!e) return;
+  auto items = sequence(*e);
+  if (!items) return;
+  std::map<std::string, int, std::less<>> seen;
+  for (const Entry& item : *items) {
+    auto f = mapping(item, {"name", "password", "admin"});
+    if (!f) continue;
+    User u;
+    u.line = item.key_line;
+    if (const Entry* n = required(*f, item.path, "name"); n) {
+      if (auto v = text(*n)) {
+        if (auto [pos, fresh] = seen.emplace(*v, n->line()); !fresh)
+          error(*n,
+                "duplicate user name " + quote(*v) + " (first at line " + std::to_string(pos->second) + ")");
+        u.name = *v;
+      }
+    }
+    if (const Entry* p = required(*f, item.path, "password")) assign(u.password, text(*p));
+    if (const Entry* a = f->get("admin")) assign(u.admin, boolean(*a));
+    cfg_.users.push_back(std::move(u));
+  }
+}
+
+// The client side and the process: endpoints, auth, TLS, limits, transactions.
+void Loader::load_frontend(const Fields& f) {
+  if (const Entry* e = f.get("listen")) assign(cfg_.listen, endpoint(*e));
+  if (const Entry* e = f.get("metrics_listen")) assign(cfg_.metrics_listen, endpoint(*e));
+  if (const Entry* e = f.get("pool_mode"))
+    assign(cfg_.pool_mode,
+           choice<PoolMode>(*e, {{"transaction", PoolMode::transaction}, {"session", PoolMode::session}}));
+  if (const Entry* e = f.get("auth"))
+    assign(cfg_.auth, choice<AuthMethod>(*e, {{"trust", AuthMethod::trust},
+                                              {"password", AuthMethod::password},
+                                              {"md5", AuthMethod::md5},
+                                              {"scram-sha-256", AuthMethod::scram_sha_256}}));
+  if (const Entry* e = f.get("tls")) {
+    if (auto t = mapping(*e, {"cert", "key"})) {
+      const Entry* cert = required(*t, e->path, "cert");
+      const Entry* key = required(*t, e->path, "key");
+      auto c = cert ? text(*cert) : std::nullopt;
+      auto k = key ? text(*key) : std::nullopt;
+      if (c && k) cfg_.tls = Tls{*c, *k};
+    }
+  }
+  if (const Entry* e = f.get("max_client_connections"))
+    assign(cfg_.max_client_connections, integer(*e, 1, std::numeric_limits<std::int64_t>::max()));
+  if (const Entry* e = f.get("max_message_size"))
+    assign(cfg_.max_message_size, size(*e, kMinMessageSize, kMaxMessageSize));
+  if (const Entry* e = f.get("workers")) assign(cfg_.workers, integer(*e, 0, kMaxWorkers));
+  if (const Entry* e = f.get("log_level"))
+    assign(cfg_.log_level, choice<std::string_view>(*e, {{"trace", "trace"},
+                                                         {"debug", "debug"},
+                                                         {"info", "info"},
+                                                         {"warn", "warn"},
+                                                         {"error", "error"},
+                                                         {"off", "off"}}));
+  if (const Entry* e = f.get("transactions")) {
+    if (auto t = mapping(*e, {"cross_shard_writes"}))
+      if (const Entry* c = t->get("cross_shard_writes"))
+        assign(cfg_.cross_shard_writes,
+               choice<CrossShardWrites>(
+                   *c, {{"refuse", CrossShardWrites::refuse}, {"two_phase", CrossShardWrites::two_phase}}));
+  }
+}
+
+void Loader::load_scatter(const Entry& e) {
+  auto f = mapping(e, {"deadline", "max_deadline", "partial_results", "max_buffered_rows"});
+  if (!f) return;
+  Scatter& s = cfg_.scatter;
+  const Entry* deadline = f->get("deadline");
+  const Entry* max_deadline = f->get("max_deadline");
+  auto d = deadline ? duration(*deadline, false) : std::optional{s.deadline};
+  auto max = max_deadline ? duration(*max_deadline, false) : std::optional{s.max_deadline};
+  assign(s.deadline, d);
+  assign(s.max_deadline, max);
+  if (d && max && *d > *max) {
+    const std::string why = "scatter.deadline (" + std::to_string(d->count()) +
+                            "ms) exceeds scatter.max_deadline (" + std::to_string(max->count()) + "ms)";
+    error(deadline ? deadline->line() : max_deadline->line(), why);
+  }
+  if (const Entry* v = f->get("partial_results"))
+    assign(s.partial_results,
+           choice<PartialResults>(*v, {{"deny", PartialResults::deny}, {"allow", PartialResults::allow}}));
+  if (const Entry* v = f->get("max_buffered_rows"))
+    assign(s.max_buffered_rows, integer(*v, 0, std::numeric_limits<std::int64_t>::max()));
+}
+
+void Loader::load_timeouts(const Entry& e) {
+  auto f = mapping(e, {"client_login", "client_idle", "server_connect", "shutdown"});
+  if (!f) return;
+  Timeouts& t = cfg_.timeouts;
+  // Login and connect must end (every wait has a deadline); idle 0 means never,
+  // shutdown 0 means no grace period.
+  if (const Entry* v = f->get("client_login")) assign(t.client_login, duration(*v, false));
+  if (const Entry* v = f->get("client_idle")) assign(t.client_idle, duration(*v, true));
+  if (const Entry* v = f->get("server_connect")) assign(t.server_connect, duration(*v, false));
+  if (const Entry* v = f->get("shutdown")) assign(t.shutdown, duration(*v, true));
+}
+
+void Loader::load_distributions(const Fields& top) {
+  const Entry* e = top.get("distributions");
+  if (!e) return;
+  if (auto items = sequence(*e))
+    for (const Entry& item : *items) load_distribution(item);
+}
+
+void Loader::load_distribution(const Entry& item) {
+  auto f =
+      mapping(item, {"name", "method", "partitions", "placement", "ranges", "lists", "default", "tables"});
+  if (!f) return;
+  Distribution d;
+  d.line = item.key_line;
+  if (const Entry* n = required(*f, item.path, "name")) {
+    if (auto v = name(*n)) {
+      if (auto [pos, fresh] = distribution_names_.emplace(*v, n->line()); !fresh)
+        error(*n, "duplicate distribution name " + quote(*v) + " (first at line " +
+                      std::to_string(pos->second) + ")");
+      d.name = *v;
+    }
+  }
+  load_partitioning(d, *f, item.path);
+  if (const Entry* t = f->get("tables")) load_tables(d, *t);
+  cfg_.distributions.push_back(std::move(d));
+}
+
+// The method and the keys that belong to it: how keys map to logical partitions, and
+// those to shards.
+void Loader::load_partitioning(Distribution& d, const Fields& f, const std::string& path) {
+  if (const Entry* m = f.get("method")) {
+    auto method =
+        choice<Method>(*m, {{"hash", Method::hash}, {"range", Method::range}, {"list", Method::list}});
+    if (!method) return;  // the other keys cannot be judged without it
+    d.method = *method;
+  }
+  static constexpr std::pair<std::string_view, Method> kOnly[] = {{"partitions", Method::hash},
+                                                                  {"placement", Method::hash},
+                                                                  {"ranges", Method::range},
+                                                                  {"lists", Method::list},
+                                                                  {"default", Method::list}};
+  static constexpr std::string_view kMethodName[] = {"hash", "range", "list"};
+  for (const auto& [key, only] : kOnly)
+    if (const Entry* e = f.get(key); e && only != d.method)
+      error(e->key_line, e->path + ": only allowed with method: " + std::string(kMethodName[int(only)]));
+  if (d.method == Method::hash) {
+    if (const Entry* p = required(f, path, "partitions"))
+      assign(d.partitions, integer(*p, 1, kMaxPartitions));
+    if (const Entry* p = f.get("placement")) {
+      load_placement(d, *p);
+    } else if (d.partitions > 0 && !cfg_.shards.empty()) {
+      // Shard i of N gets [floor(i*P/N), floor((i+1)*P/N)).
+      const std::size_t n = cfg_.shards.size(), parts = static_cast<std::size_t>(d.partitions);
+      d.placement.resize(parts);
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t p = i * parts / n; p < (i + 1) * parts / n; ++p) d.placement[p] = i;
+    }
+  } else if (d.method == Method::range) {
+    if (const Entry* r = required(f, path, "ranges")) load_ranges(d, *r);
+  } else {
+    if (const Entry* l = required(f, path, "lists")) load_lists(d, *l);
+    if (const Entry* def = f.get("default")) d.default_shard = shard_ref(*def);
+  }
+}
+
+void Loader::load_placement(Distribution& d, const Entry& e) {
+  auto f = mapping(e, {});
+  if (!f) return;
+  const std::size_t errors_before = errors_.size();
+  const std::int64_t parts = d.partitions;  // 0 when invalid: check the syntax only
+  std::vector<std::optional<std::size_t>> owner(static_cast<std::size_t>(parts));
+  for (const auto& [shard_name, entry] : f->entries) {
+    auto shard = shard_named(shard_name, entry.key_line, entry.path);
+    std::vector<Entry> specs{entry};
+    if (entry.value.IsSequence()) specs = sequence(entry).value_or(std::vector<Entry>{});
+    for (const Entry& spec : specs) {
+      auto s = text(spec);
+      if (!s) continue;
+      auto span = parse_partition_span(*s);
+      if (!span) {
+        error(spec, "expected a partition number or a range such as 0-31, got " + quote(*s));
+        continue;
+      }
+      const auto [first, last] = *span;
+      if (first > last) {
+        error(spec, "range " + quote(*s) + " is reversed");
+        continue;
+      }
+      if (parts == 0 || !shard) continue;
+      if (last >= parts) {
+        error(spec, "partition " + std::to_string(last) + " is out of range: partitions are 0-" +
+                        std::to_string(parts - 1));
+        continue;
+      }
+      std::vector<std::int64_t> clash;
+      std::string owners;
+      for (std::int64_t p = first; p <= last; ++p) {
+        auto& o = owner[static_cast<std::size_t>(p)];
+        if (!o) {
+          o = *shard;
+          continue;
+        }
+        clash.push_back(p);
+        if (owners.find(quote(cfg_.shards[*o].name)) == std::string::npos)
+          owners += (owners.empty() ? "" : ", ") + quote(cfg_.shards[*o].name);
+      }
+      if (!clash.empty()) error(spec, partitions_are(clash) + " already placed on " + owners);
+    }
+  }
+  if (parts == 0 || errors_.size() != errors_before) return;  // a gap would only echo them
+  std::vector<std::int64_t> missing;
+  for (std::int64_t p = 0; p < parts; ++p)
+    if (!owner[static_cast<std::size_t>(p)]) missing.push_back(p);
+  if (!missing.empty()) {
+    error(e.key_line, e.path + ": " + partitions_are(missing) + " not placed on any shard");
+    return;
+  }
+  d.placement.clear();
+  for (const auto& o : owner) d.placement.push_back(*o);
+}
+
+void Loader::load_ranges(Distribution& d, const Entry& e) {
+  auto items = sequence(e);
+  if (!items) return;
+  if (items->empty()) error(e.key_line, e.path + ": at least one range is required");
+  struct Bound {
+    std::string value;
+    int line;
+    std::string path;
+  };
+  std::vector<Bound> bounds;
+  for (std::size_t i = 0; i < items->size(); ++i) {
+    const Entry& item = (*items)[i];
+    auto f = mapping(item, {"upto", "shard"});
+    if (!f) continue;
+    Range r;
+    if (const Entry* s = required(*f, item.path, "shard")) assign(r.shard, shard_ref(*s));
+    if (const Entry* u = f->get("upto")) {
+      r.upto = text(*u);
+      if (r.upto) bounds.push_back({*r.upto, u->line(), u->path});
+    } else if (i + 1 != items->size()) {
+      error(f->line, item.path + ": only the last range may omit upto");
+    }
+    d.ranges.push_back(std::move(r));
+  }
+  // Integers compare as numbers; anything else (ISO dates, timestamps, text) as strings.
+  const bool numeric =
+      std::all_of(bounds.begin(), bounds.end(), [](const Bound& b) { return is_integer(b.value); });
+  for (std::size_t i = 1; i < bounds.size(); ++i) {
+    const Bound &prev = bounds[i - 1], &cur = bounds[i];
+    const int c = numeric ? compare_integers(prev.value, cur.value) : prev.value.compare(cur.value);
+    if (c >= 0)
+      error(cur.line, cur.path + ": ranges must be in increasing order of upto: " + quote(cur.value) +
+                          " is not above " + quote(prev.value) + " (line " + std::to_string(prev.line) + ")");
+  }
+}
+
+void Loader::load_lists(Distribution& d, const Entry& e) {
+  auto f = mapping(e, {});
+  if (!f) return;
+  if (f->entries.empty()) error(e.key_line, e.path + ": at least one shard with its values is required");
+  std::map<std::string, std::pair<std::string, int>, std::less<>> seen;  // value -> (shard, line)
+  for (const auto& [shard_name, entry] : f->entries) {
+    ListPartition lp;
+    lp.shard = shard_named(shard_name, entry.key_line, entry.path).value_or(0);
+    auto values = sequence(entry);
+    if (!values) continue;
+    for (const Entry& v : *values) {
+      auto s = text(v);
+      if (!s) continue;
+      if (auto [pos, fresh] = seen.emplace(*s, std::pair{shard_name, v.line()}); !fresh) {
+        error(v, "value " + quote(*s) + " is already listed for shard " + quote(pos->second.first) +
+                     " (line " + std::to_string(pos->second.second) + ")");
+        continue;
+      }
+      lp.values.push_back(*s);
+    }
+    d.lists.push_back(std::move(lp));
+  }
+}
+
+void Loader::load_tables(Distribution& d, const Entry& e) {
+  auto f = mapping(e, {});
+  if (!f) return;
+  for (const auto& [table, entry] : f->entries) {
+    auto column = text(entry);
+    if (table.empty()) {
+      error(entry.key_line, entry.path + ": a table name must not be empty");
+      continue;
+    }
+    claim_table(table, "distribution " + quote(d.name), entry.key_line, entry.path);
+    if (column) d.tables.emplace_back(table, *column);
+  }
+}
+
+void Loader::claim_table(const std::string& table, const std::string& owner, int line,
+                         const std::string& path) {
+  auto [pos, fresh] = table_owner_.emplace(table, std::pair{owner, line});
+  if (!fresh)
+    error(line, path + ": table " + quote(table) + " is already in " + pos->second.first + " (line " +
+                    std::to_string(pos->second.second) + ")");
+}
+
+void Loader::load_reference_tables(const Fields& top) {
+  const Entry* e = top.get("reference_tables");
+  if (!e) return;
+  auto items = sequence(*e);
+  if (!items) return;
+  for (const Entry& item : *items) {
+    auto table = text(item);
+    if (!table) continue;
+    claim_table(*table, "reference_tables", item.line(), item.path);
+    cfg_.reference_tables.push_back(*table);
+  }
+}
+
+void Loader::load_unlisted_tables(const Entry& e) {
+  auto s = text(e);
+  if (!s) return;
+  if (*s == "reference") {
+    cfg_.unlisted_tables = UnlistedPolicy::reference;
+  } else if (*s == "reject") {
+    cfg_.unlisted_tables = UnlistedPolicy::reject;
+  } else if (s->starts_with("shard:")) {
+    cfg_.unlisted_tables = UnlistedPolicy::shard;
+    cfg_.unlisted_shard = shard_named(trim(std::string_view(*s).substr(6)), e.line(), e.path).value_or(0);
+  } else {
+    error(e, "expected reference, reject or shard:<name>, got " + quote(*s));
+  }
+}
+
+LoadResult Loader::run(const YAML::Node& root) {
+  const Entry whole{"", root, node_line(root, 1)};
+  std::optional<Fields> top;
+  if (root.IsNull()) {
+    top = Fields{};  // an empty file: everything defaults, and "no shards" says what is missing
+  } else if (root.IsMap()) {
+    top = mapping(whole, {"listen", "metrics_listen", "pool_mode", "auth", "tls", "users", "shards",
+                          "distributions", "reference_tables", "unlisted_tables", "scatter", "transactions",
+                          "timeouts", "max_client_connections", "max_message_size", "workers", "log_level"});
+  } else {
+    error(whole.line(), "the configuration must be a mapping of keys, got " + describe(root));
+  }
+  if (top) {
+    load_shards(*top);  // first: everything else refers to shards by name
+    load_users(*top);
+    load_frontend(*top);
+    if (const Entry* e = top->get("scatter")) load_scatter(*e);
+    if (const Entry* e = top->get("timeouts")) load_timeouts(*e);
+    load_distributions(*top);
+    load_reference_tables(*top);
+    if (const Entry* e = top->get("unlisted_tables")) load_unlisted_tables(*e);
+  }
+  std::stable_sort(errors_.begin(), errors_.end(),
+                   [](const ConfigError& a, const ConfigError& b) { return a.line < b.line; });
+  LoadResult result;
+  if (errors_.empty()) result.config = std::move(cfg_);
+  result.errors = std::move(errors_);
+  return result;
+}
+
+}  // namespace
+
+LoadResult load_string(std::string_view yaml) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    const bool where = !e.mark.is_null();
+    LoadResult result;
+    result.errors.push_back(
+        {where ? e.mark.line + 1 : 0, "YAML syntax error" +
+                                          (where ? " at column " + std::to_string(e.mark.column + 1) : "") +
+                                          ": " + e.msg});
+    return result;
+  }
+  Loader loader;
+  if (documents.size() > 1)
+    loader.error(node_line(documents[1], 0),
+                 "only one YAML document is allowed; found " + std::to_string(documents.size()));
+  return loader.run(documents.empty() ? YAML::Node() : documents.front());
+}
+
+LoadResult load_file(const std::string& path) {
+  auto fail = [&](int err) {
+    LoadResult result;
+    result.errors.push_back({0, "cannot read " + path + ": " + std::generic_category().message(err)});
+    return result;
+  };
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (!file) return fail(errno);
+  std::string content;
+  char chunk[16384];
+  std::size_t n = 0;
+  while ((n = std::fread(chunk, 1, sizeof chunk, file)) > 0) content.append(chunk, n);
+  const int err = std::ferror(file) ? errno : 0;  // e.g. EISDIR for a directory
+  std::fclose(file);
+  if (err != 0) return fail(err);
+  return load_string(content);
+}
+
+Config default_config() {
+  Config c;
+  Shard s0;
+  s0.name = "s0";
+  c.shards.push_back(std::move(s0));
+  return c;
+}
+
+std::optional<Duration> parse_duration(std::string_view text) {
+  static constexpr std::pair<std::string_view, std::uint64_t> kUnits[] = {
+      {"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60'000}, {"min", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}};
+  auto q = split_quantity(text);
+  if (!q) return std::nullopt;
+  for (const auto& [unit, factor] : kUnits) {
+    if (q->unit != unit) continue;
+    auto ms = scaled(*q, factor, static_cast<std::uint64_t>(std::numeric_limits<Duration::rep>::max()));
+    if (!ms) return std::nullopt;
+    return Duration{static_cast<Duration::rep>(*ms)};
+  }
+  return std::nullopt;
+}
+
+std::optional<std::size_t> parse_size(std::string_view text) {
+  static constexpr std::uint64_t K = 1024;
+  static constexpr std::pair<std::string_view, std::uint64_t> kUnits[] = {{"", 1},
+                                                                          {"B", 1},
+                                                                          {"kB", K},
+                                                                          {"KB", K},
+                                                                          {"KiB", K},
+                                                                          {"MB", K * K},
+                                                                          {"MiB", K * K},
+                                                                          {"GB", K * K * K},
+                                                                          {"GiB", K * K * K},
+                                                                          {"TB", K * K * K * K},
+                                                                          {"TiB", K * K * K * K}};
+  auto q = split_quantity(text);
+  if (!q) return std::nullopt;
+  for (const auto& [unit, factor] : kUnits) {
+    if (q->unit != unit) continue;
+    auto bytes = scaled(*q, factor, std::numeric_limits<std::size_t>::max());
+    if (!bytes) return std::nullopt;
+    return static_cast<std::size_t>(*bytes);
+  }
+  return std::nullopt;
+}
+
+}  // namespace splitpoint::config

@@ -28,11 +28,13 @@ Verifier make_verifier(std::string_view password, std::string_view salt,
 Verifier make_verifier(std::string_view password);
 
 // Server side of one exchange. Without a verifier (unknown user) the exchange runs to
-// the end with a fake verifier derived from `fake_seed` + user name, and fails there,
-// so an unknown user looks exactly like a wrong password.
+// the end with a fake verifier derived from `fake_seed` (a server secret) + `user`, and
+// fails there, so an unknown user looks exactly like a wrong password. `user` is the
+// name from the startup packet: PostgreSQL clients send an empty name in SCRAM.
 class ServerExchange {
  public:
-  ServerExchange(std::optional<Verifier> verifier, std::string_view fake_seed);
+  ServerExchange(std::optional<Verifier> verifier, std::string_view fake_seed,
+                 std::string_view user);
   // client-first-message -> server-first-message; nullopt if malformed.
   std::optional<std::string> handle_client_first(std::string_view message);
   // client-final-message -> server-final-message ("v=..."); nullopt if malformed or
@@ -42,7 +44,6 @@ class ServerExchange {
  private:
   std::optional<Verifier> verifier_;
   Verifier effective_;
-  std::string fake_seed_;
   std::string client_first_bare_;
   std::string server_first_;
   std::string nonce_;  // client nonce + server nonce

@@ -1,0 +1,102 @@
+#include "routing/session_command.hpp"
+
+#include <cctype>
+
+namespace splitpoint::routing {
+
+namespace {
+
+class Words {
+ public:
+  explicit Words(std::string_view s) : s_(s) {}
+
+  // Next word (identifier, keyword, or quoted identifier) lower-cased, or "" at a
+  // symbol or the end. Skips whitespace and comments.
+  std::string next() {
+    skip_space();
+    std::string w;
+    if (pos_ < s_.size() && s_[pos_] == '"') {
+      for (++pos_; pos_ < s_.size() && s_[pos_] != '"'; ++pos_) w.push_back(s_[pos_]);
+      ++pos_;
+      return w;
+    }
+    while (pos_ < s_.size()) {
+      char c = s_[pos_];
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.')) break;
+      w.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+      ++pos_;
+    }
+    return w;
+  }
+
+ private:
+  void skip_space() {
+    while (pos_ < s_.size()) {
+      char c = s_[pos_];
+      if (std::isspace(static_cast<unsigned char>(c))) {
+        ++pos_;
+      } else if (c == '-' && pos_ + 1 < s_.size() && s_[pos_ + 1] == '-') {
+        while (pos_ < s_.size() && s_[pos_] != '\n') ++pos_;
+      } else if (c == '/' && pos_ + 1 < s_.size() && s_[pos_ + 1] == '*') {
+        int depth = 0;
+        do {
+          if (s_.compare(pos_, 2, "/*") == 0) {
+            ++depth;
+            pos_ += 2;
+          } else if (s_.compare(pos_, 2, "*/") == 0) {
+            --depth;
+            pos_ += 2;
+          } else {
+            ++pos_;
+          }
+        } while (depth > 0 && pos_ < s_.size());
+      } else {
+        break;
+      }
+    }
+  }
+
+  std::string_view s_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace
+
+SessionCommandInfo classify_session_command(std::string_view sql) {
+  Words words(sql);
+  std::string first = words.next();
+  if (first.empty() || first.size() > 10) return {};
+  if (first == "set") {
+    std::string w = words.next();
+    if (w == "local") return {SessionCommand::set_local, {}};
+    if (w == "session") {
+      w = words.next();
+      if (w == "characteristics") return {};  // SET SESSION CHARACTERISTICS AS TRANSACTION
+      if (w == "authorization") return {SessionCommand::set, "session_authorization"};
+    }
+    if (w == "transaction" || w == "constraints" || w.empty()) return {};
+    if (w == "time") return {SessionCommand::set, "timezone"};  // SET TIME ZONE
+    return {SessionCommand::set, w};
+  }
+  if (first == "reset") {
+    std::string w = words.next();
+    if (w == "all") return {SessionCommand::reset_all, {}};
+    if (w == "time") return {SessionCommand::reset, "timezone"};
+    if (w.empty()) return {};
+    return {SessionCommand::reset, w};
+  }
+  if (first == "discard") {
+    if (words.next() == "all") return {SessionCommand::discard_all, {}};
+    return {};
+  }
+  if (first == "deallocate") {
+    std::string w = words.next();
+    if (w == "prepare") w = words.next();
+    if (w == "all") return {SessionCommand::deallocate_all, {}};
+    return {};
+  }
+  if (first == "listen") return {SessionCommand::listen, {}};
+  return {};
+}
+
+}  // namespace splitpoint::routing

@@ -1,0 +1,20 @@
+// Recognises the statements that change session state a pooled backend must carry
+// over (SET, RESET, DISCARD ALL, DEALLOCATE ALL) or that pin a session (LISTEN).
+// Only the leading keywords are looked at; statement routing uses libpg_query.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace splitpoint::routing {
+
+enum class SessionCommand { none, set, set_local, reset, reset_all, discard_all, deallocate_all, listen };
+
+struct SessionCommandInfo {
+  SessionCommand kind = SessionCommand::none;
+  std::string name;  // lower-cased parameter name for set / reset
+};
+
+SessionCommandInfo classify_session_command(std::string_view sql);
+
+}  // namespace splitpoint::routing

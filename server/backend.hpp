@@ -1,0 +1,70 @@
+// One authenticated connection to a PostgreSQL server, and how it is opened.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "server/asio.hpp"
+
+namespace splitpoint::server {
+
+// Where and as whom to connect; one per pool.
+struct BackendTarget {
+  std::string shard;
+  std::string host;
+  std::uint16_t port = 5432;
+  std::string user;
+  std::string password;
+  std::string database;
+  std::chrono::milliseconds connect_timeout{3000};
+};
+
+using ParameterList = std::vector<std::pair<std::string, std::string>>;
+
+class Backend {
+ public:
+  explicit Backend(tcp::socket socket) : socket(std::move(socket)) {}
+
+  tcp::socket socket;
+  std::string read_buf;              // bytes read but not yet consumed
+  std::int32_t process_id = 0;       // BackendKeyData, for CancelRequest
+  std::int32_t secret_key = 0;
+  ParameterList parameters;          // ParameterStatus seen at start-up
+
+  // Session state last applied (hash of the session's SET script); 0 = unknown.
+  std::uint64_t applied_state = 0;
+  // Set when a session-mode client left it: the next user runs DISCARD ALL first.
+  bool needs_discard = false;
+  // Server-side names of the prepared statements this connection holds.
+  std::unordered_set<std::string> prepared;
+  // Which session's unnamed statement is currently parsed here: (session id, parse seq).
+  std::pair<std::uint64_t, std::uint64_t> unnamed_owner{0, 0};
+  // A CancelRequest was sent while a session held it: never give it to another
+  // session, the cancel could still land on that session's query.
+  std::atomic<bool> cancel_sent{false};
+
+  // No pending bytes and not closed by the server (a cheap non-blocking peek).
+  bool looks_healthy();
+};
+
+struct ConnectResult {
+  std::unique_ptr<Backend> backend;
+  std::string sqlstate;  // set on failure
+  std::string message;
+};
+
+// Connects, authenticates (trust, cleartext, md5, scram-sha-256) and reads up to the
+// first ReadyForQuery, all under target.connect_timeout.
+awaitable<ConnectResult> connect_backend(const BackendTarget& target);
+
+// Sends a CancelRequest for (pid, key) to host:port on a fresh connection.
+awaitable<void> send_cancel(std::string host, std::uint16_t port, std::int32_t pid, std::int32_t key,
+                            std::chrono::milliseconds timeout);
+
+}  // namespace splitpoint::server

@@ -1,0 +1,119 @@
+#include "server/pool.hpp"
+
+namespace splitpoint::server {
+
+// A queued acquirer. Shared with release(), which may run on another thread: it
+// fills `backend` or grants `slot` (permission to open a connection) and wakes the
+// timer on the waiter's own executor.
+struct Pool::Waiter {
+  explicit Waiter(asio::any_io_executor ex) : executor(ex), timer(ex) {}
+  asio::any_io_executor executor;
+  asio::steady_timer timer;
+  std::unique_ptr<Backend> backend;
+  bool slot = false;
+  bool done = false;
+};
+
+awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
+  auto ex = co_await asio::this_coro::executor;
+  auto deadline = std::chrono::steady_clock::now() + wait_timeout;
+  for (;;) {
+    std::shared_ptr<Waiter> waiter;
+    bool may_open = false;
+    {
+      std::unique_lock lock(mu_);
+      while (!idle_.empty()) {
+        auto b = std::move(idle_.back());
+        idle_.pop_back();
+        lock.unlock();
+        if (b->looks_healthy()) co_return AcquireResult{std::move(b), {}, {}};
+        b.reset();  // closed by the server (restart, idle timeout): drop it
+        lock.lock();
+        --open_;
+      }
+      if (open_ < max_size_) {
+        ++open_;
+        ++opening_;
+        may_open = true;
+      } else {
+        waiter = std::make_shared<Waiter>(ex);
+        waiter->timer.expires_at(deadline);
+        waiters_.push_back(waiter);
+      }
+    }
+    if (may_open) {
+      auto r = co_await connect_backend(target_);
+      std::lock_guard lock(mu_);
+      --opening_;
+      if (!r.backend) {
+        --open_;
+        co_return AcquireResult{nullptr, r.sqlstate, r.message};
+      }
+      if (!server_parameters_) server_parameters_ = r.backend->parameters;
+      co_return AcquireResult{std::move(r.backend), {}, {}};
+    }
+    co_await waiter->timer.async_wait(use_nothrow);
+    {
+      std::lock_guard lock(mu_);
+      if (!waiter->done) {
+        std::erase(waiters_, waiter);
+        co_return AcquireResult{nullptr, "53300",
+                                "timeout waiting for a connection to shard \"" + target_.shard + "\""};
+      }
+    }
+    if (waiter->backend) co_return AcquireResult{std::move(waiter->backend), {}, {}};
+    // Granted a slot: loop to open a connection (open_ was already counted for us).
+    {
+      std::lock_guard lock(mu_);
+      --open_;
+    }
+  }
+}
+
+void Pool::hand_over(std::shared_ptr<Waiter> w, std::unique_ptr<Backend> backend) {
+  // Called with mu_ held.
+  w->done = true;
+  w->backend = std::move(backend);
+  asio::post(w->executor, [w] { w->timer.cancel(); });
+}
+
+void Pool::release(std::unique_ptr<Backend> backend, bool reusable) {
+  std::lock_guard lock(mu_);
+  if (!reusable || !backend || backend->cancel_sent) {
+    backend.reset();
+    if (!waiters_.empty()) {
+      // Let the first waiter open a fresh connection in the freed slot.
+      auto w = waiters_.front();
+      waiters_.pop_front();
+      w->slot = true;
+      hand_over(std::move(w), nullptr);
+    } else {
+      --open_;
+    }
+    return;
+  }
+  if (!waiters_.empty()) {
+    auto w = waiters_.front();
+    waiters_.pop_front();
+    hand_over(std::move(w), std::move(backend));
+    return;
+  }
+  idle_.push_back(std::move(backend));
+}
+
+std::optional<ParameterList> Pool::server_parameters() const {
+  std::lock_guard lock(mu_);
+  return server_parameters_;
+}
+
+PoolStats Pool::stats() const {
+  std::lock_guard lock(mu_);
+  PoolStats s;
+  s.idle = static_cast<int>(idle_.size());
+  s.opening = opening_;
+  s.waiting = static_cast<int>(waiters_.size());
+  s.active = open_ - s.idle - s.opening;
+  return s;
+}
+
+}  // namespace splitpoint::server

@@ -1,0 +1,61 @@
+// A bounded pool of backend connections for one (shard, user, database).
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/asio.hpp"
+#include "server/backend.hpp"
+
+namespace splitpoint::server {
+
+struct AcquireResult {
+  std::unique_ptr<Backend> backend;
+  std::string sqlstate;  // set on failure
+  std::string message;
+};
+
+struct PoolStats {
+  int idle = 0;
+  int active = 0;   // handed out
+  int opening = 0;  // being connected
+  int waiting = 0;  // clients queued for a connection
+};
+
+class Pool : public std::enable_shared_from_this<Pool> {
+ public:
+  Pool(BackendTarget target, int max_size) : target_(std::move(target)), max_size_(max_size) {}
+
+  // Takes an idle connection, opens a new one if below max_size, or waits for one
+  // to be released, up to `wait_timeout`. Runs on the caller's executor.
+  awaitable<AcquireResult> acquire(std::chrono::milliseconds wait_timeout);
+  // Returns a connection. `reusable` false (dirty, broken, cancelled) closes it.
+  void release(std::unique_ptr<Backend> backend, bool reusable);
+
+  // ParameterStatus values of the first connection opened, for clients' start-up.
+  std::optional<ParameterList> server_parameters() const;
+
+  const BackendTarget& target() const { return target_; }
+  int max_size() const { return max_size_; }
+  PoolStats stats() const;
+
+ private:
+  struct Waiter;
+  void hand_over(std::shared_ptr<Waiter> w, std::unique_ptr<Backend> backend);
+
+  const BackendTarget target_;
+  const int max_size_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Backend>> idle_;  // most recently used last
+  int open_ = 0;     // idle + handed out + being opened
+  int opening_ = 0;
+  std::deque<std::shared_ptr<Waiter>> waiters_;
+  std::optional<ParameterList> server_parameters_;
+};
+
+}  // namespace splitpoint::server

@@ -1,0 +1,84 @@
+#include "server/runtime.hpp"
+
+#include <stdexcept>
+
+#include "protocol/md5.hpp"
+
+namespace splitpoint::server {
+
+std::shared_ptr<Pool> ShardPools::get(const std::string& client_user, const std::string& client_password,
+                                      const std::string& client_database) {
+  BackendTarget t;
+  t.shard = shard_.name;
+  t.host = shard_.host;
+  t.port = shard_.port;
+  t.user = shard_.user.empty() ? client_user : shard_.user;
+  t.password = shard_.password.empty() ? client_password : shard_.password;
+  t.database = shard_.database.empty() ? client_database : shard_.database;
+  t.connect_timeout = connect_timeout_;
+  std::lock_guard lock(mu_);
+  auto& pool = pools_[{t.user, t.database}];
+  if (!pool) pool = std::make_shared<Pool>(std::move(t), shard_.pool_size);
+  return pool;
+}
+
+std::vector<std::shared_ptr<Pool>> ShardPools::all() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<Pool>> v;
+  for (auto& [k, p] : pools_) v.push_back(p);
+  return v;
+}
+
+bool ShardPools::same_definition(const config::Shard& o, std::chrono::milliseconds connect_timeout) const {
+  return shard_.host == o.host && shard_.port == o.port && shard_.database == o.database &&
+         shard_.user == o.user && shard_.password == o.password && shard_.pool_size == o.pool_size &&
+         connect_timeout_ == connect_timeout;
+}
+
+static UserAuth make_user_auth(const config::User& u) {
+  namespace proto = splitpoint::protocol;
+  UserAuth a;
+  a.name = u.name;
+  a.admin = u.admin;
+  if (auto v = proto::scram::parse_verifier(u.password)) {
+    a.scram = *v;
+  } else if (proto::md5::is_verifier(u.password)) {
+    a.md5 = u.password;
+  } else {
+    a.plaintext = u.password;
+    a.md5 = proto::md5::verifier(u.name, u.password);
+    a.scram = proto::scram::make_verifier(u.password);
+  }
+  return a;
+}
+
+std::shared_ptr<const Runtime> make_runtime(config::Config config, const Runtime* previous) {
+  auto rt = std::make_shared<Runtime>();
+  for (const auto& u : config.users) rt->users.emplace(u.name, make_user_auth(u));
+  for (std::size_t i = 0; i < config.shards.size(); ++i) {
+    const auto& s = config.shards[i];
+    std::shared_ptr<ShardPools> pools;
+    if (previous) {
+      for (const auto& old : previous->shards)
+        if (old->shard().name == s.name && old->same_definition(s, config.timeouts.server_connect)) pools = old;
+    }
+    if (!pools) pools = std::make_shared<ShardPools>(s, config.timeouts.server_connect);
+    rt->shards.push_back(std::move(pools));
+  }
+  if (config.tls) {
+    auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+    ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                     asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                     asio::ssl::context::no_tlsv1_1);
+    error_code ec;
+    ctx->use_certificate_chain_file(config.tls->cert, ec);
+    if (ec) throw std::runtime_error("cannot load TLS certificate " + config.tls->cert + ": " + ec.message());
+    ctx->use_private_key_file(config.tls->key, asio::ssl::context::pem, ec);
+    if (ec) throw std::runtime_error("cannot load TLS key " + config.tls->key + ": " + ec.message());
+    rt->tls = std::move(ctx);
+  }
+  rt->config = std::move(config);
+  return rt;
+}
+
+}  // namespace splitpoint::server

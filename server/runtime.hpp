@@ -1,0 +1,64 @@
+// An immutable snapshot of what a loaded configuration needs at run time: the config,
+// users' credentials ready for the handshake, and the backend pools. SIGHUP builds a
+// new one; sessions keep the snapshot they started with.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "config/config.hpp"
+#include "protocol/scram.hpp"
+#include "server/asio.hpp"
+#include "server/pool.hpp"
+
+namespace splitpoint::server {
+
+struct UserAuth {
+  std::string name;
+  bool admin = false;
+  std::string plaintext;                            // empty when only a verifier is known
+  std::string md5;                                  // "md5..." verifier, if derivable
+  std::optional<protocol::scram::Verifier> scram;   // if derivable
+};
+
+// The pools of one shard, one per (backend user, database).
+class ShardPools {
+ public:
+  explicit ShardPools(config::Shard shard, std::chrono::milliseconds connect_timeout)
+      : shard_(std::move(shard)), connect_timeout_(connect_timeout) {}
+  std::shared_ptr<Pool> get(const std::string& client_user, const std::string& client_password,
+                            const std::string& client_database);
+  const config::Shard& shard() const { return shard_; }
+  std::vector<std::shared_ptr<Pool>> all() const;
+  // Same server, credentials and size: pools can be kept across a reload.
+  bool same_definition(const config::Shard& other, std::chrono::milliseconds connect_timeout) const;
+
+ private:
+  config::Shard shard_;
+  std::chrono::milliseconds connect_timeout_;
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<Pool>> pools_;
+};
+
+struct Runtime {
+  config::Config config;
+  std::unordered_map<std::string, UserAuth> users;
+  std::vector<std::shared_ptr<ShardPools>> shards;  // index = config shard index
+  std::shared_ptr<asio::ssl::context> tls;          // null without `tls`
+
+  const UserAuth* find_user(const std::string& name) const {
+    auto it = users.find(name);
+    return it == users.end() ? nullptr : &it->second;
+  }
+};
+
+// Builds a runtime; pools of unchanged shards are taken over from `previous`.
+// Throws std::runtime_error when TLS files cannot be loaded.
+std::shared_ptr<const Runtime> make_runtime(config::Config config, const Runtime* previous);
+
+}  // namespace splitpoint::server

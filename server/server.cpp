@@ -1,0 +1,166 @@
+#include "server/server.hpp"
+
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+
+#include "server/session.hpp"
+
+namespace splitpoint::server {
+
+// ---- cancel keys ----
+
+std::int32_t CancelRegistry::add(const std::shared_ptr<Session>& s) {
+  for (;;) {
+    std::int32_t pid = 0;
+    RAND_bytes(reinterpret_cast<unsigned char*>(&pid), sizeof pid);
+    pid &= 0x7fffffff;
+    if (pid == 0) continue;
+    auto& stripe = stripes_[pid % kStripes];
+    std::lock_guard lock(stripe.mu);
+    if (stripe.map.emplace(pid, s).second) return pid;
+  }
+}
+
+void CancelRegistry::remove(std::int32_t pid) {
+  auto& stripe = stripes_[pid % kStripes];
+  std::lock_guard lock(stripe.mu);
+  stripe.map.erase(pid);
+}
+
+std::shared_ptr<Session> CancelRegistry::find(std::int32_t pid) {
+  if (pid <= 0) return nullptr;
+  auto& stripe = stripes_[pid % kStripes];
+  std::lock_guard lock(stripe.mu);
+  auto it = stripe.map.find(pid);
+  return it == stripe.map.end() ? nullptr : it->second.lock();
+}
+
+// ---- server ----
+
+Server::Server(std::shared_ptr<const Runtime> runtime, std::string config_path)
+    : runtime_(std::move(runtime)), config_path_(std::move(config_path)) {
+  int n = runtime_.load()->config.workers;
+  if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>());
+}
+
+Server::~Server() = default;
+
+static tcp::endpoint resolve_listen(const config::Endpoint& e) {
+  error_code ec;
+  auto addr = asio::ip::make_address(e.host, ec);
+  if (!ec) return {addr, e.port};
+  asio::io_context ctx;
+  tcp::resolver resolver(ctx);
+  auto results = resolver.resolve(e.host, std::to_string(e.port));
+  return *results.begin();
+}
+
+int Server::run() {
+  auto rt = runtime();
+  auto& main_ctx = workers_.front()->context;
+  acceptor_ = std::make_unique<tcp::acceptor>(main_ctx);
+  auto endpoint = resolve_listen(rt->config.listen);
+  acceptor_->open(endpoint.protocol());
+  acceptor_->set_option(tcp::acceptor::reuse_address(true));
+  acceptor_->bind(endpoint);
+  acceptor_->listen(asio::socket_base::max_listen_connections);
+  spdlog::info("splitpoint listening on {}:{} with {} worker threads", endpoint.address().to_string(),
+               acceptor_->local_endpoint().port(), workers_.size());
+
+  signals_ = std::make_unique<asio::signal_set>(main_ctx, SIGTERM, SIGINT, SIGHUP);
+  asio::co_spawn(main_ctx, handle_signals(), asio::detached);
+  asio::co_spawn(main_ctx, accept_loop(), asio::detached);
+
+  std::vector<std::thread> threads;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;
+  for (auto& w : workers_) guards.push_back(asio::make_work_guard(w->context));
+  for (std::size_t i = 1; i < workers_.size(); ++i)
+    threads.emplace_back([w = workers_[i].get()] { w->context.run(); });
+  main_ctx.run();
+  for (auto& w : workers_) w->context.stop();
+  for (auto& t : threads) t.join();
+  spdlog::info("splitpoint stopped");
+  return 0;
+}
+
+awaitable<void> Server::accept_loop() {
+  for (;;) {
+    auto& w = *workers_[next_worker_];
+    next_worker_ = (next_worker_ + 1) % workers_.size();
+    auto [ec, socket] = co_await acceptor_->async_accept(w.context, use_nothrow);
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor_->is_open()) co_return;
+      spdlog::warn("accept: {}", ec.message());
+      continue;
+    }
+    spawn_session(w, std::move(socket));
+  }
+}
+
+void Server::spawn_session(Worker& w, tcp::socket socket) {
+  asio::post(w.context, [this, &w, s = std::move(socket)]() mutable {
+    auto session = std::make_shared<Session>(*this, w, std::move(s));
+    asio::co_spawn(w.context, session->run(), asio::detached);
+  });
+}
+
+awaitable<void> Server::handle_signals() {
+  for (;;) {
+    auto [ec, signo] = co_await signals_->async_wait(use_nothrow);
+    if (ec) co_return;
+    if (signo == SIGHUP) {
+      std::string error;
+      reload(error);
+      continue;
+    }
+    spdlog::info("received signal {}, shutting down", signo);
+    begin_shutdown();
+    break;
+  }
+  // Let open transactions finish up to timeouts.shutdown, then stop.
+  auto ex = co_await asio::this_coro::executor;
+  auto deadline = std::chrono::steady_clock::now() + runtime()->config.timeouts.shutdown;
+  asio::steady_timer timer(ex);
+  while (clients_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    timer.expires_after(std::chrono::milliseconds(50));
+    co_await timer.async_wait(use_nothrow);
+  }
+  if (clients_.load() > 0) spdlog::warn("shutdown timeout: closing {} client connections", clients_.load());
+  for (auto& w : workers_) w->context.stop();
+}
+
+void Server::begin_shutdown() {
+  shutting_down_ = true;
+  error_code ignored;
+  acceptor_->close(ignored);
+  for (auto& w : workers_) {
+    asio::post(w->context, [w = w.get()] {
+      for (auto* s : w->sessions) s->on_shutdown();
+    });
+  }
+}
+
+bool Server::reload(std::string& error) {
+  auto result = config::load_file(config_path_);
+  if (!result.config) {
+    for (auto& e : result.errors) {
+      spdlog::error("reload rejected: {}:{}: {}", config_path_, e.line, e.message);
+      if (!error.empty()) error += "; ";
+      error += e.message;
+    }
+    return false;
+  }
+  try {
+    auto old = runtime();
+    runtime_.store(make_runtime(std::move(*result.config), old.get()));
+  } catch (const std::exception& e) {
+    spdlog::error("reload rejected: {}", e.what());
+    error = e.what();
+    return false;
+  }
+  spdlog::info("configuration reloaded from {}", config_path_);
+  return true;
+}
+
+}  // namespace splitpoint::server

@@ -1,0 +1,83 @@
+// The process: worker threads (one io_context each), the listener, signals,
+// configuration reloads, the cancel-key registry and graceful shutdown.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "server/asio.hpp"
+#include "server/runtime.hpp"
+
+namespace splitpoint::server {
+
+class Session;
+
+// Maps the cancel keys splitpoint gives clients to their sessions. Touched at login,
+// logout and cancel only; striped so no lock is global.
+class CancelRegistry {
+ public:
+  // Registers a session under a fresh random process id; returns it.
+  std::int32_t add(const std::shared_ptr<Session>& s);
+  void remove(std::int32_t pid);
+  std::shared_ptr<Session> find(std::int32_t pid);
+
+ private:
+  static constexpr int kStripes = 16;
+  struct Stripe {
+    std::mutex mu;
+    std::unordered_map<std::int32_t, std::weak_ptr<Session>> map;
+  };
+  Stripe stripes_[kStripes];
+};
+
+// One thread with its io_context and the sessions running on it.
+struct Worker {
+  // Declared before the context: destroying the context destroys the sessions'
+  // coroutine frames, and each session removes itself from this set.
+  std::unordered_set<Session*> sessions;  // touched only on this worker's thread
+  asio::io_context context{1};
+};
+
+class Server {
+ public:
+  Server(std::shared_ptr<const Runtime> runtime, std::string config_path);
+  ~Server();
+
+  // Runs until shutdown completes. Returns the process exit code.
+  int run();
+
+  std::shared_ptr<const Runtime> runtime() const { return runtime_.load(); }
+  CancelRegistry& cancels() { return cancels_; }
+  bool shutting_down() const { return shutting_down_.load(std::memory_order_relaxed); }
+  std::atomic<std::int64_t>& client_count() { return clients_; }
+  std::uint64_t next_session_id() { return next_session_id_.fetch_add(1) + 1; }
+
+  // Re-reads the config file; a bad file is rejected and the old config stays.
+  bool reload(std::string& error);
+
+ private:
+  awaitable<void> accept_loop();
+  awaitable<void> handle_signals();
+  void begin_shutdown();
+  void spawn_session(Worker& w, tcp::socket socket);
+
+  std::atomic<std::shared_ptr<const Runtime>> runtime_;
+  std::string config_path_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<tcp::acceptor> acceptor_;
+  std::unique_ptr<asio::signal_set> signals_;
+  CancelRegistry cancels_;
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<std::int64_t> clients_{0};
+  std::atomic<std::uint64_t> next_session_id_{0};
+  std::size_t next_worker_ = 0;
+};
+
+}  // namespace splitpoint::server

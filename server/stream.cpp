@@ -1,0 +1,31 @@
+#include "server/stream.hpp"
+
+namespace splitpoint::server {
+
+awaitable<error_code> ClientStream::start_tls(asio::ssl::context& ctx) {
+  tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, ctx);
+  auto [ec] = co_await tls_->async_handshake(asio::ssl::stream_base::server, use_nothrow);
+  co_return ec;
+}
+
+awaitable<error_code> ClientStream::read_some(std::string& buf, std::size_t min_chunk) {
+  if (tls_) co_return co_await read_into(*tls_, buf, min_chunk);
+  co_return co_await read_into(socket_, buf, min_chunk);
+}
+
+awaitable<error_code> ClientStream::write(std::string_view data) {
+  if (tls_) {
+    auto [ec, n] = co_await asio::async_write(*tls_, asio::buffer(data), use_nothrow);
+    co_return ec;
+  }
+  auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(data), use_nothrow);
+  co_return ec;
+}
+
+void ClientStream::close() {
+  error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+}
+
+}  // namespace splitpoint::server

@@ -1,0 +1,677 @@
+// Loading and whole-file validation of the YAML configuration (SPEC §2).
+#include "config/config.hpp"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+using namespace splitpoint::config;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The example of SPEC §2, verbatim.
+constexpr const char* kSpecExample = R"(listen: 0.0.0.0:6432
+metrics_listen: 0.0.0.0:9930
+pool_mode: transaction            # transaction | session
+auth: scram-sha-256               # trust | password | md5 | scram-sha-256
+tls:                              # optional; without it SSLRequest is answered 'N'
+  cert: /etc/splitpoint/tls.crt
+  key: /etc/splitpoint/tls.key
+users:
+  - name: app
+    password: secret              # plaintext, or a SCRAM-SHA-256$... / md5... verifier
+  - name: admin
+    password: adminpw
+    admin: true                   # may use the admin console
+shards:
+  - name: s0
+    host: 127.0.0.1
+    port: 5433
+    database: app                 # default: the client's database name
+    user: app                     # backend credentials; default: the client's own
+    password: secret
+    pool_size: 20
+  - name: s1
+    host: 127.0.0.1
+    port: 5434
+distributions:                    # a key space; its tables are co-located by key
+  - name: by_user
+    method: hash                  # hash | range | list
+    partitions: 64                # logical partitions (hash only); fixed for life
+    placement:                    # optional; default: shard i of N gets [floor(i*P/N), floor((i+1)*P/N))
+      s0: 0-31
+      s1: 32-63
+    tables:
+      users: id                   # table: key column
+      orders: user_id
+  - name: by_id_range
+    method: range
+    ranges:                       # ordered upper bounds; each range is one logical partition
+      - { upto: 1000, shard: s0 } # (-inf, 1000)
+      - { upto: 2000, shard: s1 } # [1000, 2000)
+      - { shard: s1 }             # [2000, +inf)
+    tables:
+      events: id
+  - name: by_region
+    method: list
+    lists: { s0: [jp, kr], s1: [us, eu] }
+    default: s0                   # optional; without it an unlisted value is unroutable
+    tables:
+      stores: region
+reference_tables: [countries]     # a full copy on every shard
+unlisted_tables: reference        # reference (default) | reject | shard:<name>
+scatter:
+  deadline: 5s                    # default per-statement deadline for multi-shard work
+  max_deadline: 60s               # cap on any session/hint override
+  partial_results: deny           # deny | allow
+  max_buffered_rows: 1000000      # cap for merges that must buffer (GROUP BY, hash DISTINCT)
+transactions:
+  cross_shard_writes: refuse      # refuse | two_phase
+timeouts:
+  client_login: 10s
+  client_idle: 0                  # 0 = never
+  server_connect: 3s
+  shutdown: 30s
+)";
+
+constexpr const char* kTwoShards = R"(shards:
+  - name: s0
+  - name: s1
+)";
+
+std::string describe(const LoadResult& r) {
+  std::string out;
+  for (const ConfigError& e : r.errors) out += "  line " + std::to_string(e.line) + ": " + e.message + "\n";
+  return out;
+}
+
+// True when some error is on `line` and its message contains `text`.
+bool has_error(const LoadResult& r, int line, const std::string& text) {
+  for (const ConfigError& e : r.errors)
+    if (e.line == line && e.message.find(text) != std::string::npos) return true;
+  return false;
+}
+
+// Loads `yaml` and expects exactly one error, on `line`, mentioning `text`.
+void expect_one_error(const std::string& yaml, int line, const std::string& text) {
+  const LoadResult r = load_string(yaml);
+  INFO("config:\n" << yaml << "errors:\n" << describe(r));
+  CHECK_FALSE(r.config.has_value());
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].line == line);
+  CHECK_THAT(r.errors[0].message, Catch::Matchers::Contains(text));
+}
+
+Config load_ok(const std::string& yaml) {
+  const LoadResult r = load_string(yaml);
+  INFO("errors:\n" << describe(r));
+  REQUIRE(r.errors.empty());
+  REQUIRE(r.config.has_value());
+  return *r.config;
+}
+
+}  // namespace
+
+TEST_CASE("the SPEC example loads with every field as written", "[config]") {
+  const Config c = load_ok(kSpecExample);
+
+  CHECK(c.listen.host == "0.0.0.0");
+  CHECK(c.listen.port == 6432);
+  CHECK(c.metrics_listen.host == "0.0.0.0");
+  CHECK(c.metrics_listen.port == 9930);
+  CHECK(c.pool_mode == PoolMode::transaction);
+  CHECK(c.auth == AuthMethod::scram_sha_256);
+  REQUIRE(c.tls.has_value());
+  CHECK(c.tls->cert == "/etc/splitpoint/tls.crt");
+  CHECK(c.tls->key == "/etc/splitpoint/tls.key");
+
+  REQUIRE(c.users.size() == 2);
+  CHECK(c.users[0].name == "app");
+  CHECK(c.users[0].password == "secret");
+  CHECK_FALSE(c.users[0].admin);
+  CHECK(c.users[0].line == 9);
+  CHECK(c.users[1].name == "admin");
+  CHECK(c.users[1].password == "adminpw");
+  CHECK(c.users[1].admin);
+  CHECK(c.users[1].line == 11);
+
+  REQUIRE(c.shards.size() == 2);
+  const Shard& s0 = c.shards[0];
+  CHECK(s0.name == "s0");
+  CHECK(s0.host == "127.0.0.1");
+  CHECK(s0.port == 5433);
+  CHECK(s0.database == "app");
+  CHECK(s0.user == "app");
+  CHECK(s0.password == "secret");
+  CHECK(s0.pool_size == 20);
+  CHECK(s0.line == 15);
+  const Shard& s1 = c.shards[1];
+  CHECK(s1.name == "s1");
+  CHECK(s1.host == "127.0.0.1");
+  CHECK(s1.port == 5434);
+  CHECK(s1.database.empty());
+  CHECK(s1.user.empty());
+  CHECK(s1.password.empty());
+  CHECK(s1.pool_size == 20);
+  CHECK(s1.line == 22);
+
+  REQUIRE(c.distributions.size() == 3);
+  const Distribution& hash = c.distributions[0];
+  CHECK(hash.name == "by_user");
+  CHECK(hash.method == Method::hash);
+  CHECK(hash.partitions == 64);
+  CHECK(hash.line == 26);
+  REQUIRE(hash.placement.size() == 64);
+  for (std::size_t p = 0; p < 64; ++p) CHECK(hash.placement[p] == (p < 32 ? 0u : 1u));
+  CHECK(hash.tables ==
+        std::vector<std::pair<std::string, std::string>>{{"users", "id"}, {"orders", "user_id"}});
+  CHECK(hash.ranges.empty());
+  CHECK(hash.lists.empty());
+  CHECK_FALSE(hash.default_shard.has_value());
+
+  const Distribution& range = c.distributions[1];
+  CHECK(range.name == "by_id_range");
+  CHECK(range.method == Method::range);
+  CHECK(range.line == 35);
+  REQUIRE(range.ranges.size() == 3);
+  CHECK(range.ranges[0].upto == std::optional<std::string>("1000"));
+  CHECK(range.ranges[0].shard == 0);
+  CHECK(range.ranges[1].upto == std::optional<std::string>("2000"));
+  CHECK(range.ranges[1].shard == 1);
+  CHECK_FALSE(range.ranges[2].upto.has_value());
+  CHECK(range.ranges[2].shard == 1);
+  CHECK(range.tables == std::vector<std::pair<std::string, std::string>>{{"events", "id"}});
+  CHECK(range.placement.empty());
+
+  const Distribution& list = c.distributions[2];
+  CHECK(list.name == "by_region");
+  CHECK(list.method == Method::list);
+  REQUIRE(list.lists.size() == 2);
+  CHECK(list.lists[0].shard == 0);
+  CHECK(list.lists[0].values == std::vector<std::string>{"jp", "kr"});
+  CHECK(list.lists[1].shard == 1);
+  CHECK(list.lists[1].values == std::vector<std::string>{"us", "eu"});
+  CHECK(list.default_shard == std::optional<std::size_t>(0));
+  CHECK(list.tables == std::vector<std::pair<std::string, std::string>>{{"stores", "region"}});
+
+  CHECK(c.reference_tables == std::vector<std::string>{"countries"});
+  CHECK(c.unlisted_tables == UnlistedPolicy::reference);
+  CHECK(c.scatter.deadline == 5s);
+  CHECK(c.scatter.max_deadline == 60s);
+  CHECK(c.scatter.partial_results == PartialResults::deny);
+  CHECK(c.scatter.max_buffered_rows == 1000000);
+  CHECK(c.cross_shard_writes == CrossShardWrites::refuse);
+  CHECK(c.timeouts.client_login == 10s);
+  CHECK(c.timeouts.client_idle == 0ms);
+  CHECK(c.timeouts.server_connect == 3s);
+  CHECK(c.timeouts.shutdown == 30s);
+
+  // Not in the example: the defaults.
+  CHECK(c.max_client_connections == 1000);
+  CHECK(c.max_message_size == std::size_t{1} << 30);
+  CHECK(c.workers == 0);
+  CHECK(c.log_level == "info");
+
+  REQUIRE(c.find_user("admin") == &c.users[1]);
+  CHECK(c.find_user("nobody") == nullptr);
+  CHECK(c.find_shard("s1") == std::optional<std::size_t>(1));
+  CHECK_FALSE(c.find_shard("s2").has_value());
+}
+
+TEST_CASE("a minimal file gets the documented defaults", "[config]") {
+  const Config c = load_ok("shards:\n  - name: only\n");
+  CHECK(c.listen.host == "127.0.0.1");
+  CHECK(c.listen.port == 6432);
+  CHECK(c.metrics_listen.host == "127.0.0.1");
+  CHECK(c.metrics_listen.port == 9930);
+  CHECK(c.pool_mode == PoolMode::transaction);
+  CHECK(c.auth == AuthMethod::trust);
+  CHECK_FALSE(c.tls.has_value());
+  CHECK(c.users.empty());
+  REQUIRE(c.shards.size() == 1);
+  CHECK(c.shards[0].host == "127.0.0.1");
+  CHECK(c.shards[0].port == 5432);
+  CHECK(c.shards[0].pool_size == 20);
+  CHECK(c.distributions.empty());
+  CHECK(c.unlisted_tables == UnlistedPolicy::reference);
+  CHECK(c.scatter.deadline == 5s);
+  CHECK(c.scatter.max_deadline == 60s);
+  CHECK(c.scatter.partial_results == PartialResults::deny);
+  CHECK(c.scatter.max_buffered_rows == 1000000);
+  CHECK(c.cross_shard_writes == CrossShardWrites::refuse);
+  CHECK(c.timeouts.client_login == 10s);
+  CHECK(c.timeouts.client_idle == 0ms);
+  CHECK(c.timeouts.server_connect == 3s);
+  CHECK(c.timeouts.shutdown == 30s);
+}
+
+TEST_CASE("every other key and value form is read", "[config]") {
+  const Config c = load_ok(R"(listen: "[::1]:7000"
+metrics_listen: localhost:9100
+pool_mode: session
+auth: md5
+max_client_connections: 5000
+max_message_size: 64MB
+workers: 4
+log_level: debug
+shards:
+  - name: a
+    host: db-a.internal
+  - name: b
+  - name: c
+users:
+  - { name: u, password: "md5abc", admin: no }
+distributions:
+  - name: h
+    partitions: 8              # method defaults to hash
+    placement:
+      a: [0-1, 6]
+      b: 2
+      c: [3-5, 7]
+  - name: dates
+    method: range
+    ranges:
+      - { upto: '2024-01-01', shard: a }
+      - { upto: 2024-07-01, shard: b }
+      - { upto: '2025-01-01 00:00:00+00', shard: c }
+  - name: r
+    method: range
+    ranges:
+      - { upto: -10, shard: a }
+      - { upto: -5, shard: a }
+      - { upto: 900, shard: b }     # 900 < 1000 as integers, not as strings
+      - { upto: 1000, shard: c }
+unlisted_tables: shard:c
+scatter: { deadline: 250ms, max_deadline: 2m, partial_results: allow, max_buffered_rows: 0 }
+transactions: { cross_shard_writes: two_phase }
+timeouts: { client_login: 1500, client_idle: 1h, server_connect: 1s, shutdown: 0 }
+)");
+  CHECK(c.listen.host == "::1");
+  CHECK(c.listen.port == 7000);
+  CHECK(c.metrics_listen.host == "localhost");
+  CHECK(c.metrics_listen.port == 9100);
+  CHECK(c.pool_mode == PoolMode::session);
+  CHECK(c.auth == AuthMethod::md5);
+  CHECK(c.max_client_connections == 5000);
+  CHECK(c.max_message_size == 64u << 20);
+  CHECK(c.workers == 4);
+  CHECK(c.log_level == "debug");
+  CHECK(c.shards[0].host == "db-a.internal");
+  CHECK_FALSE(c.users.at(0).admin);
+  CHECK(c.users[0].password == "md5abc");
+  const Distribution& h = c.distributions.at(0);
+  CHECK(h.method == Method::hash);
+  CHECK(h.placement == std::vector<std::size_t>{0, 0, 1, 2, 2, 2, 0, 2});
+  const Distribution& dates = c.distributions.at(1);
+  REQUIRE(dates.ranges.size() == 3);
+  CHECK(dates.ranges[1].upto == std::optional<std::string>("2024-07-01"));
+  CHECK(dates.ranges[2].shard == 2);
+  CHECK(c.distributions.at(2).ranges.at(1).upto == std::optional<std::string>("-5"));
+  CHECK(c.unlisted_tables == UnlistedPolicy::shard);
+  CHECK(c.unlisted_shard == 2);
+  CHECK(c.scatter.deadline == 250ms);
+  CHECK(c.scatter.max_deadline == 2min);
+  CHECK(c.scatter.partial_results == PartialResults::allow);
+  CHECK(c.scatter.max_buffered_rows == 0);
+  CHECK(c.cross_shard_writes == CrossShardWrites::two_phase);
+  CHECK(c.timeouts.client_login == 1500ms);
+  CHECK(c.timeouts.client_idle == 1h);
+  CHECK(c.timeouts.server_connect == 1s);
+  CHECK(c.timeouts.shutdown == 0ms);
+}
+
+TEST_CASE("unlisted_tables: reject", "[config]") {
+  CHECK(load_ok(std::string(kTwoShards) + "unlisted_tables: reject\n").unlisted_tables ==
+        UnlistedPolicy::reject);
+}
+
+TEST_CASE("default placement: shard i of N gets [floor(i*P/N), floor((i+1)*P/N))", "[config]") {
+  const std::string hash64 = "distributions:\n  - { name: d, method: hash, partitions: 64 }\n";
+  SECTION("64 partitions over 2 shards") {
+    const Config c = load_ok(std::string(kTwoShards) + hash64);
+    const auto& placement = c.distributions.at(0).placement;
+    REQUIRE(placement.size() == 64);
+    for (std::size_t p = 0; p < 64; ++p) CHECK(placement[p] == (p < 32 ? 0u : 1u));
+  }
+  SECTION("64 partitions over 3 shards: 21, 21, 22") {
+    const Config c = load_ok(std::string(kTwoShards) + "  - name: s2\n" + hash64);
+    const auto& placement = c.distributions.at(0).placement;
+    REQUIRE(placement.size() == 64);
+    for (std::size_t p = 0; p < 64; ++p) CHECK(placement[p] == (p < 21 ? 0u : p < 42 ? 1u : 2u));
+  }
+  SECTION("fewer partitions than shards leaves some shards empty") {
+    // 2 partitions over 3 shards: s0 gets [0, 0), s1 [0, 1), s2 [1, 2).
+    const Config c = load_ok(std::string(kTwoShards) + "  - name: s2\n" +
+                             "distributions:\n  - { name: d, partitions: 2 }\n");
+    CHECK(c.distributions.at(0).placement == std::vector<std::size_t>{1, 2});
+  }
+}
+
+TEST_CASE("parse_duration", "[config]") {
+  CHECK(parse_duration("0") == 0ms);
+  CHECK(parse_duration("250") == 250ms);  // a bare number is milliseconds, as in PostgreSQL
+  CHECK(parse_duration("250ms") == 250ms);
+  CHECK(parse_duration("5s") == 5s);
+  CHECK(parse_duration("5 s") == 5s);
+  CHECK(parse_duration("2m") == 2min);
+  CHECK(parse_duration("2min") == 2min);
+  CHECK(parse_duration("1h") == 1h);
+  CHECK(parse_duration("1d") == 24h);
+  CHECK(parse_duration(" 7s ") == 7s);
+  for (const char* bad : {"", "s", "-1s", "+1s", "1.5s", "5S", "5sec", "5 x", "ms5", "1e3",
+                          "99999999999999999999", "9223372036854775807s"})
+    CHECK_FALSE(parse_duration(bad).has_value());
+}
+
+TEST_CASE("parse_size", "[config]") {
+  CHECK(parse_size("0") == 0u);
+  CHECK(parse_size("1024") == 1024u);
+  CHECK(parse_size("100B") == 100u);
+  CHECK(parse_size("64kB") == 64u * 1024);
+  CHECK(parse_size("64KB") == 64u * 1024);
+  CHECK(parse_size("64KiB") == 64u * 1024);
+  CHECK(parse_size("16MB") == 16u << 20);
+  CHECK(parse_size("16 MiB") == 16u << 20);
+  CHECK(parse_size("1GB") == std::size_t{1} << 30);
+  CHECK(parse_size("1GiB") == std::size_t{1} << 30);
+  CHECK(parse_size("2TB") == std::size_t{2} << 40);
+  for (const char* bad :
+       {"", "kB", "-1", "1.5MB", "16mb", "16M", "1 XB", "18446744073709551616", "17179869184GB"})
+    CHECK_FALSE(parse_size(bad).has_value());
+}
+
+TEST_CASE("default_config is the SPEC §1 built-in default", "[config]") {
+  const Config c = default_config();
+  CHECK(c.listen.host == "127.0.0.1");
+  CHECK(c.listen.port == 6432);
+  CHECK(c.metrics_listen.host == "127.0.0.1");
+  CHECK(c.metrics_listen.port == 9930);
+  REQUIRE(c.shards.size() == 1);
+  CHECK(c.shards[0].name == "s0");
+  CHECK(c.shards[0].host == "127.0.0.1");
+  CHECK(c.shards[0].port == 5432);
+  CHECK(c.distributions.empty());
+  CHECK(c.users.empty());
+  CHECK(c.auth == AuthMethod::trust);
+  CHECK(c.find_shard("s0") == std::optional<std::size_t>(0));
+}
+
+TEST_CASE("YAML syntax errors are reported with their line", "[config][errors]") {
+  expect_one_error("shards:\n  - name: s0\nscatter: { deadline: 5s\nworkers: 2\n", 4, "YAML syntax error");
+  expect_one_error("shards:\n  - name: s0\n\tport: 1\n", 3, "YAML syntax error");
+  expect_one_error(std::string(kTwoShards) + "---\nworkers: 1\n", 5, "only one YAML document");
+}
+
+TEST_CASE("unknown and duplicate keys are errors at every level", "[config][errors]") {
+  expect_one_error(std::string(kTwoShards) + "listne: 0.0.0.0:1\n", 4,
+                   "listne: unknown key (did you mean \"listen\"?)");
+  expect_one_error("shards:\n  - name: s0\n    hots: x\n", 3,
+                   "shards[0].hots: unknown key (did you mean \"host\"?)");
+  expect_one_error(std::string(kTwoShards) + "scatter:\n  deadline: 1s\n  colour: blue\n", 6,
+                   "scatter.colour: unknown key");
+  expect_one_error(std::string(kTwoShards) + "timeouts: { idle: 1s }\n", 4, "timeouts.idle: unknown key");
+  expect_one_error(std::string(kTwoShards) + "tls: { cert: a, key: b, ca: c }\n", 4, "tls.ca: unknown key");
+  expect_one_error(std::string(kTwoShards) + "users:\n  - { name: u, password: p, role: x }\n", 5,
+                   "users[0].role");
+  expect_one_error(std::string(kTwoShards) + "transactions:\n  two_phase: true\n", 5,
+                   "transactions.two_phase");
+  expect_one_error(std::string(kTwoShards) +
+                       "distributions:\n  - name: r\n    method: range\n    ranges:\n"
+                       "      - { upto: 1, shard: s0 }\n      - { below: 2, shard: s1 }\n",
+                   9, "distributions[0].ranges[1].below: unknown key");
+  expect_one_error(std::string(kTwoShards) + "distributions:\n  - { name: d, partitions: 4, colocate: x }\n",
+                   5, "distributions[0].colocate: unknown key");
+  expect_one_error(std::string(kTwoShards) + "workers: 1\nworkers: 2\n", 5,
+                   "workers: duplicate key (first at line 4)");
+  expect_one_error(std::string(kTwoShards) +
+                       "distributions:\n  - name: d\n    partitions: 4\n"
+                       "    tables: { t: a, t: b }\n",
+                   7, "duplicate key");
+}
+
+TEST_CASE("wrong types and values", "[config][errors]") {
+  const std::string base = kTwoShards;
+  expect_one_error(base + "scatter: { deadline: 5 seconds }\n", 4, "scatter.deadline: expected a duration");
+  expect_one_error(base + "timeouts:\n  shutdown: -1s\n", 5, "timeouts.shutdown: expected a duration");
+  expect_one_error(base + "timeouts:\n  server_connect: 0\n", 5, "must be greater than 0");
+  expect_one_error(base + "scatter: { deadline: 0 }\n", 4, "must be greater than 0");
+  expect_one_error(base + "scatter: { deadline: 2m }\n", 4, "exceeds scatter.max_deadline");
+  expect_one_error(base + "scatter:\n  max_deadline: 1s\n", 5, "exceeds scatter.max_deadline");
+  expect_one_error(base + "pool_mode: statement\n", 4,
+                   "pool_mode: expected one of transaction | session, got \"statement\"");
+  expect_one_error(base + "auth: scram\n", 4, "auth: expected one of");
+  expect_one_error(base + "scatter: { partial_results: maybe }\n", 4, "scatter.partial_results");
+  expect_one_error(base + "transactions: { cross_shard_writes: 2pc }\n", 4, "cross_shard_writes");
+  expect_one_error(base + "unlisted_tables: drop\n", 4, "expected reference, reject or shard:<name>");
+  expect_one_error(base + "log_level: verbose\n", 4, "log_level");
+  expect_one_error("shards:\n  - name: s0\n    port: 70000\n", 3,
+                   "shards[0].port: must be between 1 and 65535");
+  expect_one_error("shards:\n  - name: s0\n    port: 0\n", 3, "must be between 1 and 65535");
+  expect_one_error("shards:\n  - name: s0\n    port: fivefourthreetwo\n", 3, "expected an integer");
+  expect_one_error("shards:\n  - name: s0\n    pool_size: 0\n", 3,
+                   "shards[0].pool_size: must be at least 1, got 0");
+  expect_one_error("shards:\n  - name: s0\n    host:\n", 3,
+                   "shards[0].host: expected a single value, got no value");
+  expect_one_error("shards:\n  - name: s0\n    host: ''\n", 3, "must not be empty");
+  expect_one_error("shards:\n  - name: 's 0'\n", 2, "not a valid name");
+  expect_one_error(base + "listen: 0.0.0.0:65536\n", 4, "listen: the port must be between 1 and 65535");
+  expect_one_error(base + "listen: 6432\n", 4, "expected host:port");
+  expect_one_error(base + "metrics_listen: ::1:9930\n", 4, "brackets");
+  expect_one_error(base + "metrics_listen: :9930\n", 4, "the host is missing");
+  expect_one_error(base + "listen: [0.0.0.0, 6432]\n", 4, "expected a single value, got a list");
+  expect_one_error(base + "users:\n  - { name: u, password: p, admin: maybe }\n", 5,
+                   "expected true or false");
+  expect_one_error(base + "users:\n  - { name: u }\n", 5, "users[0]: missing required key \"password\"");
+  expect_one_error(base + "tls:\n  cert: /c\n", 4, "tls: missing required key \"key\"");
+  expect_one_error(base + "max_message_size: 512\n", 4, "max_message_size: must be between 1024");
+  expect_one_error(base + "max_message_size: 2GB\n", 4, "max_message_size: must be between");
+  expect_one_error(base + "max_message_size: lots\n", 4, "expected a size");
+  expect_one_error(base + "max_client_connections: 0\n", 4, "must be at least 1");
+  expect_one_error(base + "workers: -1\n", 4, "workers: must be between 0 and 1024");
+  expect_one_error(base + "scatter: { max_buffered_rows: -1 }\n", 4, "max_buffered_rows");
+  expect_one_error(base + "scatter: 5s\n", 4, "scatter: expected a mapping of keys");
+  expect_one_error(base + "reference_tables: countries\n", 4, "reference_tables: expected a list");
+  expect_one_error("- shards\n", 1, "must be a mapping");
+}
+
+TEST_CASE("duplicate names", "[config][errors]") {
+  expect_one_error("shards:\n  - name: s0\n  - name: s1\n  - name: s0\n", 4,
+                   "duplicate shard name \"s0\" (first at line 2)");
+  expect_one_error(
+      std::string(kTwoShards) + "users:\n  - { name: u, password: a }\n  - { name: u, password: b }\n", 6,
+      "duplicate user name \"u\"");
+  expect_one_error(std::string(kTwoShards) +
+                       "distributions:\n  - { name: d, partitions: 2 }\n  - { name: x, partitions: 2 }\n"
+                       "  - { name: d, partitions: 4 }\n",
+                   7, "duplicate distribution name \"d\" (first at line 5)");
+}
+
+TEST_CASE("unknown shard names", "[config][errors]") {
+  const std::string base = std::string(kTwoShards) + "distributions:\n";
+  expect_one_error(base + "  - name: h\n    partitions: 4\n    placement: { s0: 0-1, s9: 2-3 }\n", 7,
+                   "distributions[0].placement.s9: unknown shard \"s9\" (shards: s0, s1)");
+  expect_one_error(base +
+                       "  - name: r\n    method: range\n    ranges:\n      - { upto: 5, shard: s0 }\n"
+                       "      - { shard: s7 }\n",
+                   9, "distributions[0].ranges[1].shard: unknown shard \"s7\"");
+  expect_one_error(base + "  - name: l\n    method: list\n    lists:\n      s0: [a]\n      sX: [b]\n", 9,
+                   "distributions[0].lists.sX: unknown shard");
+  expect_one_error(base + "  - name: l\n    method: list\n    lists: { s0: [a] }\n    default: nowhere\n", 8,
+                   "distributions[0].default: unknown shard \"nowhere\"");
+  expect_one_error(std::string(kTwoShards) + "unlisted_tables: shard:s3\n", 4,
+                   "unlisted_tables: unknown shard \"s3\"");
+}
+
+TEST_CASE("hash placement must cover every partition exactly once", "[config][errors]") {
+  const std::string base = std::string(kTwoShards) + "distributions:\n  - name: h\n    partitions: 64\n";
+  SECTION("a gap") {
+    expect_one_error(base + "    placement:\n      s0: 0-31\n      s1: [32-40, 50-63]\n", 7,
+                     "distributions[0].placement: partitions 41-49 are not placed on any shard");
+  }
+  SECTION("a partition placed twice") {
+    expect_one_error(base + "    placement:\n      s0: 0-32\n      s1: 32-63\n", 9,
+                     "distributions[0].placement.s1: partition 32 is already placed on \"s0\"");
+  }
+  SECTION("a list entry overlapping its own shard") {
+    expect_one_error(base + "    placement:\n      s0: [0-31, 31]\n      s1: 32-63\n", 8,
+                     "partition 31 is already placed on \"s0\"");
+  }
+  SECTION("out of range") {
+    expect_one_error(base + "    placement:\n      s0: 0-31\n      s1: 32-64\n", 9,
+                     "partition 64 is out of range: partitions are 0-63");
+  }
+  SECTION("malformed and reversed") {
+    const LoadResult r = load_string(base + "    placement:\n      s0: 0-31\n      s1: [32-4x, 63-32]\n");
+    INFO(describe(r));
+    CHECK(r.errors.size() == 2);
+    CHECK(has_error(r, 9, "expected a partition number or a range such as 0-31, got \"32-4x\""));
+    CHECK(has_error(r, 9, "reversed"));
+  }
+  SECTION("partitions < 1 and a missing partitions") {
+    expect_one_error(std::string(kTwoShards) + "distributions:\n  - { name: h, partitions: 0 }\n", 5,
+                     "distributions[0].partitions: must be between 1 and 65536, got 0");
+    expect_one_error(std::string(kTwoShards) + "distributions:\n  - { name: h, method: hash }\n", 5,
+                     "distributions[0]: missing required key \"partitions\"");
+  }
+}
+
+TEST_CASE("ranges must be ordered, not overlap, and only the last may be open", "[config][errors]") {
+  const std::string base =
+      std::string(kTwoShards) + "distributions:\n  - name: r\n    method: range\n    ranges:\n";
+  expect_one_error(
+      base + "      - { upto: 2000, shard: s0 }\n      - { upto: 1000, shard: s1 }\n      - { shard: s1 }\n",
+      9,
+      "ranges[1].upto: ranges must be in increasing order of upto: \"1000\" is not above \"2000\" (line 8)");
+  expect_one_error(base + "      - { upto: 1000, shard: s0 }\n      - { upto: 1000, shard: s1 }\n", 9,
+                   "not above \"1000\"");
+  expect_one_error(
+      base + "      - { upto: '2024-06-01', shard: s0 }\n      - { upto: '2024-01-01', shard: s1 }\n", 9,
+      "not above \"2024-06-01\"");
+  expect_one_error(base + "      - { shard: s0 }\n      - { upto: 5, shard: s1 }\n", 8,
+                   "ranges[0]: only the last range may omit upto");
+  expect_one_error(base + "      - { upto: 5 }\n", 8, "missing required key \"shard\"");
+  expect_one_error(std::string(kTwoShards) + "distributions:\n  - { name: r, method: range, ranges: [] }\n",
+                   5, "at least one range is required");
+  expect_one_error(base + "      - { upto: -5, shard: s0 }\n      - { upto: -10, shard: s1 }\n", 9,
+                   "\"-10\" is not above \"-5\"");
+  expect_one_error(
+      base + "      - { upto: 99999999999999999999, shard: s0 }\n      - { upto: 100, shard: s1 }\n", 9,
+      "\"100\" is not above \"99999999999999999999\"");
+  // Mixed integers and strings compare as strings: "1000" sorts before "900".
+  expect_one_error(base +
+                       "      - { upto: 900, shard: s0 }\n      - { upto: 1000, shard: s1 }\n"
+                       "      - { upto: x, shard: s1 }\n",
+                   9, "\"1000\" is not above \"900\"");
+}
+
+TEST_CASE("list values and tables must be unique", "[config][errors]") {
+  const std::string base = std::string(kTwoShards) + "distributions:\n";
+  expect_one_error(
+      base +
+          "  - name: l\n    method: list\n    lists:\n      s0: [jp, kr]\n      s1: [us,\n           jp]\n",
+      10, "value \"jp\" is already listed for shard \"s0\" (line 8)");
+  expect_one_error(base +
+                       "  - { name: a, partitions: 2, tables: { users: id } }\n"
+                       "  - { name: b, partitions: 2, tables: { orders: id, users: id } }\n",
+                   6, "table \"users\" is already in distribution \"a\" (line 5)");
+  expect_one_error(base +
+                       "  - { name: a, partitions: 2, tables: { users: id } }\nreference_tables:\n  - "
+                       "countries\n  - users\n",
+                   8, "reference_tables[1]: table \"users\" is already in distribution \"a\"");
+  expect_one_error(std::string(kTwoShards) + "reference_tables: [a, a]\n", 4,
+                   "table \"a\" is already in reference_tables");
+  expect_one_error(base + "  - { name: l, method: list, lists: { s0: [a] }, partitions: 4 }\n", 5,
+                   "distributions[0].partitions: only allowed with method: hash");
+  expect_one_error(base + "  - { name: l, method: lists }\n", 5, "expected one of hash | range | list");
+}
+
+TEST_CASE("no shards at all is an error", "[config][errors]") {
+  expect_one_error("workers: 2\n", 0, "no shards configured");
+  expect_one_error("", 0, "no shards configured");
+  expect_one_error("# nothing but a comment\n", 0, "no shards configured");
+  expect_one_error("workers: 2\nshards: []\n", 2, "no shards configured");
+}
+
+TEST_CASE("several errors are all reported, sorted by line", "[config][errors]") {
+  const LoadResult r = load_string(R"(listen: 0.0.0.0:99999
+shards:
+  - name: s0
+    pool_size: 0
+  - name: s0
+distributions:
+  - name: h
+    partitions: 4
+    placement: { s0: 0-2 }
+  - name: r
+    method: range
+    ranges:
+      - { upto: 10, shard: s1 }
+      - { upto: 5, shard: s0 }
+scatter:
+  deadline: soon
+  bogus: 1
+timeouts: { client_idle: forever }
+)");
+  INFO(describe(r));
+  CHECK_FALSE(r.config.has_value());
+  CHECK(r.errors.size() == 9);
+  CHECK(has_error(r, 1, "listen"));
+  CHECK(has_error(r, 4, "pool_size"));
+  CHECK(has_error(r, 5, "duplicate shard name"));
+  CHECK(has_error(r, 9, "partition 3 is not placed"));
+  CHECK(has_error(r, 13, "unknown shard \"s1\""));
+  CHECK(has_error(r, 14, "increasing order"));
+  CHECK(has_error(r, 16, "scatter.deadline"));
+  CHECK(has_error(r, 17, "scatter.bogus: unknown key"));
+  CHECK(has_error(r, 18, "timeouts.client_idle"));
+  for (std::size_t i = 1; i < r.errors.size(); ++i) CHECK(r.errors[i - 1].line <= r.errors[i].line);
+}
+
+TEST_CASE("load_file", "[config]") {
+  SECTION("a missing file is one error on line 0") {
+    const LoadResult r = load_file("/nonexistent/splitpoint.yaml");
+    CHECK_FALSE(r.config.has_value());
+    REQUIRE(r.errors.size() == 1);
+    CHECK(r.errors[0].line == 0);
+    CHECK_THAT(r.errors[0].message, Catch::Matchers::Contains("/nonexistent/splitpoint.yaml") &&
+                                        Catch::Matchers::Contains("No such file"));
+  }
+  SECTION("a directory is one error on line 0") {
+    const LoadResult r = load_file("/");
+    REQUIRE(r.errors.size() == 1);
+    CHECK(r.errors[0].line == 0);
+  }
+  SECTION("a real file loads") {
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("splitpoint_config_test_" + std::to_string(::getpid()) + ".yaml");
+    std::ofstream(path) << kSpecExample;
+    const LoadResult r = load_file(path.string());
+    std::filesystem::remove(path);
+    INFO(describe(r));
+    REQUIRE(r.config.has_value());
+    CHECK(r.config->distributions.size() == 3);
+  }
+}
+
+TEST_CASE("placement errors name partitions compactly", "[config][errors]") {
+  const std::string base =
+      std::string(kTwoShards) + "  - name: s2\ndistributions:\n  - name: h\n    partitions: 16\n";
+  expect_one_error(
+      base + "    placement:\n      s0: 0-7\n      s1: [8-9, 12-15]\n      s2: 2-13\n", 11,
+      "distributions[0].placement.s2: partitions 2-9, 12-13 are already placed on \"s0\", \"s1\"");
+  // One error per placement item, each on its own item.
+  const LoadResult r = load_string(base +
+                                   "    placement:\n      s0: [0-7]\n      s1: [8-9, 12-15]\n"
+                                   "      s2:\n        - 4\n        - 10-11\n        - 13-15\n");
+  INFO(describe(r));
+  REQUIRE(r.errors.size() == 2);
+  CHECK(has_error(r, 12, "placement.s2[0]: partition 4 is already placed on \"s0\""));
+  CHECK(has_error(r, 14, "placement.s2[2]: partitions 13-15 are already placed on \"s1\""));
+  expect_one_error(base + "    placement:\n      s0: 0-7\n      s1: [8, 10, 12-13]\n", 8,
+                   "partitions 9, 11, 14-15 are not placed on any shard");
+}
