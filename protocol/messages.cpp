@@ -10,8 +10,9 @@
 //
 // Encoding: a struct that cannot be put on the wire as given (a count above Int16,
 // an empty name that would read as a terminator) is a caller bug and throws,
-// because a silently wrong frame would desynchronise the peer. Strings written as
-// C strings must not contain NUL; views produced by decode never do.
+// because a silently wrong frame would desynchronise the peer (`out` may then hold
+// a partial frame). Strings written as C strings must not contain NUL; views
+// produced by decode never do.
 #include "protocol/messages.hpp"
 
 #include <limits>
@@ -22,10 +23,12 @@
 namespace splitpoint::protocol {
 namespace {
 
+// Int16 counts are unsigned on the wire, as PostgreSQL reads them (up to 65535
+// parameters in a Bind).
 std::int16_t count16(std::size_t n) {
-  if (n > std::size_t(std::numeric_limits<std::int16_t>::max()))
+  if (n > std::size_t(std::numeric_limits<std::uint16_t>::max()))
     throw std::length_error("protocol: too many items for an Int16 count");
-  return static_cast<std::int16_t>(n);
+  return static_cast<std::int16_t>(static_cast<std::uint16_t>(n));
 }
 
 std::int32_t length32(std::size_t n) {
@@ -34,12 +37,12 @@ std::int32_t length32(std::size_t n) {
   return static_cast<std::int32_t>(n);
 }
 
-// An Int16 count; negative is malformed. A count whose smallest encoding cannot
-// fit in what is left fails at once, so a tiny body cannot make us reserve room
-// for 32767 entries.
+// An unsigned Int16 count, as PostgreSQL reads it (libpq sends up to 65535
+// parameters). A count whose smallest encoding cannot fit in what is left fails at
+// once, so a tiny body cannot make us reserve room for 65535 entries.
 std::size_t read_count(Reader& r, std::size_t min_item_size) {
-  std::int16_t n = r.i16();
-  if (n < 0 || r.remaining() < std::size_t(n) * min_item_size) {
+  auto n = static_cast<std::uint16_t>(r.i16());
+  if (r.remaining() < std::size_t(n) * min_item_size) {
     r.fail();
     return 0;
   }

@@ -212,7 +212,7 @@ TEST_CASE("Bind round-trips parameters, NULLs and formats", "[messages][frontend
   REQUIRE(o->params == one_format.params);
 }
 
-TEST_CASE("Bind refuses negative counts, bad lengths and mismatched formats", "[messages][frontend]") {
+TEST_CASE("Bind refuses counts beyond the body, bad lengths and mismatched formats", "[messages][frontend]") {
   auto bind = [](std::int16_t nf, std::int16_t np, std::int32_t len, std::int16_t nr) {
     return body([&](Writer& w) {
       w.cstr("").cstr("").i16(nf);
@@ -527,7 +527,7 @@ TEST_CASE("bodiless backend messages are a type and length 4", "[messages][backe
 TEST_CASE("encode refuses structs the wire cannot carry", "[messages]") {
   std::string out;
   DataRow wide;
-  wide.values.assign(32768, std::nullopt);
+  wide.values.assign(65536, std::nullopt);
   REQUIRE_THROWS_AS(wide.encode(out), std::length_error);
   Authentication md5;
   md5.code = AuthCode::md5_password;

@@ -1,0 +1,115 @@
+// Statement routing (SPEC §3): finds each statement's shard key with PostgreSQL's own
+// parser (libpg_query) and maps key -> logical partition -> shard. Pure and
+// synchronous: no I/O; what it needs from the shards' catalogs it asks for through
+// `ShapeLookup` and, when missing, says so (RouteKind::need_shapes) so the caller can
+// fetch it and ask again.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace splitpoint::routing {
+
+// A sharded table as the shards' catalog describes it.
+struct TableShape {
+  std::vector<std::string> columns;  // attnum order, dropped columns excluded
+  std::vector<std::string> types;    // format_type(): "bigint", "text", "character varying(20)", "uuid", ...
+};
+// Returns the shape of a table (unqualified, lower-case name), or nullptr if not known yet.
+using ShapeLookup = std::function<const TableShape*(std::string_view table)>;
+
+enum class RouteKind {
+  shards,       // run on `shards`; one shard = forward unchanged; several = scatter/broadcast
+  any_shard,    // reference-table read, catalog query, SELECT without tables: any one shard
+  all_shards,   // DDL, reference-table writes, keyless UPDATE/DELETE: every shard
+  local,        // answered by the proxy itself (see `local`)
+  error,        // refuse with sqlstate/message (and position for syntax errors)
+  need_shapes,  // learn `missing_tables` from a shard's catalog, then route again
+};
+
+enum class StatementClass { read, write, ddl, transaction, utility };
+
+enum class TxnCommand { none, begin, commit, rollback, savepoint, release_savepoint, rollback_to_savepoint };
+
+// SET/RESET/SHOW of splitpoint.<name> (SPEC §1), never sent to a shard.
+struct LocalCommand {
+  enum class Kind { set, set_local, reset, show } kind = Kind::show;
+  std::string name;   // after "splitpoint.", lower-case; "all" for SHOW ALL / RESET ALL
+  std::string value;  // for set
+};
+
+// One logical partition a statement touches, for per-partition metrics.
+struct PartitionHit {
+  std::size_t distribution = 0;
+  std::uint32_t partition = 0;
+};
+
+struct Route {
+  RouteKind kind = RouteKind::any_shard;
+  StatementClass cls = StatementClass::read;
+  TxnCommand txn = TxnCommand::none;
+  std::vector<std::size_t> shards;          // sorted, unique; set for kind == shards
+  std::vector<PartitionHit> partitions;     // partitions the key(s) mapped to
+  std::vector<std::string> key_values;      // key values seen (text form), for hot-key stats
+  std::optional<std::size_t> distribution;  // the distribution the statement's tables belong to
+  // INSERT ... VALUES whose rows live on several shards: one statement per shard
+  // (already rewritten; parameters keep their numbers). Empty otherwise.
+  std::vector<std::pair<std::size_t, std::string>> per_shard_sql;
+  std::optional<LocalCommand> local;        // kind == local
+  std::string sqlstate;                     // kind == error
+  std::string message;
+  int position = 0;                         // 1-based cursor position for syntax errors, 0 = none
+  std::vector<std::string> missing_tables;  // kind == need_shapes
+  // Hints found in the statement text (SPEC §1): deadline=, partial=, ...
+  std::vector<std::pair<std::string, std::string>> hints;
+};
+
+// Session-level routing inputs.
+struct SessionRouting {
+  std::optional<std::size_t> shard;  // SET splitpoint.shard
+};
+
+// Bound parameters of an extended-protocol Bind.
+struct BoundParams {
+  std::span<const std::optional<std::string_view>> values;  // nullopt = NULL
+  std::span<const std::int16_t> formats;                    // as in Bind: 0, 1 or n entries
+  std::span<const std::int32_t> types;                      // from Parse (0 = unspecified)
+};
+
+// The analysis of one statement shape, reusable for every execution of it.
+class Plan;
+
+class Router {
+ public:
+  explicit Router(const config::Config& config);
+  ~Router();
+
+  // Analyses a statement (one Parse, or a simple-protocol cache miss). Never null;
+  // a statement that does not parse gives a plan that routes to its syntax error.
+  std::shared_ptr<const Plan> plan(std::string_view sql, std::span<const std::int32_t> param_types) const;
+
+  // Routes one execution of a planned statement with its bound parameters.
+  Route route(const Plan& plan, const BoundParams& params, const SessionRouting& session,
+              const ShapeLookup& shapes) const;
+
+  // Simple protocol: routes a query text. Statements that differ only in literal
+  // values share one cached plan (bounded by `cache_bytes`).
+  Route route_simple(std::string_view sql, const SessionRouting& session, const ShapeLookup& shapes);
+
+  // Tables whose shape a DDL statement may have changed (to forget cached shapes).
+  std::vector<std::string> tables_changed_by(const Plan& plan) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace splitpoint::routing
