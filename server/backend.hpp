@@ -37,6 +37,7 @@ class Backend {
   std::int32_t secret_key = 0;
   ParameterList parameters;          // ParameterStatus seen at start-up
 
+  char status = 'I';                 // transaction status of the last ReadyForQuery
   // Session state last applied (hash of the session's SET script); 0 = unknown.
   std::uint64_t applied_state = 0;
   // Set when a session-mode client left it: the next user runs DISCARD ALL first.

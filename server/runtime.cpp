@@ -35,6 +35,22 @@ bool ShardPools::same_definition(const config::Shard& o, std::chrono::millisecon
          connect_timeout_ == connect_timeout;
 }
 
+std::shared_ptr<const routing::TableShape> ShapeCache::find(std::string_view table) const {
+  std::lock_guard lock(mu_);
+  auto it = shapes_.find(table);
+  return it == shapes_.end() ? nullptr : it->second;
+}
+
+void ShapeCache::put(const std::string& table, routing::TableShape shape) {
+  std::lock_guard lock(mu_);
+  shapes_[table] = std::make_shared<const routing::TableShape>(std::move(shape));
+}
+
+void ShapeCache::clear() {
+  std::lock_guard lock(mu_);
+  shapes_.clear();
+}
+
 static UserAuth make_user_auth(const config::User& u) {
   namespace proto = splitpoint::protocol;
   UserAuth a;
@@ -78,6 +94,7 @@ std::shared_ptr<const Runtime> make_runtime(config::Config config, const Runtime
     rt->tls = std::move(ctx);
   }
   rt->config = std::move(config);
+  rt->router = std::make_shared<routing::Router>(rt->config);
   return rt;
 }
 

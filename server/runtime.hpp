@@ -13,6 +13,7 @@
 
 #include "config/config.hpp"
 #include "protocol/scram.hpp"
+#include "routing/router.hpp"
 #include "server/asio.hpp"
 #include "server/pool.hpp"
 
@@ -45,8 +46,23 @@ class ShardPools {
   std::map<std::pair<std::string, std::string>, std::shared_ptr<Pool>> pools_;
 };
 
+// Shapes of sharded tables learned from a shard's catalog (column order and types),
+// shared by all sessions. Written rarely (first use of a table, after DDL).
+class ShapeCache {
+ public:
+  std::shared_ptr<const routing::TableShape> find(std::string_view table) const;
+  void put(const std::string& table, routing::TableShape shape);
+  void clear();
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const routing::TableShape>, std::less<>> shapes_;
+};
+
 struct Runtime {
   config::Config config;
+  std::shared_ptr<routing::Router> router;  // shared: its plan cache is internally locked
+  std::shared_ptr<ShapeCache> shapes = std::make_shared<ShapeCache>();
   std::unordered_map<std::string, UserAuth> users;
   std::vector<std::shared_ptr<ShardPools>> shards;  // index = config shard index
   std::shared_ptr<asio::ssl::context> tls;          // null without `tls`

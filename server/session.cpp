@@ -11,6 +11,7 @@
 #include "protocol/scram.hpp"
 #include "protocol/sqlstate.hpp"
 #include "server/server.hpp"
+#include "server/session_util.hpp"
 
 namespace splitpoint::server {
 
@@ -19,33 +20,11 @@ using routing::SessionCommand;
 
 namespace {
 
-// Fresh backends run with their own defaults; a session with no SETs needs no reset.
-constexpr std::uint64_t kStateDefault = 0;
-constexpr std::uint64_t kStateUnknown = ~std::uint64_t{0};
-
-std::string quote_literal(std::string_view v) {
-  std::string out = "'";
-  for (char c : v) {
-    if (c == '\'') out.push_back('\'');
-    out.push_back(c);
-  }
-  out.push_back('\'');
-  return out;
-}
-
 bool is_guc_name(std::string_view n) {
   if (n.empty() || n.size() > 63) return false;
   for (char c : n)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.')) return false;
   return true;
-}
-
-std::string statement_name_for(std::string_view parse_rest) {
-  // Equal query text and parameter types share one server-side statement.
-  auto h = std::hash<std::string_view>{}(parse_rest);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "sp_%016zx_%zu", h, parse_rest.size());
-  return buf;
 }
 
 // Per-process secret for the fake SCRAM salt of unknown users.
@@ -219,18 +198,19 @@ awaitable<bool> Session::login() {
 
   if (!co_await authenticate()) co_return false;
 
-  pool_ = runtime_->shards.front()->get(user_, client_password_, database_);
-  auto params = pool_->server_parameters();
+  for (auto& shard : runtime_->shards) pools_.push_back(shard->get(user_, client_password_, database_));
+  held_.resize(pools_.size());
+  auto params = pools_.front()->server_parameters();
   if (!params) {
     // First client for this pool: open a connection to learn the server's settings
     // (and to report a bad backend configuration at login rather than later).
-    auto r = co_await pool_->acquire(runtime_->config.timeouts.server_connect);
+    auto r = co_await pools_.front()->acquire(runtime_->config.timeouts.server_connect);
     if (!r.backend) {
       co_await send_error("FATAL", r.sqlstate, r.message, false);
       co_return false;
     }
     params = r.backend->parameters;
-    pool_->release(std::move(r.backend), true);
+    pools_.front()->release(std::move(r.backend), true);
   }
 
   rebuild_state_script();
@@ -287,12 +267,12 @@ awaitable<bool> Session::authenticate() {
       auto pw = proto::PasswordMessage::decode(*body);
       if (!pw || !user) co_return co_await fail();
       bool good = false;
-      if (!user->plaintext.empty()) good = pw->password == user->plaintext;
+      if (!user->plaintext.empty()) good = equal_secret(pw->password, user->plaintext);
       else if (user->scram) {
         auto v = proto::scram::make_verifier(pw->password, user->scram->salt, user->scram->iterations);
-        good = v.stored_key == user->scram->stored_key;
+        good = equal_secret(v.stored_key, user->scram->stored_key);
       } else if (!user->md5.empty()) {
-        good = proto::md5::verifier(user_, pw->password) == user->md5;
+        good = equal_secret(proto::md5::verifier(user_, pw->password), user->md5);
       }
       if (!good) co_return co_await fail();
       client_password_ = std::string(pw->password);
@@ -309,7 +289,8 @@ awaitable<bool> Session::authenticate() {
       if (!body) co_return false;
       auto pw = proto::PasswordMessage::decode(*body);
       if (!pw || !user || user->md5.empty()) co_return co_await fail();
-      if (pw->password != proto::md5::response(user->md5, std::string_view(salt, 4))) co_return co_await fail();
+      if (!equal_secret(pw->password, proto::md5::response(user->md5, std::string_view(salt, 4))))
+        co_return co_await fail();
       co_return true;
     }
     case config::AuthMethod::scram_sha_256: {
@@ -354,152 +335,16 @@ awaitable<bool> Session::authenticate() {
   co_return false;
 }
 
+
 // ---------------------------------------------------------------------------
-// Serving
+// Cancel and shutdown
 
-awaitable<void> Session::serve() {
-  auto self = shared_from_this();
-  auto ex = co_await asio::this_coro::executor;
-  const auto idle_timeout = runtime_->config.timeouts.client_idle;
-  bool skip_until_sync = false;  // after a failed attach, as after an error
-  for (;;) {
-    for (;;) {
-      auto r = proto::decode_frame(std::string_view(cbuf_).substr(cpos_), proto::Direction::frontend, limits_);
-      if (r.status == proto::FrameStatus::need_more) break;
-      if (r.status == proto::FrameStatus::error) {
-        spdlog::info("[{}] closed: {}", id_, r.error);
-        co_await detach_for_exit();
-        co_await send_error("FATAL", sqlstate::protocol_violation, r.error, false);
-        co_return;
-      }
-      const auto& f = r.frame;
-      if (f.type == 'X') co_return;
-      if (skip_until_sync) {
-        cpos_ += f.size;
-        if (f.type == 'S') {
-          skip_until_sync = false;
-          std::string out;
-          proto::ReadyForQuery{'I'}.encode(out);
-          if (co_await stream_.write(out)) co_return;
-        }
-        continue;
-      }
-      if (!backend_ && !co_await attach_backend()) {
-        if (closing_) co_return;
-        cpos_ += f.size;
-        if (f.type == 'Q') {
-          std::string out;
-          proto::ReadyForQuery{'I'}.encode(out);
-          if (co_await stream_.write(out)) co_return;
-        } else if (f.type != 'S') {
-          skip_until_sync = true;
-        } else {
-          std::string out;
-          proto::ReadyForQuery{'I'}.encode(out);
-          if (co_await stream_.write(out)) co_return;
-        }
-        continue;
-      }
-      if (!forward(f)) {
-        co_await detach_for_exit();
-        co_await send_error("FATAL", sqlstate::protocol_violation,
-                            "invalid frontend message type " + std::to_string(static_cast<unsigned char>(f.type)),
-                            false);
-        co_return;
-      }
-      cpos_ += f.size;
-    }
-    if (!bout_.empty() && backend_) {
-      auto [ec, n] = co_await asio::async_write(backend_->socket, asio::buffer(bout_), use_nothrow);
-      bout_.clear();
-      if (ec) {
-        backend_lost_ = true;
-        co_await detach_for_exit();
-        co_await send_error("FATAL", sqlstate::connection_failure, "server connection lost: " + ec.message(), false);
-        co_return;
-      }
-    }
-    if (closing_) co_return;
-    if (server_.shutting_down() && !backend_) {
-      co_await send_error("FATAL", sqlstate::admin_shutdown, "terminating connection due to administrator command",
-                          false);
-      co_return;
-    }
-    if (cpos_ > 0) {
-      cbuf_.erase(0, cpos_);
-      cpos_ = 0;
-    }
-    bool timed = idle_timeout.count() > 0 && !backend_;
-    if (timed) {
-      if (!idle_timer_) idle_timer_ = std::make_unique<asio::steady_timer>(ex);
-      idle_timer_->expires_after(idle_timeout);
-      idle_timer_->async_wait([this, self](error_code ec) {
-        if (ec) return;
-        idle_timed_out_ = true;
-        error_code ignored;
-        stream_.socket().cancel(ignored);
-      });
-    }
-    auto ec = co_await stream_.read_some(cbuf_);
-    if (timed) idle_timer_->cancel();
-    if (idle_timed_out_) {
-      spdlog::info("[{}] closed: idle timeout", id_);
-      co_await send_error("FATAL", sqlstate::idle_session_timeout,
-                          "terminating connection due to idle-session timeout", false);
-      co_return;
-    }
-    if (ec == asio::error::operation_aborted && server_.shutting_down() && !backend_) {
-      co_await send_error("FATAL", sqlstate::admin_shutdown, "terminating connection due to administrator command",
-                          false);
-      co_return;
-    }
-    if (ec) {
-      if (ec != asio::error::eof && ec != asio::error::operation_aborted)
-        spdlog::debug("[{}] client read: {}", id_, ec.message());
-      co_return;
-    }
-  }
-}
-
-awaitable<bool> Session::attach_backend() {
-  // Wait for a connection as long as a login may take.
-  auto r = co_await pool_->acquire(runtime_->config.timeouts.client_login);
-  if (!r.backend) {
-    spdlog::warn("[{}] no backend: {}", id_, r.message);
-    co_await send_error("ERROR", r.sqlstate, r.message, false);
-    co_return false;
-  }
-  set_cancel_target(r.backend.get());
-  {
-    std::lock_guard lock(cancel_mu_);
-    backend_ = std::move(r.backend);
-  }
-  txn_status_ = 'I';
-  if (backend_->needs_discard || backend_->applied_state != state_hash_) {
-    std::string script = backend_->needs_discard ? "DISCARD ALL;" : "RESET ALL;";
-    script += state_script_;
-    proto::Query{script}.encode(bout_);
-    expect_.push_back(Expect{'Z', true});
-    if (backend_->needs_discard) {
-      backend_->prepared.clear();
-      backend_->unnamed_owner = {0, 0};
-    }
-    backend_->needs_discard = false;
-    backend_->applied_state = state_hash_;
-  }
-  if (!pump_exit_) pump_exit_ = std::make_unique<asio::steady_timer>(co_await asio::this_coro::executor);
-  pump_exit_->expires_at(asio::steady_timer::time_point::max());
-  pump_active_ = true;
-  asio::co_spawn(co_await asio::this_coro::executor, pump(), asio::detached);
-  co_return true;
-}
-
-void Session::set_cancel_target(Backend* b) {
+void Session::set_cancel_target(Backend* b, std::size_t shard) {
   std::lock_guard lock(cancel_mu_);
   cancel_backend_ = b;
   if (b) {
-    cancel_host_ = pool_->target().host;
-    cancel_port_ = pool_->target().port;
+    cancel_host_ = pools_[shard]->target().host;
+    cancel_port_ = pools_[shard]->target().port;
   }
 }
 
@@ -523,369 +368,23 @@ void Session::request_cancel(std::int32_t secret) {
 }
 
 void Session::on_shutdown() {
-  if (!backend_ || (expect_.empty() && !sent_after_sync_ && txn_status_ == 'I')) {
+  if (!cur() || (expect_.empty() && !sent_after_sync_ && client_txn_ == 'I')) {
     error_code ignored;
     stream_.socket().cancel(ignored);
   }
-}
-
-void Session::ensure_prepared(const std::string& server_name, std::string_view parse_rest) {
-  if (backend_->prepared.count(server_name)) return;
-  proto::Writer w(bout_, 'P');
-  w.cstr(server_name).bytes(parse_rest).finish();
-  Expect e{'1', true};
-  e.name = server_name;
-  expect_.push_back(std::move(e));
-  backend_->prepared.insert(server_name);
-}
-
-void Session::ensure_unnamed_prepared() {
-  std::pair<std::uint64_t, std::uint64_t> mine{id_, unnamed_seq_};
-  if (unnamed_parse_rest_.empty() || backend_->unnamed_owner == mine) return;
-  proto::Writer w(bout_, 'P');
-  w.cstr("").bytes(unnamed_parse_rest_).finish();
-  expect_.push_back(Expect{'1', true});
-  backend_->unnamed_owner = mine;
-}
-
-// Appends one client message (rewritten where needed) to bout_. False: not a
-// message a client may send now.
-bool Session::forward(const proto::Frame& f) {
-  auto whole = std::string_view(cbuf_).substr(cpos_, f.size);
-  switch (f.type) {
-    case 'Q': {
-      auto q = proto::Query::decode(f.body);
-      bout_.append(whole);
-      Expect e{'Z'};
-      if (q) {
-        auto cmd = routing::classify_session_command(q->sql);
-        switch (cmd.kind) {
-          case SessionCommand::none:
-          case SessionCommand::set_local:
-            break;
-          case SessionCommand::listen:
-            pinned_ = true;
-            break;
-          case SessionCommand::deallocate_all:
-          case SessionCommand::discard_all:
-            prepared_.clear();
-            unnamed_parse_rest_.clear();
-            backend_->prepared.clear();
-            backend_->unnamed_owner = {0, 0};
-            e.command = cmd.kind;
-            break;
-          default:
-            e.command = cmd.kind;
-            e.name = std::move(cmd.name);
-            e.text = std::string(q->sql);
-            break;
-        }
-      }
-      expect_.push_back(std::move(e));
-      sent_after_sync_ = false;
-      return true;
-    }
-    case 'P': {
-      proto::Reader r(f.body);
-      auto name = r.cstr();
-      auto rest = r.rest();
-      if (!r.ok()) return false;
-      if (name.empty()) {
-        bout_.append(whole);
-        unnamed_parse_rest_.assign(rest);
-        backend_->unnamed_owner = {id_, ++unnamed_seq_};
-        expect_.push_back(Expect{'1'});
-      } else {
-        auto server_name = statement_name_for(rest);
-        if (backend_->prepared.count(server_name)) {
-          // Same text already prepared here: re-create it so the client's Parse gets
-          // its own ParseComplete in order.
-          proto::Writer c(bout_, 'C');
-          c.u8('S').cstr(server_name).finish();
-          expect_.push_back(Expect{'3', true});
-        }
-        proto::Writer w(bout_, 'P');
-        w.cstr(server_name).bytes(rest).finish();
-        Expect e{'1'};
-        e.name = server_name;
-        expect_.push_back(std::move(e));
-        backend_->prepared.insert(server_name);
-        prepared_[std::string(name)] = Prepared{std::move(server_name), std::string(rest)};
-      }
-      sent_after_sync_ = true;
-      return true;
-    }
-    case 'B': {
-      proto::Reader r(f.body);
-      auto portal = r.cstr();
-      auto statement = r.cstr();
-      auto rest = r.rest();
-      if (!r.ok()) return false;
-      auto it = statement.empty() ? prepared_.end() : prepared_.find(std::string(statement));
-      if (it == prepared_.end()) {
-        if (statement.empty()) ensure_unnamed_prepared();
-        bout_.append(whole);
-      } else {
-        ensure_prepared(it->second.server_name, it->second.parse_rest);
-        proto::Writer w(bout_, 'B');
-        w.cstr(portal).cstr(it->second.server_name).bytes(rest).finish();
-      }
-      expect_.push_back(Expect{'2'});
-      sent_after_sync_ = true;
-      return true;
-    }
-    case 'D': {
-      auto d = proto::Describe::decode(f.body);
-      if (!d) return false;
-      auto it = d->kind == 'S' && !d->name.empty() ? prepared_.find(std::string(d->name)) : prepared_.end();
-      if (it == prepared_.end()) {
-        if (d->kind == 'S' && d->name.empty()) ensure_unnamed_prepared();
-        bout_.append(whole);
-      } else {
-        ensure_prepared(it->second.server_name, it->second.parse_rest);
-        proto::Describe{'S', it->second.server_name}.encode(bout_);
-      }
-      sent_after_sync_ = true;
-      return true;
-    }
-    case 'C': {
-      auto c = proto::Close::decode(f.body);
-      if (!c) return false;
-      auto it = c->kind == 'S' && !c->name.empty() ? prepared_.find(std::string(c->name)) : prepared_.end();
-      if (it == prepared_.end()) {
-        bout_.append(whole);
-      } else {
-        proto::Close{'S', it->second.server_name}.encode(bout_);
-        backend_->prepared.erase(it->second.server_name);
-        prepared_.erase(it);
-      }
-      expect_.push_back(Expect{'3'});
-      sent_after_sync_ = true;
-      return true;
-    }
-    case 'S':
-      bout_.append(whole);
-      expect_.push_back(Expect{'Z'});
-      sent_after_sync_ = false;
-      return true;
-    case 'E':
-    case 'H':
-    case 'd':
-    case 'c':
-    case 'f':
-      bout_.append(whole);
-      if (f.type == 'E' || f.type == 'H') sent_after_sync_ = true;
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Handles one backend message; true if it goes to the client.
-bool Session::process_backend_frame(char type, std::string_view body) {
-  auto in_injected_query = [this] { return !expect_.empty() && expect_.front().type == 'Z' && expect_.front().swallow; };
-  auto drop_until_sync = [this] {
-    while (!expect_.empty() && expect_.front().type != 'Z') {
-      if (expect_.front().type == '1' && !expect_.front().name.empty())
-        backend_->prepared.erase(expect_.front().name);
-      expect_.pop_front();
-    }
-  };
-  switch (type) {
-    case '1':
-    case '2':
-    case '3': {
-      if (expect_.empty() || expect_.front().type != type) {
-        spdlog::error("[{}] unexpected backend message '{}'", id_, type);
-        return true;
-      }
-      bool swallow = expect_.front().swallow;
-      expect_.pop_front();
-      return !swallow;
-    }
-    case 'E': {
-      bool swallow = in_injected_query();
-      if (swallow) {
-        auto e = proto::ErrorFields::decode(body);
-        spdlog::warn("[{}] session state replay failed: {}", id_, e ? std::string(e->get('M')) : "?");
-      }
-      drop_until_sync();
-      if (!expect_.empty()) expect_.front().failed = true;
-      return !swallow;
-    }
-    case 'Z': {
-      drop_until_sync();
-      if (body.size() == 1) txn_status_ = body[0];
-      if (expect_.empty()) {
-        spdlog::error("[{}] unexpected ReadyForQuery", id_);
-        return true;
-      }
-      Expect e = std::move(expect_.front());
-      expect_.pop_front();
-      if (e.swallow) return false;
-      if (!e.failed && e.command != SessionCommand::none) pending_commands_.push_back(std::move(e));
-      if (txn_status_ == 'I') {
-        if (last_tag_rollback_) pending_commands_.clear();
-        apply_session_commands();
-      }
-      return true;
-    }
-    case 'C':
-      if (in_injected_query()) return false;
-      last_tag_rollback_ = body.rfind("ROLLBACK", 0) == 0;
-      return true;
-    case 'A':
-      return true;
-    default:
-      return !in_injected_query();
-  }
-}
-
-void Session::apply_session_commands() {
-  if (pending_commands_.empty()) return;
-  bool backend_reset = false;
-  for (auto& c : pending_commands_) {
-    auto it = std::find_if(sets_.begin(), sets_.end(), [&](auto& p) { return p.first == c.name; });
-    switch (c.command) {
-      case SessionCommand::set:
-        if (it != sets_.end()) it->second = c.text;
-        else sets_.emplace_back(c.name, c.text);
-        break;
-      case SessionCommand::reset:
-        if (it != sets_.end()) sets_.erase(it);
-        break;
-      case SessionCommand::reset_all:
-      case SessionCommand::discard_all:
-        sets_.clear();
-        backend_reset = true;  // the backend now has its own defaults, not the client's
-        break;
-      default:
-        break;
-    }
-  }
-  pending_commands_.clear();
-  rebuild_state_script();
-  if (backend_) backend_->applied_state = backend_reset ? kStateUnknown : state_hash_;
-}
-
-void Session::rebuild_state_script() {
-  state_script_.clear();
-  for (auto& [k, v] : startup_params_) state_script_ += "SET " + k + " TO " + quote_literal(v) + ";";
-  for (auto& [k, stmt] : sets_) state_script_ += stmt + ";";
-  if (state_script_.empty()) {
-    state_hash_ = kStateDefault;
-  } else {
-    state_hash_ = std::hash<std::string>{}(state_script_) | 1;
-    if (state_hash_ == kStateUnknown) state_hash_ ^= 2;
-  }
-}
-
-bool Session::should_release() const {
-  return backend_ && expect_.empty() && !sent_after_sync_ && txn_status_ == 'I' && !pinned_ && !closing_ &&
-         runtime_->config.pool_mode == config::PoolMode::transaction;
-}
-
-void Session::release_backend(bool reusable) {
-  std::unique_ptr<Backend> b;
-  {
-    std::lock_guard lock(cancel_mu_);
-    b = std::move(backend_);
-    cancel_backend_ = nullptr;
-  }
-  if (!b) return;
-  if (!b->read_buf.empty()) reusable = false;
-  pool_->release(std::move(b), reusable);
-}
-
-awaitable<void> Session::pump() {
-  auto self = shared_from_this();
-  Backend* b = backend_.get();
-  std::string& in = b->read_buf;
-  for (;;) {
-    auto ec = co_await read_into(b->socket, in, 16384);
-    if (ec || backend_.get() != b) break;
-    std::size_t pos = 0, plain_end = 0;
-    bool filtered = false;
-    bool bad = false;
-    for (;;) {
-      auto r = proto::decode_frame(std::string_view(in).substr(pos), proto::Direction::backend, limits_);
-      if (r.status == proto::FrameStatus::need_more) break;
-      if (r.status == proto::FrameStatus::error) {
-        bad = true;
-        break;
-      }
-      bool keep = process_backend_frame(r.frame.type, r.frame.body);
-      if (keep && !filtered) {
-        plain_end = pos + r.frame.size;
-      } else if (keep) {
-        cout_.append(in, pos, r.frame.size);
-      } else if (!filtered) {
-        filtered = true;
-        cout_.assign(in, 0, plain_end);
-      }
-      pos += r.frame.size;
-    }
-    if (bad) {
-      spdlog::error("[{}] malformed message from backend", id_);
-      break;
-    }
-    std::string_view data = filtered ? std::string_view(cout_) : std::string_view(in).substr(0, plain_end);
-    if (!data.empty()) {
-      if (auto wec = co_await stream_.write(data)) {
-        closing_ = true;  // client gone; the client loop sees it on its next read
-        stream_.close();
-      }
-    }
-    cout_.clear();
-    in.erase(0, pos);
-    if (closing_) break;
-    if (should_release()) {
-      release_backend(true);
-      pump_active_ = false;
-      pump_exit_->cancel();
-      if (server_.shutting_down()) on_shutdown();
-      co_return;
-    }
-    if (server_.shutting_down() && expect_.empty() && txn_status_ == 'I') on_shutdown();
-  }
-  // Backend gone or broken (or we are closing and cancelled it).
-  pump_active_ = false;
-  pump_exit_->cancel();
-  if (!closing_ && backend_.get() == b) {
-    spdlog::warn("[{}] lost server connection", id_);
-    backend_lost_ = true;
-    release_backend(false);
-    expect_.clear();
-    closing_ = true;
-    std::string out;
-    proto::ErrorFields::make("FATAL", sqlstate::connection_failure, "server connection lost").encode(out, 'E');
-    co_await stream_.write(out);
-    stream_.close();
-  }
-}
-
-// Stops the pump and gives the backend back (clean and idle) or closes it.
-awaitable<void> Session::detach_for_exit() {
-  closing_ = true;
-  if (!backend_) co_return;
-  bool clean = expect_.empty() && !sent_after_sync_ && txn_status_ == 'I' && !pinned_ && !backend_lost_;
-  if (pump_active_) {
-    error_code ignored;
-    backend_->socket.cancel(ignored);
-    co_await pump_exit_->async_wait(use_nothrow);
-  }
-  if (clean) {
-    backend_->needs_discard = true;  // session mode: the next client starts fresh
-    backend_->applied_state = kStateUnknown;
-  }
-  release_backend(clean);
 }
 
 awaitable<void> Session::send_error(std::string_view severity, std::string_view sqlstate, std::string message,
                                     bool ready_for_query) {
   std::string out;
   proto::ErrorFields::make(severity, sqlstate, message).encode(out, 'E');
-  if (ready_for_query) proto::ReadyForQuery{'I'}.encode(out);
+  if (ready_for_query) proto::ReadyForQuery{client_txn_}.encode(out);
+  co_await stream_.write(out);
+}
+
+awaitable<void> Session::send_ready() {
+  std::string out;
+  proto::ReadyForQuery{client_txn_}.encode(out);
   co_await stream_.write(out);
 }
 

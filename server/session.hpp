@@ -1,8 +1,13 @@
-// One client connection: start-up and authentication, then forwarding between the
-// client and a pooled backend. Two coroutines on the worker's thread share the state:
-// the client loop (client -> backend) and, while a backend is attached, the pump
-// (backend -> client). Nothing here is touched from another thread except the cancel
-// target, which is guarded by cancel_mu_.
+// One client connection: start-up and authentication, then routing each statement
+// to the shard that owns its key and forwarding between the client and pooled
+// backends. Two coroutines on the worker's thread share the state: the client loop
+// (client -> backend) and, while a backend is current, the pump (backend -> client).
+// Nothing here is touched from another thread except the cancel target, which is
+// guarded by cancel_mu_.
+//
+//   session.cpp          life cycle, login and authentication
+//   session_forward.cpp  the client loop, the pump, prepared statements, SET carry-over
+//   session_route.cpp    routing decisions, transactions, multi-shard writes, local commands
 #pragma once
 
 #include <cstdint>
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "protocol/framing.hpp"
+#include "routing/router.hpp"
 #include "routing/session_command.hpp"
 #include "server/asio.hpp"
 #include "server/backend.hpp"
@@ -40,8 +46,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_shutdown();
 
  private:
-  // One response the backend owes us, in order: ParseComplete '1', BindComplete '2',
-  // CloseComplete '3', or ReadyForQuery 'Z' (for a Sync or a Query).
+  static constexpr std::size_t kNoShard = ~std::size_t{0};
+
+  // One response the current backend owes us, in order: ParseComplete '1',
+  // BindComplete '2', CloseComplete '3', or ReadyForQuery 'Z' (for a Sync or a Query).
   struct Expect {
     char type = 'Z';
     bool swallow = false;  // injected by us: the client never sees the response
@@ -51,32 +59,67 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string text;      // SET/RESET: statement text to replay
   };
 
-  // Login.
+  // A client's prepared statement, kept across backends under a server-side name.
+  struct Prepared {
+    std::string server_name;  // empty for the unnamed statement
+    std::string parse_rest;   // Parse body after the name: query + parameter types
+    std::shared_ptr<const routing::Plan> plan;
+  };
+
+  // Results of a statement run by the proxy itself on one backend.
+  struct Reply {
+    std::string messages;  // RowDescription / DataRow / CommandComplete / notices as received
+    std::string tag;       // CommandComplete tag (last)
+    std::string error;     // ErrorResponse body, if any
+    bool lost = false;     // connection broke
+  };
+
+  // ---- session.cpp: login
   awaitable<bool> login();
   awaitable<std::optional<protocol::Frame>> read_startup_frame();
   awaitable<bool> authenticate();
   awaitable<std::optional<std::string>> read_password_message();
 
-  // Serving.
+  // ---- session_forward.cpp
   awaitable<void> serve();
-  awaitable<bool> attach_backend();
+  awaitable<bool> handle_frame(const protocol::Frame& f);
+  awaitable<bool> use_shard(std::size_t shard);
+  awaitable<bool> attach(std::size_t shard);
+  awaitable<void> drain();
+  awaitable<void> flush_to_backend();
   awaitable<void> pump();
-  bool forward(const protocol::Frame& f);
+  void forward_raw(const protocol::Frame& f, char expect);
   bool process_backend_frame(char type, std::string_view body);
   bool should_release() const;
-  void release_backend(bool reusable);
+  void release_all(bool reusable);
+  void release_shard(std::size_t shard, bool reusable);
   awaitable<void> detach_for_exit();
-
-  // Prepared statements survive transaction pooling under server-side names.
-  void ensure_prepared(const std::string& server_name, std::string_view parse_rest);
-  void ensure_unnamed_prepared();
+  Backend* cur() const { return cur_ == kNoShard ? nullptr : held_[cur_].get(); }
+  void ensure_prepared(const Prepared& p);
   void apply_session_commands();
   void rebuild_state_script();
+
+  // ---- session_route.cpp
+  awaitable<bool> handle_query(const protocol::Frame& f);
+  awaitable<bool> handle_parse(const protocol::Frame& f);
+  awaitable<bool> handle_bind(const protocol::Frame& f);
+  awaitable<bool> route_with_shapes(routing::Route& route, const std::function<routing::Route()>& again);
+  awaitable<bool> fetch_shapes(const std::vector<std::string>& tables);
+  awaitable<bool> run_local(const routing::LocalCommand& c);
+  awaitable<bool> finish_transaction(const protocol::Frame& f, routing::TxnCommand txn, std::string_view sql);
+  awaitable<bool> run_on_shards(const routing::Route& route, std::string_view sql);
+  awaitable<Reply> run_on(std::size_t shard, std::string_view sql);
+  awaitable<bool> reject(std::string_view sqlstate, std::string message, bool extended, int position = 0);
+  std::size_t pick_any_shard();
+  bool check_write(const routing::Route& route, std::size_t shard, std::string& error);
+  routing::ShapeLookup shape_lookup(std::vector<std::shared_ptr<const routing::TableShape>>& keep);
+  std::optional<std::size_t> single_target(const routing::Route& route);
 
   // Output.
   awaitable<void> send_error(std::string_view severity, std::string_view sqlstate, std::string message,
                              bool ready_for_query);
-  void set_cancel_target(Backend* b);
+  awaitable<void> send_ready();
+  void set_cancel_target(Backend* b, std::size_t shard);
 
   Server& server_;
   Worker& worker_;
@@ -93,39 +136,45 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string database_;
   std::string client_password_;  // plaintext, when known (for backend auth)
   std::vector<std::pair<std::string, std::string>> startup_params_;  // replayed as SET
-  std::shared_ptr<Pool> pool_;
+  std::vector<std::shared_ptr<Pool>> pools_;                         // per shard
 
   // Client input.
   std::string cbuf_;
   std::size_t cpos_ = 0;
+  bool skip_until_sync_ = false;  // after an error found by the proxy in an extended batch
+  bool batch_failed_ = false;     // an error went to the client since its last Sync
 
-  // Backend side.
-  std::unique_ptr<Backend> backend_;
-  std::string bout_;                 // bytes for the backend, written once per batch
+  // Backend side: backends held per shard (several only inside a transaction), and
+  // the one the pump reads from.
+  std::vector<std::unique_ptr<Backend>> held_;
+  std::size_t cur_ = kNoShard;
+  std::string bout_;                 // bytes for the current backend, written once per batch
   std::string cout_;                 // bytes for the client when responses are filtered
   std::deque<Expect> expect_;
   bool sent_after_sync_ = false;     // messages sent since the last Sync/Query
-  char txn_status_ = 'I';
   bool pump_active_ = false;
+  bool stop_pump_ = false;           // drain(): the pump must stop once nothing is owed
   std::unique_ptr<asio::steady_timer> pump_exit_;
   bool pinned_ = false;              // LISTEN: keeps its backend until the end
   bool closing_ = false;
   bool backend_lost_ = false;
 
+  // Transaction as the client sees it.
+  char client_txn_ = 'I';            // status reported in ReadyForQuery
+  std::string begin_sql_;            // the client's BEGIN, replayed on each shard joined
+  std::optional<std::size_t> write_shard_;
+  std::size_t next_any_ = 0;
+  routing::SessionRouting routing_;
+  std::vector<std::pair<std::string, std::string>> local_settings_;  // SET splitpoint.*
+
   // Session state carried across backends.
   std::vector<std::pair<std::string, std::string>> sets_;  // parameter -> SET statement
   std::vector<Expect> pending_commands_;                    // completed inside a transaction
   bool last_tag_rollback_ = false;
-  bool pending_reset_all_ = false;
   std::string state_script_;
   std::uint64_t state_hash_ = 0;
 
-  struct Prepared {
-    std::string server_name;
-    std::string parse_rest;  // Parse body after the name: query + parameter types
-  };
-  std::unordered_map<std::string, Prepared> prepared_;
-  std::string unnamed_parse_rest_;  // last unnamed Parse, replayed on another backend
+  std::unordered_map<std::string, Prepared> prepared_;  // "" = the unnamed statement
   std::uint64_t unnamed_seq_ = 0;
 
   // Guards the cancel target against CancelRequests handled on other threads.

@@ -557,6 +557,22 @@ class Connection:
                     return t, body
             self._fill(timeout)
 
+    def recv_raw(self, timeout: float = 2.0) -> bytes:
+        """Every byte that arrives (buffered ones first) until the peer closes or
+        nothing more comes within timeout. For replies that are not v3 messages,
+        e.g. a protocol-2 style error ('E' + text, no length) or an SSLRequest answer."""
+        out = bytes(self.buf)
+        self.buf.clear()
+        self.sock.settimeout(timeout)
+        while True:
+            try:
+                chunk = self.sock.recv(65536)
+            except (TimeoutError, ConnectionResetError):
+                return out
+            if not chunk:
+                return out
+            out += chunk
+
     def recv_until(self, *types: str, timeout: float | None = None) -> list[tuple[str, bytes]]:
         """Messages up to and including the first of one of `types`."""
         out = []

@@ -1,0 +1,106 @@
+#include "routing/pg_tree.hpp"
+
+#include <pg_query.h>
+
+#include <cstring>
+
+namespace splitpoint::routing {
+
+void ParseTree::Free::operator()(PgQuery__ParseResult* p) const { pg_query__parse_result__free_unpacked(p, nullptr); }
+
+ParseTree ParseTree::parse(std::string_view sql) {
+  ParseTree out;
+  // libpg_query wants a NUL-terminated string; PostgreSQL texts never contain NUL.
+  std::string text(sql);
+  PgQueryProtobufParseResult r = pg_query_parse_protobuf(text.c_str());
+  if (r.error != nullptr) {
+    out.error_.message = r.error->message != nullptr ? r.error->message : "syntax error";
+    out.error_.position = r.error->cursorpos;
+  } else {
+    out.packed_.assign(r.parse_tree.data, r.parse_tree.len);
+    out.tree_.reset(pg_query__parse_result__unpack(nullptr, r.parse_tree.len,
+                                                   reinterpret_cast<const uint8_t*>(r.parse_tree.data)));
+    if (!out.tree_) out.error_.message = "could not decode the parse tree";
+  }
+  pg_query_free_protobuf_parse_result(r);
+  return out;
+}
+
+std::unique_ptr<PgQuery__ParseResult, void (*)(PgQuery__ParseResult*)> unpack_tree(const std::string& packed) {
+  auto* t = pg_query__parse_result__unpack(nullptr, packed.size(), reinterpret_cast<const uint8_t*>(packed.data()));
+  return {t, [](PgQuery__ParseResult* p) {
+            if (p != nullptr) pg_query__parse_result__free_unpacked(p, nullptr);
+          }};
+}
+
+std::optional<std::string> deparse(PgQuery__ParseResult* tree) {
+  std::string bytes(pg_query__parse_result__get_packed_size(tree), '\0');
+  pg_query__parse_result__pack(tree, reinterpret_cast<uint8_t*>(bytes.data()));
+  PgQueryProtobuf pb{bytes.size(), bytes.data()};
+  PgQueryDeparseResult d = pg_query_deparse_protobuf(pb);
+  std::optional<std::string> out;
+  if (d.error == nullptr && d.query != nullptr) out = d.query;
+  pg_query_free_deparse_result(d);
+  return out;
+}
+
+std::string_view str_of(const PgQuery__Node* n) {
+  if (is(n, PG_QUERY__NODE__NODE_STRING) && n->string->sval != nullptr) return n->string->sval;
+  return {};
+}
+
+std::string_view last_name(PgQuery__Node* const* names, std::size_t n) {
+  return n == 0 ? std::string_view{} : str_of(names[n - 1]);
+}
+
+std::string type_name_of(const PgQuery__TypeName* t) {
+  if (t == nullptr || t->n_names == 0) return {};
+  std::string out;
+  for (std::size_t i = 0; i < t->n_names; ++i) {
+    std::string_view part = str_of(t->names[i]);
+    if (i == 0 && t->n_names > 1 && part == "pg_catalog") continue;
+    if (!out.empty()) out += '.';
+    out += part;
+  }
+  return out;
+}
+
+namespace {
+
+template <typename T>
+const T& at(const ProtobufCMessage* msg, unsigned offset) {
+  return *reinterpret_cast<const T*>(reinterpret_cast<const char*>(msg) + offset);
+}
+
+}  // namespace
+
+void for_each_child(const ProtobufCMessage* msg, const std::function<void(const ProtobufCMessage*)>& visit) {
+  if (msg == nullptr) return;
+  const ProtobufCMessageDescriptor* d = msg->descriptor;
+  for (unsigned i = 0; i < d->n_fields; ++i) {
+    const ProtobufCFieldDescriptor& f = d->fields[i];
+    if (f.type != PROTOBUF_C_TYPE_MESSAGE) continue;
+    if (f.label == PROTOBUF_C_LABEL_REPEATED) {
+      std::size_t n = at<std::size_t>(msg, f.quantifier_offset);
+      const ProtobufCMessage* const* items = at<const ProtobufCMessage* const*>(msg, f.offset);
+      for (std::size_t k = 0; k < n; ++k)
+        if (items[k] != nullptr) visit(items[k]);
+      continue;
+    }
+    // A oneof member (Node's union) is only valid when the case says so.
+    if ((f.flags & PROTOBUF_C_FIELD_FLAG_ONEOF) != 0 && at<uint32_t>(msg, f.quantifier_offset) != f.id) continue;
+    const ProtobufCMessage* child = at<const ProtobufCMessage*>(msg, f.offset);
+    if (child != nullptr) visit(child);
+  }
+}
+
+void walk_nodes(const ProtobufCMessage* msg, const std::function<bool(const PgQuery__Node*)>& visit) {
+  for_each_child(msg, [&](const ProtobufCMessage* child) {
+    if (child->descriptor == &pg_query__node__descriptor) {
+      if (!visit(reinterpret_cast<const PgQuery__Node*>(child))) return;
+    }
+    walk_nodes(child, visit);
+  });
+}
+
+}  // namespace splitpoint::routing

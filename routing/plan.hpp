@@ -1,0 +1,95 @@
+// The analysis of one statement shape (routing/router.hpp's `Plan`): everything the
+// parse tree says about routing, kept so an execution only has to look at its values.
+// Internal to routing/.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "routing/router.hpp"
+#include "routing/text_scan.hpp"
+
+namespace splitpoint::routing {
+
+// Where a key value comes from at execution time.
+struct ValueSource {
+  enum class Kind : std::uint8_t { constant, param, slot, null };
+  Kind kind = Kind::null;
+  bool is_array = false;  // an array to expand (`= ANY('{1,2}')`, `= ANY($1)`)
+  bool negate = false;    // slot only: a unary minus stood before the literal
+  int index = 0;          // param: 0-based parameter number; slot: literal index in the text
+  int location = -1;      // constant: byte offset of its literal in the text (for slots)
+  std::string text;       // constant: the literal's value
+};
+
+// A condition on distribution keys, as a formula over key leaves. Leaves name the
+// occurrence (a sharded table as it appears in the statement) whose key they constrain;
+// at execution a formula projects onto each occurrence as a set of partitions.
+struct KeyCond {
+  enum class Op : std::uint8_t { all, in, range, and_, or_ };
+  Op op = Op::all;
+  int occ = -1;                      // in / range
+  std::vector<ValueSource> values;   // in: any of these (arrays expand)
+  std::optional<ValueSource> lower;  // range: nullopt = unbounded
+  std::optional<ValueSource> upper;
+  bool lower_inclusive = true;
+  bool upper_inclusive = true;
+  std::vector<KeyCond> kids;  // and_ / or_
+};
+
+// A sharded table as it appears in the statement (each FROM item is one occurrence).
+struct Occurrence {
+  std::string table;
+  std::size_t distribution = 0;
+  std::string key_column;
+};
+
+// rows of `to` that matter to the result all have to.key equal to some from.key of a
+// row of `from` that matters (a join or correlation on the key), so to's partitions are
+// within from's.
+struct KeyEdge {
+  int from = 0;
+  int to = 0;
+};
+
+// INSERT ... VALUES into a sharded table: where each row's key comes from.
+struct InsertRows {
+  int occ = -1;
+  std::optional<std::size_t> key_index;  // position in the VALUES rows; nullopt: from the table's shape
+  std::vector<std::string> columns;      // the statement's column list (empty: none given)
+  // Per row, per item: the item's value source, or nullopt for DEFAULT / an expression.
+  std::vector<std::vector<std::optional<ValueSource>>> rows;
+};
+
+class Plan {
+ public:
+  // What an execution does with this plan.
+  enum class Mode : std::uint8_t {
+    fixed,  // `fixed` is the route whatever the values (errors, DDL, SET, BEGIN, ...)
+    keyed,  // DML / SELECT: evaluate key conditions
+  };
+  Mode mode = Mode::fixed;
+  Route fixed;  // fixed: the route; keyed: kind/cls/txn defaults
+
+  // keyed:
+  std::vector<Occurrence> occs;
+  std::vector<KeyCond> conds;  // each holds for the rows that matter; AND-ed
+  std::vector<KeyEdge> edges;
+  std::vector<std::size_t> pinned_shards;  // unlisted tables under `unlisted_tables: shard:<name>`
+  bool writes_reference = false;           // INSERT/UPDATE/DELETE of a reference table
+  int write_target = -1;                   // occurrence written by UPDATE/DELETE (or INSERT)
+  bool single_shard_write = false;         // a data-modifying WITH INSERT must not split
+  std::optional<InsertRows> insert;        // top-level INSERT ... VALUES
+  std::string packed_tree;                 // for rewriting a split INSERT
+
+  // Statement-wide:
+  std::vector<std::string> ddl_tables;  // tables_changed_by
+  Hints hints;                          // from the statement's comments
+  bool cacheable = true;                // may be shared by texts differing only in literals
+  bool uses_slots = false;              // constants were turned into literal slots
+  std::size_t bytes = 0;                // rough memory footprint, for the cache bound
+};
+
+}  // namespace splitpoint::routing

@@ -1,0 +1,58 @@
+// A cheap lexical pass over a statement's text, PostgreSQL's lexical rules only as far
+// as they matter here (https://www.postgresql.org/docs/15/sql-syntax-lexical.html):
+//  - the normalised text, the cache key for simple-protocol plans: literals become a
+//    NUL placeholder (PostgreSQL texts never contain NUL), comments are dropped,
+//    whitespace runs become one space, unquoted ASCII letters are lower-cased;
+//  - where each literal is, so a cached plan can read key values from a new text;
+//  - the comment hints `/* splitpoint: key=value, ... */` (the parse tree has no comments).
+// It never decides routing by itself: a plan always comes from PostgreSQL's parser.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace splitpoint::routing {
+
+using Hints = std::vector<std::pair<std::string, std::string>>;
+
+struct Literal {
+  enum class Kind : std::uint8_t { string, escape_string, dollar, number, other };
+  std::uint32_t start = 0;  // byte offset of the literal's first byte (the E of E'..')
+  std::uint32_t end = 0;    // one past its last byte
+  Kind kind = Kind::other;
+};
+
+struct ScannedText {
+  std::string key;
+  std::vector<Literal> literals;
+  Hints hints;
+  bool ok = false;  // false: an unterminated literal or comment; leave it to the parser
+
+  void clear() {
+    key.clear();
+    literals.clear();
+    hints.clear();
+    ok = false;
+  }
+};
+
+// Scans `sql` into `out` (whose buffers are reused). Returns out.ok.
+bool scan_text(std::string_view sql, ScannedText& out);
+
+// Only the hints of `sql` (for prepared statements, whose plans are not cached by text).
+Hints scan_hints(std::string_view sql);
+
+// The value PostgreSQL's lexer gives a literal: a string's contents, a number's text.
+// nullopt when this scanner cannot be sure (unicode escapes, octal/hex escapes, bit
+// strings), in which case the caller must fall back to a full parse.
+std::optional<std::string> literal_value(std::string_view sql, const Literal& lit);
+
+// Reads the `key=value` pairs of one comment body if it is a splitpoint hint
+// ("splitpoint: shard=s1, deadline=200ms"); keys are lower-cased.
+void parse_hint_comment(std::string_view body, Hints& out);
+
+}  // namespace splitpoint::routing

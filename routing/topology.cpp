@@ -1,0 +1,202 @@
+#include "routing/topology.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+
+namespace splitpoint::routing {
+
+namespace {
+
+bool parse_int(std::string_view s, long long& out) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+}  // namespace
+
+ColumnType column_type(std::string_view t) {
+  ColumnType out;
+  std::string name(t);
+  // "character varying(20)" -> "character varying" and a length of 20.
+  if (std::size_t paren = name.find('('); paren != std::string::npos) {
+    long long n = 0;
+    std::size_t close = name.find(')', paren);
+    if (close != std::string::npos && parse_int(std::string_view(name).substr(paren + 1, close - paren - 1), n))
+      out.varchar_max_chars = static_cast<std::int32_t>(n);
+    name.erase(paren);
+    while (!name.empty() && name.back() == ' ') name.pop_back();
+  }
+  out.hash_type = key_type_from_name(name);
+  out.integer = out.hash_type == KeyType::int2 || out.hash_type == KeyType::int4 || out.hash_type == KeyType::int8;
+  return out;
+}
+
+void PartSet::intersect(const PartSet& other) {
+  if (other.all) return;
+  if (all) {
+    *this = other;
+    return;
+  }
+  std::vector<std::uint32_t> out;
+  std::set_intersection(parts.begin(), parts.end(), other.parts.begin(), other.parts.end(), std::back_inserter(out));
+  parts = std::move(out);
+}
+
+void PartSet::unite(const PartSet& other) {
+  if (all) return;
+  if (other.all) {
+    *this = other;
+    return;
+  }
+  std::vector<std::uint32_t> out;
+  std::set_union(parts.begin(), parts.end(), other.parts.begin(), other.parts.end(), std::back_inserter(out));
+  parts = std::move(out);
+}
+
+void PartSet::add(std::uint32_t p) {
+  if (all) return;
+  auto it = std::lower_bound(parts.begin(), parts.end(), p);
+  if (it == parts.end() || *it != p) parts.insert(it, p);
+}
+
+Topology::Topology(const config::Config& config) : config_(config) {
+  for (std::size_t d = 0; d < config.distributions.size(); ++d)
+    for (const auto& [table, key] : config.distributions[d].tables)
+      tables_[table] = TableClass{TableClass::Kind::sharded, d, key, 0};
+  for (const std::string& t : config.reference_tables) tables_[t] = TableClass{};
+}
+
+std::string Topology::table_name(std::string_view schema, std::string_view name) {
+  if (schema.empty() || schema == "public") return std::string(name);
+  std::string out(schema);
+  out += '.';
+  out += name;
+  return out;
+}
+
+TableClass Topology::classify(std::string_view schema, std::string_view name) const {
+  if (schema == "pg_catalog" || schema == "information_schema" || (schema.empty() && name.starts_with("pg_")))
+    return TableClass{TableClass::Kind::catalog};
+  if (auto it = tables_.find(table_name(schema, name)); it != tables_.end()) return it->second;
+  switch (config_.unlisted_tables) {
+    case config::UnlistedPolicy::reference: return TableClass{TableClass::Kind::reference};
+    case config::UnlistedPolicy::reject: return TableClass{TableClass::Kind::rejected};
+    case config::UnlistedPolicy::shard: return TableClass{TableClass::Kind::pinned, 0, {}, config_.unlisted_shard};
+  }
+  return TableClass{};
+}
+
+std::uint32_t Topology::partition_count(std::size_t d) const {
+  const config::Distribution& dist = config_.distributions[d];
+  switch (dist.method) {
+    case config::Method::hash: return static_cast<std::uint32_t>(dist.partitions);
+    case config::Method::range: return static_cast<std::uint32_t>(dist.ranges.size());
+    case config::Method::list: return static_cast<std::uint32_t>(dist.lists.size() + (dist.default_shard ? 1 : 0));
+  }
+  return 0;
+}
+
+std::size_t Topology::shard_of(std::size_t d, std::uint32_t p) const {
+  const config::Distribution& dist = config_.distributions[d];
+  switch (dist.method) {
+    case config::Method::hash: return p < dist.placement.size() ? dist.placement[p] : 0;
+    case config::Method::range: return p < dist.ranges.size() ? dist.ranges[p].shard : 0;
+    case config::Method::list: return p < dist.lists.size() ? dist.lists[p].shard : dist.default_shard.value_or(0);
+  }
+  return 0;
+}
+
+int Topology::compare_keys(const ColumnType& type, std::string_view a, std::string_view b, bool& ok) const {
+  if (type.integer) {
+    long long x = 0, y = 0;
+    if (!parse_int(a, x) || !parse_int(b, y)) {
+      ok = false;
+      return 0;
+    }
+    return x < y ? -1 : (x > y ? 1 : 0);
+  }
+  // text, date, timestamp: byte order, which is the value order for ISO dates/times
+  // and for text under the C collation.
+  int c = a.compare(b);
+  return c < 0 ? -1 : (c > 0 ? 1 : 0);
+}
+
+PartitionOf Topology::partition_of(std::size_t d, const ColumnType& type, const std::optional<std::string>& value) const {
+  using S = PartitionOf::Status;
+  const config::Distribution& dist = config_.distributions[d];
+  if (dist.method == config::Method::hash) {
+    if (!value) return {S::ok, partition_for_null(partition_count(d))};
+    if (!type.hash_type) return {S::unknown};
+    auto h = hash_key_text(*type.hash_type, *value, type.varchar_max_chars);
+    if (!h) return {S::unknown};
+    return {S::ok, partition_for_hash(*h, partition_count(d))};
+  }
+  if (dist.method == config::Method::range) {
+    if (!value) return {S::no_partition};
+    for (std::uint32_t i = 0; i < dist.ranges.size(); ++i) {
+      if (!dist.ranges[i].upto) return {S::ok, i};
+      bool ok = true;
+      int c = compare_keys(type, *value, *dist.ranges[i].upto, ok);
+      if (!ok) return {S::unknown};
+      if (c < 0) return {S::ok, i};
+    }
+    return {S::no_partition};
+  }
+  if (value) {
+    for (std::uint32_t i = 0; i < dist.lists.size(); ++i)
+      for (const std::string& v : dist.lists[i].values) {
+        bool ok = true;
+        if (compare_keys(type, *value, v, ok) == 0 && ok) return {S::ok, i};
+      }
+  }
+  if (dist.default_shard) return {S::ok, static_cast<std::uint32_t>(dist.lists.size())};
+  return {S::no_partition};
+}
+
+PartSet Topology::partitions_between(std::size_t d, const ColumnType& type, std::optional<std::string> lower,
+                                     bool lower_inclusive, std::optional<std::string> upper,
+                                     bool upper_inclusive) const {
+  const config::Distribution& dist = config_.distributions[d];
+  if (dist.method != config::Method::range) return PartSet{};
+  // Integers are discrete: `> 5` is `>= 6`, `< 5` is `<= 4`.
+  if (type.integer && !step_integer(lower, lower_inclusive, +1)) return PartSet::none();
+  if (type.integer && !step_integer(upper, upper_inclusive, -1)) return PartSet::none();
+  PartSet out = PartSet::none();
+  const std::string* below = nullptr;  // the previous range's upto: this range's lower bound
+  for (std::uint32_t i = 0; i < dist.ranges.size(); ++i) {
+    const auto& above = dist.ranges[i].upto;  // exclusive upper bound
+    bool ok = true;
+    // [below, above) misses the interval if it ends at or before `lower`...
+    bool ends_before = false;
+    if (lower && above) {
+      int c = compare_keys(type, *above, *lower, ok);
+      ends_before = c <= 0;
+    }
+    // ...or starts after `upper` (non-integer exclusive bounds are kept: conservative).
+    bool starts_after = false;
+    if (upper && below) {
+      int c = compare_keys(type, *below, *upper, ok);
+      starts_after = c > 0 || (c == 0 && !upper_inclusive);
+    }
+    if (!ok) return PartSet{};
+    if (!ends_before && !starts_after) out.add(i);
+    below = above ? &*above : nullptr;
+  }
+  return out;
+}
+
+bool Topology::step_integer(std::optional<std::string>& bound, bool& inclusive, int step) {
+  if (!bound || inclusive) return true;
+  long long v = 0;
+  if (!parse_int(*bound, v)) return true;  // compare_keys reports it
+  if ((step > 0 && v == LLONG_MAX) || (step < 0 && v == LLONG_MIN)) return false;  // nothing beyond
+  bound = std::to_string(v + step);
+  inclusive = true;
+  return true;
+}
+
+}  // namespace splitpoint::routing

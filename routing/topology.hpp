@@ -1,0 +1,85 @@
+// The routing view of the configuration: which tables are sharded (and by which key),
+// reference, catalog or unlisted; how a key value maps to a logical partition (hash,
+// range, list) and a partition to a shard (SPEC §3).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "config/config.hpp"
+#include "routing/hash.hpp"
+
+namespace splitpoint::routing {
+
+struct TableClass {
+  enum class Kind : std::uint8_t { sharded, reference, catalog, pinned, rejected };
+  Kind kind = Kind::reference;
+  std::size_t distribution = 0;  // sharded
+  std::string key_column;        // sharded
+  std::size_t shard = 0;         // pinned (unlisted_tables: shard:<name>)
+};
+
+// How to read a key column's values, from its catalog type (format_type()).
+struct ColumnType {
+  std::optional<KeyType> hash_type;  // nullopt: not a hashable key type
+  std::int32_t varchar_max_chars = 0;
+  bool integer = false;  // compare numerically (range), normalise (list)
+};
+ColumnType column_type(std::string_view format_type);
+
+// A set of logical partitions of one distribution; `all` means unconstrained.
+struct PartSet {
+  bool all = true;
+  std::vector<std::uint32_t> parts;  // sorted, unique, when !all
+
+  static PartSet none() { return PartSet{false, {}}; }
+  void intersect(const PartSet& other);
+  void unite(const PartSet& other);
+  void add(std::uint32_t p);
+};
+
+// Result of mapping one value.
+struct PartitionOf {
+  enum class Status : std::uint8_t { ok, unknown, no_partition };
+  Status status = Status::unknown;
+  std::uint32_t partition = 0;
+};
+
+class Topology {
+ public:
+  explicit Topology(const config::Config& config);
+
+  const config::Config& config() const { return config_; }
+  // `schema` empty or "public" means unqualified.
+  TableClass classify(std::string_view schema, std::string_view name) const;
+  // The name tables are known by in the config and in ShapeLookup.
+  static std::string table_name(std::string_view schema, std::string_view name);
+
+  std::uint32_t partition_count(std::size_t distribution) const;
+  std::size_t shard_of(std::size_t distribution, std::uint32_t partition) const;
+  std::optional<std::size_t> find_shard(std::string_view name) const { return config_.find_shard(name); }
+  std::size_t shard_count() const { return config_.shards.size(); }
+
+  // The partition of one key value (nullopt = NULL). `for_insert`: a NULL key of a
+  // range/list distribution has no partition (as in PostgreSQL without a default).
+  PartitionOf partition_of(std::size_t distribution, const ColumnType& type,
+                           const std::optional<std::string>& value) const;
+  // Partitions of a range distribution overlapping [lower, upper]; `all` when the
+  // distribution is not a range one or a bound cannot be read.
+  PartSet partitions_between(std::size_t distribution, const ColumnType& type, std::optional<std::string> lower,
+                             bool lower_inclusive, std::optional<std::string> upper, bool upper_inclusive) const;
+
+ private:
+  // Turns an exclusive integer bound into an inclusive one; false if none can exist.
+  static bool step_integer(std::optional<std::string>& bound, bool& inclusive, int step);
+  int compare_keys(const ColumnType& type, std::string_view a, std::string_view b, bool& ok) const;
+
+  const config::Config& config_;
+  std::unordered_map<std::string, TableClass> tables_;
+};
+
+}  // namespace splitpoint::routing

@@ -1,0 +1,504 @@
+// The client loop, the pump, and what keeps a pooled backend indistinguishable from
+// a dedicated one: prepared statements under server-side names and SET replay.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "protocol/buffer.hpp"
+#include "protocol/messages.hpp"
+#include "protocol/sqlstate.hpp"
+#include "server/server.hpp"
+#include "server/session.hpp"
+#include "server/session_util.hpp"
+
+namespace splitpoint::server {
+
+namespace proto = splitpoint::protocol;
+using routing::SessionCommand;
+
+awaitable<void> Session::serve() {
+  auto self = shared_from_this();
+  auto ex = co_await asio::this_coro::executor;
+  pump_exit_ = std::make_unique<asio::steady_timer>(ex);
+  const auto idle_timeout = runtime_->config.timeouts.client_idle;
+  for (;;) {
+    for (;;) {
+      auto r = proto::decode_frame(std::string_view(cbuf_).substr(cpos_), proto::Direction::frontend, limits_);
+      if (r.status == proto::FrameStatus::need_more) break;
+      if (r.status == proto::FrameStatus::error) {
+        spdlog::info("[{}] closed: {}", id_, r.error);
+        co_await detach_for_exit();
+        co_await send_error("FATAL", sqlstate::protocol_violation, r.error, false);
+        co_return;
+      }
+      const auto f = r.frame;
+      if (f.type == 'X') co_return;
+      bool go_on = co_await handle_frame(f);
+      cpos_ += f.size;
+      if (!go_on || closing_) co_return;
+    }
+    co_await flush_to_backend();
+    if (closing_) co_return;
+    if (server_.shutting_down() && !cur() && client_txn_ == 'I') {
+      co_await send_error("FATAL", sqlstate::admin_shutdown, "terminating connection due to administrator command",
+                          false);
+      co_return;
+    }
+    if (cpos_ > 0) {
+      cbuf_.erase(0, cpos_);
+      cpos_ = 0;
+    }
+    bool timed = idle_timeout.count() > 0 && !cur() && client_txn_ == 'I';
+    if (timed) {
+      if (!idle_timer_) idle_timer_ = std::make_unique<asio::steady_timer>(ex);
+      idle_timer_->expires_after(idle_timeout);
+      idle_timer_->async_wait([this, self](error_code ec) {
+        if (ec) return;
+        idle_timed_out_ = true;
+        error_code ignored;
+        stream_.socket().cancel(ignored);
+      });
+    }
+    auto ec = co_await stream_.read_some(cbuf_);
+    if (timed) idle_timer_->cancel();
+    if (idle_timed_out_) {
+      spdlog::info("[{}] closed: idle timeout", id_);
+      co_await send_error("FATAL", sqlstate::idle_session_timeout,
+                          "terminating connection due to idle-session timeout", false);
+      co_return;
+    }
+    if (ec == asio::error::operation_aborted && server_.shutting_down() && !cur()) {
+      co_await send_error("FATAL", sqlstate::admin_shutdown, "terminating connection due to administrator command",
+                          false);
+      co_return;
+    }
+    if (ec) {
+      if (ec != asio::error::eof && ec != asio::error::operation_aborted)
+        spdlog::debug("[{}] client read: {}", id_, ec.message());
+      co_return;
+    }
+  }
+}
+
+// One client message. False ends the session (the reason was already sent).
+awaitable<bool> Session::handle_frame(const proto::Frame& f) {
+  if (skip_until_sync_) {
+    // After an error the proxy found itself, as PostgreSQL does after an error:
+    // discard until Sync, then one ReadyForQuery.
+    if (f.type == 'S') {
+      skip_until_sync_ = false;
+      co_await send_ready();
+    }
+    co_return true;
+  }
+  switch (f.type) {
+    case 'Q':
+      co_return co_await handle_query(f);
+    case 'P':
+      co_return co_await handle_parse(f);
+    case 'B':
+      co_return co_await handle_bind(f);
+    case 'D': {
+      auto d = proto::Describe::decode(f.body);
+      if (!d) break;
+      if (!cur() && !co_await use_shard(pick_any_shard())) {
+        skip_until_sync_ = true;
+        co_return !closing_;
+      }
+      auto it = d->kind == 'S' ? prepared_.find(std::string(d->name)) : prepared_.end();
+      if (it == prepared_.end()) {
+        forward_raw(f, 0);
+      } else {
+        ensure_prepared(it->second);
+        proto::Describe{'S', it->second.server_name}.encode(bout_);
+        sent_after_sync_ = true;
+      }
+      co_return true;
+    }
+    case 'C': {
+      auto c = proto::Close::decode(f.body);
+      if (!c) break;
+      auto it = c->kind == 'S' ? prepared_.find(std::string(c->name)) : prepared_.end();
+      if (!cur()) {
+        // Nothing is owed by any backend: answer in order ourselves.
+        if (it != prepared_.end()) prepared_.erase(it);
+        std::string out;
+        proto::encode_close_complete(out);
+        co_await stream_.write(out);
+        co_return true;
+      }
+      if (it == prepared_.end() || it->second.server_name.empty()) {
+        if (it != prepared_.end()) prepared_.erase(it);
+        forward_raw(f, '3');
+      } else {
+        proto::Close{'S', it->second.server_name}.encode(bout_);
+        cur()->prepared.erase(it->second.server_name);
+        expect_.push_back(Expect{'3'});
+        sent_after_sync_ = true;
+        prepared_.erase(it);
+      }
+      co_return true;
+    }
+    case 'S':
+      if (!cur()) {
+        co_await send_ready();
+        co_return true;
+      }
+      forward_raw(f, 'Z');
+      co_return true;
+    case 'E':
+    case 'H':
+      if (!cur() && !co_await use_shard(pick_any_shard())) {
+        skip_until_sync_ = true;
+        co_return !closing_;
+      }
+      forward_raw(f, 0);
+      co_return true;
+    case 'd':
+    case 'c':
+    case 'f':
+      if (cur()) forward_raw(f, 0);
+      co_return true;
+    default:
+      break;
+  }
+  co_await detach_for_exit();
+  co_await send_error("FATAL", sqlstate::protocol_violation,
+                      "invalid frontend message type " + std::to_string(static_cast<unsigned char>(f.type)), false);
+  co_return false;
+}
+
+// Appends a client message unchanged for the current backend. `expect` is the
+// response type it is owed ('1', '2', '3', 'Z'), or 0 for none.
+void Session::forward_raw(const proto::Frame& f, char expect) {
+  bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
+  if (expect) expect_.push_back(Expect{expect});
+  sent_after_sync_ = expect != 'Z';
+}
+
+awaitable<void> Session::flush_to_backend() {
+  if (bout_.empty() || !cur()) {
+    bout_.clear();
+    co_return;
+  }
+  auto [ec, n] = co_await asio::async_write(cur()->socket, asio::buffer(bout_), use_nothrow);
+  bout_.clear();
+  if (ec) {
+    // The pump sees the broken connection too and tells the client.
+    spdlog::warn("[{}] write to server failed: {}", id_, ec.message());
+    error_code ignored;
+    cur()->socket.close(ignored);
+  }
+}
+
+// Makes `shard` the current backend: waits until the current one owes nothing,
+// then attaches. False if it failed (the error was reported to the client).
+awaitable<bool> Session::use_shard(std::size_t shard) {
+  if (cur_ == shard && pump_active_) co_return true;
+  bool mid_batch = sent_after_sync_;
+  co_await drain();
+  if (closing_) co_return false;
+  if (mid_batch && batch_failed_) {
+    // The previous shard failed inside this extended batch: discard until Sync.
+    skip_until_sync_ = true;
+    co_return false;
+  }
+  co_return co_await attach(shard);
+}
+
+awaitable<bool> Session::attach(std::size_t shard) {
+  bool joined = false;
+  if (!held_[shard]) {
+    // Wait for a connection as long as a login may take.
+    auto r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
+    if (!r.backend) {
+      spdlog::warn("[{}] no backend: {}", id_, r.message);
+      co_await send_error("ERROR", r.sqlstate, r.message, false);
+      if (client_txn_ != 'I') client_txn_ = 'E';
+      co_return false;
+    }
+    held_[shard] = std::move(r.backend);
+    joined = true;
+  }
+  Backend* b = held_[shard].get();
+  cur_ = shard;
+  set_cancel_target(b, shard);
+  if (b->needs_discard || b->applied_state != state_hash_) {
+    std::string script = b->needs_discard ? "DISCARD ALL;" : "RESET ALL;";
+    script += state_script_;
+    proto::Query{script}.encode(bout_);
+    expect_.push_back(Expect{'Z', true});
+    if (b->needs_discard) {
+      b->prepared.clear();
+      b->unnamed_owner = {0, 0};
+    }
+    b->needs_discard = false;
+    b->applied_state = state_hash_;
+  }
+  if (joined && client_txn_ != 'I') {
+    // The client is inside a transaction: this shard joins it.
+    proto::Query{begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_)}.encode(bout_);
+    expect_.push_back(Expect{'Z', true});
+  }
+  pump_active_ = true;
+  stop_pump_ = false;
+  pump_exit_->expires_at(asio::steady_timer::time_point::max());
+  asio::co_spawn(co_await asio::this_coro::executor, pump(), asio::detached);
+  co_return true;
+}
+
+// Waits until the current backend owes nothing and detaches the pump from it (it
+// stays held inside a transaction, else it went back to the pool).
+awaitable<void> Session::drain() {
+  if (!pump_active_) {
+    bout_.clear();
+    co_return;
+  }
+  if (sent_after_sync_) {
+    // Close the implicit transaction of an unfinished extended batch so it completes.
+    proto::encode_sync(bout_);
+    expect_.push_back(Expect{'Z', true});
+    sent_after_sync_ = false;
+  }
+  co_await flush_to_backend();
+  if (!pump_active_) co_return;
+  stop_pump_ = true;
+  if (expect_.empty()) {
+    error_code ignored;
+    cur()->socket.cancel(ignored);
+  }
+  co_await pump_exit_->async_wait(use_nothrow);
+}
+
+void Session::ensure_prepared(const Prepared& p) {
+  Backend* b = cur();
+  if (p.server_name.empty()) {
+    std::pair<std::uint64_t, std::uint64_t> mine{id_, unnamed_seq_};
+    if (b->unnamed_owner == mine) return;
+    proto::Writer w(bout_, 'P');
+    w.cstr("").bytes(p.parse_rest).finish();
+    b->unnamed_owner = mine;
+  } else {
+    if (b->prepared.count(p.server_name)) return;
+    proto::Writer w(bout_, 'P');
+    w.cstr(p.server_name).bytes(p.parse_rest).finish();
+    b->prepared.insert(p.server_name);
+  }
+  Expect e{'1', true};
+  e.name = p.server_name;
+  expect_.push_back(std::move(e));
+  sent_after_sync_ = true;
+}
+
+// Handles one backend message; true if it goes to the client.
+bool Session::process_backend_frame(char type, std::string_view body) {
+  auto in_injected_query = [this] { return !expect_.empty() && expect_.front().type == 'Z' && expect_.front().swallow; };
+  auto drop_until_sync = [this] {
+    while (!expect_.empty() && expect_.front().type != 'Z') {
+      if (expect_.front().type == '1' && !expect_.front().name.empty()) cur()->prepared.erase(expect_.front().name);
+      expect_.pop_front();
+    }
+  };
+  switch (type) {
+    case '1':
+    case '2':
+    case '3': {
+      if (expect_.empty() || expect_.front().type != type) {
+        spdlog::error("[{}] unexpected backend message '{}'", id_, type);
+        return true;
+      }
+      bool swallow = expect_.front().swallow;
+      expect_.pop_front();
+      return !swallow;
+    }
+    case 'E': {
+      bool swallow = in_injected_query();
+      if (swallow) {
+        auto e = proto::ErrorFields::decode(body);
+        spdlog::warn("[{}] injected statement failed: {}", id_, e ? std::string(e->get('M')) : "?");
+      }
+      drop_until_sync();
+      if (!expect_.empty()) expect_.front().failed = true;
+      if (!swallow) batch_failed_ = true;
+      return !swallow;
+    }
+    case 'Z': {
+      drop_until_sync();
+      char status = body.size() == 1 ? body[0] : 'E';
+      cur()->status = status;
+      if (expect_.empty()) {
+        spdlog::error("[{}] unexpected ReadyForQuery", id_);
+        return true;
+      }
+      Expect e = std::move(expect_.front());
+      expect_.pop_front();
+      if (e.swallow) return false;
+      batch_failed_ = false;
+      client_txn_ = status;
+      if (!e.failed && e.command != SessionCommand::none) pending_commands_.push_back(std::move(e));
+      if (status == 'I') {
+        if (last_tag_rollback_) pending_commands_.clear();
+        apply_session_commands();
+        begin_sql_.clear();
+        write_shard_.reset();
+      }
+      return true;
+    }
+    case 'C':
+      if (in_injected_query()) return false;
+      last_tag_rollback_ = body.rfind("ROLLBACK", 0) == 0;
+      return true;
+    case 'A':
+      return true;
+    default:
+      return !in_injected_query();
+  }
+}
+
+void Session::apply_session_commands() {
+  if (pending_commands_.empty()) return;
+  bool backend_reset = false;
+  for (auto& c : pending_commands_) {
+    auto it = std::find_if(sets_.begin(), sets_.end(), [&](auto& p) { return p.first == c.name; });
+    switch (c.command) {
+      case SessionCommand::set:
+        if (it != sets_.end()) it->second = c.text;
+        else sets_.emplace_back(c.name, c.text);
+        break;
+      case SessionCommand::reset:
+        if (it != sets_.end()) sets_.erase(it);
+        break;
+      case SessionCommand::reset_all:
+      case SessionCommand::discard_all:
+        sets_.clear();
+        backend_reset = true;  // the backend now has its own defaults, not the client's
+        break;
+      default:
+        break;
+    }
+  }
+  pending_commands_.clear();
+  rebuild_state_script();
+  if (cur()) cur()->applied_state = backend_reset ? kStateUnknown : state_hash_;
+}
+
+void Session::rebuild_state_script() {
+  state_script_.clear();
+  for (auto& [k, v] : startup_params_) state_script_ += "SET " + k + " TO " + quote_literal(v) + ";";
+  for (auto& [k, stmt] : sets_) state_script_ += stmt + ";";
+  if (state_script_.empty()) {
+    state_hash_ = kStateDefault;
+  } else {
+    state_hash_ = std::hash<std::string>{}(state_script_) | 1;
+    if (state_hash_ == kStateUnknown) state_hash_ ^= 2;
+  }
+}
+
+bool Session::should_release() const {
+  return cur() && expect_.empty() && !sent_after_sync_ && cur()->status == 'I' && !pinned_ && !closing_ &&
+         runtime_->config.pool_mode == config::PoolMode::transaction;
+}
+
+void Session::release_shard(std::size_t shard, bool reusable) {
+  std::unique_ptr<Backend> b;
+  {
+    std::lock_guard lock(cancel_mu_);
+    b = std::move(held_[shard]);
+    if (cancel_backend_ == b.get()) cancel_backend_ = nullptr;
+  }
+  if (!b) return;
+  if (!b->read_buf.empty() || b->status != 'I') reusable = false;
+  pools_[shard]->release(std::move(b), reusable);
+}
+
+void Session::release_all(bool reusable) {
+  for (std::size_t s = 0; s < held_.size(); ++s) release_shard(s, reusable);
+}
+
+awaitable<void> Session::pump() {
+  auto self = shared_from_this();
+  const std::size_t shard = cur_;
+  Backend* b = held_[shard].get();
+  std::string& in = b->read_buf;
+  bool lost = false;
+  for (;;) {
+    auto ec = co_await read_into(b->socket, in, 16384);
+    if (ec) {
+      lost = !(ec == asio::error::operation_aborted && (stop_pump_ || closing_));
+      break;
+    }
+    std::size_t pos = 0, plain_end = 0;
+    bool filtered = false;
+    for (;;) {
+      auto r = proto::decode_frame(std::string_view(in).substr(pos), proto::Direction::backend, limits_);
+      if (r.status == proto::FrameStatus::need_more) break;
+      if (r.status == proto::FrameStatus::error) {
+        spdlog::error("[{}] malformed message from shard {}", id_, pools_[shard]->target().shard);
+        lost = true;
+        break;
+      }
+      bool keep = process_backend_frame(r.frame.type, r.frame.body);
+      if (keep && !filtered) {
+        plain_end = pos + r.frame.size;
+      } else if (keep) {
+        cout_.append(in, pos, r.frame.size);
+      } else if (!filtered) {
+        filtered = true;
+        cout_.assign(in, 0, plain_end);
+      }
+      pos += r.frame.size;
+    }
+    if (lost) break;
+    std::string_view data = filtered ? std::string_view(cout_) : std::string_view(in).substr(0, plain_end);
+    if (!data.empty() && co_await stream_.write(data)) {
+      closing_ = true;  // client gone; the client loop sees it on its next read
+      stream_.close();
+    }
+    cout_.clear();
+    in.erase(0, pos);
+    if (closing_) break;
+    bool owes_nothing = expect_.empty() && !sent_after_sync_;
+    if (should_release()) {
+      release_all(true);
+      break;
+    }
+    if (stop_pump_ && owes_nothing) break;
+    if (server_.shutting_down() && owes_nothing && client_txn_ == 'I') on_shutdown();
+  }
+  cur_ = kNoShard;
+  pump_active_ = false;
+  set_cancel_target(nullptr, 0);
+  pump_exit_->cancel();
+  if (lost && !closing_) {
+    spdlog::warn("[{}] lost connection to shard {}", id_, pools_[shard]->target().shard);
+    backend_lost_ = true;
+    release_shard(shard, false);
+    expect_.clear();
+    closing_ = true;
+    std::string out;
+    proto::ErrorFields::make("FATAL", sqlstate::connection_failure, "server connection lost").encode(out, 'E');
+    co_await stream_.write(out);
+    stream_.close();
+  }
+}
+
+// Stops the pump and gives held backends back (clean and idle) or closes them.
+awaitable<void> Session::detach_for_exit() {
+  closing_ = true;
+  bool clean = expect_.empty() && !sent_after_sync_ && !pinned_ && !backend_lost_;
+  if (pump_active_) {
+    error_code ignored;
+    cur()->socket.cancel(ignored);
+    co_await pump_exit_->async_wait(use_nothrow);
+  }
+  for (std::size_t s = 0; s < held_.size(); ++s) {
+    if (!held_[s]) continue;
+    if (clean && held_[s]->status == 'I') {
+      held_[s]->needs_discard = true;  // session mode: the next client starts fresh
+      held_[s]->applied_state = kStateUnknown;
+    }
+    release_shard(s, clean);
+  }
+}
+
+}  // namespace splitpoint::server

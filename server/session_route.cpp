@@ -1,0 +1,627 @@
+// Routing decisions for each statement, transactions over several shards,
+// multi-shard writes and the proxy's own commands (SET/SHOW splitpoint.*).
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+
+#include "protocol/buffer.hpp"
+#include "protocol/messages.hpp"
+#include "protocol/sqlstate.hpp"
+#include "server/server.hpp"
+#include "server/session.hpp"
+#include "server/session_util.hpp"
+
+namespace splitpoint::server {
+
+namespace proto = splitpoint::protocol;
+using routing::RouteKind;
+using routing::SessionCommand;
+using routing::StatementClass;
+using routing::TxnCommand;
+
+namespace {
+
+constexpr const char* kInFailedTransaction = "25P02";
+
+// Splits "INSERT 0 5" / "UPDATE 3" / "CREATE TABLE" into verb and row count.
+std::pair<std::string, std::optional<long long>> split_tag(std::string_view tag) {
+  auto sp = tag.rfind(' ');
+  if (sp != std::string_view::npos) {
+    long long n = 0;
+    auto digits = tag.substr(sp + 1);
+    auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+    if (ec == std::errc() && p == digits.data() + digits.size()) return {std::string(tag.substr(0, sp)), n};
+  }
+  return {std::string(tag), std::nullopt};
+}
+
+}  // namespace
+
+std::size_t Session::pick_any_shard() {
+  if (cur_ != kNoShard) return cur_;
+  for (std::size_t s = 0; s < held_.size(); ++s)
+    if (held_[s]) return s;
+  if (routing_.shard) return *routing_.shard;
+  // Spread keyless reads (reference tables, catalog) over the shards.
+  return next_any_++ % pools_.size();
+}
+
+std::optional<std::size_t> Session::single_target(const routing::Route& route) {
+  switch (route.kind) {
+    case RouteKind::any_shard:
+      return pick_any_shard();
+    case RouteKind::shards:
+      if (route.shards.size() == 1) return route.shards.front();
+      return std::nullopt;
+    case RouteKind::all_shards:
+      if (pools_.size() == 1) return std::size_t{0};
+      return std::nullopt;
+    default:
+      return std::nullopt;
+  }
+}
+
+// Inside a transaction only one shard may be written (SPEC §5).
+bool Session::check_write(const routing::Route& route, std::size_t shard, std::string& error) {
+  if (route.cls != StatementClass::write && route.cls != StatementClass::ddl) return true;
+  if (client_txn_ == 'I') return true;
+  if (write_shard_ && *write_shard_ != shard) {
+    error = "transaction would write to shard \"" + pools_[shard]->target().shard + "\" after writing to shard \"" +
+            pools_[*write_shard_]->target().shard + "\"; a transaction may write to one shard only";
+    return false;
+  }
+  write_shard_ = shard;
+  return true;
+}
+
+routing::ShapeLookup Session::shape_lookup(std::vector<std::shared_ptr<const routing::TableShape>>& keep) {
+  return [this, &keep](std::string_view table) -> const routing::TableShape* {
+    auto s = runtime_->shapes->find(table);
+    if (!s) return nullptr;
+    keep.push_back(s);
+    return s.get();
+  };
+}
+
+// Learns the column order and types of tables from a shard's catalog.
+awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables) {
+  std::string list;
+  for (auto& t : tables) {
+    if (!list.empty()) list += ",";
+    list += quote_literal(t);
+  }
+  std::string sql =
+      "SELECT c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod) "
+      "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+      "WHERE c.relname IN (" + list + ") AND pg_catalog.pg_table_is_visible(c.oid) "
+      "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY c.relname, a.attnum";
+  co_await drain();
+  auto reply = co_await run_on(pick_any_shard(), sql);
+  if (reply.lost || !reply.error.empty()) co_return false;
+  std::map<std::string, routing::TableShape> found;
+  for (auto& t : tables) found[t];  // a table that does not exist gets an empty shape
+  proto::Reader all(reply.messages);
+  while (all.remaining() >= 5) {
+    char type = static_cast<char>(all.u8());
+    auto len = all.i32();
+    auto body = all.bytes(static_cast<std::size_t>(len) - 4);
+    if (!all.ok()) break;
+    if (type != 'D') continue;
+    auto row = proto::DataRow::decode(body);
+    if (!row || row->values.size() != 3 || !row->values[0] || !row->values[1] || !row->values[2]) continue;
+    auto& shape = found[std::string(*row->values[0])];
+    shape.columns.emplace_back(*row->values[1]);
+    shape.types.emplace_back(*row->values[2]);
+  }
+  for (auto& [name, shape] : found) runtime_->shapes->put(name, std::move(shape));
+  co_return true;
+}
+
+// Routes again after learning missing table shapes. False: an error was reported.
+awaitable<bool> Session::route_with_shapes(routing::Route& route, const std::function<routing::Route()>& again) {
+  for (int attempt = 0; route.kind == RouteKind::need_shapes && attempt < 2; ++attempt) {
+    if (!co_await fetch_shapes(route.missing_tables)) {
+      route.kind = RouteKind::error;
+      route.sqlstate = sqlstate::connection_failure;
+      route.message = "cannot read the table definitions from the shards";
+      break;
+    }
+    route = again();
+  }
+  if (route.kind == RouteKind::need_shapes) {
+    route.kind = RouteKind::error;
+    route.sqlstate = sqlstate::internal_error;
+    route.message = "table definitions unavailable";
+  }
+  co_return true;
+}
+
+// Refuses the statement the way PostgreSQL reports an error.
+awaitable<bool> Session::reject(std::string_view code, std::string message, bool extended, int position) {
+  co_await drain();
+  if (closing_) co_return false;
+  std::string out;
+  auto fields = proto::ErrorFields::make("ERROR", code, message);
+  if (position > 0) fields.fields.emplace_back('P', std::to_string(position));
+  fields.encode(out, 'E');
+  if (client_txn_ != 'I') client_txn_ = 'E';
+  if (extended) {
+    skip_until_sync_ = true;
+  } else {
+    proto::ReadyForQuery{client_txn_}.encode(out);
+  }
+  co_await stream_.write(out);
+  co_return true;
+}
+
+awaitable<bool> Session::handle_query(const proto::Frame& f) {
+  auto q = proto::Query::decode(f.body);
+  if (!q) {
+    co_await detach_for_exit();
+    co_await send_error("FATAL", sqlstate::protocol_violation, "invalid Query message", false);
+    co_return false;
+  }
+  std::string_view sql = q->sql;
+  std::vector<std::shared_ptr<const routing::TableShape>> keep;
+  auto lookup = shape_lookup(keep);
+  auto& router = *runtime_->router;
+  auto route = router.route_simple(sql, routing_, lookup);
+  co_await route_with_shapes(route, [&] { return router.route_simple(sql, routing_, lookup); });
+
+  if (client_txn_ == 'E' && route.txn != TxnCommand::rollback && route.txn != TxnCommand::commit &&
+      route.txn != TxnCommand::rollback_to_savepoint)
+    co_return co_await reject(kInFailedTransaction,
+                              "current transaction is aborted, commands ignored until end of transaction block", false);
+  if (route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback)
+    co_return co_await finish_transaction(f, route.txn, sql);
+  if (route.txn == TxnCommand::begin && client_txn_ == 'I') {
+    // Held until the first statement that routes; each shard joins with this text.
+    co_await drain();
+    begin_sql_ = std::string(sql);
+    client_txn_ = 'T';
+    std::string out;
+    proto::CommandComplete{"BEGIN"}.encode(out);
+    proto::ReadyForQuery{client_txn_}.encode(out);
+    co_await stream_.write(out);
+    co_return true;
+  }
+  switch (route.kind) {
+    case RouteKind::error:
+      co_return co_await reject(route.sqlstate, route.message, false, route.position);
+    case RouteKind::local:
+      co_await drain();
+      co_return co_await run_local(*route.local);
+    default:
+      break;
+  }
+  if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
+  auto target = single_target(route);
+  if (!target) {
+    if (route.cls == StatementClass::read)
+      co_return co_await reject(sqlstate::cannot_merge,
+                                "statement needs several shards; multi-shard reads are not supported yet", false);
+    co_return co_await run_on_shards(route, sql);
+  }
+  std::string error;
+  if (!check_write(route, *target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, false);
+  if (!co_await use_shard(*target)) {
+    if (closing_) co_return false;
+    co_await send_ready();
+    co_return true;
+  }
+  bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
+  Expect e{'Z'};
+  auto cmd = routing::classify_session_command(sql);
+  switch (cmd.kind) {
+    case SessionCommand::none:
+    case SessionCommand::set_local:
+      break;
+    case SessionCommand::listen:
+      pinned_ = true;
+      break;
+    case SessionCommand::deallocate_all:
+    case SessionCommand::discard_all:
+      prepared_.clear();
+      cur()->prepared.clear();
+      cur()->unnamed_owner = {0, 0};
+      e.command = cmd.kind;
+      break;
+    default:
+      e.command = cmd.kind;
+      e.name = std::move(cmd.name);
+      e.text = std::string(sql);
+      break;
+  }
+  expect_.push_back(std::move(e));
+  sent_after_sync_ = false;
+  co_return true;
+}
+
+awaitable<bool> Session::handle_parse(const proto::Frame& f) {
+  proto::Reader r(f.body);
+  auto name = r.cstr();
+  auto rest = r.rest();
+  auto parse = proto::Parse::decode(f.body);
+  if (!r.ok() || !parse) {
+    co_await detach_for_exit();
+    co_await send_error("FATAL", sqlstate::protocol_violation, "invalid Parse message", false);
+    co_return false;
+  }
+  Prepared p;
+  p.server_name = name.empty() ? std::string() : statement_name_for(rest);
+  p.parse_rest.assign(rest);
+  p.plan = runtime_->router->plan(parse->query, parse->param_types);
+  auto& slot = prepared_[std::string(name)] = std::move(p);
+  if (name.empty()) ++unnamed_seq_;
+
+  if (!cur()) {
+    // Prepare where the statement will run if its Bind is already here; else anywhere.
+    std::size_t shard = pick_any_shard();
+    std::size_t pos = cpos_ + f.size;
+    for (;;) {
+      auto next = proto::decode_frame(std::string_view(cbuf_).substr(pos), proto::Direction::frontend, limits_);
+      if (next.status != proto::FrameStatus::ok || next.frame.type == 'S' || next.frame.type == 'P') break;
+      if (next.frame.type == 'B') {
+        auto bind = proto::Bind::decode(next.frame.body);
+        if (bind && bind->statement == name) {
+          std::vector<std::shared_ptr<const routing::TableShape>> keep;
+          routing::BoundParams params{bind->params, bind->param_formats, parse->param_types};
+          auto route = runtime_->router->route(*slot.plan, params, routing_, shape_lookup(keep));
+          if (auto t = single_target(route)) shard = *t;
+        }
+        break;
+      }
+      pos += next.frame.size;
+    }
+    if (!co_await use_shard(shard)) {
+      skip_until_sync_ = true;
+      co_return !closing_;
+    }
+  }
+  Backend* b = cur();
+  if (name.empty()) {
+    bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
+    b->unnamed_owner = {id_, unnamed_seq_};
+    expect_.push_back(Expect{'1'});
+  } else {
+    if (b->prepared.count(slot.server_name)) {
+      // Same text already prepared here: re-create it so the client's Parse gets its
+      // own ParseComplete in order.
+      proto::Close{'S', slot.server_name}.encode(bout_);
+      expect_.push_back(Expect{'3', true});
+    }
+    proto::Writer w(bout_, 'P');
+    w.cstr(slot.server_name).bytes(slot.parse_rest).finish();
+    Expect e{'1'};
+    e.name = slot.server_name;
+    expect_.push_back(std::move(e));
+    b->prepared.insert(slot.server_name);
+  }
+  sent_after_sync_ = true;
+  co_return true;
+}
+
+awaitable<bool> Session::handle_bind(const proto::Frame& f) {
+  auto bind = proto::Bind::decode(f.body);
+  if (!bind) {
+    co_await detach_for_exit();
+    co_await send_error("FATAL", sqlstate::protocol_violation, "invalid Bind message", false);
+    co_return false;
+  }
+  auto it = prepared_.find(std::string(bind->statement));
+  if (it == prepared_.end()) {
+    // Unknown statement: let PostgreSQL report it.
+    if (!cur() && !co_await use_shard(pick_any_shard())) {
+      skip_until_sync_ = true;
+      co_return !closing_;
+    }
+    forward_raw(f, '2');
+    co_return true;
+  }
+  const Prepared& p = it->second;
+  auto parse = proto::Parse::decode(std::string(1, '\0') + p.parse_rest);
+  std::vector<std::int32_t> types = parse ? parse->param_types : std::vector<std::int32_t>{};
+  std::vector<std::shared_ptr<const routing::TableShape>> keep;
+  auto lookup = shape_lookup(keep);
+  routing::BoundParams params{bind->params, bind->param_formats, types};
+  auto& router = *runtime_->router;
+  auto route = router.route(*p.plan, params, routing_, lookup);
+  co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, routing_, lookup); });
+
+  if (client_txn_ == 'E' && route.txn != TxnCommand::rollback && route.txn != TxnCommand::commit &&
+      route.txn != TxnCommand::rollback_to_savepoint)
+    co_return co_await reject(kInFailedTransaction,
+                              "current transaction is aborted, commands ignored until end of transaction block", true);
+  if (route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback) {
+    // Finish the other shards first; the client's own message ends the last one.
+    co_await drain();
+    std::optional<std::size_t> last = write_shard_;
+    for (std::size_t s = 0; s < held_.size(); ++s)
+      if (held_[s] && !last) last = s;
+    bool failed = client_txn_ == 'E';
+    for (std::size_t s = 0; s < held_.size(); ++s) {
+      if (!held_[s] || s == last) continue;
+      auto reply = co_await run_on(s, failed || route.txn == TxnCommand::rollback ? "ROLLBACK" : "COMMIT");
+      release_shard(s, !reply.lost && reply.error.empty());
+    }
+    route.kind = RouteKind::shards;
+    route.shards = {last ? *last : pick_any_shard()};
+  } else if (route.txn == TxnCommand::begin) {
+    begin_sql_ = parse ? std::string(parse->query) : std::string("BEGIN");
+  }
+  switch (route.kind) {
+    case RouteKind::error:
+      co_return co_await reject(route.sqlstate, route.message, true, route.position);
+    case RouteKind::local:
+      co_return co_await reject(sqlstate::feature_not_supported,
+                                "SET/SHOW splitpoint.* is only available in the simple query protocol", true);
+    default:
+      break;
+  }
+  if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
+  auto target = single_target(route);
+  if (!target)
+    co_return co_await reject(sqlstate::cannot_merge,
+                              route.cls == StatementClass::read
+                                  ? "statement needs several shards; multi-shard reads are not supported yet"
+                                  : "multi-shard writes are only supported in the simple query protocol",
+                              true);
+  std::string error;
+  if (!check_write(route, *target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, true);
+  if (!co_await use_shard(*target)) {
+    skip_until_sync_ = true;
+    co_return !closing_;
+  }
+  ensure_prepared(p);
+  if (p.server_name.empty()) {
+    bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
+  } else {
+    proto::Reader r(f.body);
+    auto portal = r.cstr();
+    r.cstr();
+    auto rest = r.rest();
+    proto::Writer w(bout_, 'B');
+    w.cstr(portal).cstr(p.server_name).bytes(rest).finish();
+  }
+  expect_.push_back(Expect{'2'});
+  sent_after_sync_ = true;
+  co_return true;
+}
+
+// COMMIT / ROLLBACK in the simple protocol: every shard that joined the transaction
+// finishes it; the written shard last, so a failed commit there is what the client sees.
+awaitable<bool> Session::finish_transaction(const proto::Frame& f, TxnCommand txn, std::string_view sql) {
+  co_await drain();
+  if (closing_) co_return false;
+  bool rollback = txn == TxnCommand::rollback || client_txn_ == 'E';
+  const char* verb = rollback ? "ROLLBACK" : "COMMIT";
+  std::string error, tag = verb;
+  std::vector<std::size_t> order;
+  for (std::size_t s = 0; s < held_.size(); ++s)
+    if (held_[s] && (!write_shard_ || s != *write_shard_)) order.push_back(s);
+  if (write_shard_ && held_[*write_shard_]) order.push_back(*write_shard_);
+  for (auto s : order) {
+    auto reply = co_await run_on(s, verb);
+    if (!reply.error.empty() && error.empty()) error = reply.error;
+    if (!reply.tag.empty()) tag = reply.tag;
+    if (runtime_->config.pool_mode == config::PoolMode::transaction || reply.lost) release_shard(s, !reply.lost);
+  }
+  if (client_txn_ == 'I' && order.empty() && !rollback) {
+    // PostgreSQL warns about COMMIT outside a transaction; so do we.
+    std::string out;
+    proto::ErrorFields::make("WARNING", "25P01", "there is no transaction in progress").encode(out, 'N');
+    co_await stream_.write(out);
+  }
+  client_txn_ = 'I';
+  begin_sql_.clear();
+  write_shard_.reset();
+  pending_commands_.clear();
+  std::string out;
+  if (!error.empty()) {
+    proto::Writer w(out, 'E');
+    w.bytes(error).finish();
+  } else {
+    proto::CommandComplete{tag}.encode(out);
+  }
+  proto::ReadyForQuery{'I'}.encode(out);
+  co_await stream_.write(out);
+  co_return true;
+}
+
+// A write every shard (or several) must apply, outside a transaction: run it on
+// each, then answer with one combined result.
+awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_view sql) {
+  std::vector<std::size_t> targets = route.shards;
+  if (route.kind == RouteKind::all_shards || targets.empty()) {
+    targets.clear();
+    for (std::size_t s = 0; s < pools_.size(); ++s) targets.push_back(s);
+  }
+  if (client_txn_ != 'I' && targets.size() > 1)
+    co_return co_await reject(sqlstate::cross_shard_write,
+                              "statement would write to " + std::to_string(targets.size()) +
+                                  " shards inside a transaction; a transaction may write to one shard only",
+                              false);
+  co_await drain();
+  if (closing_) co_return false;
+  std::string rows, first_error, applied, failed;
+  bool have_description = false;
+  std::string verb;
+  long long total = 0;
+  bool counted = false;
+  for (auto s : targets) {
+    std::string_view stmt = sql;
+    for (auto& [shard, text] : route.per_shard_sql)
+      if (shard == s) stmt = text;
+    auto reply = co_await run_on(s, stmt);
+    const std::string& name = pools_[s]->target().shard;
+    if (!reply.error.empty() || reply.lost) {
+      if (first_error.empty()) first_error = reply.lost ? std::string() : reply.error;
+      failed += (failed.empty() ? "" : ", ") + name;
+      continue;
+    }
+    applied += (applied.empty() ? "" : ", ") + name;
+    proto::Reader all(reply.messages);
+    while (all.remaining() >= 5) {
+      char type = static_cast<char>(all.u8());
+      auto len = all.i32();
+      auto body = all.bytes(static_cast<std::size_t>(len) - 4);
+      if (!all.ok()) break;
+      if (type == 'T' && have_description) continue;
+      if (type == 'T') have_description = true;
+      if (type == 'C') continue;
+      proto::Writer w(rows, type);
+      w.bytes(body).finish();
+    }
+    auto [v, n] = split_tag(reply.tag);
+    verb = v;
+    if (n) {
+      total += *n;
+      counted = true;
+    }
+  }
+  std::string out;
+  if (!failed.empty()) {
+    std::string message = "statement failed on shard(s) " + failed;
+    message += applied.empty() ? "; it was applied on no shard" : "; it was applied on shard(s) " + applied;
+    auto original = proto::ErrorFields::decode(first_error);
+    std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
+    if (original) message += ": " + std::string(original->get('M'));
+    proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
+  } else {
+    out += rows;
+    std::string tag = verb;
+    if (counted) tag += (verb == "INSERT" ? " 0 " : " ") + std::to_string(total);
+    proto::CommandComplete{tag}.encode(out);
+  }
+  proto::ReadyForQuery{client_txn_}.encode(out);
+  co_await stream_.write(out);
+  co_return true;
+}
+
+// Runs one simple-protocol statement on a shard outside the pump (which must not
+// be reading that backend) and collects what it answered.
+awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sql) {
+  Reply reply;
+  std::unique_ptr<Backend> borrowed;
+  Backend* b = held_[shard].get();
+  if (!b) {
+    auto r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
+    if (!r.backend) {
+      reply.lost = true;
+      std::string body;
+      proto::ErrorFields::make("ERROR", r.sqlstate, r.message).encode(body, 'E');
+      reply.error = body.substr(5);
+      co_return reply;
+    }
+    borrowed = std::move(r.backend);
+    b = borrowed.get();
+  }
+  std::string out;
+  int queries = 1;
+  if (b->needs_discard || b->applied_state != state_hash_) {
+    proto::Query{(b->needs_discard ? "DISCARD ALL;" : "RESET ALL;") + state_script_}.encode(out);
+    if (b->needs_discard) {
+      b->prepared.clear();
+      b->unnamed_owner = {0, 0};
+    }
+    b->needs_discard = false;
+    b->applied_state = state_hash_;
+    ++queries;
+  }
+  proto::Query{sql}.encode(out);
+  auto [wec, n] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow);
+  reply.lost = static_cast<bool>(wec);
+  std::string& in = b->read_buf;
+  while (!reply.lost && queries > 0) {
+    auto r = proto::decode_frame(in, proto::Direction::backend, limits_);
+    if (r.status == proto::FrameStatus::error) {
+      reply.lost = true;
+      break;
+    }
+    if (r.status == proto::FrameStatus::need_more) {
+      if (co_await read_into(b->socket, in, 16384)) reply.lost = true;
+      continue;
+    }
+    char type = r.frame.type;
+    if (type == 'Z') {
+      --queries;
+      b->status = r.frame.body.empty() ? 'E' : r.frame.body[0];
+    } else if (queries == 1) {
+      if (type == 'E') reply.error.assign(r.frame.body);
+      if (type == 'C') reply.tag.assign(r.frame.body.substr(0, r.frame.body.find('\0')));
+      if (type != 'A' && type != 'S') reply.messages.append(in, 0, r.frame.size);
+    }
+    in.erase(0, r.frame.size);
+  }
+  if (borrowed) pools_[shard]->release(std::move(borrowed), !reply.lost);
+  if (reply.lost && held_[shard]) {
+    error_code ignored;
+    held_[shard]->socket.close(ignored);
+  }
+  co_return reply;
+}
+
+// SET / RESET / SHOW splitpoint.<name>: the proxy's own session settings.
+awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
+  using Kind = routing::LocalCommand::Kind;
+  static const std::vector<std::string> known = {"shard", "deadline", "partial_results", "last_scatter"};
+  std::string out;
+  if (c.kind != Kind::show || c.name != "all") {
+    if (std::find(known.begin(), known.end(), c.name) == known.end())
+      co_return co_await reject(sqlstate::invalid_parameter_value,
+                                "unrecognized configuration parameter \"splitpoint." + c.name + "\"", false);
+  }
+  auto find = [&](const std::string& n) {
+    return std::find_if(local_settings_.begin(), local_settings_.end(), [&](auto& p) { return p.first == n; });
+  };
+  switch (c.kind) {
+    case Kind::set:
+    case Kind::set_local: {
+      if (c.name == "shard") {
+        auto s = runtime_->config.find_shard(c.value);
+        if (!s)
+          co_return co_await reject(sqlstate::no_partition, "unknown shard \"" + c.value + "\"", false);
+        routing_.shard = *s;
+      }
+      auto it = find(c.name);
+      if (it != local_settings_.end()) it->second = c.value;
+      else local_settings_.emplace_back(c.name, c.value);
+      proto::CommandComplete{"SET"}.encode(out);
+      break;
+    }
+    case Kind::reset:
+      if (c.name == "shard" || c.name == "all") routing_.shard.reset();
+      if (c.name == "all") local_settings_.clear();
+      else if (auto it = find(c.name); it != local_settings_.end()) local_settings_.erase(it);
+      proto::CommandComplete{"RESET"}.encode(out);
+      break;
+    case Kind::show: {
+      auto it = find(c.name);
+      std::string value = it != local_settings_.end() ? it->second : "";
+      if (it == local_settings_.end()) {
+        if (c.name == "deadline") value = std::to_string(runtime_->config.scatter.deadline.count()) + "ms";
+        if (c.name == "partial_results")
+          value = runtime_->config.scatter.partial_results == config::PartialResults::allow ? "allow" : "deny";
+      }
+      proto::RowDescription rd;
+      proto::FieldDescription fd;
+      std::string column = "splitpoint." + c.name;
+      fd.name = column;
+      fd.type_oid = 25;  // text
+      fd.type_size = -1;
+      fd.type_modifier = -1;
+      rd.fields.push_back(fd);
+      rd.encode(out);
+      proto::DataRow row;
+      row.values.emplace_back(value);
+      row.encode(out);
+      proto::CommandComplete{"SHOW"}.encode(out);
+      break;
+    }
+  }
+  proto::ReadyForQuery{client_txn_}.encode(out);
+  co_await stream_.write(out);
+  co_return true;
+}
+
+}  // namespace splitpoint::server

@@ -1,0 +1,495 @@
+#!/usr/bin/env python3
+"""Limits and timeouts of splitpoint, against a real PostgreSQL 15.
+
+Each scenario gets its own proxy: timeouts.client_login 1s (silent clients, clients
+that stall during authentication or trickle their startup packet), timeouts.client_idle
+1s (idle sessions get FATAL 57P05; busy ones are not touched), max_client_connections
+3 (the 4th login gets 53300, a slot frees when a client leaves), and
+timeouts.server_connect 1s against a shard that accepts TCP connections and never
+speaks (the client gets an error instead of a hang).
+Run by tests/run (env: PG0_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import pgwire  # noqa: E402
+
+# ------------------------------------------------------------------ local harness helpers
+
+HOST = "127.0.0.1"
+SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
+SP_BIN = os.environ.get("SP_BIN") or os.path.join(os.environ.get("BUILD_DIR", os.path.join(SP_ROOT, "build")),
+                                                  "splitpoint")
+PG0 = int(os.environ["PG0_PORT"])
+os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
+WORKDIR = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix="limits_timeouts-",
+                                                             dir=os.environ["TEST_TMP"])
+os.makedirs(WORKDIR, exist_ok=True)
+PROXIES = []
+
+
+def free_port():
+    """A port from tests/lib/pg.sh's registry (never handed out twice in one run)."""
+    out = subprocess.run(["bash", os.path.join(SP_ROOT, "tests", "lib", "pg.sh"), "free_port"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+class Proxy:
+    """One splitpoint process with its own config file and log in WORKDIR."""
+
+    def __init__(self, name, body):
+        self.name = name
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.config_path = os.path.join(WORKDIR, name + ".yaml")
+        self.log_path = os.path.join(WORKDIR, name + ".log")
+        self.proc = None
+        for path in (self.log_path, self.config_path):
+            if os.path.exists(path):
+                os.unlink(path)
+        self.write_config(body)
+
+    def write_config(self, body):
+        text = (f"listen: {HOST}:{self.port}\nmetrics_listen: {HOST}:{self.metrics_port}\n" +
+                textwrap.dedent(body).strip() + "\n")
+        tmp = self.config_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.config_path)
+
+    def start(self):
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([SP_BIN, "--config", self.config_path], stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        PROXIES.append(self)
+        deadline = time.monotonic() + 15
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name}: splitpoint exited with {self.proc.returncode} before "
+                                     f"listening; log:\n{self.log_tail()}")
+            try:
+                socket.create_connection((HOST, self.port), timeout=1).close()
+                return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: not listening on {self.port} after 15s")
+            time.sleep(0.05)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=20):
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"{self.name}: still running {timeout}s after SIGTERM; killed")
+
+    def log_text(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def log_tail(self, n=40):
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+
+def kill_all_proxies():
+    for p in PROXIES:
+        if p.proc is not None and p.proc.poll() is None:
+            p.proc.kill()
+            p.proc.wait()
+
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+def main():
+    failed = 0
+    try:
+        setup()
+        for fn in TESTS:
+            t0 = time.monotonic()
+            try:
+                fn()
+                print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
+            except Exception:  # noqa: BLE001
+                failed += 1
+                print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
+                traceback.print_exc()
+                for p in PROXIES:
+                    print(f"--- {p.name} log tail:\n{p.log_tail()}\n---", flush=True)
+    finally:
+        try:
+            teardown()
+        finally:
+            kill_all_proxies()
+    print(f"{len(TESTS) - failed}/{len(TESTS)} passed")
+    return 1 if failed else 0
+
+
+# ------------------------------------------------------------------ fixtures
+
+USERS = """
+users:
+  - { name: app, password: secret }
+"""
+SHARD = f"{{ name: s0, host: {HOST}, port: {PG0}, database: app, user: app, password: secret }}"
+STARTED = []
+HOLE = None  # the listener that accepts and never speaks
+
+
+def proxy(name, extra, shard=SHARD):
+    p = Proxy(name, f"""
+auth: scram-sha-256
+{textwrap.dedent(extra).strip()}
+{USERS.strip()}
+shards:
+  - {shard}
+""").start()
+    STARTED.append(p)
+    return p
+
+
+class BlackHole:
+    """Accepts TCP connections and keeps them open without sending a byte."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.port = free_port()
+        self.sock.bind((HOST, self.port))
+        self.sock.listen(64)
+        self.conns = []
+        self.received = 0
+        self.stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.conns.append(c)
+
+    def close(self):
+        self.stop = True
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+def setup():
+    global HOLE
+    HOLE = BlackHole()
+
+
+def teardown():
+    errors = []
+    for p in STARTED:
+        if p.alive():
+            rc = p.stop()
+            if rc != 0:
+                errors.append(f"{p.name} exited with {rc}")
+    if HOLE:
+        HOLE.close()
+    assert not errors, errors
+
+
+def login(p, timeout=10):
+    return pgwire.connect(HOST, p.port, "app", "app", password="secret", timeout=timeout)
+
+
+def wait_closed(c, within):
+    """Seconds until the server closed c (optionally after an ErrorResponse, returned
+    too); AssertionError if still open after `within` seconds."""
+    t0 = time.monotonic()
+    error = None
+    while True:
+        left = within - (time.monotonic() - t0)
+        if left <= 0:
+            raise AssertionError(f"connection still open after {within}s")
+        try:
+            t, body = c.recv(timeout=left)
+        except (pgwire.ConnectionClosed, ConnectionResetError):
+            return time.monotonic() - t0, error
+        except TimeoutError:
+            raise AssertionError(f"connection still open after {within}s") from None
+        if t == "E":
+            error = pgwire.decode_fields(body)
+
+
+# ------------------------------------------------------------------ client_login
+
+LOGIN = None
+
+
+def login_proxy():
+    global LOGIN
+    if LOGIN is None:
+        LOGIN = proxy("login", "timeouts:\n  client_login: 1s")
+    return LOGIN
+
+
+@test
+def silent_client_is_closed_after_client_login():
+    p = login_proxy()
+    c = pgwire.Connection.open(HOST, p.port, timeout=10)
+    try:
+        took, err = wait_closed(c, within=10)
+        assert took > 0.7, f"closed after {took:.2f}s, before client_login (1s) elapsed"
+        print(f"     silent client closed after {took:.2f}s (error: {err})")
+    finally:
+        c.sock.close()
+
+
+@test
+def client_stalling_in_authentication_is_closed():
+    p = login_proxy()
+    c = pgwire.Connection.open(HOST, p.port, timeout=10)
+    try:
+        c.send(pgwire.startup_message("app", "app"))
+        t, body = c.recv()
+        assert t == "R" and pgwire.decode_authentication(body)[0] == pgwire.AUTH_SASL, (t, body)
+        took, err = wait_closed(c, within=10)  # never answers the SASL request
+        print(f"     stalled client closed after {took:.2f}s (error: {err})")
+    finally:
+        c.sock.close()
+    # stalling between the two SCRAM round trips
+    c = pgwire.Connection.open(HOST, p.port, timeout=10)
+    try:
+        c.send(pgwire.startup_message("app", "app"))
+        c.expect("R")
+        scram = pgwire.ScramClient("secret")
+        c.send(pgwire.sasl_initial_response(scram.MECHANISM, scram.client_first()))
+        code, _ = pgwire.decode_authentication(c.expect("R"))
+        assert code == pgwire.AUTH_SASL_CONTINUE, code
+        wait_closed(c, within=10)
+    finally:
+        c.sock.close()
+
+
+@test
+def trickled_startup_packet_is_closed_by_the_overall_login_deadline():
+    # One byte every 0.25s keeps every single read short; the deadline is for the
+    # whole login, so the proxy must still close it within a few seconds.
+    p = login_proxy()
+    c = pgwire.Connection.open(HOST, p.port, timeout=10)
+    msg = pgwire.startup_message("app", "app", application_name="slowloris" * 4)
+    t0 = time.monotonic()
+    closed_after = None
+    try:
+        for i in range(len(msg)):
+            try:
+                c.sock.sendall(msg[i:i + 1])
+            except OSError:
+                closed_after = time.monotonic() - t0
+                break
+            c.sock.settimeout(0.25)
+            try:
+                if c.sock.recv(1024) == b"":
+                    closed_after = time.monotonic() - t0
+                    break
+            except TimeoutError:
+                pass
+            except OSError:
+                closed_after = time.monotonic() - t0
+                break
+            if time.monotonic() - t0 > 10:
+                break
+        assert closed_after is not None, (f"trickling client still connected after "
+                                          f"{time.monotonic() - t0:.1f}s (client_login is 1s)")
+        assert closed_after < 8, closed_after
+    finally:
+        c.sock.close()
+
+
+@test
+def login_deadline_does_not_apply_after_login():
+    p = login_proxy()
+    with login(p) as c:
+        time.sleep(2.5)  # longer than client_login
+        assert c.scalar("SELECT 'still here'") == "still here"
+
+
+@test
+def proxy_usable_after_login_timeouts():
+    p = login_proxy()
+    assert p.alive(), p.log_tail()
+    with login(p) as c:
+        assert c.scalar("SELECT 1") == "1"
+
+
+# ------------------------------------------------------------------ client_idle
+
+IDLE = None
+
+
+def idle_proxy():
+    global IDLE
+    if IDLE is None:
+        IDLE = proxy("idle", "timeouts:\n  client_idle: 1s")
+    return IDLE
+
+
+def expect_idle_kill(c, within=10):
+    t0 = time.monotonic()
+    try:
+        t, body = c.recv(timeout=within)
+    except TimeoutError:
+        raise AssertionError(f"idle client not closed within {within}s") from None
+    except pgwire.ConnectionClosed:
+        raise AssertionError("idle client closed without an ErrorResponse (want FATAL 57P05)") from None
+    took = time.monotonic() - t0
+    assert t == "E", (t, body)
+    f = pgwire.decode_fields(body)
+    assert f.get("C") == "57P05" and f.get("S") == "FATAL", f
+    assert c.is_closed(5), "not closed after the idle-timeout error"
+    return took
+
+
+@test
+def idle_client_gets_57P05():
+    p = idle_proxy()
+    c = login(p)  # never sends a query
+    try:
+        took = expect_idle_kill(c)
+        assert took > 0.7, f"killed after {took:.2f}s, before client_idle (1s)"
+    finally:
+        c.sock.close()
+    c = login(p)
+    try:
+        assert c.scalar("SELECT 1") == "1"  # used, then idle
+        expect_idle_kill(c)
+    finally:
+        c.sock.close()
+
+
+@test
+def busy_client_is_not_killed_by_client_idle():
+    p = idle_proxy()
+    c = login(p)
+    try:
+        r = c.query("SELECT pg_sleep(2), 'survived'", timeout=20)
+        assert r.error is None and r.rows[0][1] == "survived", r.error
+        # extended protocol, also longer than client_idle
+        r = c.extended("SELECT pg_sleep($1::float8), 'again'", ["1.5"], timeout=20)
+        assert r.error is None and r.rows[0][1] == "again", r.error
+    finally:
+        c.close()
+
+
+@test
+def active_client_is_not_killed_by_client_idle():
+    p = idle_proxy()
+    with login(p) as c:
+        t0 = time.monotonic()
+        n = 0
+        while time.monotonic() - t0 < 3:  # three client_idle periods, never idle for long
+            assert c.scalar(f"SELECT {n}") == str(n)
+            n += 1
+            time.sleep(0.3)
+
+
+# ------------------------------------------------------------------ max_client_connections
+
+@test
+def max_client_connections_refuses_the_fourth():
+    p = proxy("maxconn", "max_client_connections: 3")
+    conns = [login(p) for _ in range(3)]
+    try:
+        for _ in range(3):  # refused again and again: refusals must not keep a slot
+            try:
+                extra = login(p)
+            except pgwire.PgError as e:
+                assert e.sqlstate == "53300" and e.fields.get("S") == "FATAL", e.fields
+                assert "too many clients" in e.message, e.message
+            else:
+                extra.close()
+                raise AssertionError("4th client logged in with max_client_connections: 3")
+        for i, c in enumerate(conns):  # the three are unaffected
+            assert c.scalar(f"SELECT {i}") == str(i)
+        conns.pop().close()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                conns.append(login(p))
+                break
+            except pgwire.PgError as e:
+                if e.sqlstate != "53300" or time.monotonic() > deadline:
+                    raise AssertionError(f"no slot freed 10s after a client left: {e}") from None
+                time.sleep(0.1)
+        assert conns[-1].scalar("SELECT 'new one'") == "new one"
+        try:
+            login(p).close()
+            raise AssertionError("4th client logged in after a slot was reused")
+        except pgwire.PgError as e:
+            assert e.sqlstate == "53300", e.fields
+    finally:
+        for c in conns:
+            c.close()
+
+
+# ------------------------------------------------------------------ server_connect
+
+@test
+def shard_that_never_speaks_gives_an_error_not_a_hang():
+    p = proxy("blackhole", "timeouts:\n  server_connect: 1s",
+              shard=f"{{ name: s0, host: {HOST}, port: {HOLE.port}, database: app, user: app, password: secret }}")
+    for attempt in range(3):  # a failed connect must not keep a pool slot or hang later clients
+        t0 = time.monotonic()
+        err = None
+        c = None
+        try:
+            c = login(p, timeout=15)
+            r = c.query("SELECT 1", timeout=15)
+            err = r.error
+        except pgwire.PgError as e:
+            err = e.fields
+        except TimeoutError:
+            raise AssertionError(f"attempt {attempt}: no answer within 15s (server_connect is 1s)") from None
+        finally:
+            if c is not None:
+                c.sock.close()
+        took = time.monotonic() - t0
+        assert err is not None, f"attempt {attempt}: query through a mute shard succeeded?"
+        assert took < 10, f"attempt {attempt}: error only after {took:.1f}s (server_connect is 1s)"
+        print(f"     attempt {attempt}: {err.get('S')} {err.get('C')} {err.get('M')!r} after {took:.2f}s")
+    assert len(HOLE.conns) >= 1, "the proxy never connected to the shard"
+    assert p.alive(), p.log_tail()
+    # the same settings with a working shard: usable
+    good = proxy("good", "timeouts:\n  server_connect: 1s")
+    with login(good) as c:
+        assert c.scalar("SELECT 'good shard'") == "good shard"
+        r = c.extended("SELECT $1::text", ["extended too"])
+        assert r.rows == [["extended too"]], r.rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,402 @@
+#!/usr/bin/env python3
+"""TLS between clients and splitpoint, against a real PostgreSQL 15 behind it.
+
+Makes a throw-away self-signed certificate (openssl req -x509 ... /CN=localhost),
+starts a proxy with `tls:` in front of the shared instance PG0 and checks: raw
+SSLRequest + handshake, psycopg2 and psql with sslmode=require (and verify-full against
+the certificate), that data sent after SSLRequest before the handshake is refused
+(CVE-2021-23214), that failed or stalled handshakes leave the proxy up, and that
+plain connections (sslmode=disable) still work.
+Run by tests/run (env: PG0_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
+"""
+
+import os
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import traceback
+
+import psycopg2
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import pgwire  # noqa: E402
+
+# ------------------------------------------------------------------ local harness helpers
+
+HOST = "127.0.0.1"
+SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
+SP_BIN = os.environ.get("SP_BIN") or os.path.join(os.environ.get("BUILD_DIR", os.path.join(SP_ROOT, "build")),
+                                                  "splitpoint")
+PG0 = int(os.environ["PG0_PORT"])
+os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
+WORKDIR = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix="tls-",
+                                                             dir=os.environ["TEST_TMP"])
+os.makedirs(WORKDIR, exist_ok=True)
+PROXIES = []
+
+
+def free_port():
+    """A port from tests/lib/pg.sh's registry (never handed out twice in one run)."""
+    out = subprocess.run(["bash", os.path.join(SP_ROOT, "tests", "lib", "pg.sh"), "free_port"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+class Proxy:
+    """One splitpoint process with its own config file and log in WORKDIR."""
+
+    def __init__(self, name, body):
+        self.name = name
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.config_path = os.path.join(WORKDIR, name + ".yaml")
+        self.log_path = os.path.join(WORKDIR, name + ".log")
+        self.proc = None
+        for path in (self.log_path, self.config_path):
+            if os.path.exists(path):
+                os.unlink(path)
+        self.write_config(body)
+
+    def write_config(self, body):
+        text = (f"listen: {HOST}:{self.port}\nmetrics_listen: {HOST}:{self.metrics_port}\n" +
+                textwrap.dedent(body).strip() + "\n")
+        tmp = self.config_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.config_path)
+
+    def start(self):
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([SP_BIN, "--config", self.config_path], stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        PROXIES.append(self)
+        deadline = time.monotonic() + 15
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name}: splitpoint exited with {self.proc.returncode} before "
+                                     f"listening; log:\n{self.log_tail()}")
+            try:
+                socket.create_connection((HOST, self.port), timeout=1).close()
+                return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: not listening on {self.port} after 15s")
+            time.sleep(0.05)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=20):
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"{self.name}: still running {timeout}s after SIGTERM; killed")
+
+    def log_text(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def log_tail(self, n=40):
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+
+def kill_all_proxies():
+    for p in PROXIES:
+        if p.proc is not None and p.proc.poll() is None:
+            p.proc.kill()
+            p.proc.wait()
+
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+def main():
+    failed = 0
+    try:
+        setup()
+        for fn in TESTS:
+            t0 = time.monotonic()
+            try:
+                fn()
+                print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
+            except Exception:  # noqa: BLE001
+                failed += 1
+                print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
+                traceback.print_exc()
+                for p in PROXIES:
+                    print(f"--- {p.name} log tail:\n{p.log_tail()}\n---", flush=True)
+    finally:
+        try:
+            teardown()
+        finally:
+            kill_all_proxies()
+    print(f"{len(TESTS) - failed}/{len(TESTS)} passed")
+    return 1 if failed else 0
+
+
+# ------------------------------------------------------------------ fixtures
+
+TLSP = None
+CERT = os.path.join(WORKDIR, "tls.crt")
+KEY = os.path.join(WORKDIR, "tls.key")
+PSQL = os.path.join(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"), "psql")
+if not os.path.exists(PSQL):
+    PSQL = "psql"
+
+
+def setup():
+    global TLSP
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-keyout", KEY, "-out", CERT],
+                   check=True, capture_output=True)
+    TLSP = Proxy("tls", f"""
+        auth: scram-sha-256
+        tls:
+          cert: {CERT}
+          key: {KEY}
+        timeouts:
+          client_login: 2s
+        users:
+          - {{ name: app, password: secret }}
+        shards:
+          - {{ name: s0, host: {HOST}, port: {PG0}, database: app, user: app, password: secret }}
+        """).start()
+
+
+def teardown():
+    if TLSP is not None and TLSP.alive():
+        rc = TLSP.stop()
+        assert rc == 0, f"proxy exited with {rc}"
+
+
+def dsn(**kw):
+    parts = {"host": HOST, "port": str(TLSP.port), "user": "app", "password": "secret", "dbname": "app",
+             "connect_timeout": "10"}
+    parts.update(kw)
+    return " ".join(f"{k}={v}" for k, v in parts.items())
+
+
+def assert_alive():
+    assert TLSP.alive(), f"proxy died (exit {TLSP.proc.returncode}); log:\n{TLSP.log_tail()}"
+
+
+def tls_connect():
+    return pgwire.connect(HOST, TLSP.port, "app", "app", password="secret", timeout=10, tls=True)
+
+
+# ------------------------------------------------------------------ tests
+
+@test
+def raw_sslrequest_handshake_and_queries():
+    with tls_connect() as c:
+        assert isinstance(c.sock, ssl.SSLSocket), type(c.sock)
+        assert c.sock.version() in ("TLSv1.2", "TLSv1.3"), c.sock.version()
+        peer = ssl.DER_cert_to_PEM_cert(c.sock.getpeercert(binary_form=True))
+        with open(CERT) as f:
+            assert peer.strip() == f.read().strip(), "the proxy did not present the configured certificate"
+        assert c.scalar("SELECT 'over tls'") == "over tls"
+        r = c.extended("SELECT $1::int + 1", [41])
+        assert r.rows == [["42"]], r.rows
+        # results bigger than a TLS record and than a socket buffer
+        r = c.query("SELECT repeat('t', 3000000) AS big, g FROM generate_series(1, 3) g")
+        assert r.error is None and [len(row[0]) for row in r.rows] == [3000000] * 3, r.error
+        r = c.query("SELECT g, md5(g::text) FROM generate_series(1, 20000) g")
+        assert r.error is None and len(r.rows) == 20000 and r.rows[-1][0] == "20000"
+        # a large message from the client
+        big = "x" * 1_000_000
+        assert c.scalar(f"SELECT length('{big}')") == "1000000"
+
+
+@test
+def psycopg2_sslmode_require():
+    conn = psycopg2.connect(dsn(sslmode="require"))
+    try:
+        assert conn.info.ssl_in_use is True, "psycopg2 reports no TLS"
+        assert conn.info.ssl_attribute("protocol") in ("TLSv1.2", "TLSv1.3"), conn.info.ssl_attribute("protocol")
+        with conn.cursor() as cur:
+            cur.execute("SELECT %s::int * 2, current_user", (21,))
+            assert cur.fetchone() == (42, "app")
+            cur.execute("SELECT g FROM generate_series(1, 1000) g")
+            assert len(cur.fetchall()) == 1000
+        conn.rollback()
+    finally:
+        conn.close()
+
+
+@test
+def psycopg2_sslmode_verify_full_accepts_the_proxy_certificate():
+    conn = psycopg2.connect(dsn(host="localhost", hostaddr=HOST, sslmode="verify-full", sslrootcert=CERT))
+    try:
+        assert conn.info.ssl_in_use is True
+        with conn.cursor() as cur:
+            cur.execute("SELECT 'verified'")
+            assert cur.fetchone() == ("verified",)
+    finally:
+        conn.close()
+
+
+@test
+def psql_sslmode_require_conninfo():
+    env = dict(os.environ, PGPASSWORD="secret", PGCONNECT_TIMEOUT="10")
+    conn = f"host={HOST} port={TLSP.port} user=app dbname=app sslmode=require"
+    out = subprocess.run([PSQL, "-X", "-v", "ON_ERROR_STOP=1", conn, "-c", "\\conninfo", "-c", "SELECT 'psql-ok'"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
+    assert "SSL connection (protocol: TLS" in out.stdout, out.stdout
+    assert "psql-ok" in out.stdout, out.stdout
+
+
+@test
+def sslrequest_with_extra_bytes_in_same_write_is_refused():
+    # SSLRequest and a StartupMessage in one write: the startup bytes were not
+    # encrypted, so they must not be used (CVE-2021-23214): no handshake, no login.
+    for extra in (pgwire.startup_message("app", "app"), b"\x16\x03\x01\x00\x05hello"):
+        c = pgwire.Connection.open(HOST, TLSP.port, timeout=10)
+        try:
+            c.send(pgwire.ssl_request() + extra)
+            data = b""
+            closed = False
+            c.sock.settimeout(10)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 10:
+                try:
+                    chunk = c.sock.recv(65536)
+                except ConnectionResetError:
+                    closed = True
+                    break
+                except TimeoutError:
+                    break
+                if not chunk:
+                    closed = True
+                    break
+                data += chunk
+            assert closed and time.monotonic() - t0 < 10, f"connection not closed; got {data!r}"
+            # Allowed: nothing, or an answer byte, optionally followed by a protocol-
+            # violation error. Not allowed: an authentication request or TLS records.
+            rest = data[1:] if data[:1] in (b"S", b"N") else data
+            if rest:
+                assert rest[:1] == b"E", f"unexpected answer {data!r}"
+                (length,) = struct.unpack("!i", rest[1:5])
+                assert len(rest) == 1 + length, f"unexpected answer {data!r}"
+                fields = pgwire.decode_fields(rest[5:])
+                assert fields.get("C") == "08P01", fields
+            assert b"R\x00\x00\x00" not in data, f"startup was processed: {data!r}"
+        finally:
+            c.sock.close()
+    assert_alive()
+    with tls_connect() as c:
+        assert c.scalar("SELECT 1") == "1"
+
+
+@test
+def failed_and_stalled_handshakes_leave_the_proxy_up():
+    # garbage instead of a ClientHello
+    c = pgwire.Connection.open(HOST, TLSP.port, timeout=10)
+    try:
+        assert c.request_ssl(wrap=False) == "S"
+        c.send(b"this is not a TLS ClientHello at all" * 10)
+        assert c.is_closed(timeout=10), "proxy kept a connection with a failed handshake open"
+    finally:
+        c.sock.close()
+    # a client that asks for TLS and never starts the handshake: the login deadline
+    # (client_login: 2s) covers the handshake too
+    c = pgwire.Connection.open(HOST, TLSP.port, timeout=10)
+    try:
+        assert c.request_ssl(wrap=False) == "S"
+        t0 = time.monotonic()
+        assert c.is_closed(timeout=15), "stalled TLS handshake not closed within 15s"
+        assert time.monotonic() - t0 > 1.0, "closed before client_login elapsed"
+    finally:
+        c.sock.close()
+    # a client that completes the handshake and vanishes
+    s = socket.create_connection((HOST, TLSP.port), timeout=10)
+    s.sendall(pgwire.ssl_request())
+    assert s.recv(1) == b"S"
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ts = ctx.wrap_socket(s, server_hostname="localhost")
+    ts.close()
+    # a client that verifies the certificate against the wrong CA and aborts
+    s = socket.create_connection((HOST, TLSP.port), timeout=10)
+    s.sendall(pgwire.ssl_request())
+    assert s.recv(1) == b"S"
+    ctx = ssl.create_default_context()  # system CAs: the self-signed certificate fails
+    try:
+        ctx.wrap_socket(s, server_hostname="localhost").close()
+        raise AssertionError("self-signed certificate verified against the system CAs")
+    except ssl.SSLError:
+        pass
+    finally:
+        s.close()
+    assert_alive()
+    with tls_connect() as c:
+        assert c.scalar("SELECT 'after bad handshakes'") == "after bad handshakes"
+
+
+@test
+def plain_connections_still_work():
+    conn = psycopg2.connect(dsn(sslmode="disable"))
+    try:
+        assert conn.info.ssl_in_use is False
+        with conn.cursor() as cur:
+            cur.execute("SELECT 'plain'")
+            assert cur.fetchone() == ("plain",)
+    finally:
+        conn.close()
+    with pgwire.connect(HOST, TLSP.port, "app", "app", password="secret", timeout=10) as c:
+        assert not isinstance(c.sock, ssl.SSLSocket)
+        assert c.scalar("SELECT 'plain raw'") == "plain raw"
+    # refusing TLS after asking is not possible in the protocol, but a client may ask
+    # for GSS encryption first and then for TLS (libpq with gssencmode=prefer)
+    c = pgwire.Connection.open(HOST, TLSP.port, timeout=10)
+    try:
+        c.send(pgwire.gssenc_request())
+        assert c._recv_exact(1) == b"N"
+        assert c.request_ssl() == "S"
+        c.startup("app", "app", "secret")
+        assert c.scalar("SELECT 'gss then tls'") == "gss then tls"
+    finally:
+        c.close()
+
+
+@test
+def many_tls_clients_at_once():
+    import concurrent.futures
+
+    def one(i):
+        conn = psycopg2.connect(dsn(sslmode="require"))
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT %s", (i,))
+                return cur.fetchone()[0]
+        finally:
+            conn.close()
+
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        assert sorted(ex.map(one, range(32))) == list(range(32))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
