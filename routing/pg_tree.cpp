@@ -103,4 +103,12 @@ void walk_nodes(const ProtobufCMessage* msg, const std::function<bool(const PgQu
   });
 }
 
+void for_each_range_var(const ProtobufCMessage* msg, const std::function<void(const PgQuery__RangeVar*)>& visit) {
+  for_each_child(msg, [&](const ProtobufCMessage* child) {
+    if (child->descriptor == &pg_query__range_var__descriptor)
+      visit(reinterpret_cast<const PgQuery__RangeVar*>(child));
+    for_each_range_var(child, visit);
+  });
+}
+
 }  // namespace splitpoint::routing

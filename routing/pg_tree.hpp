@@ -46,6 +46,9 @@ std::unique_ptr<PgQuery__ParseResult, void (*)(PgQuery__ParseResult*)> unpack_tr
 // SQL text for a (possibly modified) tree, via libpg_query's deparser.
 std::optional<std::string> deparse(PgQuery__ParseResult* tree);
 
+// A protobuf string field: protobuf-c gives "" (not nullptr) when unset; both read as "".
+inline std::string_view sv(const char* s) { return s != nullptr ? std::string_view(s) : std::string_view{}; }
+
 // Small typed accessors; all accept nullptr.
 inline bool is(const PgQuery__Node* n, PgQuery__Node__NodeCase c) { return n != nullptr && n->node_case == c; }
 // The text of a String node, "" otherwise.
@@ -60,5 +63,8 @@ std::string type_name_of(const PgQuery__TypeName* t);
 void for_each_child(const ProtobufCMessage* msg, const std::function<void(const ProtobufCMessage*)>& visit);
 // Depth-first walk of every Node below `msg`; `visit` returns false to skip a subtree.
 void walk_nodes(const ProtobufCMessage* msg, const std::function<bool(const PgQuery__Node*)>& visit);
+// Every RangeVar below `msg`, including those held directly (InsertStmt.relation, ...)
+// rather than in a Node.
+void for_each_range_var(const ProtobufCMessage* msg, const std::function<void(const PgQuery__RangeVar*)>& visit);
 
 }  // namespace splitpoint::routing

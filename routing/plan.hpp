@@ -36,6 +36,7 @@ struct KeyCond {
   std::optional<ValueSource> upper;
   bool lower_inclusive = true;
   bool upper_inclusive = true;
+  bool null_matches = false;  // in: a NULL value matches NULL keys (IS NULL), not for `=`
   std::vector<KeyCond> kids;  // and_ / or_
 };
 
@@ -61,6 +62,9 @@ struct InsertRows {
   std::vector<std::string> columns;      // the statement's column list (empty: none given)
   // Per row, per item: the item's value source, or nullopt for DEFAULT / an expression.
   std::vector<std::vector<std::optional<ValueSource>>> rows;
+  // A lone top-level INSERT: rows may be split into one statement per shard. Otherwise
+  // (WITH ... INSERT, several statements in one text) all rows must go to one shard.
+  bool splittable = false;
 };
 
 class Plan {
@@ -72,6 +76,9 @@ class Plan {
   };
   Mode mode = Mode::fixed;
   Route fixed;  // fixed: the route; keyed: kind/cls/txn defaults
+  // A shard hint / SET splitpoint.shard may replace the route (not for syntax errors,
+  // transaction control, splitpoint.* commands or unsupported statements).
+  bool shard_override = true;
 
   // keyed:
   std::vector<Occurrence> occs;
@@ -79,16 +86,17 @@ class Plan {
   std::vector<KeyEdge> edges;
   std::vector<std::size_t> pinned_shards;  // unlisted tables under `unlisted_tables: shard:<name>`
   bool writes_reference = false;           // INSERT/UPDATE/DELETE of a reference table
-  int write_target = -1;                   // occurrence written by UPDATE/DELETE (or INSERT)
-  bool single_shard_write = false;         // a data-modifying WITH INSERT must not split
-  std::optional<InsertRows> insert;        // top-level INSERT ... VALUES
+  std::vector<int> write_targets;          // occurrences UPDATE/DELETE write
+  std::vector<InsertRows> inserts;         // INSERT ... VALUES into sharded tables
   std::string packed_tree;                 // for rewriting a split INSERT
+  std::vector<std::int32_t> param_types;   // from Parse, for binary parameters
 
   // Statement-wide:
   std::vector<std::string> ddl_tables;  // tables_changed_by
   Hints hints;                          // from the statement's comments
   bool cacheable = true;                // may be shared by texts differing only in literals
   bool uses_slots = false;              // constants were turned into literal slots
+  std::vector<int> slots_used;          // the literal indices those slots read
   std::size_t bytes = 0;                // rough memory footprint, for the cache bound
 };
 

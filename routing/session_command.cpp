@@ -62,6 +62,8 @@ class Words {
 
 }  // namespace
 
+std::string first_keyword(std::string_view sql) { return Words(sql).next(); }
+
 SessionCommandInfo classify_session_command(std::string_view sql) {
   Words words(sql);
   std::string first = words.next();

@@ -17,4 +17,7 @@ struct SessionCommandInfo {
 
 SessionCommandInfo classify_session_command(std::string_view sql);
 
+// The statement's first keyword, lower-cased ("" if it does not start with a word).
+std::string first_keyword(std::string_view sql);
+
 }  // namespace splitpoint::routing

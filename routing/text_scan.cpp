@@ -253,6 +253,7 @@ bool scan_text(std::string_view sql, ScannedText& out) {
   out.key.reserve(sql.size());
   Scanner scanner(sql, out);
   out.ok = scanner.run();
+  if (!out.key.empty() && out.key.back() == ' ') out.key.pop_back();
   return out.ok;
 }
 

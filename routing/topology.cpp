@@ -31,6 +31,7 @@ ColumnType column_type(std::string_view t) {
     while (!name.empty() && name.back() == ' ') name.pop_back();
   }
   out.hash_type = key_type_from_name(name);
+  out.base = name;
   out.integer = out.hash_type == KeyType::int2 || out.hash_type == KeyType::int4 || out.hash_type == KeyType::int8;
   return out;
 }
@@ -68,6 +69,13 @@ Topology::Topology(const config::Config& config) : config_(config) {
     for (const auto& [table, key] : config.distributions[d].tables)
       tables_[table] = TableClass{TableClass::Kind::sharded, d, key, 0};
   for (const std::string& t : config.reference_tables) tables_[t] = TableClass{};
+  for (std::size_t d = 0; d < config.distributions.size(); ++d) {
+    std::vector<std::size_t> shards;
+    for (std::uint32_t p = 0; p < partition_count(d); ++p) shards.push_back(shard_of(d, p));
+    std::sort(shards.begin(), shards.end());
+    shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
+    distribution_shards_.push_back(std::move(shards));
+  }
 }
 
 std::string Topology::table_name(std::string_view schema, std::string_view name) {

@@ -25,6 +25,7 @@ struct TableClass {
 
 // How to read a key column's values, from its catalog type (format_type()).
 struct ColumnType {
+  std::string base;                  // type name without modifier: "bigint", "date", ...
   std::optional<KeyType> hash_type;  // nullopt: not a hashable key type
   std::int32_t varchar_max_chars = 0;
   bool integer = false;  // compare numerically (range), normalise (list)
@@ -61,6 +62,8 @@ class Topology {
 
   std::uint32_t partition_count(std::size_t distribution) const;
   std::size_t shard_of(std::size_t distribution, std::uint32_t partition) const;
+  // Every shard holding a partition of the distribution, sorted.
+  const std::vector<std::size_t>& shards_of(std::size_t distribution) const { return distribution_shards_[distribution]; }
   std::optional<std::size_t> find_shard(std::string_view name) const { return config_.find_shard(name); }
   std::size_t shard_count() const { return config_.shards.size(); }
 
@@ -80,6 +83,7 @@ class Topology {
 
   const config::Config& config_;
   std::unordered_map<std::string, TableClass> tables_;
+  std::vector<std::vector<std::size_t>> distribution_shards_;
 };
 
 }  // namespace splitpoint::routing

@@ -95,6 +95,7 @@ std::shared_ptr<const Runtime> make_runtime(config::Config config, const Runtime
   }
   rt->config = std::move(config);
   rt->router = std::make_shared<routing::Router>(rt->config);
+  rt->topology = std::make_shared<routing::Topology>(rt->config);
   return rt;
 }
 

@@ -14,6 +14,7 @@
 #include "config/config.hpp"
 #include "protocol/scram.hpp"
 #include "routing/router.hpp"
+#include "routing/topology.hpp"
 #include "server/asio.hpp"
 #include "server/pool.hpp"
 
@@ -62,6 +63,7 @@ class ShapeCache {
 struct Runtime {
   config::Config config;
   std::shared_ptr<routing::Router> router;  // shared: its plan cache is internally locked
+  std::shared_ptr<routing::Topology> topology;  // key -> partition -> shard, for COPY
   std::shared_ptr<ShapeCache> shapes = std::make_shared<ShapeCache>();
   std::unordered_map<std::string, UserAuth> users;
   std::vector<std::shared_ptr<ShardPools>> shards;  // index = config shard index

@@ -3,6 +3,7 @@
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
+#include "server/http.hpp"
 #include "server/session.hpp"
 
 namespace splitpoint::server {
@@ -41,7 +42,12 @@ Server::Server(std::shared_ptr<const Runtime> runtime, std::string config_path)
     : runtime_(std::move(runtime)), config_path_(std::move(config_path)) {
   int n = runtime_.load()->config.workers;
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>());
+  metrics_ = std::make_unique<Metrics>(static_cast<std::size_t>(n), runtime_.load()->config);
+  for (int i = 0; i < n; ++i) {
+    workers_.push_back(std::make_unique<Worker>());
+    workers_.back()->index = static_cast<std::size_t>(i);
+    workers_.back()->metrics = &metrics_->worker(static_cast<std::size_t>(i));
+  }
 }
 
 Server::~Server() = default;
@@ -67,6 +73,16 @@ int Server::run() {
   acceptor_->listen(asio::socket_base::max_listen_connections);
   spdlog::info("splitpoint listening on {}:{} with {} worker threads", endpoint.address().to_string(),
                acceptor_->local_endpoint().port(), workers_.size());
+
+  metrics_acceptor_ = std::make_unique<tcp::acceptor>(main_ctx);
+  auto metrics_endpoint = resolve_listen(rt->config.metrics_listen);
+  metrics_acceptor_->open(metrics_endpoint.protocol());
+  metrics_acceptor_->set_option(tcp::acceptor::reuse_address(true));
+  metrics_acceptor_->bind(metrics_endpoint);
+  metrics_acceptor_->listen();
+  asio::co_spawn(main_ctx, serve_http(*this, *metrics_acceptor_), asio::detached);
+  spdlog::info("metrics on http://{}:{}/metrics", metrics_endpoint.address().to_string(),
+               metrics_acceptor_->local_endpoint().port());
 
   signals_ = std::make_unique<asio::signal_set>(main_ctx, SIGTERM, SIGINT, SIGHUP);
   asio::co_spawn(main_ctx, handle_signals(), asio::detached);
@@ -127,6 +143,8 @@ awaitable<void> Server::handle_signals() {
     co_await timer.async_wait(use_nothrow);
   }
   if (clients_.load() > 0) spdlog::warn("shutdown timeout: closing {} client connections", clients_.load());
+  error_code ignored;
+  metrics_acceptor_->close(ignored);
   for (auto& w : workers_) w->context.stop();
 }
 
@@ -144,6 +162,7 @@ void Server::begin_shutdown() {
 bool Server::reload(std::string& error) {
   auto result = config::load_file(config_path_);
   if (!result.config) {
+    metrics_->config_reload(false);
     for (auto& e : result.errors) {
       spdlog::error("reload rejected: {}:{}: {}", config_path_, e.line, e.message);
       if (!error.empty()) error += "; ";
@@ -155,12 +174,32 @@ bool Server::reload(std::string& error) {
     auto old = runtime();
     runtime_.store(make_runtime(std::move(*result.config), old.get()));
   } catch (const std::exception& e) {
+    metrics_->config_reload(false);
     spdlog::error("reload rejected: {}", e.what());
     error = e.what();
     return false;
   }
+  metrics_->config_reload(true);
   spdlog::info("configuration reloaded from {}", config_path_);
   return true;
+}
+
+std::string Server::render_metrics() {
+  auto rt = runtime();
+  std::vector<PoolGauge> pools;
+  for (auto& shard : rt->shards) {
+    PoolGauge g;
+    g.shard = shard->shard().name;
+    for (auto& pool : shard->all()) {
+      auto s = pool->stats();
+      g.idle += s.idle;
+      g.active += s.active;
+      g.opening += s.opening;
+      g.waiting += s.waiting;
+    }
+    pools.push_back(std::move(g));
+  }
+  return metrics_->render(rt->config, pools);
 }
 
 }  // namespace splitpoint::server

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "server/asio.hpp"
+#include "server/metrics.hpp"
 #include "server/runtime.hpp"
 
 namespace splitpoint::server {
@@ -39,6 +40,8 @@ class CancelRegistry {
 
 // One thread with its io_context and the sessions running on it.
 struct Worker {
+  std::size_t index = 0;
+  WorkerMetrics* metrics = nullptr;
   // Declared before the context: destroying the context destroys the sessions'
   // coroutine frames, and each session removes itself from this set.
   std::unordered_set<Session*> sessions;  // touched only on this worker's thread
@@ -62,6 +65,9 @@ class Server {
   // Re-reads the config file; a bad file is rejected and the old config stays.
   bool reload(std::string& error);
 
+  Metrics& metrics() { return *metrics_; }
+  std::string render_metrics();
+
  private:
   awaitable<void> accept_loop();
   awaitable<void> handle_signals();
@@ -72,7 +78,9 @@ class Server {
   std::string config_path_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<tcp::acceptor> acceptor_;
+  std::unique_ptr<tcp::acceptor> metrics_acceptor_;
   std::unique_ptr<asio::signal_set> signals_;
+  std::unique_ptr<Metrics> metrics_;
   CancelRegistry cancels_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<std::int64_t> clients_{0};

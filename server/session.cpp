@@ -41,7 +41,8 @@ const std::string& fake_scram_secret() {
 
 Session::Session(Server& server, Worker& worker, tcp::socket socket)
     : server_(server), worker_(worker), stream_(std::move(socket)), runtime_(server.runtime()),
-      id_(server.next_session_id()) {
+      id_(server.next_session_id()), metrics_(*worker.metrics) {
+  stream_.count_bytes(&metrics_.bytes_in, &metrics_.bytes_out);
   limits_.max_message_size = runtime_->config.max_message_size;
   worker_.sessions.insert(this);
 }
@@ -50,6 +51,7 @@ Session::~Session() {
   worker_.sessions.erase(this);
   if (cancel_pid_) server_.cancels().remove(cancel_pid_);
   if (counted_) server_.client_count().fetch_sub(1);
+  if (logged_in_) metrics_.clients.add(-1);
 }
 
 awaitable<void> Session::run() {
@@ -229,6 +231,8 @@ awaitable<bool> Session::login() {
   proto::ReadyForQuery{'I'}.encode(out);
   if (co_await stream_.write(out)) co_return false;
   spdlog::debug("[{}] login user={} database={}", id_, user_, database_);
+  logged_in_ = true;
+  metrics_.clients.add(1);
   co_return true;
 }
 
@@ -378,6 +382,7 @@ awaitable<void> Session::send_error(std::string_view severity, std::string_view 
                                     bool ready_for_query) {
   std::string out;
   proto::ErrorFields::make(severity, sqlstate, message).encode(out, 'E');
+  metrics_.error(sqlstate);
   if (ready_for_query) proto::ReadyForQuery{client_txn_}.encode(out);
   co_await stream_.write(out);
 }

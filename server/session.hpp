@@ -21,10 +21,12 @@
 #include <vector>
 
 #include "protocol/framing.hpp"
+#include "routing/copy.hpp"
 #include "routing/router.hpp"
 #include "routing/session_command.hpp"
 #include "server/asio.hpp"
 #include "server/backend.hpp"
+#include "server/metrics.hpp"
 #include "server/runtime.hpp"
 #include "server/stream.hpp"
 
@@ -57,6 +59,9 @@ class Session : public std::enable_shared_from_this<Session> {
     routing::SessionCommand command = routing::SessionCommand::none;
     std::string name;      // Parse: server statement name; SET/RESET: parameter
     std::string text;      // SET/RESET: statement text to replay
+    // Sync/Query: when the statement started and how it was routed (metrics).
+    std::chrono::steady_clock::time_point started{};
+    RouteLabel route = RouteLabel::single;
   };
 
   // A client's prepared statement, kept across backends under a server-side name.
@@ -100,9 +105,13 @@ class Session : public std::enable_shared_from_this<Session> {
   void rebuild_state_script();
 
   // ---- session_route.cpp
+  void count_route(const routing::Route& route, RouteLabel label);
+  static RouteLabel label_of(const routing::Route& route, bool multi);
   awaitable<bool> handle_query(const protocol::Frame& f);
   awaitable<bool> handle_parse(const protocol::Frame& f);
   awaitable<bool> handle_bind(const protocol::Frame& f);
+  // ---- session_copy.cpp
+  awaitable<bool> handle_copy_in(const protocol::Frame& f, std::string sql, const routing::CopyStatement& cs);
   awaitable<bool> route_with_shapes(routing::Route& route, const std::function<routing::Route()>& again);
   awaitable<bool> fetch_shapes(const std::vector<std::string>& tables);
   awaitable<bool> run_local(const routing::LocalCommand& c);
@@ -130,6 +139,11 @@ class Session : public std::enable_shared_from_this<Session> {
   std::int32_t cancel_secret_ = 0;
   protocol::FrameLimits limits_;
   bool counted_ = false;
+  bool logged_in_ = false;
+  WorkerMetrics& metrics_;
+  // The routed statement whose Sync is still to come (extended protocol).
+  std::chrono::steady_clock::time_point pending_started_{};
+  RouteLabel pending_route_ = RouteLabel::single;
 
   // Who is connected.
   std::string user_;

@@ -145,6 +145,9 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
         co_return true;
       }
       forward_raw(f, 'Z');
+      expect_.back().started = pending_started_;
+      expect_.back().route = pending_route_;
+      pending_started_ = {};
       co_return true;
     case 'E':
     case 'H':
@@ -210,8 +213,12 @@ awaitable<bool> Session::attach(std::size_t shard) {
   bool joined = false;
   if (!held_[shard]) {
     // Wait for a connection as long as a login may take.
+    auto waited_from = std::chrono::steady_clock::now();
     auto r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
+    if (shard < kMaxShards) metrics_.shards[shard].pool_wait.observe_since(waited_from);
     if (!r.backend) {
+      if (shard < kMaxShards) metrics_.shards[shard].connect_errors.add();
+      metrics_.error(r.sqlstate);
       spdlog::warn("[{}] no backend: {}", id_, r.message);
       co_await send_error("ERROR", r.sqlstate, r.message, false);
       if (client_txn_ != 'I') client_txn_ = 'E';
@@ -241,6 +248,7 @@ awaitable<bool> Session::attach(std::size_t shard) {
     expect_.push_back(Expect{'Z', true});
   }
   pump_active_ = true;
+  metrics_.clients_active.add(1);
   stop_pump_ = false;
   pump_exit_->expires_at(asio::steady_timer::time_point::max());
   asio::co_spawn(co_await asio::this_coro::executor, pump(), asio::detached);
@@ -319,7 +327,11 @@ bool Session::process_backend_frame(char type, std::string_view body) {
       }
       drop_until_sync();
       if (!expect_.empty()) expect_.front().failed = true;
-      if (!swallow) batch_failed_ = true;
+      if (!swallow) {
+        batch_failed_ = true;
+        auto fields = proto::ErrorFields::decode(body);
+        metrics_.error(fields ? fields->get('C') : std::string_view("XX000"));
+      }
       return !swallow;
     }
     case 'Z': {
@@ -333,6 +345,10 @@ bool Session::process_backend_frame(char type, std::string_view body) {
       Expect e = std::move(expect_.front());
       expect_.pop_front();
       if (e.swallow) return false;
+      if (e.started != std::chrono::steady_clock::time_point{}) {
+        metrics_.duration[static_cast<std::size_t>(e.route)].observe_since(e.started);
+        if (cur_ < kMaxShards) metrics_.shards[cur_].query.observe_since(e.started);
+      }
       batch_failed_ = false;
       client_txn_ = status;
       if (!e.failed && e.command != SessionCommand::none) pending_commands_.push_back(std::move(e));
@@ -467,6 +483,7 @@ awaitable<void> Session::pump() {
   }
   cur_ = kNoShard;
   pump_active_ = false;
+  metrics_.clients_active.add(-1);
   set_cancel_target(nullptr, 0);
   pump_exit_->cancel();
   if (lost && !closing_) {

@@ -37,6 +37,27 @@ std::pair<std::string, std::optional<long long>> split_tag(std::string_view tag)
 
 }  // namespace
 
+RouteLabel Session::label_of(const routing::Route& route, bool multi) {
+  if (route.kind == RouteKind::all_shards) return RouteLabel::all;
+  if (multi) return RouteLabel::multi;
+  if (route.kind == RouteKind::any_shard) return RouteLabel::reference;
+  return RouteLabel::single;
+}
+
+// Counts a routed statement: by route, per partition, and its keys for hot-key stats.
+void Session::count_route(const routing::Route& route, RouteLabel label) {
+  metrics_.queries[static_cast<std::size_t>(label)].add();
+  auto& m = server_.metrics();
+  for (auto& hit : route.partitions) {
+    auto i = m.partition_index(hit.distribution, hit.partition);
+    if (i == ~std::size_t{0}) continue;
+    metrics_.partition_queries[i].add();
+    if (route.cls == StatementClass::write) metrics_.partition_writes[i].add();
+  }
+  if (route.distribution)
+    for (auto& key : route.key_values) metrics_.hot_key(*route.distribution, key);
+}
+
 std::size_t Session::pick_any_shard() {
   if (cur_ != kNoShard) return cur_;
   for (std::size_t s = 0; s < held_.size(); ++s)
@@ -141,6 +162,7 @@ awaitable<bool> Session::reject(std::string_view code, std::string message, bool
   co_await drain();
   if (closing_) co_return false;
   std::string out;
+  metrics_.error(code);
   auto fields = proto::ErrorFields::make("ERROR", code, message);
   if (position > 0) fields.fields.emplace_back('P', std::to_string(position));
   fields.encode(out, 'E');
@@ -172,6 +194,17 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
       route.txn != TxnCommand::rollback_to_savepoint)
     co_return co_await reject(kInFailedTransaction,
                               "current transaction is aborted, commands ignored until end of transaction block", false);
+  if (routing::first_keyword(sql) == "copy") {
+    // COPY FROM STDIN into a sharded table is split by key; into a reference table
+    // it goes to every shard.
+    auto cs = routing::parse_copy(sql);
+    if (cs && cs->from_stdin) {
+      auto kind = runtime_->topology->classify(cs->schema, cs->table).kind;
+      if (kind == routing::TableClass::Kind::sharded ||
+          (kind == routing::TableClass::Kind::reference && pools_.size() > 1))
+        co_return co_await handle_copy_in(f, std::string(sql), *cs);
+    }
+  }
   if (route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback)
     co_return co_await finish_transaction(f, route.txn, sql);
   if (route.txn == TxnCommand::begin && client_txn_ == 'I') {
@@ -204,6 +237,9 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   }
   std::string error;
   if (!check_write(route, *target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, false);
+  auto started = std::chrono::steady_clock::now();
+  auto label = label_of(route, false);
+  count_route(route, label);
   if (!co_await use_shard(*target)) {
     if (closing_) co_return false;
     co_await send_ready();
@@ -211,6 +247,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   }
   bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
   Expect e{'Z'};
+  e.started = started;
+  e.route = label;
   auto cmd = routing::classify_session_command(sql);
   switch (cmd.kind) {
     case SessionCommand::none:
@@ -368,6 +406,9 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
                               true);
   std::string error;
   if (!check_write(route, *target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, true);
+  pending_started_ = std::chrono::steady_clock::now();
+  pending_route_ = label_of(route, false);
+  count_route(route, pending_route_);
   if (!co_await use_shard(*target)) {
     skip_until_sync_ = true;
     co_return !closing_;
@@ -443,6 +484,8 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
                               false);
   co_await drain();
   if (closing_) co_return false;
+  auto started = std::chrono::steady_clock::now();
+  count_route(route, label_of(route, route.kind != RouteKind::all_shards));
   std::string rows, first_error, applied, failed;
   bool have_description = false;
   std::string verb;
@@ -495,6 +538,8 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
   }
   proto::ReadyForQuery{client_txn_}.encode(out);
   co_await stream_.write(out);
+  metrics_.duration[static_cast<std::size_t>(label_of(route, route.kind != RouteKind::all_shards))].observe_since(
+      started);
   co_return true;
 }
 

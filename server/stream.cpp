@@ -9,11 +9,14 @@ awaitable<error_code> ClientStream::start_tls(asio::ssl::context& ctx) {
 }
 
 awaitable<error_code> ClientStream::read_some(std::string& buf, std::size_t min_chunk) {
-  if (tls_) co_return co_await read_into(*tls_, buf, min_chunk);
-  co_return co_await read_into(socket_, buf, min_chunk);
+  auto before = buf.size();
+  auto ec = tls_ ? co_await read_into(*tls_, buf, min_chunk) : co_await read_into(socket_, buf, min_chunk);
+  if (bytes_in_) bytes_in_->add(buf.size() - before);
+  co_return ec;
 }
 
 awaitable<error_code> ClientStream::write(std::string_view data) {
+  if (bytes_out_) bytes_out_->add(data.size());
   if (tls_) {
     auto [ec, n] = co_await asio::async_write(*tls_, asio::buffer(data), use_nothrow);
     co_return ec;

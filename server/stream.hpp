@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "server/asio.hpp"
+#include "server/metrics.hpp"
 
 namespace splitpoint::server {
 
@@ -22,6 +23,11 @@ class ClientStream {
   awaitable<error_code> write(std::string_view data);
 
   tcp::socket& socket() { return socket_; }
+  // Counts bytes read and written (splitpoint_bytes_total).
+  void count_bytes(LocalCounter* in, LocalCounter* out) {
+    bytes_in_ = in;
+    bytes_out_ = out;
+  }
   bool is_tls() const { return tls_ != nullptr; }
   // Aborts pending operations; safe to call more than once.
   void close();
@@ -29,6 +35,8 @@ class ClientStream {
  private:
   tcp::socket socket_;
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;
+  LocalCounter* bytes_in_ = nullptr;
+  LocalCounter* bytes_out_ = nullptr;
 };
 
 // Appends up to one read's worth of bytes from any stream to `buf`.

@@ -185,7 +185,6 @@ class BlackHole:
         self.sock.bind((HOST, self.port))
         self.sock.listen(64)
         self.conns = []
-        self.received = 0
         self.stop = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -377,16 +376,26 @@ def expect_idle_kill(c, within=10):
 @test
 def idle_client_gets_57P05():
     p = idle_proxy()
-    c = login(p)  # never sends a query
+    c = login(p)  # logs in, never sends a query
     try:
         took = expect_idle_kill(c)
         assert took > 0.7, f"killed after {took:.2f}s, before client_idle (1s)"
     finally:
         c.sock.close()
+
+
+@test
+def idle_client_after_queries_gets_57P05():
+    # The usual case: a client runs something, its backend goes back to the pool, and
+    # then it sits idle.
+    p = idle_proxy()
     c = login(p)
     try:
-        assert c.scalar("SELECT 1") == "1"  # used, then idle
-        expect_idle_kill(c)
+        assert c.scalar("SELECT 1") == "1"
+        r = c.extended("SELECT $1::int", [2])
+        assert r.rows == [["2"]], r.rows
+        took = expect_idle_kill(c)
+        assert took > 0.7, f"killed after {took:.2f}s, before client_idle (1s)"
     finally:
         c.sock.close()
 

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Wire-protocol robustness of splitpoint against a real PostgreSQL 15.
 
-Starts its own proxy (max_message_size: 64kB) in front of the shared instance PG0 and
-feeds it malformed, oversized, split, pipelined and random input. Where PostgreSQL has
-an answer of its own (pipelined extended protocol, COPY, bad startup packets) the same
-bytes are sent to PostgreSQL directly and the two answers are compared.
+Starts its own proxies (max_message_size: 64kB; one with pool_size 1) in front of the
+shared instance PG0 and feeds them malformed, oversized, split, pipelined and random
+input. Where PostgreSQL has an answer of its own (pipelined extended protocol, COPY,
+bad startup and authentication messages) the same bytes are sent to PostgreSQL
+directly and the two answers are compared; after a differential run on the pool_size 1
+proxy, a second client must get the one backend (the session's bookkeeping of what the
+backend still owes it must be right, or the backend is never given back).
 Run by tests/run (env: PG0_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
 
@@ -154,7 +157,6 @@ def main():
 
 # ------------------------------------------------------------------ fixtures
 
-SHARD = f"{{ name: s0, host: {HOST}, port: {PG0}, database: app, user: app, password: secret }}"
 MAIN = None   # the proxy most tests use: max_message_size 64kB
 SMALL = None  # pool_size 1: shows whether a backend went back to the pool
 TABLE = f"robust_copy_{os.getpid()}"
@@ -165,12 +167,13 @@ def setup():
     MAIN = Proxy("main", f"""
         auth: scram-sha-256
         max_message_size: 64kB
+        max_client_connections: 40
         timeouts:
           client_login: 3s
         users:
           - {{ name: app, password: secret }}
         shards:
-          - {SHARD}
+          - {{ name: s0, host: {HOST}, port: {PG0}, database: app, user: app, password: secret, pool_size: 10 }}
         """).start()
     SMALL = Proxy("small", f"""
         auth: scram-sha-256
@@ -183,7 +186,7 @@ def setup():
           - {{ name: s0, host: {HOST}, port: {PG0}, database: app, user: app, password: secret, pool_size: 1 }}
         """).start()
     with direct() as c:
-        for t in (TABLE, TABLE + "_d", TABLE + "_p"):
+        for t in (TABLE, TABLE + "_p"):
             c.query(f"DROP TABLE IF EXISTS {t}").raise_error()
             c.query(f"CREATE TABLE {t} (id int, v text)").raise_error()
 
@@ -191,7 +194,7 @@ def setup():
 def teardown():
     try:
         with direct() as c:
-            for t in (TABLE, TABLE + "_d", TABLE + "_p"):
+            for t in (TABLE, TABLE + "_p"):
                 c.query(f"DROP TABLE IF EXISTS {t}")
     finally:
         for p in (MAIN, SMALL):
@@ -449,6 +452,55 @@ def ssl_request_without_tls_answered_N_then_startup_works():
         c.close()
 
 
+def auth_phase_answer(port, payload):
+    """Starts up as app, gets the SASL request, sends payload instead of the
+    SASLInitialResponse; returns (first message or None, closed)."""
+    c = pgwire.Connection.open(HOST, port, timeout=10)
+    try:
+        c.send(pgwire.startup_message("app", "app"))
+        t, body = c.recv()
+        assert t == "R" and pgwire.decode_authentication(body)[0] == pgwire.AUTH_SASL, (t, body)
+        c.send(payload)
+        try:
+            first = c.recv(timeout=5)
+        except (pgwire.ConnectionClosed, ConnectionResetError):
+            return None, True
+        except TimeoutError:
+            return None, False
+        return first, c.is_closed(5)
+    finally:
+        c.sock.close()
+
+
+@test
+def wrong_message_during_authentication_is_08P01_like_postgres():
+    # PostgreSQL: FATAL 08P01 "expected SASL response, got message type 81".
+    payload = pgwire.query_msg("SELECT 1")
+    want, _ = auth_phase_answer(PG0, payload)
+    assert want and want[0] == "E" and pgwire.decode_fields(want[1])["C"] == "08P01", want
+    got, closed = auth_phase_answer(MAIN.port, payload)
+    assert got is not None, ("proxy closed the connection without an ErrorResponse when a Query came "
+                             "instead of the SASL response (PostgreSQL: FATAL 08P01)")
+    assert got[0] == "E", got
+    f = pgwire.decode_fields(got[1])
+    assert f.get("C") == "08P01" and f.get("S") == "FATAL", f
+    assert closed, "not closed after the error"
+
+
+@test
+def bad_length_during_authentication_is_an_error_then_close():
+    # PostgreSQL answers these with FATAL 28P01; a protocol violation (08P01) is as good.
+    for label, payload in (("length 20000 (> 10000 allowed for auth messages)", b"p" + pgwire.i32(20000)),
+                           ("length 2", b"p" + pgwire.i32(2))):
+        got, closed = auth_phase_answer(MAIN.port, payload)
+        assert got is not None, f"{label}: proxy closed without an ErrorResponse"
+        assert got[0] == "E", (label, got)
+        f = pgwire.decode_fields(got[1])
+        assert f.get("C") in ("08P01", "28P01") and f.get("S") == "FATAL", (label, f)
+        assert closed, f"{label}: not closed after the error"
+    assert_proxy_works()
+
+
 # ------------------------------------------------------------------ regular messages
 
 @test
@@ -539,6 +591,30 @@ def unknown_frontend_message_type_is_08P01():
     assert_proxy_works()
 
 
+@test
+def backend_message_above_max_message_size_gives_an_error():
+    # max_message_size applies to messages from the shard too: a 100 kB DataRow is
+    # refused -- the client must get an error (not a hang), and the proxy stays up.
+    with proxied() as c:
+        c.send(pgwire.query_msg("SELECT repeat('x', 100000)"))
+        t0 = time.monotonic()
+        msgs = []
+        try:
+            while True:
+                m = c.recv(timeout=10)
+                msgs.append(m)
+                if m[0] == "Z":
+                    break
+        except (pgwire.ConnectionClosed, ConnectionResetError):
+            pass
+        except TimeoutError:
+            raise AssertionError(f"no answer within 10s to a too-large result; got {[m[0] for m in msgs]}") from None
+        assert time.monotonic() - t0 < 10
+        assert any(m[0] == "E" for m in msgs), f"no ErrorResponse: {[m[0] for m in msgs]}"
+        assert not any(m[0] == "D" for m in msgs), "a DataRow above max_message_size reached the client"
+    assert_proxy_works()
+
+
 # ------------------------------------------------------------------ random garbage
 
 def garbage_connection(seed):
@@ -588,14 +664,27 @@ def random_garbage_connections_leave_the_proxy_up():
         list(ex.map(garbage_connection, range(base, base + 200)))
     assert MAIN.alive(), f"proxy died (exit {MAIN.proc.returncode}); log:\n{MAIN.log_tail()}"
     assert_proxy_works()
-    # and many sessions at once still work
-    conns = [proxied() for _ in range(5)]
-    try:
-        for i, c in enumerate(conns):
-            assert c.scalar(f"SELECT {i} + 1") == str(i + 1)
-    finally:
-        for c in conns:
-            c.close()
+    # Nothing leaked: 30 clients at once (max_client_connections: 40), 10 of them in a
+    # transaction at the same time (pool_size: 10). Sessions of the garbage clients may
+    # take a moment to end, hence the retries.
+    deadline = time.monotonic() + 15
+    while True:
+        conns = []
+        try:
+            conns = [proxied() for _ in range(30)]
+            for i, c in enumerate(conns[10:]):
+                assert c.scalar(f"SELECT {i} + 1") == str(i + 1)
+            for c in conns[:10]:  # each holds a backend until the end
+                c.query("BEGIN").raise_error()
+                assert c.scalar("SELECT 'in txn'") == "in txn"
+            break
+        except pgwire.PgError as e:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"client or backend slots leaked by the garbage connections: {e}") from None
+            time.sleep(0.5)
+        finally:
+            for c in conns:
+                c.close()
 
 
 # ------------------------------------------------------------------ pipelining (differential)

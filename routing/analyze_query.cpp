@@ -1,0 +1,362 @@
+// SELECT / INSERT / UPDATE / DELETE: which sharded tables a statement reads and writes,
+// in which scopes, and which conditions restrict the rows that matter.
+#include <algorithm>
+
+#include "routing/analyzer.hpp"
+#include "routing/pg_tree.hpp"
+
+namespace splitpoint::routing {
+
+namespace {
+
+std::string alias_or(const PgQuery__Alias* alias, const char* name) {
+  if (alias != nullptr && !sv(alias->aliasname).empty()) return alias->aliasname;
+  return std::string(sv(name));
+}
+
+// A VALUES list as INSERT uses it: rows and nothing else.
+bool is_plain_values(const PgQuery__Node* n) {
+  if (!is(n, PG_QUERY__NODE__NODE_SELECT_STMT)) return false;
+  const PgQuery__SelectStmt* s = n->select_stmt;
+  return s->n_values_lists > 0 && s->n_from_clause == 0 && s->n_sort_clause == 0 && s->limit_count == nullptr &&
+         s->limit_offset == nullptr && s->with_clause == nullptr && s->n_locking_clause == 0;
+}
+
+}  // namespace
+
+int Analyzer::add_occurrence(const std::string& table, const TableClass& c) {
+  plan_.occs.push_back(Occurrence{table, c.distribution, c.key_column});
+  return static_cast<int>(plan_.occs.size()) - 1;
+}
+
+void Analyzer::dml(const PgQuery__Node* stmt, Scope& scope, bool alone, KeyCols* exposed) {
+  switch (stmt->node_case) {
+    case PG_QUERY__NODE__NODE_SELECT_STMT:
+      return select(stmt->select_stmt, scope, exposed);
+    case PG_QUERY__NODE__NODE_INSERT_STMT:
+      writes_ = true;
+      return insert(stmt->insert_stmt, scope, alone);
+    case PG_QUERY__NODE__NODE_UPDATE_STMT:
+      writes_ = true;
+      return update(stmt->update_stmt, scope);
+    case PG_QUERY__NODE__NODE_DELETE_STMT:
+      writes_ = true;
+      return remove(stmt->delete_stmt, scope);
+    case PG_QUERY__NODE__NODE_MERGE_STMT: {  // only into reference tables (see statement())
+      writes_ = true;
+      const PgQuery__MergeStmt* m = stmt->merge_stmt;
+      if (m->with_clause != nullptr) with(m->with_clause, scope);
+      write_target(m->relation, scope);
+      from_item(m->source_relation, scope);
+      scan(m->join_condition, scope);
+      scan(m->merge_when_clauses, m->n_merge_when_clauses, scope);
+      return;
+    }
+    default:
+      return;  // the safety net counts its tables
+  }
+}
+
+void Analyzer::select(const PgQuery__SelectStmt* s, Scope& scope, KeyCols* exposed) {
+  if (s->with_clause != nullptr) with(s->with_clause, scope);
+  if (s->larg != nullptr || s->rarg != nullptr) {  // UNION / INTERSECT / EXCEPT
+    for (const PgQuery__SelectStmt* arm : {s->larg, s->rarg}) {
+      if (arm == nullptr) continue;
+      Scope child{&scope, {}, {}};
+      select(arm, child, nullptr);
+    }
+    scan(s->sort_clause, s->n_sort_clause, scope);
+    return;
+  }
+  for (std::size_t i = 0; i < s->n_from_clause; ++i) from_item(s->from_clause[i], scope);
+  // Sub-queries first, so that `key IN (SELECT key ...)` can be seen as a join.
+  scan(s->target_list, s->n_target_list, scope);
+  scan(s->where_clause, scope);
+  scan(s->having_clause, scope);
+  scan(s->group_clause, s->n_group_clause, scope);
+  scan(s->sort_clause, s->n_sort_clause, scope);
+  scan(s->distinct_clause, s->n_distinct_clause, scope);
+  scan(s->window_clause, s->n_window_clause, scope);
+  scan(s->values_lists, s->n_values_lists, scope);
+  scan(s->limit_count, scope);
+  scan(s->limit_offset, scope);
+  where(s->where_clause, scope, EdgeRule::both);
+  where(s->having_clause, scope, EdgeRule::both);  // a bare column there is a grouping column
+  // Key columns this query passes through, so conditions of an enclosing query on
+  // them restrict its rows. Not through LIMIT/OFFSET: which rows survive depends on
+  // all of them.
+  if (exposed == nullptr || s->limit_count != nullptr || s->limit_offset != nullptr) return;
+  for (std::size_t i = 0; i < s->n_target_list; ++i) {
+    if (!is(s->target_list[i], PG_QUERY__NODE__NODE_RES_TARGET)) continue;
+    const PgQuery__ResTarget* rt = s->target_list[i]->res_target;
+    if (!is(rt->val, PG_QUERY__NODE__NODE_COLUMN_REF)) continue;
+    const PgQuery__ColumnRef* c = rt->val->column_ref;
+    if (c->n_fields > 0 && is(c->fields[c->n_fields - 1], PG_QUERY__NODE__NODE_A_STAR)) {
+      std::string_view only = c->n_fields >= 2 ? str_of(c->fields[c->n_fields - 2]) : std::string_view{};
+      for (const Rel& rel : scope.rels)
+        if (only.empty() || rel.name == only) exposed->insert(exposed->end(), rel.key_cols.begin(), rel.key_cols.end());
+      continue;
+    }
+    Resolved r = resolve(rt->val, scope);
+    if (r.occ < 0 || r.depth != 0) continue;
+    std::string name(!sv(rt->name).empty() ? sv(rt->name) : str_of(c->fields[c->n_fields - 1]));
+    exposed->emplace_back(std::move(name), r.occ);
+  }
+}
+
+void Analyzer::with(const PgQuery__WithClause* w, Scope& scope) {
+  for (std::size_t i = 0; i < w->n_ctes; ++i) {
+    if (!is(w->ctes[i], PG_QUERY__NODE__NODE_COMMON_TABLE_EXPR)) continue;
+    const PgQuery__CommonTableExpr* cte = w->ctes[i]->common_table_expr;
+    std::string name(sv(cte->ctename));
+    // A recursive CTE sees itself; it passes no keys through.
+    if (w->recursive) scope.ctes.push_back(Cte{name, {}});
+    Scope child{&scope, {}, {}};
+    KeyCols exposed;
+    if (cte->ctequery != nullptr) dml(cte->ctequery, child, false, &exposed);
+    // Conditions on a CTE's key columns restrict its rows only when it is used once:
+    // with two uses, each may need different rows.
+    auto refs = relname_refs_.find(name);
+    bool once = refs == relname_refs_.end() || refs->second <= 1;
+    if (w->recursive || !once || cte->n_aliascolnames > 0) exposed.clear();
+    if (w->recursive)
+      scope.ctes.back().key_cols = {};
+    else
+      scope.ctes.push_back(Cte{std::move(name), std::move(exposed)});
+  }
+}
+
+void Analyzer::from_item(const PgQuery__Node* n, Scope& scope) {
+  if (n == nullptr) return;
+  switch (n->node_case) {
+    case PG_QUERY__NODE__NODE_RANGE_VAR:
+      return table(n->range_var, scope, nullptr);
+    case PG_QUERY__NODE__NODE_JOIN_EXPR:
+      return join(n->join_expr, scope);
+    case PG_QUERY__NODE__NODE_RANGE_SUBSELECT: {
+      const PgQuery__RangeSubselect* rs = n->range_subselect;
+      Scope child{rs->lateral ? &scope : scope.parent, {}, {}};
+      KeyCols exposed;
+      if (rs->subquery != nullptr) dml(rs->subquery, child, false, &exposed);
+      if (rs->alias != nullptr && rs->alias->n_colnames > 0) exposed.clear();  // renamed columns
+      scope.rels.push_back(Rel{alias_or(rs->alias, ""), std::move(exposed)});
+      return;
+    }
+    case PG_QUERY__NODE__NODE_RANGE_FUNCTION:
+      scan(n->range_function->functions, n->range_function->n_functions, scope);
+      scope.rels.push_back(Rel{alias_or(n->range_function->alias, ""), {}});
+      return;
+    case PG_QUERY__NODE__NODE_RANGE_TABLE_SAMPLE:
+      return from_item(n->range_table_sample->relation, scope);
+    default:
+      return scan(n, scope);
+  }
+}
+
+void Analyzer::table(const PgQuery__RangeVar* rv, Scope& scope, int* occ_out) {
+  if (rv == nullptr || sv(rv->relname).empty()) return;
+  std::string alias = alias_or(rv->alias, rv->relname);
+  std::string_view schema = sv(rv->schemaname);
+  if (schema.empty()) {
+    for (const Scope* s = &scope; s != nullptr; s = s->parent)
+      for (auto it = s->ctes.rbegin(); it != s->ctes.rend(); ++it)
+        if (it->name == rv->relname) {
+          scope.rels.push_back(Rel{alias, it->key_cols});
+          return;
+        }
+  }
+  TableClass c = topo_.classify(schema, rv->relname);
+  if (c.kind != TableClass::Kind::sharded) {
+    scope.rels.push_back(Rel{alias, {}});
+    return;
+  }
+  int occ = add_occurrence(Topology::table_name(schema, rv->relname), c);
+  scope.rels.push_back(Rel{alias, {{c.key_column, occ}}});
+  if (occ_out != nullptr) *occ_out = occ;
+}
+
+void Analyzer::join(const PgQuery__JoinExpr* j, Scope& scope) {
+  from_item(j->larg, scope);
+  std::size_t left_end = scope.rels.size();
+  from_item(j->rarg, scope);
+  scan(j->quals, scope);
+  EdgeRule rule = EdgeRule::none;
+  switch (j->jointype) {
+    case PG_QUERY__JOIN_TYPE__JOIN_INNER: rule = EdgeRule::both; break;
+    case PG_QUERY__JOIN_TYPE__JOIN_LEFT: rule = EdgeRule::left_to_right; break;
+    case PG_QUERY__JOIN_TYPE__JOIN_RIGHT: rule = EdgeRule::right_to_left; break;
+    default: break;  // FULL: every row of both sides matters
+  }
+  // Only an inner join's ON filters rows; an outer join's ON only says which rows of
+  // the nullable side match.
+  if (rule == EdgeRule::both) {
+    where(j->quals, scope, rule);
+  } else {
+    edges_of(j->quals, scope, rule, left_end);
+  }
+  for (std::size_t i = 0; i < j->n_using_clause; ++i) {  // JOIN ... USING (key)
+    std::string_view col = str_of(j->using_clause[i]);
+    Resolved a, b;
+    for (std::size_t r = 0; r < scope.rels.size(); ++r)
+      for (const auto& [name, occ] : scope.rels[r].key_cols)
+        if (name == col) (r < left_end ? a : b) = Resolved{occ, 0, static_cast<int>(r)};
+    edge(a, b, rule, left_end);
+  }
+}
+
+void Analyzer::write_target(const PgQuery__RangeVar* rv, Scope& scope) {
+  if (rv == nullptr) return;
+  int occ = -1;
+  table(rv, scope, &occ);
+  if (occ >= 0) {
+    plan_.write_targets.push_back(occ);
+    return;
+  }
+  TableClass c = topo_.classify(sv(rv->schemaname), rv->relname);
+  if (c.kind == TableClass::Kind::reference || c.kind == TableClass::Kind::catalog) {
+    reference_target_ = true;
+    plan_.writes_reference = true;
+  }
+}
+
+void Analyzer::refuse_key_assignment(PgQuery__Node* const* targets, std::size_t n, int occ) {
+  const Occurrence& o = plan_.occs[static_cast<std::size_t>(occ)];
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!is(targets[i], PG_QUERY__NODE__NODE_RES_TARGET)) continue;
+    const char* name = targets[i]->res_target->name;
+    if (o.key_column == sv(name))
+      error("SPR01", "cannot update the distribution key \"" + o.key_column + "\" of table \"" + o.table +
+                         "\": the row could move to another shard; delete it and insert it again instead",
+            true);
+  }
+}
+
+void Analyzer::update(const PgQuery__UpdateStmt* s, Scope& scope) {
+  if (s->with_clause != nullptr) with(s->with_clause, scope);
+  std::size_t before = plan_.write_targets.size();
+  write_target(s->relation, scope);
+  if (plan_.write_targets.size() > before) refuse_key_assignment(s->target_list, s->n_target_list, plan_.write_targets.back());
+  for (std::size_t i = 0; i < s->n_from_clause; ++i) from_item(s->from_clause[i], scope);
+  scan(s->target_list, s->n_target_list, scope);
+  scan(s->where_clause, scope);
+  scan(s->returning_list, s->n_returning_list, scope);
+  where(s->where_clause, scope, EdgeRule::both);
+}
+
+void Analyzer::remove(const PgQuery__DeleteStmt* s, Scope& scope) {
+  if (s->with_clause != nullptr) with(s->with_clause, scope);
+  write_target(s->relation, scope);
+  for (std::size_t i = 0; i < s->n_using_clause; ++i) from_item(s->using_clause[i], scope);
+  scan(s->where_clause, scope);
+  scan(s->returning_list, s->n_returning_list, scope);
+  where(s->where_clause, scope, EdgeRule::both);
+}
+
+void Analyzer::insert(const PgQuery__InsertStmt* s, Scope& scope, bool alone) {
+  if (s->with_clause != nullptr) with(s->with_clause, scope);
+  const PgQuery__RangeVar* rv = s->relation;
+  TableClass c = topo_.classify(sv(rv->schemaname), rv->relname);
+  int occ = -1;
+  if (c.kind == TableClass::Kind::sharded) {
+    occ = add_occurrence(Topology::table_name(sv(rv->schemaname), rv->relname), c);
+    scope.rels.push_back(Rel{alias_or(rv->alias, rv->relname), {{c.key_column, occ}}});
+  } else if (c.kind == TableClass::Kind::reference || c.kind == TableClass::Kind::catalog) {
+    reference_target_ = true;
+    plan_.writes_reference = true;
+  }
+  const std::string what = "INSERT into sharded table \"" + (occ >= 0 ? plan_.occs[occ].table : "") + "\"";
+  if (is_plain_values(s->select_stmt)) {
+    const PgQuery__SelectStmt* values = s->select_stmt->select_stmt;
+    scan(values->values_lists, values->n_values_lists, scope);
+    if (occ >= 0) insert_values(s, values, occ, alone);
+  } else if (s->select_stmt != nullptr) {
+    Scope child{scope.parent, {}, {}};
+    dml(s->select_stmt, child, false, nullptr);
+    if (occ >= 0)
+      error("SPR01", what + ": INSERT ... SELECT is not supported for sharded tables; use INSERT ... VALUES", true);
+  } else if (occ >= 0) {
+    error("SPR01", what + " needs a value for its key column \"" + c.key_column + "\"", true);
+  }
+  if (s->on_conflict_clause != nullptr) {
+    const PgQuery__OnConflictClause* oc = s->on_conflict_clause;
+    if (occ >= 0) refuse_key_assignment(oc->target_list, oc->n_target_list, occ);
+    scan(oc->target_list, oc->n_target_list, scope);
+    scan(oc->where_clause, scope);
+  }
+  scan(s->returning_list, s->n_returning_list, scope);
+}
+
+void Analyzer::insert_values(const PgQuery__InsertStmt* s, const PgQuery__SelectStmt* values, int occ, bool alone) {
+  InsertRows rows;
+  rows.occ = occ;
+  rows.splittable = alone;
+  const std::string& key = plan_.occs[static_cast<std::size_t>(occ)].key_column;
+  for (std::size_t i = 0; i < s->n_cols; ++i) {
+    const char* name = is(s->cols[i], PG_QUERY__NODE__NODE_RES_TARGET) ? s->cols[i]->res_target->name : nullptr;
+    rows.columns.emplace_back(sv(name));
+    if (rows.columns.back() == key) rows.key_index = i;
+  }
+  if (!rows.columns.empty() && !rows.key_index) {
+    error("SPR01", "INSERT into sharded table \"" + plan_.occs[occ].table + "\" needs a value for its key column \"" +
+                       key + "\"",
+          true);
+    return;
+  }
+  rows.rows.reserve(values->n_values_lists);
+  for (std::size_t r = 0; r < values->n_values_lists; ++r) {
+    const PgQuery__Node* row = values->values_lists[r];
+    std::vector<std::optional<ValueSource>> items;
+    if (is(row, PG_QUERY__NODE__NODE_LIST)) {
+      for (std::size_t k = 0; k < row->list->n_items; ++k) {
+        // Only the key item matters when its position is known.
+        if (rows.key_index && k != *rows.key_index) {
+          items.emplace_back();
+          continue;
+        }
+        items.push_back(value_of(row->list->items[k]));  // nullopt for DEFAULT and expressions
+      }
+    }
+    rows.rows.push_back(std::move(items));
+  }
+  plan_.inserts.push_back(std::move(rows));
+}
+
+void Analyzer::where(const PgQuery__Node* cond, Scope& scope, EdgeRule rule) {
+  if (cond == nullptr) return;
+  KeyCond k = cond_of(cond, scope);
+  if (k.op != KeyCond::Op::all) plan_.conds.push_back(std::move(k));
+  edges_of(cond, scope, rule, 0);
+}
+
+void Analyzer::scan(PgQuery__Node* const* items, std::size_t n, Scope& scope) {
+  for (std::size_t i = 0; i < n; ++i) scan(items[i], scope);
+}
+
+// Finds the sub-queries of an expression and analyses each in its own scope.
+void Analyzer::scan(const PgQuery__Node* n, Scope& scope) {
+  if (n == nullptr) return;
+  if (is(n, PG_QUERY__NODE__NODE_SUB_LINK)) return sublink(n->sub_link, scope);
+  walk_nodes(&n->base, [&](const PgQuery__Node* child) {
+    if (!is(child, PG_QUERY__NODE__NODE_SUB_LINK)) return true;
+    sublink(child->sub_link, scope);
+    return false;
+  });
+}
+
+void Analyzer::sublink(const PgQuery__SubLink* s, Scope& scope) {
+  scan(s->testexpr, scope);
+  if (s->subselect == nullptr) return;
+  Scope child{&scope, {}, {}};
+  dml(s->subselect, child, false, nullptr);
+  // `x IN (SELECT key FROM ...)`: remember which key the sub-query returns.
+  if (s->sub_link_type != PG_QUERY__SUB_LINK_TYPE__ANY_SUBLINK || !is(s->subselect, PG_QUERY__NODE__NODE_SELECT_STMT))
+    return;
+  const PgQuery__SelectStmt* q = s->subselect->select_stmt;
+  if (q->larg != nullptr || q->n_target_list != 1 || !is(q->target_list[0], PG_QUERY__NODE__NODE_RES_TARGET) ||
+      q->limit_count != nullptr || q->limit_offset != nullptr)
+    return;
+  Resolved r = resolve(q->target_list[0]->res_target->val, child);
+  if (r.occ >= 0 && r.depth == 0) sublink_key_[s] = r.occ;
+}
+
+}  // namespace splitpoint::routing

@@ -1,0 +1,382 @@
+// Statement kinds (SPEC §3): what routes whatever the values (DDL, SET/SHOW,
+// transaction control, utilities) and what needs its keys looked at.
+#include <algorithm>
+#include <cctype>
+
+#include "routing/analyzer.hpp"
+#include "routing/pg_tree.hpp"
+
+namespace splitpoint::routing {
+
+namespace {
+
+constexpr std::string_view kLocalPrefix = "splitpoint.";
+
+Route make_route(RouteKind kind, StatementClass cls) {
+  Route r;
+  r.kind = kind;
+  r.cls = cls;
+  return r;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// "splitpoint.deadline" -> "deadline"; nullopt for other parameters.
+std::optional<std::string> local_name(const char* name) {
+  std::string n = lower(sv(name));
+  if (!n.starts_with(kLocalPrefix)) return std::nullopt;
+  return n.substr(kLocalPrefix.size());
+}
+
+// The text of a SET argument as PostgreSQL would show it.
+std::string set_value(PgQuery__Node* const* args, std::size_t n) {
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0) out += ", ";
+    const PgQuery__Node* a = args[i];
+    if (is(a, PG_QUERY__NODE__NODE_TYPE_CAST)) a = a->type_cast->arg;  // SET x = interval '1s'
+    if (!is(a, PG_QUERY__NODE__NODE_A_CONST)) continue;
+    const PgQuery__AConst* c = a->a_const;
+    switch (c->val_case) {
+      case PG_QUERY__A__CONST__VAL_IVAL: out += std::to_string(c->ival->ival); break;
+      case PG_QUERY__A__CONST__VAL_FVAL: out += c->fval->fval; break;
+      case PG_QUERY__A__CONST__VAL_SVAL: out += c->sval->sval; break;
+      case PG_QUERY__A__CONST__VAL_BOOLVAL: out += c->boolval->boolval ? "on" : "off"; break;
+      default: break;
+    }
+  }
+  return out;
+}
+
+// Tables a DDL statement names, as ShapeLookup knows them.
+void collect_ddl_tables(const PgQuery__Node* stmt, std::vector<std::string>& out) {
+  auto add = [&](std::string name) {
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(std::move(name));
+  };
+  auto add_qualified = [&](const PgQuery__List* names) {  // DROP TABLE a.b / COMMENT ON TABLE b
+    if (names == nullptr || names->n_items == 0) return;
+    std::string_view rel = str_of(names->items[names->n_items - 1]);
+    std::string_view schema = names->n_items >= 2 ? str_of(names->items[names->n_items - 2]) : std::string_view{};
+    add(Topology::table_name(schema, rel));
+  };
+  for_each_range_var(&stmt->base, [&](const PgQuery__RangeVar* rv) {
+    if (!sv(rv->relname).empty()) add(Topology::table_name(sv(rv->schemaname), rv->relname));
+  });
+  if (is(stmt, PG_QUERY__NODE__NODE_DROP_STMT) &&
+      (stmt->drop_stmt->remove_type == PG_QUERY__OBJECT_TYPE__OBJECT_TABLE ||
+       stmt->drop_stmt->remove_type == PG_QUERY__OBJECT_TYPE__OBJECT_FOREIGN_TABLE)) {
+    for (std::size_t i = 0; i < stmt->drop_stmt->n_objects; ++i)
+      if (is(stmt->drop_stmt->objects[i], PG_QUERY__NODE__NODE_LIST)) add_qualified(stmt->drop_stmt->objects[i]->list);
+  }
+  if (is(stmt, PG_QUERY__NODE__NODE_COMMENT_STMT) && stmt->comment_stmt->objtype == PG_QUERY__OBJECT_TYPE__OBJECT_TABLE &&
+      is(stmt->comment_stmt->object, PG_QUERY__NODE__NODE_LIST))
+    add_qualified(stmt->comment_stmt->object->list);
+  if (is(stmt, PG_QUERY__NODE__NODE_RENAME_STMT) && stmt->rename_stmt->rename_type == PG_QUERY__OBJECT_TYPE__OBJECT_TABLE &&
+      !sv(stmt->rename_stmt->newname).empty()) {
+    const PgQuery__RangeVar* rv = stmt->rename_stmt->relation;
+    add(Topology::table_name(rv != nullptr ? sv(rv->schemaname) : "", stmt->rename_stmt->newname));
+  }
+}
+
+}  // namespace
+
+void Analyzer::fixed(Route route) { fixed_routes_.push_back(std::move(route)); }
+
+void Analyzer::error(std::string sqlstate, std::string message, bool overridable) {
+  Route r = make_route(RouteKind::error, StatementClass::utility);
+  r.sqlstate = std::move(sqlstate);
+  r.message = std::move(message);
+  if (!overridable) plan_.shard_override = false;
+  fixed(std::move(r));
+}
+
+void Analyzer::statement(const PgQuery__Node* stmt, bool alone) {
+  using SC = StatementClass;
+  switch (stmt->node_case) {
+    case PG_QUERY__NODE__NODE_SELECT_STMT:
+      if (stmt->select_stmt->into_clause != nullptr) return ddl(stmt);  // SELECT INTO creates a table
+      [[fallthrough]];
+    case PG_QUERY__NODE__NODE_INSERT_STMT:
+    case PG_QUERY__NODE__NODE_UPDATE_STMT:
+    case PG_QUERY__NODE__NODE_DELETE_STMT:
+      return keyed(stmt, alone);
+    case PG_QUERY__NODE__NODE_MERGE_STMT: {
+      // WHEN NOT MATCHED THEN INSERT may create rows with any key: only a reference
+      // target can take it (everywhere).
+      TableClass c = stmt->merge_stmt->relation
+                         ? topo_.classify(sv(stmt->merge_stmt->relation->schemaname),
+                                          stmt->merge_stmt->relation->relname)
+                         : TableClass{};
+      if (c.kind == TableClass::Kind::sharded)
+        return error("SPR01", "MERGE into a sharded table is not supported; use INSERT ... ON CONFLICT", true);
+      return keyed(stmt, alone);
+    }
+    case PG_QUERY__NODE__NODE_EXPLAIN_STMT:
+      return statement(stmt->explain_stmt->query, alone);
+    case PG_QUERY__NODE__NODE_DECLARE_CURSOR_STMT:
+      return statement(stmt->declare_cursor_stmt->query, false);
+    case PG_QUERY__NODE__NODE_TRANSACTION_STMT:
+      return transaction(stmt->transaction_stmt);
+    case PG_QUERY__NODE__NODE_VARIABLE_SET_STMT:
+      return variable_set(stmt->variable_set_stmt);
+    case PG_QUERY__NODE__NODE_VARIABLE_SHOW_STMT:
+      return variable_show(stmt->variable_show_stmt);
+    case PG_QUERY__NODE__NODE_COPY_STMT:
+      return copy(stmt->copy_stmt);
+    case PG_QUERY__NODE__NODE_PREPARE_STMT:
+    case PG_QUERY__NODE__NODE_EXECUTE_STMT:
+      return error("0A000",
+                   "SQL-level PREPARE/EXECUTE is not supported through splitpoint; use the extended query protocol",
+                   false);
+    // Session-level utilities: any backend; the caller carries session state over.
+    case PG_QUERY__NODE__NODE_DEALLOCATE_STMT:
+    case PG_QUERY__NODE__NODE_DISCARD_STMT:
+    case PG_QUERY__NODE__NODE_LISTEN_STMT:
+    case PG_QUERY__NODE__NODE_UNLISTEN_STMT:
+    case PG_QUERY__NODE__NODE_NOTIFY_STMT:
+    case PG_QUERY__NODE__NODE_FETCH_STMT:
+    case PG_QUERY__NODE__NODE_CLOSE_PORTAL_STMT:
+    case PG_QUERY__NODE__NODE_LOAD_STMT:
+    case PG_QUERY__NODE__NODE_CONSTRAINTS_SET_STMT:
+      return fixed(make_route(RouteKind::any_shard, SC::utility));
+    // Functions only (SPEC §3: one shard).
+    case PG_QUERY__NODE__NODE_CALL_STMT:
+    case PG_QUERY__NODE__NODE_DO_STMT:
+      return fixed(make_route(RouteKind::any_shard, SC::read));
+    // Maintenance that concerns every shard's copy.
+    case PG_QUERY__NODE__NODE_VACUUM_STMT:
+    case PG_QUERY__NODE__NODE_CLUSTER_STMT:
+    case PG_QUERY__NODE__NODE_REINDEX_STMT:
+    case PG_QUERY__NODE__NODE_CHECK_POINT_STMT:
+    case PG_QUERY__NODE__NODE_LOCK_STMT:
+      return fixed(make_route(RouteKind::all_shards, SC::utility));
+    default:
+      return ddl(stmt);
+  }
+}
+
+void Analyzer::ddl(const PgQuery__Node* stmt) {
+  collect_ddl_tables(stmt, plan_.ddl_tables);
+  fixed(make_route(RouteKind::all_shards, StatementClass::ddl));
+}
+
+void Analyzer::variable_set(const PgQuery__VariableSetStmt* s) {
+  std::optional<std::string> name = local_name(s->name);
+  if (!name) return fixed(make_route(RouteKind::any_shard, StatementClass::utility));
+  Route r = make_route(RouteKind::local, StatementClass::utility);
+  LocalCommand cmd;
+  cmd.name = *name;
+  switch (s->kind) {
+    case PG_QUERY__VARIABLE_SET_KIND__VAR_SET_VALUE:
+      cmd.kind = s->is_local ? LocalCommand::Kind::set_local : LocalCommand::Kind::set;
+      cmd.value = set_value(s->args, s->n_args);
+      break;
+    default:  // RESET x, SET x TO DEFAULT
+      cmd.kind = LocalCommand::Kind::reset;
+      break;
+  }
+  r.local = std::move(cmd);
+  plan_.cacheable = false;  // the value is a literal
+  plan_.shard_override = false;
+  fixed(std::move(r));
+}
+
+void Analyzer::variable_show(const PgQuery__VariableShowStmt* s) {
+  std::optional<std::string> name = local_name(s->name);
+  if (!name) return fixed(make_route(RouteKind::any_shard, StatementClass::utility));
+  Route r = make_route(RouteKind::local, StatementClass::utility);
+  r.local = LocalCommand{LocalCommand::Kind::show, *name, {}};
+  plan_.shard_override = false;
+  fixed(std::move(r));
+}
+
+void Analyzer::transaction(const PgQuery__TransactionStmt* s) {
+  Route r = make_route(RouteKind::any_shard, StatementClass::transaction);
+  switch (s->kind) {
+    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_BEGIN:
+    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_START: r.txn = TxnCommand::begin; break;
+    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_COMMIT: r.txn = TxnCommand::commit; break;
+    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_ROLLBACK: r.txn = TxnCommand::rollback; break;
+    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_SAVEPOINT: r.txn = TxnCommand::savepoint; break;
+    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_RELEASE: r.txn = TxnCommand::release_savepoint; break;
+    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_ROLLBACK_TO: r.txn = TxnCommand::rollback_to_savepoint; break;
+    default:
+      // The proxy runs two-phase commit itself (SPEC §5); clients' own would bypass it.
+      return error("0A000", "PREPARE TRANSACTION, COMMIT PREPARED and ROLLBACK PREPARED are not supported through splitpoint",
+                   false);
+  }
+  plan_.shard_override = false;
+  fixed(std::move(r));
+}
+
+// COPY t FROM STDIN: the caller splits the rows by key (SPEC §3); COPY t TO / COPY
+// (query) TO reads like a SELECT.
+void Analyzer::copy(const PgQuery__CopyStmt* s) {
+  if (s->query != nullptr) return statement(s->query, false);
+  if (s->relation == nullptr) return fixed(make_route(RouteKind::any_shard, StatementClass::utility));
+  TableClass c = topo_.classify(sv(s->relation->schemaname), s->relation->relname);
+  if (!s->is_from) {
+    Scope scope;
+    int occ = -1;
+    table(s->relation, scope, &occ);
+    keyed_ = true;
+    return;
+  }
+  writes_ = true;
+  Route r = make_route(RouteKind::all_shards, StatementClass::write);
+  switch (c.kind) {
+    case TableClass::Kind::sharded: r.distribution = c.distribution; break;
+    case TableClass::Kind::pinned:
+      r.kind = RouteKind::shards;
+      r.shards = {c.shard};
+      break;
+    case TableClass::Kind::rejected:
+      return error("SPR01", "table \"" + std::string(s->relation->relname) + "\" is not configured in splitpoint", true);
+    default: break;
+  }
+  fixed(std::move(r));
+}
+
+void Analyzer::keyed(const PgQuery__Node* stmt, bool alone) {
+  std::size_t first_occ = plan_.occs.size();
+  reference_target_ = false;
+  relname_refs_.clear();
+  cte_names_.clear();
+  for_each_range_var(&stmt->base, [&](const PgQuery__RangeVar* rv) {
+    if (sv(rv->schemaname).empty() && !sv(rv->relname).empty()) ++relname_refs_[rv->relname];
+  });
+  walk_nodes(&stmt->base, [&](const PgQuery__Node* n) {
+    if (is(n, PG_QUERY__NODE__NODE_COMMON_TABLE_EXPR) && !sv(n->common_table_expr->ctename).empty())
+      ++cte_names_[n->common_table_expr->ctename];
+    return true;
+  });
+  Scope scope;
+  dml(stmt, scope, alone, nullptr);
+  keyed_ = true;
+  safety_net(stmt, first_occ);
+  // Each shard's copy of a reference table would get different rows.
+  if (reference_target_ && plan_.occs.size() > first_occ)
+    error("SPC01", "a reference table cannot be written from a sharded table's rows", true);
+}
+
+// Every table of the statement, found by a walk over the whole tree: a sharded table the
+// analysis did not meet (a construct it does not follow) counts as unconstrained, so the
+// statement can only reach more shards than needed, never fewer. Pinned and rejected
+// unlisted tables are found here too.
+void Analyzer::safety_net(const PgQuery__Node* stmt, std::size_t first_occ) {
+  std::unordered_map<std::string, int> seen;  // sharded table -> occurrences met
+  for (std::size_t i = first_occ; i < plan_.occs.size(); ++i) ++seen[plan_.occs[i].table];
+  for_each_range_var(&stmt->base, [&](const PgQuery__RangeVar* rv) {
+    if (sv(rv->relname).empty()) return;
+    std::string_view schema = sv(rv->schemaname);
+    TableClass c = topo_.classify(schema, rv->relname);
+    bool maybe_cte = schema.empty() && cte_names_.count(rv->relname) != 0;
+    std::string name = Topology::table_name(schema, rv->relname);
+    if (c.kind == TableClass::Kind::sharded) {
+      if (--seen[name] < 0) add_occurrence(name, c);
+    } else if (c.kind == TableClass::Kind::pinned && !maybe_cte) {
+      if (std::find(plan_.pinned_shards.begin(), plan_.pinned_shards.end(), c.shard) == plan_.pinned_shards.end())
+        plan_.pinned_shards.push_back(c.shard);
+    } else if (c.kind == TableClass::Kind::rejected && !maybe_cte) {
+      error("SPR01", "table \"" + name + "\" is not configured in splitpoint (unlisted_tables: reject)", true);
+    }
+  });
+}
+
+// Combines the statements of one text into one plan.
+void Analyzer::finish(std::size_t statement_count) {
+  auto has = [&](auto pred) { return std::any_of(fixed_routes_.begin(), fixed_routes_.end(), pred); };
+  for (const Route& r : fixed_routes_) {
+    if (r.kind == RouteKind::error) return finish_with(r);
+  }
+  if (statement_count > 1 && has([](const Route& r) { return r.kind == RouteKind::local; })) {
+    Route r = make_route(RouteKind::error, StatementClass::utility);
+    r.sqlstate = "0A000";
+    r.message = "SET/SHOW/RESET splitpoint.* must be sent as a statement of its own";
+    plan_.shard_override = false;
+    return finish_with(r);
+  }
+  StatementClass cls = writes_ ? StatementClass::write : StatementClass::read;
+  if (has([](const Route& r) { return r.cls == StatementClass::ddl; }))
+    return finish_with(make_route(RouteKind::all_shards, StatementClass::ddl));
+  if (has([](const Route& r) { return r.kind == RouteKind::all_shards; }))
+    return finish_with(make_route(RouteKind::all_shards, keyed_ ? cls : fixed_routes_.front().cls));
+  if (keyed_) {
+    plan_.mode = Plan::Mode::keyed;
+    plan_.fixed = make_route(RouteKind::shards, cls);
+    return;
+  }
+  if (fixed_routes_.size() == 1) return finish_with(fixed_routes_.front());
+  if (fixed_routes_.empty()) return finish_with(make_route(RouteKind::any_shard, StatementClass::utility));  // ";"
+  // Several statements that each go anywhere (SET ...; BEGIN; ...): one backend.
+  Route r = fixed_routes_.front();
+  r.txn = TxnCommand::none;
+  finish_with(r);
+}
+
+void Analyzer::finish_with(const Route& r) {
+  plan_.mode = Plan::Mode::fixed;
+  plan_.fixed = r;
+  if (r.kind == RouteKind::error) plan_.cacheable = false;
+}
+
+}  // namespace splitpoint::routing
+
+namespace splitpoint::routing {
+
+namespace {
+
+std::size_t cond_bytes(const KeyCond& k) {
+  std::size_t n = sizeof(KeyCond);
+  for (const ValueSource& v : k.values) n += sizeof(ValueSource) + v.text.size();
+  for (const KeyCond& kid : k.kids) n += cond_bytes(kid);
+  return n;
+}
+
+// A rough footprint, for bounding the plan cache in bytes.
+std::size_t plan_bytes(const Plan& p) {
+  std::size_t n = sizeof(Plan) + p.packed_tree.size() + p.fixed.message.size();
+  for (const Occurrence& o : p.occs) n += sizeof(o) + o.table.size() + o.key_column.size();
+  for (const KeyCond& k : p.conds) n += cond_bytes(k);
+  n += p.edges.size() * sizeof(KeyEdge);
+  for (const InsertRows& r : p.inserts)
+    for (const auto& row : r.rows) n += sizeof(row) + row.size() * sizeof(std::optional<ValueSource>);
+  for (const std::string& t : p.ddl_tables) n += sizeof(t) + t.size();
+  return n;
+}
+
+}  // namespace
+
+std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t> param_types, const Topology& topo) {
+  auto plan = std::make_shared<Plan>();
+  plan->param_types.assign(param_types.begin(), param_types.end());
+  plan->hints = scan_hints(sql);
+  ParseTree tree = ParseTree::parse(sql);
+  if (!tree.ok()) {
+    // PostgreSQL's own message and position (SPEC §6).
+    Route& r = plan->fixed;
+    r.kind = RouteKind::error;
+    r.cls = StatementClass::utility;
+    r.sqlstate = tree.error().sqlstate;
+    r.message = tree.error().message;
+    r.position = tree.error().position;
+    plan->cacheable = false;
+    plan->shard_override = false;
+    return plan;
+  }
+  Analyzer analyzer(topo, *plan);
+  const std::size_t n = tree.tree()->n_stmts;
+  for (std::size_t i = 0; i < n; ++i)
+    if (tree.tree()->stmts[i]->stmt != nullptr) analyzer.statement(tree.tree()->stmts[i]->stmt, n == 1);
+  analyzer.finish(n);
+  for (const InsertRows& rows : plan->inserts)
+    if (rows.splittable && rows.rows.size() > 1) plan->packed_tree = tree.packed();
+  plan->bytes = plan_bytes(*plan) + sql.size();
+  return plan;
+}
+
+}  // namespace splitpoint::routing

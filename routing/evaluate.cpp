@@ -1,0 +1,429 @@
+#include "routing/evaluate.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+#include "routing/insert_split.hpp"
+#include "routing/values.hpp"
+
+namespace splitpoint::routing {
+
+namespace {
+
+Route error_route(const Plan& plan, std::string sqlstate, std::string message) {
+  Route r;
+  r.kind = RouteKind::error;
+  r.cls = plan.fixed.cls;
+  r.sqlstate = std::move(sqlstate);
+  r.message = std::move(message);
+  return r;
+}
+
+std::string quoted(const std::optional<std::string>& v) { return v ? "'" + *v + "'" : "NULL"; }
+
+class Evaluator {
+ public:
+  Evaluator(const Plan& plan, const EvalInput& in) : plan_(plan), in_(in) {}
+
+  Route run(bool* needs_exact_plan);
+
+ private:
+  std::optional<Route> forced_shard();
+  Route key_hint(const std::string& value);
+  void occurrences();
+  void insert_rows(const InsertRows& rows, std::vector<std::size_t>* row_shards);
+  void propagate();
+  Route finish();
+  PartSet project(const KeyCond& k, int occ);
+  PartSet leaf_in(const KeyCond& k);
+  PartSet leaf_range(const KeyCond& k);
+  const ColumnType* key_type(int occ);
+  std::optional<std::size_t> column_index(int occ, const std::string& column);
+  bool read(const ValueSource& v, const ColumnType& type, KeyValues& out) const;
+  void fail(std::string sqlstate, std::string message);
+  void note_key(const std::optional<std::string>& v, const ColumnType& type);
+
+  const Plan& plan_;
+  const EvalInput& in_;
+  std::vector<PartSet> parts_;  // per occurrence
+  std::vector<std::optional<ColumnType>> types_;
+  std::vector<std::string> missing_;
+  std::optional<Route> error_;
+  std::vector<std::string> key_values_;
+  std::vector<std::size_t> row_shards_;  // the splittable INSERT's rows
+};
+
+const std::string* find_hint(const Hints& hints, std::string_view key) {
+  const std::string* found = nullptr;
+  for (const auto& [k, v] : hints)
+    if (k == key) found = &v;  // the last one wins
+  return found;
+}
+
+Route Evaluator::run(bool* needs_exact_plan) {
+  Route r;
+  if (std::optional<Route> forced = forced_shard()) {
+    r = std::move(*forced);
+  } else if (const std::string* key = find_hint(in_.hints, "key"); key && plan_.shard_override) {
+    r = key_hint(*key);
+  } else if (plan_.mode == Plan::Mode::fixed) {
+    r = plan_.fixed;
+  } else {
+    occurrences();
+    r = finish();
+    if (r.kind == RouteKind::shards && r.shards.size() > 1 && !row_shards_.empty()) {
+      if (!in_.can_split) {
+        *needs_exact_plan = true;
+      } else if (auto sql = split_insert(plan_.packed_tree, row_shards_)) {
+        r.per_shard_sql = std::move(*sql);
+      } else {
+        r = error_route(plan_, "SPR01", "could not rewrite the INSERT for each shard");
+      }
+    }
+  }
+  for (const auto& [k, v] : in_.hints)
+    if (k != "shard" && k != "key") r.hints.emplace_back(k, v);
+  return r;
+}
+
+// `/* splitpoint: shard=NAME */` or SET splitpoint.shard: that shard, whatever the keys.
+std::optional<Route> Evaluator::forced_shard() {
+  if (!plan_.shard_override) return std::nullopt;
+  std::optional<std::size_t> shard = in_.session.shard;
+  if (const std::string* name = find_hint(in_.hints, "shard")) {
+    shard = in_.topo.find_shard(*name);
+    if (!shard) return error_route(plan_, "SPR02", "unknown shard \"" + *name + "\" in splitpoint hint");
+  }
+  if (!shard) return std::nullopt;
+  Route r = plan_.fixed;
+  if (r.kind == RouteKind::error) r = Route{};
+  r.kind = RouteKind::shards;
+  r.cls = plan_.mode == Plan::Mode::keyed || plan_.fixed.kind != RouteKind::error ? plan_.fixed.cls : StatementClass::read;
+  r.shards = {*shard};
+  return r;
+}
+
+// `/* splitpoint: key=VALUE */`: the shard of that key in the statement's distribution.
+Route Evaluator::key_hint(const std::string& value) {
+  std::vector<std::size_t> dists;
+  for (const Occurrence& o : plan_.occs)
+    if (std::find(dists.begin(), dists.end(), o.distribution) == dists.end()) dists.push_back(o.distribution);
+  const auto& config = in_.topo.config();
+  if (dists.empty() && config.distributions.size() == 1) dists.push_back(0);
+  if (dists.size() != 1)
+    return error_route(plan_, "SPR01", "the key hint needs a statement on the tables of exactly one distribution");
+  const std::size_t d = dists.front();
+  // The key's type, from any of the distribution's tables' shape.
+  std::optional<ColumnType> type;
+  for (std::size_t i = 0; i < plan_.occs.size() && !type; ++i)
+    if (plan_.occs[i].distribution == d)
+      if (const ColumnType* t = key_type(static_cast<int>(i))) type = *t;
+  if (!type && plan_.occs.empty() && !config.distributions[d].tables.empty()) {
+    const auto& [table, key] = config.distributions[d].tables.front();
+    const TableShape* shape = in_.shapes ? in_.shapes(table) : nullptr;
+    if (shape == nullptr) missing_.push_back(table);
+    for (std::size_t c = 0; shape != nullptr && c < shape->columns.size() && c < shape->types.size(); ++c)
+      if (shape->columns[c] == key) type = column_type(shape->types[c]);
+  }
+  Route r = plan_.mode == Plan::Mode::fixed ? plan_.fixed : Route{};
+  r.cls = plan_.fixed.cls;
+  if (!missing_.empty()) {
+    r.kind = RouteKind::need_shapes;
+    r.missing_tables = std::move(missing_);
+    return r;
+  }
+  PartitionOf p = type ? in_.topo.partition_of(d, *type, value) : PartitionOf{};
+  if (p.status == PartitionOf::Status::no_partition)
+    return error_route(plan_, "SPR02", "no partition for key '" + value + "' of distribution \"" + config.distributions[d].name + "\"");
+  if (p.status != PartitionOf::Status::ok)
+    return error_route(plan_, "SPR01", "cannot read the key hint '" + value + "' as the distribution's key type");
+  r.kind = RouteKind::shards;
+  r.shards = {in_.topo.shard_of(d, p.partition)};
+  r.partitions = {PartitionHit{d, p.partition}};
+  r.key_values = {value};
+  r.distribution = d;
+  return r;
+}
+
+void Evaluator::occurrences() {
+  parts_.assign(plan_.occs.size(), PartSet{});
+  types_.assign(plan_.occs.size(), std::nullopt);
+  for (std::size_t o = 0; o < plan_.occs.size(); ++o)
+    for (const KeyCond& k : plan_.conds) parts_[o].intersect(project(k, static_cast<int>(o)));
+  for (const InsertRows& rows : plan_.inserts) insert_rows(rows, rows.splittable ? &row_shards_ : nullptr);
+  propagate();
+}
+
+// What a condition says about one occurrence's key: its leaves on other occurrences
+// say nothing (all partitions).
+PartSet Evaluator::project(const KeyCond& k, int occ) {
+  switch (k.op) {
+    case KeyCond::Op::all: return PartSet{};
+    case KeyCond::Op::in: return k.occ == occ ? leaf_in(k) : PartSet{};
+    case KeyCond::Op::range: return k.occ == occ ? leaf_range(k) : PartSet{};
+    case KeyCond::Op::and_: {
+      PartSet out;
+      for (const KeyCond& kid : k.kids) out.intersect(project(kid, occ));
+      return out;
+    }
+    case KeyCond::Op::or_: {
+      PartSet out = PartSet::none();
+      for (const KeyCond& kid : k.kids) {
+        out.unite(project(kid, occ));
+        if (out.all) break;
+      }
+      return out;
+    }
+  }
+  return PartSet{};
+}
+
+PartSet Evaluator::leaf_in(const KeyCond& k) {
+  const ColumnType* type = key_type(k.occ);
+  if (type == nullptr) return PartSet{};
+  const std::size_t d = plan_.occs[k.occ].distribution;
+  PartSet out = PartSet::none();
+  KeyValues values;
+  for (const ValueSource& v : k.values) {
+    values.clear();
+    if (!read(v, *type, values)) return PartSet{};
+    for (const auto& value : values) {
+      if (!value && !k.null_matches) continue;  // `key = NULL` matches nothing
+      PartitionOf p = in_.topo.partition_of(d, *type, value);
+      if (p.status == PartitionOf::Status::unknown) return PartSet{};  // PostgreSQL will judge the value
+      if (p.status == PartitionOf::Status::no_partition) {
+        if (!value) continue;
+        fail("SPR02", "no partition for key " + quoted(value) + " of distribution \"" +
+                          in_.topo.config().distributions[d].name + "\"");
+        return PartSet::none();
+      }
+      out.add(p.partition);
+      note_key(value, *type);
+    }
+  }
+  return out;
+}
+
+PartSet Evaluator::leaf_range(const KeyCond& k) {
+  const std::size_t d = plan_.occs[k.occ].distribution;
+  if (in_.topo.config().distributions[d].method != config::Method::range) return PartSet{};
+  const ColumnType* type = key_type(k.occ);
+  if (type == nullptr) return PartSet{};
+  std::optional<std::string> bound[2];
+  const std::optional<ValueSource>* src[2] = {&k.lower, &k.upper};
+  for (int i = 0; i < 2; ++i) {
+    if (!*src[i]) continue;
+    KeyValues v;
+    if ((*src[i])->is_array || !read(**src[i], *type, v) || v.size() != 1 || !v[0]) return PartSet{};
+    bound[i] = std::move(v[0]);
+  }
+  return in_.topo.partitions_between(d, *type, bound[0], k.lower_inclusive, bound[1], k.upper_inclusive);
+}
+
+const ColumnType* Evaluator::key_type(int occ) {
+  if (types_.size() != plan_.occs.size()) types_.assign(plan_.occs.size(), std::nullopt);
+  std::optional<ColumnType>& t = types_[occ];
+  if (t) return &*t;
+  const Occurrence& o = plan_.occs[occ];
+  const TableShape* shape = in_.shapes ? in_.shapes(o.table) : nullptr;
+  if (shape == nullptr) {
+    if (std::find(missing_.begin(), missing_.end(), o.table) == missing_.end()) missing_.push_back(o.table);
+    return nullptr;
+  }
+  t = ColumnType{};  // no such column: values cannot be read, PostgreSQL will complain
+  for (std::size_t c = 0; c < shape->columns.size() && c < shape->types.size(); ++c)
+    if (shape->columns[c] == o.key_column) t = column_type(shape->types[c]);
+  return &*t;
+}
+
+std::optional<std::size_t> Evaluator::column_index(int occ, const std::string& column) {
+  const TableShape* shape = in_.shapes ? in_.shapes(plan_.occs[occ].table) : nullptr;
+  if (shape == nullptr) return std::nullopt;
+  for (std::size_t c = 0; c < shape->columns.size(); ++c)
+    if (shape->columns[c] == column) return c;
+  return std::nullopt;
+}
+
+bool Evaluator::read(const ValueSource& v, const ColumnType& type, KeyValues& out) const {
+  switch (v.kind) {
+    case ValueSource::Kind::null:
+      out.emplace_back();
+      return true;
+    case ValueSource::Kind::constant:
+      if (v.is_array) return parse_text_array(v.text, out);
+      out.emplace_back(v.text);
+      return true;
+    case ValueSource::Kind::slot: {
+      if (v.index < 0 || static_cast<std::size_t>(v.index) >= in_.slots.size() || !in_.slots[v.index]) return false;
+      std::string text = v.negate ? "-" + *in_.slots[v.index] : *in_.slots[v.index];
+      if (v.is_array) return parse_text_array(text, out);
+      out.emplace_back(std::move(text));
+      return true;
+    }
+    case ValueSource::Kind::param: {
+      const BoundParams* p = in_.params;
+      if (p == nullptr || v.index < 0 || static_cast<std::size_t>(v.index) >= p->values.size()) return false;
+      const std::size_t i = static_cast<std::size_t>(v.index);
+      const std::optional<std::string_view>& value = p->values[i];
+      if (!value) {
+        out.emplace_back();
+        return !v.is_array;  // a NULL array matches nothing, but say "unknown" to be safe
+      }
+      std::int16_t format = p->formats.empty() ? 0 : p->formats.size() == 1 ? p->formats[0] : i < p->formats.size() ? p->formats[i] : 0;
+      if (format == 0) {
+        if (v.is_array) return parse_text_array(*value, out);
+        out.emplace_back(std::string(*value));
+        return true;
+      }
+      if (v.is_array) return decode_binary_array(*value, type, out);
+      std::int32_t oid = i < p->types.size() ? p->types[i] : i < plan_.param_types.size() ? plan_.param_types[i] : 0;
+      std::string text;
+      if (!decode_binary(static_cast<std::uint32_t>(oid), *value, type, text)) return false;
+      out.emplace_back(std::move(text));
+      return true;
+    }
+  }
+  return false;
+}
+
+void Evaluator::insert_rows(const InsertRows& rows, std::vector<std::size_t>* row_shards) {
+  const Occurrence& o = plan_.occs[rows.occ];
+  const ColumnType* type = key_type(rows.occ);
+  if (type == nullptr) return;
+  std::optional<std::size_t> k = rows.key_index ? rows.key_index : column_index(rows.occ, o.key_column);
+  if (!k) return fail("SPR01", "table \"" + o.table + "\" has no key column \"" + o.key_column + "\"");
+  PartSet& parts = parts_[rows.occ];
+  parts = PartSet::none();
+  KeyValues v;
+  for (std::size_t r = 0; r < rows.rows.size(); ++r) {
+    const auto& row = rows.rows[r];
+    const std::string where = "INSERT into sharded table \"" + o.table + "\" (row " + std::to_string(r + 1) + ")";
+    if (*k >= row.size()) return fail("SPR01", where + " needs a value for its key column \"" + o.key_column + "\"");
+    if (!row[*k])
+      return fail("SPR01", where + ": the key column \"" + o.key_column + "\" must be a constant or a parameter, not DEFAULT or an expression");
+    v.clear();
+    if (!read(*row[*k], *type, v) || v.size() != 1)
+      return fail("SPR01", where + ": cannot read the value of key column \"" + o.key_column + "\"");
+    PartitionOf p = in_.topo.partition_of(o.distribution, *type, v[0]);
+    if (p.status == PartitionOf::Status::no_partition)
+      return fail("SPR02", where + ": no partition for key " + quoted(v[0]));
+    if (p.status != PartitionOf::Status::ok)
+      return fail("SPR01", where + ": key " + quoted(v[0]) + " is not a valid " + type->base);
+    parts.add(p.partition);
+    note_key(v[0], *type);
+    if (row_shards != nullptr) row_shards->push_back(in_.topo.shard_of(o.distribution, p.partition));
+  }
+}
+
+// Joins on the key: a joined occurrence's rows lie within the other's partitions.
+void Evaluator::propagate() {
+  for (std::size_t round = 0; round <= plan_.occs.size(); ++round) {
+    bool changed = false;
+    for (const KeyEdge& e : plan_.edges) {
+      if (parts_[e.from].all) continue;
+      std::size_t before = parts_[e.to].all ? SIZE_MAX : parts_[e.to].parts.size();
+      parts_[e.to].intersect(parts_[e.from]);
+      changed |= parts_[e.to].parts.size() != before;
+    }
+    if (!changed) return;
+  }
+}
+
+void Evaluator::fail(std::string sqlstate, std::string message) {
+  if (!error_) error_ = error_route(plan_, std::move(sqlstate), std::move(message));
+}
+
+// Keys for hot-key statistics, integers in canonical form ("0042" is 42).
+void Evaluator::note_key(const std::optional<std::string>& v, const ColumnType& type) {
+  if (!v || key_values_.size() >= 64) return;
+  std::string key = *v;
+  if (type.integer) {
+    long long n = 0;
+    std::string_view s = *v;
+    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+    while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+    if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    if (ec == std::errc() && p == s.data() + s.size()) key = std::to_string(n);
+  }
+  if (std::find(key_values_.begin(), key_values_.end(), key) == key_values_.end()) key_values_.push_back(std::move(key));
+}
+
+Route Evaluator::finish() {
+  Route r = plan_.fixed;
+  if (!missing_.empty()) {
+    r.kind = RouteKind::need_shapes;
+    r.missing_tables = std::move(missing_);
+    return r;
+  }
+  if (error_) return *error_;
+  // Partitions per distribution.
+  std::vector<std::optional<PartSet>> dists(in_.topo.config().distributions.size());
+  for (std::size_t o = 0; o < plan_.occs.size(); ++o) {
+    auto& d = dists[plan_.occs[o].distribution];
+    if (!d) d = PartSet::none();
+    d->unite(parts_[o]);
+  }
+  std::vector<std::size_t> shards = plan_.pinned_shards;
+  std::size_t touched = 0;
+  for (std::size_t d = 0; d < dists.size(); ++d) {
+    if (!dists[d]) continue;
+    ++touched;
+    r.distribution = d;
+    if (dists[d]->all) {
+      const auto& all = in_.topo.shards_of(d);
+      shards.insert(shards.end(), all.begin(), all.end());
+      continue;
+    }
+    for (std::uint32_t p : dists[d]->parts) {
+      shards.push_back(in_.topo.shard_of(d, p));
+      r.partitions.push_back(PartitionHit{d, p});
+    }
+  }
+  if (touched != 1) r.distribution.reset();
+  r.key_values = std::move(key_values_);
+  std::sort(shards.begin(), shards.end());
+  shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
+  if (plan_.writes_reference) {  // every copy
+    r.kind = RouteKind::all_shards;
+    return r;
+  }
+  if (touched == 0 && shards.empty()) {  // reference / catalog tables, or none
+    r.kind = RouteKind::any_shard;
+    return r;
+  }
+  for (int t : plan_.write_targets)
+    if (parts_[t].all) {  // UPDATE/DELETE without the key
+      r.kind = RouteKind::all_shards;
+      r.partitions.clear();
+      return r;
+    }
+  if (shards.empty()) {
+    // Contradictory keys (`id = 1 AND id = 2`): no rows anywhere; one shard answers.
+    shards.push_back(in_.topo.shard_of(plan_.occs.front().distribution, 0));
+  }
+  if (!row_shards_.empty()) {  // a lone INSERT ... VALUES goes where its rows go
+    shards = row_shards_;
+    std::sort(shards.begin(), shards.end());
+    shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
+  }
+  // Any other INSERT is sent whole: to several shards it would duplicate rows.
+  bool unsplittable_insert = std::any_of(plan_.inserts.begin(), plan_.inserts.end(),
+                                         [](const InsertRows& rows) { return !rows.splittable; });
+  if (unsplittable_insert && shards.size() > 1)
+    return error_route(plan_, "SPR01",
+                       "this INSERT would reach several shards; send a multi-row INSERT as a statement of its own");
+  r.kind = RouteKind::shards;
+  r.shards = std::move(shards);
+  return r;
+}
+
+}  // namespace
+
+Route evaluate(const Plan& plan, const EvalInput& in, bool* needs_exact_plan) {
+  bool ignored = false;
+  Evaluator e(plan, in);
+  return e.run(needs_exact_plan != nullptr ? needs_exact_plan : &ignored);
+}
+
+}  // namespace splitpoint::routing

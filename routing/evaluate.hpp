@@ -1,0 +1,28 @@
+// One execution of a plan: the values of its keys (literals, bound parameters,
+// literal slots of a cached plan) -> partitions -> shards. Internal to routing/.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+
+#include "routing/plan.hpp"
+#include "routing/topology.hpp"
+
+namespace splitpoint::routing {
+
+struct EvalInput {
+  const Topology& topo;
+  const BoundParams* params = nullptr;                 // extended protocol
+  std::span<const std::optional<std::string>> slots;  // cached simple-protocol plan: literal values
+  const Hints& hints;
+  const SessionRouting& session;
+  const ShapeLookup& shapes;
+  bool can_split = true;  // plan.packed_tree is this very text's tree
+};
+
+// The route. Sets *needs_exact_plan (and returns a placeholder) when an INSERT must be
+// split but the plan is a cached one whose tree holds another text's literals.
+Route evaluate(const Plan& plan, const EvalInput& in, bool* needs_exact_plan);
+
+}  // namespace splitpoint::routing

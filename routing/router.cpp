@@ -1,0 +1,63 @@
+// Router: glue between analysis (analyzer.hpp), execution (evaluate.hpp) and the
+// simple-protocol plan cache (plan_cache.hpp, literal_slots.hpp).
+#include "routing/router.hpp"
+
+#include "routing/analyzer.hpp"
+#include "routing/evaluate.hpp"
+#include "routing/literal_slots.hpp"
+#include "routing/plan_cache.hpp"
+#include "routing/text_scan.hpp"
+#include "routing/topology.hpp"
+
+namespace splitpoint::routing {
+
+struct Router::Impl {
+  explicit Impl(const config::Config& c) : config(c), topo(config) {}
+
+  // Routes `sql` from a plan of its own (no cache).
+  Route exact(std::string_view sql, const SessionRouting& session, const ShapeLookup& shapes) const {
+    std::shared_ptr<Plan> p = analyze(sql, {}, topo);
+    return evaluate(*p, EvalInput{topo, nullptr, {}, p->hints, session, shapes, true}, nullptr);
+  }
+
+  config::Config config;  // a copy: the router must not depend on the caller keeping its config
+  Topology topo;
+  PlanCache cache;
+};
+
+Router::Router(const config::Config& config) : impl_(std::make_unique<Impl>(config)) {}
+Router::~Router() = default;
+
+std::shared_ptr<const Plan> Router::plan(std::string_view sql, std::span<const std::int32_t> param_types) const {
+  return analyze(sql, param_types, impl_->topo);
+}
+
+Route Router::route(const Plan& plan, const BoundParams& params, const SessionRouting& session,
+                    const ShapeLookup& shapes) const {
+  return evaluate(plan, EvalInput{impl_->topo, &params, {}, plan.hints, session, shapes, true}, nullptr);
+}
+
+Route Router::route_simple(std::string_view sql, const SessionRouting& session, const ShapeLookup& shapes) {
+  // Per-thread buffers: a cache hit allocates nothing for the scan.
+  thread_local ScannedText scan;
+  thread_local std::vector<std::optional<std::string>> slots;
+  Impl& im = *impl_;
+  if (!scan_text(sql, scan)) return im.exact(sql, session, shapes);  // unterminated: PostgreSQL's error
+  const std::size_t hash = std::hash<std::string_view>{}(scan.key);
+  if (std::shared_ptr<const Plan> cached = im.cache.find(scan.key, hash)) {
+    if (read_slots(*cached, sql, scan, slots)) {
+      bool needs_exact = false;
+      Route r = evaluate(*cached, EvalInput{im.topo, nullptr, slots, scan.hints, session, shapes, false}, &needs_exact);
+      if (!needs_exact) return r;
+    }
+    return im.exact(sql, session, shapes);
+  }
+  std::shared_ptr<Plan> p = analyze(sql, {}, im.topo);
+  if (p->cacheable)
+    if (std::shared_ptr<Plan> shared = with_literal_slots(*p, sql, scan)) im.cache.insert(scan.key, hash, std::move(shared));
+  return evaluate(*p, EvalInput{im.topo, nullptr, {}, p->hints, session, shapes, true}, nullptr);
+}
+
+std::vector<std::string> Router::tables_changed_by(const Plan& plan) const { return plan.ddl_tables; }
+
+}  // namespace splitpoint::routing

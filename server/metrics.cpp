@@ -1,0 +1,306 @@
+#include "server/metrics.hpp"
+
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "routing/topology.hpp"
+
+namespace splitpoint::server {
+
+namespace pm = prometheus;
+
+void LocalHistogram::observe(double seconds) {
+  std::size_t i = 0;
+  while (i < kBounds.size() && seconds > kBounds[i]) ++i;
+  buckets_[i].add();
+  count_.add();
+  sum_.store(sum_.load(std::memory_order_relaxed) + seconds, std::memory_order_relaxed);
+}
+
+void LocalHistogram::observe_since(std::chrono::steady_clock::time_point start) {
+  observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+void HotKeys::add(std::string_view key) {
+  auto it = entries_.find(std::string(key));
+  if (it != entries_.end()) {
+    ++it->second.count;
+    return;
+  }
+  if (entries_.size() < capacity_) {
+    entries_.emplace(std::string(key), Entry{std::string(key), 1, 0});
+    return;
+  }
+  // Replace the smallest entry; the newcomer inherits its count as possible error.
+  auto min = std::min_element(entries_.begin(), entries_.end(),
+                              [](auto& a, auto& b) { return a.second.count < b.second.count; });
+  Entry e{std::string(key), min->second.count + 1, min->second.count};
+  entries_.erase(min);
+  entries_.emplace(e.key, std::move(e));
+}
+
+std::vector<HotKeys::Entry> HotKeys::top() const {
+  std::vector<Entry> v;
+  for (auto& [k, e] : entries_) v.push_back(e);
+  std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.count > b.count; });
+  return v;
+}
+
+void WorkerMetrics::error(std::string_view sqlstate) {
+  std::lock_guard lock(errors_mu);
+  if (errors.size() < 256 || errors.count(std::string(sqlstate))) ++errors[std::string(sqlstate)];
+  else ++errors["other"];
+}
+
+void WorkerMetrics::hot_key(std::size_t distribution, std::string_view key) {
+  std::lock_guard lock(hot_mu);
+  if (distribution < hot.size()) hot[distribution].add(key);
+}
+
+Metrics::Metrics(std::size_t workers, const config::Config& config) {
+  routing::Topology topo(config);
+  std::size_t total = 0;
+  for (std::size_t d = 0; d < config.distributions.size(); ++d) {
+    offsets_.push_back(total);
+    counts_.push_back(topo.partition_count(d));
+    total += counts_.back();
+  }
+  for (std::size_t i = 0; i < workers; ++i)
+    workers_.push_back(std::make_unique<WorkerMetrics>(total, config.distributions.size()));
+}
+
+std::size_t Metrics::partition_index(std::size_t distribution, std::uint32_t partition) const {
+  // Distributions changed by a reload beyond what was sized at start are not counted.
+  if (distribution >= offsets_.size() || partition >= counts_[distribution]) return ~std::size_t{0};
+  return offsets_[distribution] + partition;
+}
+
+namespace {
+
+pm::ClientMetric::Label label(std::string name, std::string value) { return {std::move(name), std::move(value)}; }
+
+pm::MetricFamily family(std::string name, std::string help, pm::MetricType type) {
+  pm::MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+void add_counter(pm::MetricFamily& f, std::vector<pm::ClientMetric::Label> labels, double v) {
+  pm::ClientMetric m;
+  m.label = std::move(labels);
+  m.counter.value = v;
+  f.metric.push_back(std::move(m));
+}
+
+void add_gauge(pm::MetricFamily& f, std::vector<pm::ClientMetric::Label> labels, double v) {
+  pm::ClientMetric m;
+  m.label = std::move(labels);
+  m.gauge.value = v;
+  f.metric.push_back(std::move(m));
+}
+
+// Sums one histogram over every worker.
+template <class Get>
+pm::ClientMetric histogram(const std::vector<std::unique_ptr<WorkerMetrics>>& workers, Get get,
+                           std::vector<pm::ClientMetric::Label> labels) {
+  pm::ClientMetric m;
+  m.label = std::move(labels);
+  std::vector<std::uint64_t> counts(LocalHistogram::kBounds.size() + 1, 0);
+  for (auto& w : workers) {
+    const LocalHistogram& h = get(*w);
+    for (std::size_t i = 0; i < counts.size(); ++i) counts[i] += h.bucket(i);
+    m.histogram.sample_count += h.count();
+    m.histogram.sample_sum += h.sum();
+  }
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    cumulative += counts[i];
+    double bound = i < LocalHistogram::kBounds.size() ? LocalHistogram::kBounds[i]
+                                                      : std::numeric_limits<double>::infinity();
+    m.histogram.bucket.push_back({cumulative, bound});
+  }
+  return m;
+}
+
+const char* route_name(std::size_t r) {
+  static const char* names[] = {"single", "multi", "all", "reference", "admin"};
+  return names[r];
+}
+
+const char* reason_name(std::size_t r) {
+  static const char* names[] = {"timeout", "error", "unreachable"};
+  return names[r];
+}
+
+}  // namespace
+
+std::string Metrics::render(const config::Config& config, const std::vector<PoolGauge>& pools) const {
+  std::vector<pm::MetricFamily> out;
+  auto sum = [&](auto get) {
+    double v = 0;
+    for (auto& w : workers_) v += static_cast<double>(get(*w));
+    return v;
+  };
+
+  auto clients = family("splitpoint_client_connections", "Client connections by state.", pm::MetricType::Gauge);
+  double total = sum([](auto& w) { return w.clients.get(); });
+  double active = sum([](auto& w) { return w.clients_active.get(); });
+  add_gauge(clients, {label("state", "active")}, active);
+  add_gauge(clients, {label("state", "idle")}, total - active);
+  out.push_back(std::move(clients));
+
+  auto servers = family("splitpoint_server_connections", "Backend connections by shard and state.",
+                        pm::MetricType::Gauge);
+  auto waiting = family("splitpoint_pool_waiting_clients", "Clients queued for a backend connection.",
+                        pm::MetricType::Gauge);
+  for (auto& p : pools) {
+    add_gauge(servers, {label("shard", p.shard), label("state", "idle")}, p.idle);
+    add_gauge(servers, {label("shard", p.shard), label("state", "active")}, p.active);
+    add_gauge(servers, {label("shard", p.shard), label("state", "opening")}, p.opening);
+    add_gauge(waiting, {label("shard", p.shard)}, p.waiting);
+  }
+  out.push_back(std::move(servers));
+  out.push_back(std::move(waiting));
+
+  auto queries = family("splitpoint_queries_total", "Statements by route.", pm::MetricType::Counter);
+  auto duration = family("splitpoint_query_duration_seconds", "Statement latency through the proxy by route.",
+                         pm::MetricType::Histogram);
+  for (std::size_t r = 0; r < kRouteLabels; ++r) {
+    add_counter(queries, {label("route", route_name(r))}, sum([r](auto& w) { return w.queries[r].get(); }));
+    duration.metric.push_back(
+        histogram(workers_, [r](const WorkerMetrics& w) -> const LocalHistogram& { return w.duration[r]; },
+                  {label("route", route_name(r))}));
+  }
+  out.push_back(std::move(queries));
+  out.push_back(std::move(duration));
+
+  auto shard_q = family("splitpoint_shard_query_duration_seconds", "Time a shard took per statement.",
+                        pm::MetricType::Histogram);
+  auto pool_wait = family("splitpoint_pool_wait_seconds", "Time spent waiting for a backend connection.",
+                          pm::MetricType::Histogram);
+  auto connect_errors = family("splitpoint_server_connect_errors_total", "Failed connections to a shard.",
+                               pm::MetricType::Counter);
+  auto missing = family("splitpoint_scatter_missing_total", "Shards missing from multi-shard statements.",
+                        pm::MetricType::Counter);
+  for (std::size_t s = 0; s < config.shards.size() && s < kMaxShards; ++s) {
+    const auto& name = config.shards[s].name;
+    shard_q.metric.push_back(histogram(
+        workers_, [s](const WorkerMetrics& w) -> const LocalHistogram& { return w.shards[s].query; },
+        {label("shard", name)}));
+    pool_wait.metric.push_back(histogram(
+        workers_, [s](const WorkerMetrics& w) -> const LocalHistogram& { return w.shards[s].pool_wait; },
+        {label("shard", name)}));
+    add_counter(connect_errors, {label("shard", name)},
+                sum([s](auto& w) { return w.shards[s].connect_errors.get(); }));
+    for (std::size_t r = 0; r < kMissingReasons; ++r)
+      add_counter(missing, {label("shard", name), label("reason", reason_name(r))},
+                  sum([s, r](auto& w) { return w.shards[s].missing[r].get(); }));
+  }
+  out.push_back(std::move(shard_q));
+  out.push_back(std::move(pool_wait));
+  out.push_back(std::move(connect_errors));
+  out.push_back(std::move(missing));
+
+  auto pq = family("splitpoint_partition_queries_total", "Statements per logical partition.", pm::MetricType::Counter);
+  auto pw = family("splitpoint_partition_writes_total", "Rows written per logical partition.", pm::MetricType::Counter);
+  auto skew_f = family("splitpoint_partition_skew",
+                       "Busiest partition's share of queries divided by an even share (1 = even).",
+                       pm::MetricType::Gauge);
+  for (auto& row : partitions(config)) {
+    auto p = std::to_string(row.partition);
+    add_counter(pq, {label("distribution", row.distribution), label("partition", p)}, double(row.queries));
+    add_counter(pw, {label("distribution", row.distribution), label("partition", p)}, double(row.writes));
+  }
+  for (std::size_t d = 0; d < config.distributions.size(); ++d)
+    add_gauge(skew_f, {label("distribution", config.distributions[d].name)}, skew(config, d));
+  out.push_back(std::move(pq));
+  out.push_back(std::move(pw));
+  out.push_back(std::move(skew_f));
+
+  auto errors = family("splitpoint_errors_total", "Errors sent to clients by SQLSTATE.", pm::MetricType::Counter);
+  std::map<std::string, std::uint64_t> by_code;
+  for (auto& w : workers_) {
+    std::lock_guard lock(w->errors_mu);
+    for (auto& [code, n] : w->errors) by_code[code] += n;
+  }
+  for (auto& [code, n] : by_code) add_counter(errors, {label("sqlstate", code)}, double(n));
+  out.push_back(std::move(errors));
+
+  auto bytes = family("splitpoint_bytes_total", "Bytes from (in) and to (out) clients.", pm::MetricType::Counter);
+  add_counter(bytes, {label("direction", "in")}, sum([](auto& w) { return w.bytes_in.get(); }));
+  add_counter(bytes, {label("direction", "out")}, sum([](auto& w) { return w.bytes_out.get(); }));
+  out.push_back(std::move(bytes));
+
+  auto reloads = family("splitpoint_config_reloads_total", "Configuration reloads by result.", pm::MetricType::Counter);
+  add_counter(reloads, {label("result", "success")}, double(reloads_ok_.load()));
+  add_counter(reloads, {label("result", "failure")}, double(reloads_failed_.load()));
+  out.push_back(std::move(reloads));
+
+  std::ostringstream text;
+  pm::TextSerializer().Serialize(text, out);
+  return text.str();
+}
+
+std::vector<Metrics::PartitionRow> Metrics::partitions(const config::Config& config) const {
+  routing::Topology topo(config);
+  std::vector<PartitionRow> rows;
+  for (std::size_t d = 0; d < config.distributions.size(); ++d) {
+    for (std::uint32_t p = 0; p < topo.partition_count(d); ++p) {
+      auto i = partition_index(d, p);
+      PartitionRow row{config.distributions[d].name, p, config.shards[topo.shard_of(d, p)].name};
+      if (i != ~std::size_t{0}) {
+        for (auto& w : workers_) {
+          row.queries += w->partition_queries[i].get();
+          row.writes += w->partition_writes[i].get();
+        }
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
+std::vector<Metrics::HotKeyRow> Metrics::hot_keys(const config::Config& config, std::size_t per_distribution) const {
+  std::vector<HotKeyRow> rows;
+  for (std::size_t d = 0; d < config.distributions.size(); ++d) {
+    std::unordered_map<std::string, HotKeys::Entry> merged;
+    for (auto& w : workers_) {
+      std::lock_guard lock(w->hot_mu);
+      if (d >= w->hot.size()) continue;
+      for (auto& e : w->hot[d].top()) {
+        auto& m = merged[e.key];
+        m.key = e.key;
+        m.count += e.count;
+        m.error += e.error;
+      }
+    }
+    std::vector<HotKeys::Entry> v;
+    for (auto& [k, e] : merged) v.push_back(e);
+    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.count > b.count || (a.count == b.count && a.key < b.key); });
+    for (std::size_t i = 0; i < v.size() && i < per_distribution; ++i)
+      rows.push_back({config.distributions[d].name, v[i].key, v[i].count, v[i].error});
+  }
+  return rows;
+}
+
+double Metrics::skew(const config::Config& config, std::size_t distribution) const {
+  std::uint64_t total = 0, busiest = 0;
+  std::size_t n = 0;
+  for (auto& row : partitions(config)) {
+    if (row.distribution != config.distributions[distribution].name) continue;
+    ++n;
+    total += row.queries;
+    busiest = std::max(busiest, row.queries);
+  }
+  if (total == 0 || n == 0) return 0;
+  return static_cast<double>(busiest) / static_cast<double>(total) * static_cast<double>(n);
+}
+
+}  // namespace splitpoint::server

@@ -1,0 +1,152 @@
+// Metrics (SPEC §8), declared in one place. The statement path only touches counters
+// of its own worker thread (plain load + store on relaxed atomics: no locked
+// read-modify-write, no shared cache line); a scrape sums every worker and renders
+// with prometheus-cpp's text serializer.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace splitpoint::server {
+
+// queries_total{route}: how a statement was routed.
+enum class RouteLabel : std::uint8_t { single, multi, all, reference, admin };
+inline constexpr std::size_t kRouteLabels = 5;
+enum class MissingReason : std::uint8_t { timeout, error, unreachable };
+inline constexpr std::size_t kMissingReasons = 3;
+inline constexpr std::size_t kMaxShards = 64;  // shards beyond this are not broken down
+
+// Written by one thread only.
+class LocalCounter {
+ public:
+  void add(std::uint64_t n = 1) { v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  std::uint64_t get() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint64_t> v_{0};
+};
+
+class LocalGauge {
+ public:
+  void add(std::int64_t n) { v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  std::int64_t get() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::int64_t> v_{0};
+};
+
+class LocalHistogram {
+ public:
+  static constexpr std::array<double, 14> kBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                     0.025,  0.05,    0.1,    0.25,  0.5,    1.0,   5.0};
+  void observe(double seconds);
+  void observe_since(std::chrono::steady_clock::time_point start);
+  std::uint64_t bucket(std::size_t i) const { return buckets_[i].get(); }
+  std::uint64_t count() const { return count_.get(); }
+  double sum() const { return sum_.load(std::memory_order_relaxed); }
+
+ private:
+  std::array<LocalCounter, kBounds.size() + 1> buckets_;
+  LocalCounter count_;
+  std::atomic<double> sum_{0};
+};
+
+struct ShardCounters {
+  LocalHistogram query;     // shard_query_duration_seconds
+  LocalHistogram pool_wait; // pool_wait_seconds
+  LocalCounter connect_errors;
+  std::array<LocalCounter, kMissingReasons> missing;
+};
+
+// Approximate top-k of a stream of keys (space-saving): bounded memory, the heavy
+// hitters are always among the k entries, counts over-estimate by at most `error`.
+class HotKeys {
+ public:
+  explicit HotKeys(std::size_t capacity = 64) : capacity_(capacity) {}
+  void add(std::string_view key);
+  struct Entry {
+    std::string key;
+    std::uint64_t count = 0;
+    std::uint64_t error = 0;
+  };
+  std::vector<Entry> top() const;  // sorted by count, descending
+
+ private:
+  std::size_t capacity_;
+  std::unordered_map<std::string, Entry> entries_;
+};
+
+struct WorkerMetrics {
+  explicit WorkerMetrics(std::size_t partitions, std::size_t distributions)
+      : partition_queries(partitions), partition_writes(partitions), hot(distributions) {}
+
+  std::array<LocalCounter, kRouteLabels> queries;
+  std::array<LocalHistogram, kRouteLabels> duration;
+  LocalCounter bytes_in, bytes_out;
+  LocalGauge clients, clients_active;  // logged-in clients / those holding a backend
+  std::array<ShardCounters, kMaxShards> shards;
+  std::vector<LocalCounter> partition_queries;  // flat: distribution offset + partition
+  std::vector<LocalCounter> partition_writes;
+
+  void error(std::string_view sqlstate);
+  void hot_key(std::size_t distribution, std::string_view key);
+
+  // SQLSTATE -> count; guarded because the scrape reads the map.
+  mutable std::mutex errors_mu;
+  std::unordered_map<std::string, std::uint64_t> errors;
+  mutable std::mutex hot_mu;
+  std::vector<HotKeys> hot;  // per distribution
+};
+
+// Point-in-time values the scrape asks the server for.
+struct PoolGauge {
+  std::string shard;
+  int idle = 0, active = 0, opening = 0, waiting = 0;
+};
+
+class Metrics {
+ public:
+  Metrics(std::size_t workers, const config::Config& config);
+  WorkerMetrics& worker(std::size_t i) { return *workers_[i]; }
+  std::size_t partition_index(std::size_t distribution, std::uint32_t partition) const;
+
+  void config_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).fetch_add(1, std::memory_order_relaxed); }
+
+  // Prometheus text exposition; `config` names shards and distributions.
+  std::string render(const config::Config& config, const std::vector<PoolGauge>& pools) const;
+
+  struct PartitionRow {
+    std::string distribution;
+    std::uint32_t partition = 0;
+    std::string shard;
+    std::uint64_t queries = 0, writes = 0;
+  };
+  std::vector<PartitionRow> partitions(const config::Config& config) const;
+  struct HotKeyRow {
+    std::string distribution;
+    std::string key;
+    std::uint64_t count = 0, error = 0;
+  };
+  std::vector<HotKeyRow> hot_keys(const config::Config& config, std::size_t per_distribution) const;
+  // Busiest partition's share of queries divided by an even share (1/partitions):
+  // 1 = perfectly even, `partitions` = everything on one partition. 0 without traffic.
+  double skew(const config::Config& config, std::size_t distribution) const;
+
+ private:
+  std::vector<std::unique_ptr<WorkerMetrics>> workers_;
+  std::vector<std::size_t> offsets_;  // per distribution, into the flat partition arrays
+  std::vector<std::uint32_t> counts_;
+  std::atomic<std::uint64_t> reloads_ok_{0}, reloads_failed_{0};
+};
+
+}  // namespace splitpoint::server

@@ -1,0 +1,456 @@
+#!/usr/bin/python3
+"""Helpers for tests/bench/run (run with /usr/bin/python3: it needs psycopg2).
+
+  benchlib.py latency PREFIX              mean, p50, p99 (ms) and count from pgbench
+                                          --log files PREFIX.* (one line per transaction)
+  benchlib.py rss PID                     VmRSS and VmHWM (kB) of PID
+  benchlib.py sample-rss PID STOPFILE OUT sample VmRSS every 20 ms until STOPFILE exists
+                                          or PID exits; write the largest value (kB) to OUT
+  benchlib.py idle --port P --pid PID --connections N --target NAME --csv FILE
+                                          open N idle client connections (psycopg2, full
+                                          startup + authentication), measure PID's RSS
+                                          before and after, append one row to FILE
+  benchlib.py report DIR                  aggregate DIR/*.csv into results.csv, summary.md
+                                          and plot.dat; print the tables
+"""
+import csv
+import glob
+import math
+import os
+import statistics
+import sys
+import threading
+import time
+
+
+# ---------------------------------------------------------------- small helpers
+
+def proc_status(pid):
+    """VmRSS, VmHWM of a process in kB (None when it is gone)."""
+    out = {"VmRSS": None, "VmHWM": None}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in out:
+                    out[key] = int(rest.split()[0])
+    except OSError:
+        pass
+    return out["VmRSS"], out["VmHWM"]
+
+
+def percentile(sorted_values, q):
+    """Nearest-rank percentile of an already sorted list."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def fmt(value, digits=2):
+    if value is None or value == "":
+        return ""
+    return f"{float(value):.{digits}f}"
+
+
+# ---------------------------------------------------------------- latency from pgbench logs
+
+def cmd_latency(prefix):
+    # pgbench --log line: client_id transaction_no time script_no time_epoch time_us [lag]
+    # `time` is the transaction's latency in microseconds ("failed"/"skipped" otherwise).
+    values = []
+    for path in glob.glob(glob.escape(prefix) + ".*"):
+        with open(path) as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 3 and fields[2].isdigit():
+                    values.append(int(fields[2]))
+    values.sort()
+    if not values:
+        print("0 - - -")
+        return
+    mean = sum(values) / len(values) / 1000.0
+    p50 = percentile(values, 50) / 1000.0
+    p99 = percentile(values, 99) / 1000.0
+    print(f"{len(values)} {mean:.3f} {p50:.3f} {p99:.3f}")
+
+
+# ---------------------------------------------------------------- RSS
+
+def cmd_rss(pid):
+    rss, hwm = proc_status(pid)
+    print(f"{rss or ''} {hwm or ''}")
+
+
+def cmd_sample_rss(pid, stopfile, out):
+    peak = 0
+    while not os.path.exists(stopfile):
+        rss, _ = proc_status(pid)
+        if rss is None:
+            break
+        peak = max(peak, rss)
+        time.sleep(0.02)
+    with open(out, "w") as f:
+        f.write(f"{peak}\n")
+
+
+# ---------------------------------------------------------------- idle connections
+
+def cmd_idle(args):
+    import psycopg2  # only this command needs it
+
+    opts = {}
+    it = iter(args)
+    for a in it:
+        if a.startswith("--"):
+            opts[a[2:]] = next(it)
+    port = int(opts["port"])
+    pid = int(opts["pid"])
+    n = int(opts["connections"])
+    target = opts["target"]
+    threads = int(opts.get("threads", "16"))
+    dsn = (f"host=127.0.0.1 port={port} user={opts.get('user', 'app')} "
+           f"password={opts.get('password', 'secret')} dbname={opts.get('dbname', 'app')} "
+           f"connect_timeout=30 sslmode=disable")
+
+    # A first connection that runs a query, so the baseline includes what the proxy
+    # allocates once (pools, caches) and not per client.
+    probe = psycopg2.connect(dsn)
+    probe.autocommit = True
+    with probe.cursor() as cur:
+        cur.execute("SELECT 1")
+        cur.fetchall()
+    time.sleep(1.0)
+    rss_before, _ = proc_status(pid)
+
+    conns, errors = [], []
+    lock = threading.Lock()
+    todo = iter(range(n))
+
+    def worker():
+        while True:
+            with lock:
+                if next(todo, None) is None:
+                    return
+            try:
+                c = psycopg2.connect(dsn)
+                with lock:
+                    conns.append(c)
+            except Exception as e:  # noqa: BLE001 - any failure is recorded
+                with lock:
+                    errors.append(str(e).strip().splitlines()[0] if str(e).strip() else repr(e))
+
+    started = time.monotonic()
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    open_secs = time.monotonic() - started
+    time.sleep(2.0)
+    rss_after, hwm = proc_status(pid)
+
+    # Still serving with all of them open?
+    alive = "yes"
+    try:
+        with probe.cursor() as cur:
+            cur.execute("SELECT 1")
+            cur.fetchall()
+        extra = psycopg2.connect(dsn)
+        extra.close()
+    except Exception as e:  # noqa: BLE001
+        alive = "no: " + str(e).strip().splitlines()[0]
+
+    for c in conns:
+        c.close()
+    probe.close()
+    time.sleep(2.0)
+    rss_closed, _ = proc_status(pid)
+
+    opened = len(conns)
+    per_conn = ""
+    if opened and rss_before is not None and rss_after is not None:
+        per_conn = f"{(rss_after - rss_before) / opened:.2f}"
+    row = {
+        "target": target, "requested": n, "opened": opened, "failed": len(errors),
+        "open_seconds": f"{open_secs:.1f}",
+        "rss_before_kb": rss_before or "", "rss_after_kb": rss_after or "",
+        "kb_per_connection": per_conn, "rss_after_close_kb": rss_closed or "",
+        "hwm_kb": hwm or "", "serving_while_full": alive,
+        "first_error": errors[0] if errors else "",
+    }
+    path = opts["csv"]
+    new = not os.path.exists(path)
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        if new:
+            w.writeheader()
+        w.writerow(row)
+    if opts.get("problems") and (errors or alive != "yes"):
+        with open(opts["problems"], "a") as f:
+            if errors:
+                f.write(f"idle connections to {target}: {len(errors)} of {n} failed, first: {errors[0]}\n")
+            if alive != "yes":
+                f.write(f"{target} with {opened} idle connections open: not serving ({alive})\n")
+    print(f"{target}: {opened}/{n} idle connections in {open_secs:.1f}s, RSS {rss_before} -> "
+          f"{rss_after} kB ({per_conn or '?'} kB per connection), {rss_closed} kB after close"
+          + (f"; {len(errors)} failed, first: {errors[0]}" if errors else ""))
+
+
+# ---------------------------------------------------------------- report
+
+def read_csv(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def median_of(rows, key):
+    vals = [float(r[key]) for r in rows if r.get(key) not in (None, "", "-")]
+    return statistics.median(vals) if vals else None
+
+
+def read_meta(path):
+    meta = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                k, sep, v = line.rstrip("\n").partition("=")
+                if sep:
+                    meta[k] = v
+    return meta
+
+
+def md_table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for r in rows:
+        out.append("| " + " | ".join(str(c) for c in r) + " |")
+    return "\n".join(out)
+
+
+def text_table(header, rows):
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    for r in rows:
+        out.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+    return "\n".join(out)
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return ""
+    return f"{a / b:.2f}"
+
+
+def cmd_report(d):
+    meta = read_meta(os.path.join(d, "meta.env"))
+    runs = read_csv(os.path.join(d, "runs.csv"))
+    targets = ["direct", "pgbouncer", "splitpoint"]
+    modes = meta.get("modes", "simple extended prepared").split()
+    clients = [int(c) for c in meta.get("clients", "8 64").split()]
+
+    # ---- pgbench -S, aggregated over rounds
+    agg = {}
+    for r in runs:
+        agg.setdefault((r["target"], r["mode"], int(r["clients"])), []).append(r)
+    results = []
+    for mode in modes:
+        for c in clients:
+            base = {}
+            for t in targets:
+                rs = agg.get((t, mode, c), [])
+                ok = [r for r in rs if r["status"] == "ok"]
+                use = ok if ok else [r for r in rs if r.get("tps")]
+                bad = [r for r in rs if r["status"] != "ok"]
+                failed = sum(int(r["failed"] or 0) for r in rs if r.get("failed") not in (None, "", "-"))
+                status = "ok" if rs and not bad else (
+                    "not run" if not rs else f"{len(bad)}/{len(rs)} runs: " + "; ".join(sorted({r['status'] for r in bad})))
+                base[t] = {
+                    "target": t, "mode": mode, "clients": c,
+                    "tps": median_of(use, "tps"), "lat_mean_ms": median_of(use, "lat_mean_ms"),
+                    "lat_p99_ms": median_of(use, "lat_p99_ms"), "rounds": len(rs),
+                    "failed_transactions": failed, "status": status,
+                }
+            for t in targets:
+                row = base[t]
+                row["vs_direct"] = ratio(row["tps"], base["direct"]["tps"])
+                row["splitpoint_vs_pgbouncer"] = (ratio(row["tps"], base["pgbouncer"]["tps"])
+                                                  if t == "splitpoint" else "")
+                results.append(row)
+
+    fields = ["target", "mode", "clients", "tps", "lat_mean_ms", "lat_p99_ms", "vs_direct",
+              "splitpoint_vs_pgbouncer", "rounds", "failed_transactions", "status"]
+    with open(os.path.join(d, "results.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in results:
+            w.writerow({k: (fmt(r[k], 3) if k.startswith("lat") else fmt(r[k], 1) if k == "tps" else r[k])
+                        for k in fields})
+
+    main_header = ["target", "mode", "clients", "tps", "mean ms", "p99 ms", "x direct", "sp/pgbouncer", "status"]
+    main_rows = [[r["target"], r["mode"], r["clients"], fmt(r["tps"], 0), fmt(r["lat_mean_ms"], 3),
+                  fmt(r["lat_p99_ms"], 3), r["vs_direct"], r["splitpoint_vs_pgbouncer"], r["status"]]
+                 for r in results]
+
+    # ---- gnuplot data: one line per mode/clients group, one column per target
+    with open(os.path.join(d, "plot.dat"), "w") as f:
+        f.write("# group " + " ".join(targets) + "\n")
+        for mode in modes:
+            for c in clients:
+                vals = []
+                for t in targets:
+                    r = next(x for x in results if (x["target"], x["mode"], x["clients"]) == (t, mode, c))
+                    vals.append(fmt(r["tps"], 1) or "0")
+                f.write(f'"{mode} c={c}" ' + " ".join(vals) + "\n")
+
+    # ---- scatter statements
+    scatter = read_csv(os.path.join(d, "scatter.csv"))
+    sc_agg = {}
+    for r in scatter:
+        sc_agg.setdefault((r["benchmark"], r["target"]), []).append(r)
+    sc_rows = []
+    sc_base = {}
+    for (bench, target), rs in sc_agg.items():
+        statuses = sorted({r["status"] for r in rs})
+        tps = median_of([r for r in rs if r["status"] == "ok"], "tps")
+        lat = median_of([r for r in rs if r["status"] == "ok"], "lat_mean_ms")
+        if target == "direct":
+            sc_base[bench] = tps
+        sc_rows.append([bench, target, fmt(tps, 1), fmt(lat, 2), "", ", ".join(statuses),
+                        ", ".join(sorted({r["result"] for r in rs}))])
+    for row in sc_rows:
+        if row[1] != "direct" and row[2]:
+            row[4] = ratio(float(row[2]), sc_base.get(row[0]))
+    sc_header = ["statement", "target", "statements/s", "mean ms", "x direct", "status", "result vs direct"]
+
+    # ---- ordered stream
+    stream = read_csv(os.path.join(d, "stream.csv"))
+    st_agg = {}
+    for r in stream:
+        st_agg.setdefault((r["benchmark"], r["target"]), []).append(r)
+    st_rows = []
+    for (bench, target), rs in st_agg.items():
+        ok = [r for r in rs if r["status"] == "ok"]
+        st_rows.append([bench, target, rs[0]["rows_expected"], fmt(median_of(ok, "rows"), 0),
+                        fmt(median_of(ok, "seconds"), 2), fmt(median_of(ok, "rows_per_s"), 0),
+                        ", ".join(sorted({r["status"] for r in rs})),
+                        ", ".join(sorted({r["result"] for r in rs}))])
+    st_header = ["stream", "target", "rows expected", "rows", "seconds", "rows/s", "status", "result vs direct"]
+
+    # ---- idle connections
+    idle = read_csv(os.path.join(d, "idle.csv"))
+    id_header = ["target", "requested", "opened", "failed", "RSS before kB", "RSS after kB",
+                 "kB per connection", "RSS after close kB", "serving while full", "first error"]
+    id_rows = [[r["target"], r["requested"], r["opened"], r["failed"], r["rss_before_kb"],
+                r["rss_after_kb"], r["kb_per_connection"], r["rss_after_close_kb"],
+                r["serving_while_full"], r["first_error"]] for r in idle]
+
+    problems = []
+    ppath = os.path.join(d, "problems.txt")
+    if os.path.exists(ppath):
+        with open(ppath) as f:
+            problems = [line.rstrip("\n") for line in f if line.strip()]
+
+    # ---- stdout
+    print("\n== pgbench -S (select only), median of rounds ==")
+    print(text_table(main_header, main_rows))
+    if sc_rows:
+        print("\n== scatter statements (pgbench custom scripts) ==")
+        print(text_table(sc_header, sc_rows))
+    if st_rows:
+        print("\n== ordered stream through 3 shards ==")
+        print(text_table(st_header, st_rows))
+        for k in ("stream_sp_rss_before_kb", "stream_sp_rss_peak_sampled_kb", "stream_sp_vmhwm_kb"):
+            if meta.get(k):
+                print(f"{k} = {meta[k]}")
+    if id_rows:
+        print("\n== idle client connections ==")
+        print(text_table(id_header, id_rows))
+    if problems:
+        print(f"\n== problems ({len(problems)}) ==")
+        print("\n".join(problems))
+
+    # ---- summary.md
+    m = meta.get
+    lines = [
+        f"# splitpoint benchmark — {m('date', '')}", "",
+        "Produced by `tests/bench/run`" + (" in quick mode (QUICK=1)" if m("quick") == "1" else "") + ".",
+        "", "## Machine", "",
+        f"- CPUs (nproc): {m('nproc', '?')}; CPU: {m('cpu', '?')}",
+        f"- memory: {m('memory', '?')}; kernel: {m('kernel', '?')}",
+        f"- PostgreSQL: {m('pg_version', '?')}; PgBouncer: {m('pgbouncer_version', '?')}; "
+        f"pgbench: {m('pgbench_version', '?')}",
+        f"- splitpoint: {m('splitpoint_version', '?')} (commit {m('git_commit', '?')}"
+        + (", uncommitted changes" if m("git_dirty") == "1" else "") + f"), build type {m('build_type', '?')}",
+        "- everything (PostgreSQL instances, proxies, pgbench) on this one machine",
+        "", "## Set-up", "",
+        f"- data: `pgbench -i -s {m('scale')}`; direct = one PostgreSQL with all rows; splitpoint = two "
+        f"shards, pgbench_accounts/pgbench_history hashed by aid over {m('partitions')} partitions, "
+        "branches/tellers as reference tables",
+        f"- PgBouncer {m('pgbouncer_version', '')}: transaction pooling, default_pool_size {m('pool_size')}, "
+        "in front of the direct instance",
+        f"- splitpoint: transaction pooling, pool_size {m('pool_size')} per shard, workers default, "
+        f"auth {m('auth')} (same for PgBouncer and PostgreSQL)",
+        f"- `pgbench -n -S -T {m('duration')} -c C -j min(C,4) -M MODE`, {m('rounds')} round(s), "
+        "targets alternating within each round; tps, mean and p99 latency from per-transaction "
+        "`--log` files; median of rounds",
+        f"- PostgreSQL: shared_buffers {m('shared_buffers')}, fsync off (throw-away test instances)",
+        "", "## pgbench -S (select only)", "",
+        "`x direct` = tps / direct tps; `sp/pgbouncer` = splitpoint tps / PgBouncer tps.", "",
+        md_table(main_header, main_rows), "",
+        "![tps per mode and client count](plot.png)", "",
+    ]
+    if sc_rows:
+        lines += ["## Scatter statements", "",
+                  f"pgbench custom scripts, `-c {m('scatter_clients')}`, `-T {m('duration')}`, simple protocol; "
+                  "`result vs direct` compares the statement's output through the proxy with the "
+                  "direct instance's.", "",
+                  md_table(sc_header, sc_rows), ""]
+    if st_rows:
+        lines += ["## Ordered stream", "",
+                  f"`stream_t(id bigint, v int)`, {m('stream_rows')} rows, hashed by id over 3 shards "
+                  f"({m('partitions')} partitions), index on (v, id); the whole table "
+                  "`ORDER BY v, id` fetched with psql into a file; the output is compared byte for byte "
+                  "with the direct instance's.", "",
+                  md_table(st_header, st_rows), "",
+                  f"3-shard splitpoint RSS: {m('stream_sp_rss_before_kb', '?')} kB before, peak sampled "
+                  f"{m('stream_sp_rss_peak_sampled_kb', '?')} kB, VmHWM {m('stream_sp_vmhwm_kb', '?')} kB.", ""]
+    lines += [f"Main splitpoint VmHWM after the pgbench runs: {m('sp_vmhwm_after_pgbench_kb', '?')} kB; "
+              f"after the scatter runs: {m('sp_vmhwm_after_scatter_kb', '?')} kB.", ""]
+    if id_rows:
+        lines += ["## Idle client connections", "",
+                  "Each connection completes startup and authentication, then stays idle; RSS of the "
+                  "proxy process (VmRSS) before and after.", "",
+                  md_table(id_header, id_rows), ""]
+    lines += ["## Problems seen", ""]
+    lines += [f"- {p}" for p in problems] if problems else ["none"]
+    lines.append("")
+    with open(os.path.join(d, "summary.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cmd, args = argv[1], argv[2:]
+    if cmd == "latency":
+        cmd_latency(args[0])
+    elif cmd == "rss":
+        cmd_rss(int(args[0]))
+    elif cmd == "sample-rss":
+        cmd_sample_rss(int(args[0]), args[1], args[2])
+    elif cmd == "idle":
+        cmd_idle(args)
+    elif cmd == "report":
+        cmd_report(args[0])
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

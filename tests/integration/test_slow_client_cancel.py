@@ -1,0 +1,436 @@
+#!/usr/bin/env python3
+"""A slow client must not hurt others, and CancelRequest must reach exactly the right
+query -- against a real PostgreSQL 15 (the shared instance PG0).
+
+Slow client: A asks for ~50 MB and does not read; B runs 200 short queries meanwhile;
+the proxy applies backpressure (PostgreSQL waits in ClientWrite, the proxy's memory
+stays small) and cleans up when A goes away. Cancel: psycopg2 and raw CancelRequest
+with the BackendKeyData the proxy sent cancel a pg_sleep with 57014 and the session
+goes on. Isolation (pool_size 1): a key of a client whose backend went back to the
+pool does not cancel the next user of that backend; wrong secrets and unknown pids are
+ignored.
+Run by tests/run (env: PG0_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
+"""
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import traceback
+
+import psycopg2
+import psycopg2.errors
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import pgwire  # noqa: E402
+
+# ------------------------------------------------------------------ local harness helpers
+
+HOST = "127.0.0.1"
+SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
+SP_BIN = os.environ.get("SP_BIN") or os.path.join(os.environ.get("BUILD_DIR", os.path.join(SP_ROOT, "build")),
+                                                  "splitpoint")
+PG0 = int(os.environ["PG0_PORT"])
+os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
+WORKDIR = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix="slow_client_cancel-",
+                                                             dir=os.environ["TEST_TMP"])
+os.makedirs(WORKDIR, exist_ok=True)
+PROXIES = []
+
+
+def free_port():
+    """A port from tests/lib/pg.sh's registry (never handed out twice in one run)."""
+    out = subprocess.run(["bash", os.path.join(SP_ROOT, "tests", "lib", "pg.sh"), "free_port"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+class Proxy:
+    """One splitpoint process with its own config file and log in WORKDIR."""
+
+    def __init__(self, name, body):
+        self.name = name
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.config_path = os.path.join(WORKDIR, name + ".yaml")
+        self.log_path = os.path.join(WORKDIR, name + ".log")
+        self.proc = None
+        for path in (self.log_path, self.config_path):
+            if os.path.exists(path):
+                os.unlink(path)
+        self.write_config(body)
+
+    def write_config(self, body):
+        text = (f"listen: {HOST}:{self.port}\nmetrics_listen: {HOST}:{self.metrics_port}\n" +
+                textwrap.dedent(body).strip() + "\n")
+        tmp = self.config_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.config_path)
+
+    def start(self):
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([SP_BIN, "--config", self.config_path], stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        PROXIES.append(self)
+        deadline = time.monotonic() + 15
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name}: splitpoint exited with {self.proc.returncode} before "
+                                     f"listening; log:\n{self.log_tail()}")
+            try:
+                socket.create_connection((HOST, self.port), timeout=1).close()
+                return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: not listening on {self.port} after 15s")
+            time.sleep(0.05)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=20):
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"{self.name}: still running {timeout}s after SIGTERM; killed")
+
+    def log_text(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def log_tail(self, n=40):
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+
+def kill_all_proxies():
+    for p in PROXIES:
+        if p.proc is not None and p.proc.poll() is None:
+            p.proc.kill()
+            p.proc.wait()
+
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+def main():
+    failed = 0
+    try:
+        setup()
+        for fn in TESTS:
+            t0 = time.monotonic()
+            try:
+                fn()
+                print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
+            except Exception:  # noqa: BLE001
+                failed += 1
+                print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
+                traceback.print_exc()
+                for p in PROXIES:
+                    print(f"--- {p.name} log tail:\n{p.log_tail()}\n---", flush=True)
+    finally:
+        try:
+            teardown()
+        finally:
+            kill_all_proxies()
+    print(f"{len(TESTS) - failed}/{len(TESTS)} passed")
+    return 1 if failed else 0
+
+
+# ------------------------------------------------------------------ fixtures
+
+MAIN = None  # pool_size 3
+ISO = None   # pool_size 1
+
+
+def shard(pool_size):
+    return (f"{{ name: s0, host: {HOST}, port: {PG0}, database: app, user: app, password: secret, "
+            f"pool_size: {pool_size} }}")
+
+
+def setup():
+    global MAIN, ISO
+    for name, size in (("main", 3), ("iso", 1)):
+        p = Proxy(name, f"""
+            auth: scram-sha-256
+            users:
+              - {{ name: app, password: secret }}
+            shards:
+              - {shard(size)}
+            """).start()
+        if name == "main":
+            MAIN = p
+        else:
+            ISO = p
+
+
+def teardown():
+    errors = []
+    for p in (MAIN, ISO):
+        if p is not None and p.alive():
+            rc = p.stop()
+            if rc != 0:
+                errors.append(f"{p.name} exited with {rc}")
+    assert not errors, errors
+
+
+def login(p, timeout=10):
+    return pgwire.connect(HOST, p.port, "app", "app", password="secret", timeout=timeout)
+
+
+def direct():
+    return pgwire.connect(HOST, PG0, "app", "app", password="secret", timeout=10)
+
+
+def activity(c, marker):
+    """(state, wait_event) of the backends whose current query contains marker."""
+    r = c.query(f"SELECT state, coalesce(wait_event, '') FROM pg_stat_activity "
+                f"WHERE query LIKE '%{marker}%' AND pid <> pg_backend_pid()").raise_error()
+    return [tuple(row) for row in r.rows]
+
+
+def wait_until(cond, within, what):
+    deadline = time.monotonic() + within
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {within}s")
+        time.sleep(0.05)
+
+
+def wait_running(marker, within=10):
+    with direct() as d:
+        wait_until(lambda: ("active", "PgSleep") in activity(d, marker), within,
+                   f"query /* {marker} */ running on PostgreSQL")
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def send_cancel(port, pid, secret):
+    with socket.create_connection((HOST, port), timeout=10) as s:
+        s.sendall(pgwire.cancel_request(pid, secret))
+        s.settimeout(10)
+        try:
+            assert s.recv(1) == b"", "CancelRequest got an answer"
+        except ConnectionResetError:
+            pass
+
+
+# ------------------------------------------------------------------ slow client
+
+@test
+def slow_client_does_not_block_others():
+    marker = f"slow_reader_{os.getpid()}"
+    with login(MAIN) as warm:  # pool and parameters initialised before measuring
+        assert warm.scalar("SELECT 1") == "1"
+    rss_before = rss_kb(MAIN.proc.pid)
+    a = login(MAIN)
+    a.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    try:
+        # ~50 MB of rows; A never reads them
+        a.send(pgwire.query_msg(f"SELECT repeat('x', 1000) || g AS filler FROM generate_series(1, 50000) g "
+                                f"/* {marker} */"))
+        with direct() as d:
+            # Backpressure: PostgreSQL ends up blocked writing to the proxy.
+            wait_until(lambda: ("active", "ClientWrite") in activity(d, marker), 30,
+                       "PostgreSQL blocked in ClientWrite while the client does not read (backpressure)")
+        t0 = time.monotonic()
+        with login(MAIN) as b:
+            for i in range(200):
+                r = b.query(f"SELECT {i} AS n, 'b' AS who")
+                assert r.error is None and r.rows == [[str(i), "b"]], (i, r.error, r.rows)
+                if time.monotonic() - t0 > 60:
+                    raise AssertionError(f"only {i} of 200 queries of B in 60s while A is stalled")
+        print(f"     B: 200 queries in {time.monotonic() - t0:.2f}s while A was stalled")
+        with direct() as d:
+            assert ("active", "ClientWrite") in activity(d, marker), "A's query finished although A never read"
+        grown = rss_kb(MAIN.proc.pid) - rss_before
+        print(f"     proxy RSS grew by {grown} kB while holding back a 50 MB result")
+        assert grown < 30 * 1024, f"proxy RSS grew by {grown} kB: it buffers the result of a client that does not read"
+    finally:
+        a.sock.close()  # unread data pending: the proxy sees a reset
+    with direct() as d:
+        wait_until(lambda: not any(s == "active" for s, _ in activity(d, marker)), 20,
+                   "A's backend stops working for A after A is gone")
+    assert MAIN.alive(), MAIN.log_tail()
+    # all three pool slots are usable again (A's was freed): three transactions at once
+    conns = [login(MAIN) for _ in range(3)]
+    try:
+        for c in conns:
+            c.query("BEGIN").raise_error()
+            assert c.scalar("SELECT 'slot'") == "slot"
+        for c in conns:
+            c.query("COMMIT").raise_error()
+    finally:
+        for c in conns:
+            c.close()
+
+
+# ------------------------------------------------------------------ cancel
+
+@test
+def psycopg2_cancel_pg_sleep():
+    marker = f"pg2_cancel_{os.getpid()}"
+    conn = psycopg2.connect(host=HOST, port=MAIN.port, user="app", password="secret", dbname="app",
+                            connect_timeout=10)
+    conn.autocommit = True
+    try:
+        errors = []
+
+        def canceller():
+            try:
+                wait_running(marker)
+                conn.cancel()
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        t = threading.Thread(target=canceller)
+        t.start()
+        t0 = time.monotonic()
+        with conn.cursor() as cur:
+            try:
+                cur.execute(f"SELECT pg_sleep(30) /* {marker} */")
+                raise AssertionError("pg_sleep(30) was not cancelled")
+            except psycopg2.errors.QueryCanceled as e:
+                assert e.pgcode == "57014", e.pgcode
+        took = time.monotonic() - t0
+        t.join()
+        assert not errors, errors
+        assert took < 15, f"cancelled only after {took:.1f}s"
+        with conn.cursor() as cur:
+            cur.execute("SELECT 'usable after cancel'")
+            assert cur.fetchone() == ("usable after cancel",)
+        # inside a transaction as well
+        conn.autocommit = False
+        t = threading.Thread(target=canceller)
+        t.start()
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1")
+            try:
+                cur.execute(f"SELECT pg_sleep(30) /* {marker} */")
+                raise AssertionError("pg_sleep(30) in a transaction was not cancelled")
+            except psycopg2.errors.QueryCanceled:
+                pass
+        t.join()
+        assert not errors, errors
+        conn.rollback()
+        with conn.cursor() as cur:
+            cur.execute("SELECT 2")
+            assert cur.fetchone() == (2,)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+@test
+def raw_cancel_request_with_proxy_key():
+    marker = f"raw_cancel_{os.getpid()}"
+    with login(MAIN) as c:
+        assert c.pid is not None and c.secret is not None, "no BackendKeyData from the proxy"
+        for kind in ("simple", "extended"):
+            if kind == "simple":
+                c.send(pgwire.query_msg(f"SELECT pg_sleep(30) /* {marker} */"))
+            else:
+                c.send([pgwire.parse_msg(f"SELECT pg_sleep($1::float8) /* {marker} */"),
+                        pgwire.bind_msg(["30"]), pgwire.execute_msg(), pgwire.sync_msg()])
+            wait_running(marker)
+            t0 = time.monotonic()
+            send_cancel(MAIN.port, c.pid, c.secret)
+            r = c.query_collect(timeout=15)
+            assert r.sqlstate == "57014", (kind, r.error)
+            assert r.status == "I", r.status
+            assert time.monotonic() - t0 < 10
+            assert c.scalar(f"SELECT '{kind} ok'") == f"{kind} ok"
+
+
+# ------------------------------------------------------------------ cancel isolation (pool_size 1)
+
+def run_sleep_expect_result(b, marker, seconds, send_bad_cancel):
+    """B runs pg_sleep(seconds); while it runs, send_bad_cancel() is called; B's query
+    must then complete normally. Returns the backend pid B ran on."""
+    t0 = time.monotonic()
+    b.send(pgwire.query_msg(f"SELECT pg_backend_pid(), pg_sleep({seconds}) /* {marker} */"))
+    wait_running(marker)
+    send_bad_cancel()
+    r = b.query_collect(timeout=seconds + 15)
+    assert r.error is None, f"B's query was cancelled by someone else's CancelRequest: {r.error}"
+    assert time.monotonic() - t0 >= seconds - 0.1, "B's pg_sleep returned early"
+    return r.rows[0][0]
+
+
+@test
+def cancel_key_of_idle_client_does_not_hit_next_user_of_its_backend():
+    a = login(ISO)
+    b = login(ISO)
+    try:
+        a_backend = a.scalar("SELECT pg_backend_pid()")  # then A is idle, its backend back in the pool
+        marker = f"iso_a_{os.getpid()}"
+        b_backend = run_sleep_expect_result(b, marker, 3.5, lambda: send_cancel(ISO.port, a.pid, a.secret))
+        assert b_backend == a_backend, ("pool_size 1 but B ran on another backend than A; "
+                                        f"the scenario did not happen ({a_backend} vs {b_backend})")
+        assert a.scalar("SELECT 'a fine'") == "a fine"
+    finally:
+        a.close()
+        b.close()
+
+
+@test
+def cancel_with_wrong_secret_or_unknown_pid_is_ignored():
+    b = login(ISO)
+    try:
+        marker = f"iso_bad_{os.getpid()}"
+        run_sleep_expect_result(b, marker + "_secret", 3.5,
+                                lambda: send_cancel(ISO.port, b.pid, b.secret ^ 0x5A5A5A5A))
+        unknown = b.pid
+        rnd = random.Random(b.pid)
+        while unknown == b.pid:
+            unknown = rnd.randint(1, 0x7FFFFFFF)
+        run_sleep_expect_result(b, marker + "_pid", 3.5,
+                                lambda: (send_cancel(ISO.port, unknown, b.secret),
+                                         send_cancel(ISO.port, 0, 0), send_cancel(ISO.port, -1, b.secret)))
+        # positive control: B's own key does cancel
+        b.send(pgwire.query_msg(f"SELECT pg_sleep(30) /* {marker}_own */"))
+        wait_running(marker + "_own")
+        send_cancel(ISO.port, b.pid, b.secret)
+        r = b.query_collect(timeout=15)
+        assert r.sqlstate == "57014", r.error
+        assert b.scalar("SELECT 'b after cancel'") == "b after cancel"
+    finally:
+        b.close()
+    # the cancelled backend is not handed out again, but the one slot is still usable
+    with login(ISO) as c:
+        assert c.scalar("SELECT 'slot ok'") == "slot ok"
+    assert ISO.alive(), ISO.log_tail()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

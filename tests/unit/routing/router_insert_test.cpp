@@ -1,0 +1,153 @@
+// INSERT ... VALUES routing (SPEC §3): rows grouped by shard, one rewritten statement
+// per shard, and the INSERTs that are refused (SPR01).
+#include <pg_query.h>
+
+#include "tests/unit/routing/router_fixture.hpp"
+
+using namespace splitpoint::routing;
+using namespace splitpoint::routing::test;
+
+namespace {
+
+// Parses a rewritten statement back (with PostgreSQL's parser) and returns its JSON
+// tree, so the test checks the statement, not the deparser's spelling.
+std::string parse_json(const std::string& sql) {
+  PgQueryParseResult r = pg_query_parse(sql.c_str());
+  std::string out = r.error ? std::string("ERROR: ") + r.error->message : r.parse_tree;
+  pg_query_free_parse_result(r);
+  return out;
+}
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (std::size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("INSERT of one row goes to its key's shard", "[router][insert]") {
+  Fixture f;
+  for (const char* sql : {"INSERT INTO users (id, name) VALUES (42, 'a')", "INSERT INTO users (name, id) VALUES ('a', 42)",
+                          "INSERT INTO users VALUES (42, 'a', 'a@x')", "INSERT INTO users VALUES (42)",
+                          "INSERT INTO public.users AS u (id) VALUES ('42')",
+                          "INSERT INTO users (id, name) VALUES (42, 'a') ON CONFLICT (id) DO UPDATE SET name = excluded.name",
+                          "INSERT INTO users (id, name) VALUES (42, 'a') ON CONFLICT DO NOTHING RETURNING id",
+                          "INSERT INTO users (id, name) VALUES (42::bigint, now()::text)",
+                          "WITH x AS (SELECT 1) INSERT INTO users (id) VALUES (42)"}) {
+    INFO(sql);
+    Route r = f.both(sql);
+    INFO(r.message);
+    REQUIRE(r.kind == RouteKind::shards);
+    CHECK(r.shards == std::vector<std::size_t>{user_shard("42")});
+    CHECK(r.cls == StatementClass::write);
+    CHECK(r.per_shard_sql.empty());
+    REQUIRE(r.partitions.size() == 1);
+    CHECK(r.partitions[0].partition == user_partition("42"));
+    CHECK(r.key_values == std::vector<std::string>{"42"});
+  }
+  Route p = f.prepared("INSERT INTO users (id, name) VALUES ($1, $2)", {"42", "a"});
+  CHECK(p.shards == std::vector<std::size_t>{user_shard("42")});
+  Route b = f.prepared("INSERT INTO users (name, id) VALUES ($1, $2)", {"a", be(42, 8)}, {0, 1}, {25, 20});
+  CHECK(b.shards == std::vector<std::size_t>{user_shard("42")});
+  // Range and list distributions.
+  CHECK(f.both("INSERT INTO events (id, payload) VALUES (1500, 'x')").shards == shards({1}));
+  CHECK(f.both("INSERT INTO stores VALUES ('jp', 'Tokyo')").shards == shards({0}));
+  // A NULL hash key goes where PostgreSQL puts it.
+  Route n = f.both("INSERT INTO users (id, name) VALUES (NULL, 'a')");
+  REQUIRE(n.kind == RouteKind::shards);
+  CHECK(n.partitions.at(0).partition == partition_for_null(64));
+  CHECK(f.both("INSERT INTO events (id) VALUES (NULL)").sqlstate == "SPR02");
+}
+
+TEST_CASE("multi-row INSERT: rows grouped by shard", "[router][insert]") {
+  Fixture f;
+  const long long a1 = user_key_on(0), a2 = user_key_on(0, a1 + 1);
+  const long long b1 = user_key_on(1), b2 = user_key_on(1, b1 + 1);
+  const std::string A1 = std::to_string(a1), A2 = std::to_string(a2), B1 = std::to_string(b1), B2 = std::to_string(b2);
+
+  Route same = f.both("INSERT INTO users (id, name) VALUES (" + A1 + ", 'a'), (" + A2 + ", 'b')");
+  CHECK(same.kind == RouteKind::shards);
+  CHECK(same.shards == shards({0}));
+  CHECK(same.per_shard_sql.empty());
+  CHECK(same.partitions.size() == (user_partition(A1) == user_partition(A2) ? 1u : 2u));
+
+  const std::string sql = "INSERT INTO users (id, name) VALUES (" + A1 + ", 'a1'), (" + B1 + ", 'b1'), (" + A2 +
+                          ", 'a2'), (" + B2 + ", 'b2') ON CONFLICT (id) DO NOTHING RETURNING id";
+  for (int pass = 0; pass < 3; ++pass) {  // prepared, simple miss, simple hit
+    Route r = pass == 0 ? f.prepared(sql) : f.simple(sql);
+    INFO("pass " << pass << ": " << r.message);
+    REQUIRE(r.kind == RouteKind::shards);
+    CHECK(r.shards == shards({0, 1}));
+    REQUIRE(r.per_shard_sql.size() == 2);
+    CHECK(r.per_shard_sql[0].first == 0);
+    CHECK(r.per_shard_sql[1].first == 1);
+    const std::string s0 = parse_json(r.per_shard_sql[0].second), s1 = parse_json(r.per_shard_sql[1].second);
+    INFO(r.per_shard_sql[0].second);
+    INFO(r.per_shard_sql[1].second);
+    // Each statement holds exactly its shard's rows, and keeps ON CONFLICT / RETURNING.
+    CHECK(count(s0, "\"sval\":\"a1\"") == 1);
+    CHECK(count(s0, "\"sval\":\"a2\"") == 1);
+    CHECK(count(s0, "\"sval\":\"b") == 0);
+    CHECK(count(s1, "\"sval\":\"b1\"") == 1);
+    CHECK(count(s1, "\"sval\":\"b2\"") == 1);
+    CHECK(count(s1, "\"sval\":\"a") == 0);
+    for (const std::string& s : {s0, s1}) {
+      CHECK(count(s, "onConflictClause") == 1);
+      CHECK(count(s, "returningList") == 1);
+      CHECK(count(s, "\"relname\":\"users\"") == 1);
+    }
+    // The same text through the parser again gives the same statements.
+    CHECK(r.per_shard_sql == f.prepared(sql).per_shard_sql);
+  }
+
+  // Parameters keep their numbers.
+  Route p = f.prepared("INSERT INTO users (id, name) VALUES ($1, $2), ($3, $4)", {A1, "x", B1, "y"});
+  REQUIRE(p.per_shard_sql.size() == 2);
+  CHECK(p.per_shard_sql[0].second.find("$1") != std::string::npos);
+  CHECK(p.per_shard_sql[0].second.find("$3") == std::string::npos);
+  CHECK(p.per_shard_sql[1].second.find("$3") != std::string::npos);
+  CHECK(p.per_shard_sql[1].second.find("$4") != std::string::npos);
+
+  // Without a column list the key's position comes from the table's shape.
+  Route nc = f.both("INSERT INTO orders VALUES (1, " + A1 + ", 9.5), (2, " + B1 + ", 1)");
+  REQUIRE(nc.per_shard_sql.size() == 2);
+  CHECK(parse_json(nc.per_shard_sql[0].second).find("\"fval\":\"9.5\"") != std::string::npos);
+}
+
+TEST_CASE("INSERTs without a usable key are refused", "[router][insert]") {
+  Fixture f;
+  for (const char* sql : {"INSERT INTO users (name) VALUES ('a')", "INSERT INTO users DEFAULT VALUES",
+                          "INSERT INTO users (id, name) VALUES (DEFAULT, 'a')",
+                          "INSERT INTO users (id, name) VALUES (1 + 1, 'a')",
+                          "INSERT INTO users (id, name) VALUES ((SELECT max(id) FROM users), 'a')",
+                          "INSERT INTO users (id) VALUES (1), (DEFAULT)", "INSERT INTO users (id) SELECT 42",
+                          "INSERT INTO users SELECT * FROM users WHERE id = 1",
+                          "INSERT INTO users (id) VALUES ('not a number')",
+                          "INSERT INTO orders (user_id) VALUES (1) ON CONFLICT (id) DO UPDATE SET user_id = 2"}) {
+    INFO(sql);
+    Route r = f.both(sql);
+    CHECK(r.kind == RouteKind::error);
+    CHECK(r.sqlstate == "SPR01");
+    CHECK(!r.message.empty());
+  }
+  Route short_row = f.both("INSERT INTO orders VALUES (1)");  // user_id is the 2nd column
+  CHECK(short_row.sqlstate == "SPR01");
+  CHECK_THAT(short_row.message, Catch::Contains("user_id"));
+  // A multi-row INSERT inside a larger statement cannot be split.
+  const std::string A = std::to_string(user_key_on(0)), B = std::to_string(user_key_on(1));
+  Route cte = f.both("WITH w AS (INSERT INTO users (id) VALUES (" + A + "), (" + B + ") RETURNING id) SELECT * FROM w");
+  CHECK(cte.kind == RouteKind::error);
+  CHECK(cte.sqlstate == "SPR01");
+  Route ok = f.both("WITH w AS (INSERT INTO users (id) VALUES (" + A + ") RETURNING id) SELECT * FROM w");
+  CHECK(ok.shards == shards({0}));
+  CHECK(ok.cls == StatementClass::write);
+}
+
+TEST_CASE("INSERT shapes are asked for when the column order is needed", "[router][insert]") {
+  Fixture f;
+  f.shapes_.erase("orders");
+  Route r = f.prepared("INSERT INTO orders VALUES (1, 42, 3)");
+  CHECK(r.kind == RouteKind::need_shapes);
+  CHECK(r.missing_tables == std::vector<std::string>{"orders"});
+}
