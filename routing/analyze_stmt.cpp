@@ -219,24 +219,21 @@ void Analyzer::copy(const PgQuery__CopyStmt* s) {
   if (s->query != nullptr) return statement(s->query, false);
   if (s->relation == nullptr) return fixed(make_route(RouteKind::any_shard, StatementClass::utility));
   TableClass c = topo_.classify(sv(s->relation->schemaname), s->relation->relname);
-  if (!s->is_from) {
+  if (c.kind == TableClass::Kind::rejected)
+    return error("SPR01", "table \"" + std::string(s->relation->relname) + "\" is not configured in splitpoint", true);
+  if (!s->is_from) {  // COPY t TO: a read of the whole table
     Scope scope;
-    int occ = -1;
-    table(s->relation, scope, &occ);
+    table(s->relation, scope, nullptr);
+    if (c.kind == TableClass::Kind::pinned) plan_.pinned_shards.push_back(c.shard);
     keyed_ = true;
     return;
   }
   writes_ = true;
   Route r = make_route(RouteKind::all_shards, StatementClass::write);
-  switch (c.kind) {
-    case TableClass::Kind::sharded: r.distribution = c.distribution; break;
-    case TableClass::Kind::pinned:
-      r.kind = RouteKind::shards;
-      r.shards = {c.shard};
-      break;
-    case TableClass::Kind::rejected:
-      return error("SPR01", "table \"" + std::string(s->relation->relname) + "\" is not configured in splitpoint", true);
-    default: break;
+  if (c.kind == TableClass::Kind::sharded) r.distribution = c.distribution;  // the caller splits rows by key
+  if (c.kind == TableClass::Kind::pinned) {
+    r.kind = RouteKind::shards;
+    r.shards = {c.shard};
   }
   fixed(std::move(r));
 }
@@ -301,6 +298,7 @@ void Analyzer::finish(std::size_t statement_count) {
     return finish_with(r);
   }
   StatementClass cls = writes_ ? StatementClass::write : StatementClass::read;
+  if (fixed_routes_.size() == 1 && !keyed_) return finish_with(fixed_routes_.front());
   if (has([](const Route& r) { return r.cls == StatementClass::ddl; }))
     return finish_with(make_route(RouteKind::all_shards, StatementClass::ddl));
   if (has([](const Route& r) { return r.kind == RouteKind::all_shards; }))
@@ -310,7 +308,6 @@ void Analyzer::finish(std::size_t statement_count) {
     plan_.fixed = make_route(RouteKind::shards, cls);
     return;
   }
-  if (fixed_routes_.size() == 1) return finish_with(fixed_routes_.front());
   if (fixed_routes_.empty()) return finish_with(make_route(RouteKind::any_shard, StatementClass::utility));  // ";"
   // Several statements that each go anywhere (SET ...; BEGIN; ...): one backend.
   Route r = fixed_routes_.front();

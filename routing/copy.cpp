@@ -139,9 +139,12 @@ std::string settle_options(bool is_from, CopyStatement& st, const Given& g) {
   }
   if (!csv && g.quote) return "COPY quote available only in CSV mode";
   if (!csv && g.escape) return "COPY escape available only in CSV mode";
-  if (!csv && (g.force_quote || g.force_not_null || g.force_null)) return "COPY FORCE options available only in CSV mode";
+  if (!csv && g.force_quote) return "COPY force quote available only in CSV mode";
+  if (!csv && g.force_not_null) return "COPY force not null available only in CSV mode";
+  if (!csv && g.force_null) return "COPY force null available only in CSV mode";
   if (g.force_quote && is_from) return "COPY force quote only available using COPY TO";
-  if ((g.force_not_null || g.force_null) && !is_from) return "COPY force not null and force null only available using COPY FROM";
+  if (g.force_not_null && !is_from) return "COPY force not null only available using COPY FROM";
+  if (g.force_null && !is_from) return "COPY force null only available using COPY FROM";
   st.delimiter = csv ? ',' : '\t';
   st.null_string = csv ? "" : "\\N";
   if (g.delimiter) {
@@ -406,8 +409,9 @@ bool CopySplitter::scan_lines(bool at_eof) {
     }
     if (next == 0) {
       if (!at_eof || scan_ == row_start_) return true;
-      // The server reads a last line without a line end as a row.
-      if (csv && in_quote_) return fail("unterminated CSV quoted field");
+      // The server reads a last line without a line end as a row; it splits a header
+      // line into fields only for HEADER MATCH, which each shard does itself.
+      if (csv && in_quote_ && phase_ == Phase::rows) return fail("unterminated CSV quoted field");
       content_end = next = n;
     }
     if (!line_done(content_end, next)) return false;

@@ -45,8 +45,12 @@ bool Planner::run() {
       aggregates_in_order = true;
   plan_.aggregate = s_->n_group_clause > 0 || s_->having_clause != nullptr || aggregates_in_order ||
                     std::any_of(targets_.begin(), targets_.end(), [](const Target& t) { return t.agg != AggKind::none; });
+  std::vector<int> params = merge_tree::parameters_of(&s_->base);
   if (!(plan_.aggregate ? plan_aggregate() : plan_plain())) return false;
   plan_.hidden_columns = hidden_.size();
+  // The executor binds the client's parameters to the shard statement unchanged.
+  if (merge_tree::parameters_of(&s_->base) != params)
+    return fail("0A000", "a parameter of this statement would not reach the shards");
   return !failed();
 }
 

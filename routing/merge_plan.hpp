@@ -147,7 +147,10 @@ struct MergePlan {
   std::vector<SortKey> final_order;  // sort after combining (buffers); empty = already ordered
 
   RowBound limit, offset;
-  bool with_ties = false;  // FETCH FIRST n ROWS WITH TIES (ties on shard_order/final_order)
+  bool with_ties = false;  // FETCH FIRST n ROWS WITH TIES
+  // How many leading keys of final_order (when set) or else shard_order are the client's
+  // ORDER BY: rows tie for WITH TIES when equal on those.
+  std::size_t client_order_keys = 0;
 
   // One line for SHOW ROUTE / logs, e.g. "sorted merge on 1 DESC; limit 10 offset 5".
   std::string describe() const;

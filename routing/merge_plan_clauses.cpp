@@ -226,6 +226,7 @@ bool Planner::append_shard_sort(const ShardColumn& column, const PgQuery__Node* 
 
 bool Planner::plan_plain() {
   plain_distinct_ = is_plain_distinct(s_);
+  plan_.client_order_keys = s_->n_sort_clause;
   for (std::size_t i = 0; i < s_->n_sort_clause; ++i) {
     std::optional<SortKey> key = sort_key(s_->sort_clause[i]->sort_by, !plain_distinct_);
     if (!key) return false;
@@ -292,6 +293,10 @@ bool Planner::plan_aggregate() {
     std::optional<HavingExpr> having = translate_having(*this, s_->having_clause);
     if (!having) return false;
     plan_.having = std::move(*having);
+    // The shards must still take every parameter of the client's statement, typed as
+    // the client's statement types them: keep a HAVING with parameters as an unused
+    // hidden column.
+    if (!merge_tree::parameters_of(&s_->having_clause->base).empty()) add_hidden(s_->having_clause);
     merge_tree::free_node(s_->having_clause);
     s_->having_clause = nullptr;  // evaluated after combining
   }
@@ -301,6 +306,7 @@ bool Planner::plan_aggregate() {
     if (!key) return false;
     keys.push_back(*key);
   }
+  plan_.client_order_keys = keys.size();
   bool compatible = std::all_of(keys.begin(), keys.end(), [&](const SortKey& k) { return is_group_key(k.column); });
   if (plan_.group_keys.empty() || !compatible) merge_tree::clear(s_->sort_clause, s_->n_sort_clause);
   if (!plan_.group_keys.empty()) {
@@ -351,10 +357,19 @@ bool Planner::plan_limits(bool push_down) {
     merge_tree::free_node(node);
     node = nullptr;
   };
+  // A LIMIT/OFFSET the shards must not apply but whose parameter they must still take
+  // (as bigint, as in LIMIT): NULLIF($n::int8, $n::int8) is NULL, i.e. no limit.
+  auto neutralize = [&](PgQuery__Node*& node) {
+    if (node == nullptr || merge_tree::parameters_of(&node->base).empty()) return drop(node);
+    PgQuery__Node* a = merge_tree::make_int8_cast(merge_tree::clone(node));
+    PgQuery__Node* b = merge_tree::make_int8_cast(node);
+    node = merge_tree::make_nullif(a, b);
+  };
   if (!push_down || n.kind == RowBound::Kind::none) {
-    drop(s_->limit_count);
-    drop(s_->limit_offset);
-    s_->limit_option = PG_QUERY__LIMIT_OPTION__LIMIT_OPTION_DEFAULT;
+    neutralize(s_->limit_count);
+    neutralize(s_->limit_offset);
+    s_->limit_option = s_->limit_count != nullptr ? PG_QUERY__LIMIT_OPTION__LIMIT_OPTION_COUNT  // never WITH TIES
+                                                  : PG_QUERY__LIMIT_OPTION__LIMIT_OPTION_DEFAULT;
     return true;
   }
   if (n.kind == RowBound::Kind::constant && m.kind != RowBound::Kind::param) {

@@ -444,6 +444,31 @@ PgQuery__Node* make_plus(PgQuery__Node* a, PgQuery__Node* b) {
   return wrap(PG_QUERY__NODE__NODE_A_EXPR, e);
 }
 
+PgQuery__Node* make_nullif(PgQuery__Node* a, PgQuery__Node* b) {
+  auto* e = alloc<PgQuery__AExpr>(PG_QUERY__A__EXPR__INIT);
+  e->kind = PG_QUERY__A__EXPR__KIND__AEXPR_NULLIF;
+  append(e->name, e->n_name, make_string("="));
+  e->lexpr = a;
+  e->rexpr = b;
+  e->location = -1;
+  return wrap(PG_QUERY__NODE__NODE_A_EXPR, e);
+}
+
+std::vector<int> parameters_of(const ProtobufCMessage* msg) {
+  std::vector<int> out;
+  if (msg->descriptor == &pg_query__node__descriptor) {
+    const auto* n = reinterpret_cast<const PgQuery__Node*>(msg);
+    if (is(n, PG_QUERY__NODE__NODE_PARAM_REF)) out.push_back(n->param_ref->number);
+  }
+  walk_nodes(msg, [&](const PgQuery__Node* n) {
+    if (is(n, PG_QUERY__NODE__NODE_PARAM_REF)) out.push_back(n->param_ref->number);
+    return true;
+  });
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 PgQuery__Node* make_res_target(PgQuery__Node* val, std::string_view alias) {
   auto* t = alloc<PgQuery__ResTarget>(PG_QUERY__RES_TARGET__INIT);
   t->val = val;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace splitpoint::routing::merge_tree {
 
@@ -55,6 +56,7 @@ void free_node(PgQuery__Node* n);
 PgQuery__Node* make_integer(std::int64_t v);            // A_Const, Float for values beyond int32 as PostgreSQL's lexer does
 PgQuery__Node* make_int8_cast(PgQuery__Node* arg);      // arg::int8
 PgQuery__Node* make_plus(PgQuery__Node* a, PgQuery__Node* b);  // a + b
+PgQuery__Node* make_nullif(PgQuery__Node* a, PgQuery__Node* b);  // NULLIF(a, b)
 PgQuery__Node* make_res_target(PgQuery__Node* val, std::string_view alias);
 PgQuery__Node* make_sort_by(PgQuery__Node* expr, bool descending, bool nulls_first);
 char* dup_string(std::string_view s);  // malloc'd, for string fields in the tree
@@ -65,6 +67,9 @@ void set_function_name(PgQuery__FuncCall* f, std::string_view schema, std::strin
 void append(PgQuery__Node**& items, std::size_t& n, PgQuery__Node* item);
 // Frees every item of a repeated Node field and empties it.
 void clear(PgQuery__Node**& items, std::size_t& n);
+
+// The numbers of the parameters ($n) used anywhere below `msg`, sorted, unique.
+std::vector<int> parameters_of(const ProtobufCMessage* msg);
 
 // The integer value of an A_Const integer (or integer-looking Float) node.
 bool integer_value(const PgQuery__Node* n, std::int64_t& out);

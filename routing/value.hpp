@@ -82,6 +82,7 @@ bool split_data_row(std::string_view body, std::vector<Field>& out);
 // int64 (dates in days, times in microseconds, since 2000-01-01, infinities at the
 // int64 limits), floats as double, strings and numerics as a slice of their row.
 struct Key {
+  bool null = false;  // set by callers for NULL fields; decode_key never sees those
   std::int64_t i = 0;
   double f = 0;
   std::uint32_t off = 0;

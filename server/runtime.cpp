@@ -46,6 +46,16 @@ void ShapeCache::put(const std::string& table, routing::TableShape shape) {
   shapes_[table] = std::make_shared<const routing::TableShape>(std::move(shape));
 }
 
+std::string ShapeCache::collation() const {
+  std::lock_guard lock(mu_);
+  return collation_;
+}
+
+void ShapeCache::set_collation(std::string c) {
+  std::lock_guard lock(mu_);
+  collation_ = std::move(c);
+}
+
 void ShapeCache::clear() {
   std::lock_guard lock(mu_);
   shapes_.clear();

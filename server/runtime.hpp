@@ -54,8 +54,12 @@ class ShapeCache {
   std::shared_ptr<const routing::TableShape> find(std::string_view table) const;
   void put(const std::string& table, routing::TableShape shape);
   void clear();
+  // The database's collation (pg_database.datcollate), for merging text; "" = unknown.
+  std::string collation() const;
+  void set_collation(std::string c);
 
  private:
+  std::string collation_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const routing::TableShape>, std::less<>> shapes_;
 };

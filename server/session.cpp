@@ -236,13 +236,26 @@ awaitable<bool> Session::login() {
   co_return true;
 }
 
-awaitable<std::optional<std::string>> Session::read_password_message() {
+// The client's answer to an authentication request. Anything else is a protocol
+// violation, reported as PostgreSQL does before closing.
+awaitable<std::optional<std::string>> Session::read_password_message(std::string_view expected) {
   for (;;) {
     auto r = proto::decode_frame(std::string_view(cbuf_).substr(cpos_), proto::Direction::frontend, limits_);
-    if (r.status == proto::FrameStatus::error) co_return std::nullopt;
+    if (r.status == proto::FrameStatus::error) {
+      spdlog::info("[{}] closed: {} during authentication", id_, r.error);
+      co_await send_error("FATAL", sqlstate::protocol_violation, r.error, false);
+      co_return std::nullopt;
+    }
     if (r.status == proto::FrameStatus::ok) {
       cpos_ += r.frame.size;
-      if (r.frame.type != 'p') co_return std::nullopt;
+      if (r.frame.type != 'p') {
+        spdlog::info("[{}] closed: unexpected message during authentication", id_);
+        co_await send_error("FATAL", sqlstate::protocol_violation,
+                            "expected " + std::string(expected) + ", got message type " +
+                                std::to_string(static_cast<unsigned char>(r.frame.type)),
+                            false);
+        co_return std::nullopt;
+      }
       co_return std::string(r.frame.body);
     }
     if (co_await stream_.read_some(cbuf_, 1024)) co_return std::nullopt;
@@ -266,7 +279,7 @@ awaitable<bool> Session::authenticate() {
     case config::AuthMethod::password: {
       proto::Authentication{proto::AuthCode::cleartext_password}.encode(out);
       if (co_await stream_.write(out)) co_return false;
-      auto body = co_await read_password_message();
+      auto body = co_await read_password_message("password response");
       if (!body) co_return false;
       auto pw = proto::PasswordMessage::decode(*body);
       if (!pw || !user) co_return co_await fail();
@@ -289,7 +302,7 @@ awaitable<bool> Session::authenticate() {
       a.md5_salt = std::string_view(salt, 4);
       a.encode(out);
       if (co_await stream_.write(out)) co_return false;
-      auto body = co_await read_password_message();
+      auto body = co_await read_password_message("password response");
       if (!body) co_return false;
       auto pw = proto::PasswordMessage::decode(*body);
       if (!pw || !user || user->md5.empty()) co_return co_await fail();
@@ -302,7 +315,7 @@ awaitable<bool> Session::authenticate() {
       a.mechanisms = {proto::scram::kMechanism};
       a.encode(out);
       if (co_await stream_.write(out)) co_return false;
-      auto body = co_await read_password_message();
+      auto body = co_await read_password_message("SASL response");
       if (!body) co_return false;
       auto init = proto::SASLInitialResponse::decode(*body);
       if (!init || init->mechanism != proto::scram::kMechanism || !init->data) {
@@ -322,7 +335,7 @@ awaitable<bool> Session::authenticate() {
       cont.data = *first;
       cont.encode(out);
       if (co_await stream_.write(out)) co_return false;
-      body = co_await read_password_message();
+      body = co_await read_password_message("SASL response");
       if (!body) co_return false;
       auto resp = proto::SASLResponse::decode(*body);
       if (!resp) co_return false;

@@ -58,7 +58,11 @@ class Session : public std::enable_shared_from_this<Session> {
     bool failed = false;   // an ErrorResponse arrived for this Sync/Query
     routing::SessionCommand command = routing::SessionCommand::none;
     std::string name;      // Parse: server statement name; SET/RESET: parameter
-    std::string text;      // SET/RESET: statement text to replay
+    std::string text;      // SET/RESET: statement text to replay; client's Parse: its name
+    // 'Z' of a Query sent while an extended batch was open (no Sync yet): PostgreSQL
+    // skips that Query when the batch fails.
+    bool query_in_batch = false;
+    bool is_sync = false;  // 'Z' of a Sync (PostgreSQL ignores Syncs during COPY IN)
     // Sync/Query: when the statement started and how it was routed (metrics).
     std::chrono::steady_clock::time_point started{};
     RouteLabel route = RouteLabel::single;
@@ -83,10 +87,11 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> login();
   awaitable<std::optional<protocol::Frame>> read_startup_frame();
   awaitable<bool> authenticate();
-  awaitable<std::optional<std::string>> read_password_message();
+  awaitable<std::optional<std::string>> read_password_message(std::string_view expected);
 
   // ---- session_forward.cpp
   awaitable<void> serve();
+  void arm_idle_timer();
   awaitable<bool> handle_frame(const protocol::Frame& f);
   awaitable<bool> use_shard(std::size_t shard);
   awaitable<bool> attach(std::size_t shard);
@@ -110,14 +115,32 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> handle_query(const protocol::Frame& f);
   awaitable<bool> handle_parse(const protocol::Frame& f);
   awaitable<bool> handle_bind(const protocol::Frame& f);
+  // ---- session_scatter.cpp
+  struct ScatterRequest {
+    std::string sql;  // the client's statement
+    bool extended = false;
+    bool describe = true;   // send the RowDescription (simple: always; extended: Describe P came)
+    bool emit_rows = true;  // extended Describe without Execute: no rows
+    std::vector<std::optional<std::string>> params;
+    std::vector<std::int16_t> param_formats, result_formats;
+    std::vector<std::int32_t> param_types;
+  };
+  awaitable<bool> scatter_read(const routing::Route& route, ScatterRequest req);
+  awaitable<std::optional<std::size_t>> describe_columns(const std::string& sql, const std::vector<std::int32_t>& types);
+  std::chrono::milliseconds scatter_deadline(const routing::Route& route) const;
+  bool scatter_allows_partial(const routing::Route& route) const;
+  std::optional<std::string> local_setting(std::string_view name) const;
+  std::optional<std::chrono::milliseconds> local_setting_ms(std::string_view name) const;
   // ---- session_copy.cpp
   awaitable<bool> handle_copy_in(const protocol::Frame& f, std::string sql, const routing::CopyStatement& cs);
   awaitable<bool> route_with_shapes(routing::Route& route, const std::function<routing::Route()>& again);
   awaitable<bool> fetch_shapes(const std::vector<std::string>& tables);
   awaitable<bool> run_local(const routing::LocalCommand& c);
+  void show_last_scatter(std::string& out) const;
   awaitable<bool> finish_transaction(const protocol::Frame& f, routing::TxnCommand txn, std::string_view sql);
   awaitable<bool> run_on_shards(const routing::Route& route, std::string_view sql);
   awaitable<Reply> run_on(std::size_t shard, std::string_view sql);
+  awaitable<bool> refused_in_failed_transaction(const routing::Route& route, bool extended);
   awaitable<bool> reject(std::string_view sqlstate, std::string message, bool extended, int position = 0);
   std::size_t pick_any_shard();
   bool check_write(const routing::Route& route, std::size_t shard, std::string& error);
@@ -157,6 +180,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::size_t cpos_ = 0;
   bool skip_until_sync_ = false;  // after an error found by the proxy in an extended batch
   bool batch_failed_ = false;     // an error went to the client since its last Sync
+  bool copy_in_ = false;          // an extended-protocol COPY FROM STDIN is running
 
   // Backend side: backends held per shard (several only inside a transaction), and
   // the one the pump reads from.
@@ -179,7 +203,19 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<std::size_t> write_shard_;
   std::size_t next_any_ = 0;
   routing::SessionRouting routing_;
-  std::vector<std::pair<std::string, std::string>> local_settings_;  // SET splitpoint.*
+  std::vector<std::pair<std::string, std::string>> local_settings_;      // SET splitpoint.*
+  std::vector<std::pair<std::string, std::string>> local_txn_settings_;  // SET LOCAL splitpoint.*
+  struct ScatterStatus {
+    std::string shard, status;
+    std::uint64_t rows = 0;
+    double elapsed_ms = 0;
+    std::string error;
+  };
+  std::vector<ScatterStatus> last_scatter_;  // SHOW splitpoint.last_scatter
+  // An extended-protocol multi-shard read bound to the unnamed or a named portal,
+  // answered by the proxy at Execute.
+  std::optional<std::pair<std::string, ScatterRequest>> scatter_portal_;
+  std::optional<routing::Route> scatter_route_;
 
   // Session state carried across backends.
   std::vector<std::pair<std::string, std::string>> sets_;  // parameter -> SET statement

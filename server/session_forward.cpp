@@ -48,16 +48,10 @@ awaitable<void> Session::serve() {
       cbuf_.erase(0, cpos_);
       cpos_ = 0;
     }
-    bool timed = idle_timeout.count() > 0 && !cur() && client_txn_ == 'I';
+    bool timed = idle_timeout.count() > 0;
     if (timed) {
       if (!idle_timer_) idle_timer_ = std::make_unique<asio::steady_timer>(ex);
-      idle_timer_->expires_after(idle_timeout);
-      idle_timer_->async_wait([this, self](error_code ec) {
-        if (ec) return;
-        idle_timed_out_ = true;
-        error_code ignored;
-        stream_.socket().cancel(ignored);
-      });
+      arm_idle_timer();
     }
     auto ec = co_await stream_.read_some(cbuf_);
     if (timed) idle_timer_->cancel();
@@ -78,6 +72,22 @@ awaitable<void> Session::serve() {
       co_return;
     }
   }
+}
+
+// client_idle: closes the session once it has been idle (no backend, no transaction)
+// for the whole interval; while a statement runs it just looks again later.
+void Session::arm_idle_timer() {
+  idle_timer_->expires_after(runtime_->config.timeouts.client_idle);
+  idle_timer_->async_wait([this, self = shared_from_this()](error_code ec) {
+    if (ec) return;
+    if (cur() || client_txn_ != 'I') {
+      arm_idle_timer();
+      return;
+    }
+    idle_timed_out_ = true;
+    error_code ignored;
+    stream_.socket().cancel(ignored);
+  });
 }
 
 // One client message. False ends the session (the reason was already sent).
@@ -101,6 +111,10 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     case 'D': {
       auto d = proto::Describe::decode(f.body);
       if (!d) break;
+      if (d->kind == 'P' && scatter_portal_ && scatter_portal_->first == d->name) {
+        scatter_portal_->second.describe = true;  // answered with the rows at Execute
+        co_return true;
+      }
       if (!cur() && !co_await use_shard(pick_any_shard())) {
         skip_until_sync_ = true;
         co_return !closing_;
@@ -140,8 +154,23 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       co_return true;
     }
     case 'S':
+      if (scatter_portal_) {
+        // Described but never executed: the description alone.
+        auto req = std::move(scatter_portal_->second);
+        scatter_portal_.reset();
+        if (req.describe) {
+          req.emit_rows = false;
+          if (!co_await scatter_read(*scatter_route_, std::move(req))) co_return false;
+        }
+      }
       if (!cur()) {
         co_await send_ready();
+        co_return true;
+      }
+      if (copy_in_) {
+        // PostgreSQL ignores a Sync that arrives during COPY IN.
+        forward_raw(f, 0);
+        sent_after_sync_ = true;
         co_return true;
       }
       forward_raw(f, 'Z');
@@ -150,6 +179,15 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       pending_started_ = {};
       co_return true;
     case 'E':
+      if (scatter_portal_) {
+        auto e = proto::Execute::decode(f.body);
+        if (e && e->portal == scatter_portal_->first) {
+          auto req = std::move(scatter_portal_->second);
+          scatter_portal_.reset();
+          co_return co_await scatter_read(*scatter_route_, std::move(req));
+        }
+      }
+      [[fallthrough]];
     case 'H':
       if (!cur() && !co_await use_shard(pick_any_shard())) {
         skip_until_sync_ = true;
@@ -160,7 +198,12 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     case 'd':
     case 'c':
     case 'f':
-      if (cur()) forward_raw(f, 0);
+      if (f.type != 'd') copy_in_ = false;
+      if (cur()) {
+        bool open = sent_after_sync_;
+        forward_raw(f, 0);
+        sent_after_sync_ = open;
+      }
       co_return true;
     default:
       break;
@@ -175,7 +218,10 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
 // response type it is owed ('1', '2', '3', 'Z'), or 0 for none.
 void Session::forward_raw(const proto::Frame& f, char expect) {
   bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
-  if (expect) expect_.push_back(Expect{expect});
+  if (expect) {
+    expect_.push_back(Expect{expect});
+    expect_.back().is_sync = f.type == 'S';
+  }
   sent_after_sync_ = expect != 'Z';
 }
 
@@ -301,9 +347,16 @@ void Session::ensure_prepared(const Prepared& p) {
 // Handles one backend message; true if it goes to the client.
 bool Session::process_backend_frame(char type, std::string_view body) {
   auto in_injected_query = [this] { return !expect_.empty() && expect_.front().type == 'Z' && expect_.front().swallow; };
+  // After an error PostgreSQL skips everything up to the next Sync: those
+  // responses never come. A client Parse that was skipped created nothing.
   auto drop_until_sync = [this] {
-    while (!expect_.empty() && expect_.front().type != 'Z') {
-      if (expect_.front().type == '1' && !expect_.front().name.empty()) cur()->prepared.erase(expect_.front().name);
+    while (!expect_.empty() && (expect_.front().type != 'Z' || expect_.front().query_in_batch)) {
+      const Expect& e = expect_.front();
+      if (e.type == '1' && !e.name.empty()) cur()->prepared.erase(e.name);
+      if (e.type == '1' && !e.swallow) {
+        auto it = prepared_.find(e.text);
+        if (it != prepared_.end() && it->second.server_name == e.name) prepared_.erase(it);
+      }
       expect_.pop_front();
     }
   };
@@ -353,6 +406,7 @@ bool Session::process_backend_frame(char type, std::string_view body) {
       client_txn_ = status;
       if (!e.failed && e.command != SessionCommand::none) pending_commands_.push_back(std::move(e));
       if (status == 'I') {
+        local_txn_settings_.clear();
         if (last_tag_rollback_) pending_commands_.clear();
         apply_session_commands();
         begin_sql_.clear();
@@ -365,6 +419,15 @@ bool Session::process_backend_frame(char type, std::string_view body) {
       last_tag_rollback_ = body.rfind("ROLLBACK", 0) == 0;
       return true;
     case 'A':
+      return true;
+    case 'G':
+      if (!expect_.empty() && expect_.front().is_sync) {
+        // COPY IN started by an Execute: the Syncs already sent arrive during COPY
+        // and PostgreSQL ignores them; only a Sync after CopyDone/CopyFail counts.
+        std::erase_if(expect_, [](const Expect& e) { return e.is_sync; });
+        copy_in_ = true;
+        sent_after_sync_ = true;
+      }
       return true;
     default:
       return !in_injected_query();

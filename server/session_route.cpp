@@ -157,6 +157,24 @@ awaitable<bool> Session::route_with_shapes(routing::Route& route, const std::fun
   co_return true;
 }
 
+// Inside a failed transaction only ROLLBACK (or COMMIT, which rolls back) may run.
+// A statement for the backend that is still answering earlier ones is left to it (it
+// knows best); otherwise the proxy waits for those answers before judging.
+awaitable<bool> Session::refused_in_failed_transaction(const routing::Route& route, bool extended) {
+  if (route.txn == TxnCommand::rollback || route.txn == TxnCommand::commit ||
+      route.txn == TxnCommand::rollback_to_savepoint)
+    co_return false;
+  if (pump_active_ && (!expect_.empty() || sent_after_sync_)) {
+    auto target = single_target(route);
+    if (target && *target == cur_) co_return false;
+    co_await drain();
+  }
+  if (client_txn_ != 'E') co_return false;
+  co_await reject(kInFailedTransaction, "current transaction is aborted, commands ignored until end of transaction block",
+                  extended);
+  co_return true;
+}
+
 // Refuses the statement the way PostgreSQL reports an error.
 awaitable<bool> Session::reject(std::string_view code, std::string message, bool extended, int position) {
   co_await drain();
@@ -190,10 +208,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   auto route = router.route_simple(sql, routing_, lookup);
   co_await route_with_shapes(route, [&] { return router.route_simple(sql, routing_, lookup); });
 
-  if (client_txn_ == 'E' && route.txn != TxnCommand::rollback && route.txn != TxnCommand::commit &&
-      route.txn != TxnCommand::rollback_to_savepoint)
-    co_return co_await reject(kInFailedTransaction,
-                              "current transaction is aborted, commands ignored until end of transaction block", false);
+  if (co_await refused_in_failed_transaction(route, false)) co_return !closing_;
   if (routing::first_keyword(sql) == "copy") {
     // COPY FROM STDIN into a sharded table is split by key; into a reference table
     // it goes to every shard.
@@ -230,9 +245,11 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
   auto target = single_target(route);
   if (!target) {
-    if (route.cls == StatementClass::read)
-      co_return co_await reject(sqlstate::cannot_merge,
-                                "statement needs several shards; multi-shard reads are not supported yet", false);
+    if (route.cls == StatementClass::read) {
+      ScatterRequest req;
+      req.sql = std::string(sql);
+      co_return co_await scatter_read(route, std::move(req));
+    }
     co_return co_await run_on_shards(route, sql);
   }
   std::string error;
@@ -249,6 +266,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   Expect e{'Z'};
   e.started = started;
   e.route = label;
+  e.query_in_batch = sent_after_sync_;
   auto cmd = routing::classify_session_command(sql);
   switch (cmd.kind) {
     case SessionCommand::none:
@@ -320,7 +338,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
   if (name.empty()) {
     bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
     b->unnamed_owner = {id_, unnamed_seq_};
-    expect_.push_back(Expect{'1'});
+    expect_.push_back(Expect{'1'});  // text "" = the unnamed statement
   } else {
     if (b->prepared.count(slot.server_name)) {
       // Same text already prepared here: re-create it so the client's Parse gets its
@@ -332,6 +350,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
     w.cstr(slot.server_name).bytes(slot.parse_rest).finish();
     Expect e{'1'};
     e.name = slot.server_name;
+    e.text = std::string(name);
     expect_.push_back(std::move(e));
     b->prepared.insert(slot.server_name);
   }
@@ -366,10 +385,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   auto route = router.route(*p.plan, params, routing_, lookup);
   co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, routing_, lookup); });
 
-  if (client_txn_ == 'E' && route.txn != TxnCommand::rollback && route.txn != TxnCommand::commit &&
-      route.txn != TxnCommand::rollback_to_savepoint)
-    co_return co_await reject(kInFailedTransaction,
-                              "current transaction is aborted, commands ignored until end of transaction block", true);
+  if (co_await refused_in_failed_transaction(route, true)) co_return !closing_;
   if (route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback) {
     // Finish the other shards first; the client's own message ends the last one.
     co_await drain();
@@ -398,12 +414,28 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   }
   if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
   auto target = single_target(route);
+  if (!target && route.cls == StatementClass::read) {
+    // Answered by the proxy at Execute: BindComplete now, in order.
+    co_await drain();
+    if (closing_) co_return false;
+    ScatterRequest req;
+    req.sql = parse ? std::string(parse->query) : std::string();
+    req.extended = true;
+    req.describe = false;
+    for (auto& v : bind->params) req.params.push_back(v ? std::optional<std::string>(*v) : std::nullopt);
+    req.param_formats = bind->param_formats;
+    req.result_formats = bind->result_formats;
+    req.param_types = types;
+    scatter_portal_.emplace(std::string(bind->portal), std::move(req));
+    scatter_route_ = route;
+    std::string out;
+    proto::encode_bind_complete(out);
+    co_await stream_.write(out);
+    co_return true;
+  }
   if (!target)
     co_return co_await reject(sqlstate::cannot_merge,
-                              route.cls == StatementClass::read
-                                  ? "statement needs several shards; multi-shard reads are not supported yet"
-                                  : "multi-shard writes are only supported in the simple query protocol",
-                              true);
+                              "multi-shard writes are only supported in the simple query protocol", true);
   std::string error;
   if (!check_write(route, *target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, true);
   pending_started_ = std::chrono::steady_clock::now();
@@ -457,6 +489,7 @@ awaitable<bool> Session::finish_transaction(const proto::Frame& f, TxnCommand tx
   begin_sql_.clear();
   write_shard_.reset();
   pending_commands_.clear();
+  local_txn_settings_.clear();
   std::string out;
   if (!error.empty()) {
     proto::Writer w(out, 'E');
@@ -622,15 +655,29 @@ awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
   switch (c.kind) {
     case Kind::set:
     case Kind::set_local: {
+      if (c.name == "last_scatter")
+        co_return co_await reject("55P02", "parameter \"splitpoint.last_scatter\" cannot be changed", false);
       if (c.name == "shard") {
         auto s = runtime_->config.find_shard(c.value);
         if (!s)
           co_return co_await reject(sqlstate::no_partition, "unknown shard \"" + c.value + "\"", false);
         routing_.shard = *s;
       }
-      auto it = find(c.name);
-      if (it != local_settings_.end()) it->second = c.value;
-      else local_settings_.emplace_back(c.name, c.value);
+      if ((c.name == "deadline" && !config::parse_duration(c.value)) ||
+          (c.name == "partial_results" && c.value != "allow" && c.value != "deny"))
+        co_return co_await reject(sqlstate::invalid_parameter_value,
+                                  "invalid value for parameter \"splitpoint." + c.name + "\": \"" + c.value + "\"",
+                                  false);
+      auto& settings = c.kind == Kind::set_local ? local_txn_settings_ : local_settings_;
+      if (c.kind == Kind::set_local && client_txn_ == 'I') {
+        // As PostgreSQL: SET LOCAL outside a transaction block has no effect.
+        proto::ErrorFields::make("WARNING", "25P01", "SET LOCAL can only be used in transaction blocks")
+            .encode(out, 'N');
+      } else {
+        auto it = std::find_if(settings.begin(), settings.end(), [&](auto& p) { return p.first == c.name; });
+        if (it != settings.end()) it->second = c.value;
+        else settings.emplace_back(c.name, c.value);
+      }
       proto::CommandComplete{"SET"}.encode(out);
       break;
     }
@@ -641,9 +688,13 @@ awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
       proto::CommandComplete{"RESET"}.encode(out);
       break;
     case Kind::show: {
-      auto it = find(c.name);
-      std::string value = it != local_settings_.end() ? it->second : "";
-      if (it == local_settings_.end()) {
+      if (c.name == "last_scatter") {
+        show_last_scatter(out);
+        break;
+      }
+      auto current = local_setting(c.name);
+      std::string value = current ? *current : "";
+      if (!current) {
         if (c.name == "deadline") value = std::to_string(runtime_->config.scatter.deadline.count()) + "ms";
         if (c.name == "partial_results")
           value = runtime_->config.scatter.partial_results == config::PartialResults::allow ? "allow" : "deny";
@@ -667,6 +718,32 @@ awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
   proto::ReadyForQuery{client_txn_}.encode(out);
   co_await stream_.write(out);
   co_return true;
+}
+
+// SHOW splitpoint.last_scatter: one row per shard of the last multi-shard statement.
+void Session::show_last_scatter(std::string& out) const {
+  proto::RowDescription rd;
+  const char* names[] = {"shard", "status", "rows", "elapsed_ms", "error"};
+  const std::int32_t types[] = {25, 25, 20, 701, 25};  // text, text, int8, float8, text
+  for (int i = 0; i < 5; ++i) {
+    proto::FieldDescription fd;
+    fd.name = names[i];
+    fd.type_oid = types[i];
+    fd.type_size = types[i] == 25 ? -1 : 8;
+    fd.type_modifier = -1;
+    rd.fields.push_back(fd);
+  }
+  rd.encode(out);
+  for (auto& s : last_scatter_) {
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.3f", s.elapsed_ms);
+    std::string rows = std::to_string(s.rows);
+    proto::DataRow row;
+    row.values = {std::string_view(s.shard), std::string_view(s.status), std::string_view(rows), std::string_view(ms),
+                  s.error.empty() ? std::nullopt : std::optional<std::string_view>(s.error)};
+    row.encode(out);
+  }
+  proto::CommandComplete{"SHOW"}.encode(out);
 }
 
 }  // namespace splitpoint::server

@@ -539,3 +539,66 @@ TEST_CASE("IS NULL on a hash key goes where PostgreSQL puts NULL keys", "[router
   REQUIRE(r.kind == RouteKind::shards);
   CHECK(r.partitions.at(0).partition == partition_for_null(64));
 }
+
+TEST_CASE("COPY: into a sharded table every shard (rows split by the caller), out of it a scatter", "[router]") {
+  Fixture f;
+  Route in = f.both("COPY users FROM STDIN");
+  CHECK(in.kind == RouteKind::all_shards);
+  CHECK(in.cls == StatementClass::write);
+  CHECK(in.distribution == std::optional<std::size_t>(0));
+  CHECK(f.both("COPY countries FROM STDIN (FORMAT csv)").kind == RouteKind::all_shards);
+  Route out = f.both("COPY users TO STDOUT");
+  CHECK(out.kind == RouteKind::shards);
+  CHECK(out.shards == shards({0, 1}));
+  check_single(f.both("COPY (SELECT * FROM users WHERE id = 42) TO STDOUT"), "42");
+  CHECK(f.both("COPY countries TO STDOUT").kind == RouteKind::any_shard);
+  Fixture reject("reject");
+  CHECK(reject.both("COPY mystery FROM STDIN").sqlstate == "SPR01");
+}
+
+TEST_CASE("range distributions over dates compare ISO text", "[router]") {
+  auto loaded = splitpoint::config::load_string(R"(
+shards: [{name: s0}, {name: s1}, {name: s2}]
+distributions:
+  - name: by_day
+    method: range
+    ranges:
+      - { upto: '2024-01-01', shard: s0 }
+      - { upto: '2024-02-01', shard: s1 }
+      - { shard: s2 }
+    tables: { logs: day, audit: at }
+)");
+  REQUIRE(loaded.config);
+  Router router(*loaded.config);
+  std::map<std::string, TableShape> shapes{{"logs", {{"day", "msg"}, {"date", "text"}}},
+                                           {"audit", {{"at"}, {"timestamp without time zone"}}}};
+  ShapeLookup lookup = [&](std::string_view t) -> const TableShape* {
+    auto it = shapes.find(std::string(t));
+    return it == shapes.end() ? nullptr : &it->second;
+  };
+  auto parts = [&](const std::string& sql) {
+    Route r = router.route_simple(sql, {}, lookup);
+    INFO(sql << ": " << r.message);
+    REQUIRE(r.kind == RouteKind::shards);
+    std::vector<std::uint32_t> p;
+    for (const auto& h : r.partitions) p.push_back(h.partition);
+    return p;
+  };
+  using P = std::vector<std::uint32_t>;
+  CHECK(parts("SELECT * FROM logs WHERE day = '2023-12-31'") == P{0});
+  CHECK(parts("SELECT * FROM logs WHERE day = '2024-01-01'") == P{1});
+  CHECK(parts("SELECT * FROM logs WHERE day = date '2024-01-15'") == P{1});
+  CHECK(parts("SELECT * FROM logs WHERE day >= '2024-02-01'") == P{2});
+  CHECK(parts("SELECT * FROM logs WHERE day BETWEEN '2023-12-31' AND '2024-01-01'") == (P{0, 1}));
+  CHECK(parts("SELECT * FROM logs WHERE day < '2024-01-01'") == P{0});
+  CHECK(parts("SELECT * FROM audit WHERE at = '2024-01-31 23:59:59'") == P{1});
+  // A binary date parameter (days since 2000-01-01): 2024-01-15 is day 8780.
+  auto plan = router.plan("SELECT * FROM logs WHERE day = $1", {});
+  std::string bytes = be(8780, 4);
+  std::optional<std::string_view> v = std::string_view(bytes);
+  std::int16_t format = 1;
+  Route r = router.route(*plan, BoundParams{std::span(&v, 1), std::span(&format, 1), {}}, {}, lookup);
+  REQUIRE(r.partitions.size() == 1);
+  CHECK(r.partitions[0].partition == 1);
+  CHECK(r.shards == shards({1}));
+}

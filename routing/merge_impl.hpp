@@ -1,0 +1,85 @@
+// The merger's state (routing/merger.hpp), shared by merger.cpp (the streaming pipeline)
+// and merge_setup.cpp (resolving a plan against the shards' columns). Internal.
+#pragma once
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "routing/merge_aggregate.hpp"
+#include "routing/merge_having.hpp"
+#include "routing/merge_rows.hpp"
+#include "routing/merger.hpp"
+
+namespace splitpoint::routing {
+
+struct Merger::Impl {
+  // ---- resolved from the plan and the RowDescription (merge_setup.cpp)
+  std::size_t shards = 0;
+  std::size_t columns = 0;  // per shard row
+  std::size_t hidden = 0;   // the last `hidden` columns are not sent to the client
+  std::deque<Collation> collations;               // stable addresses for codecs
+  std::vector<ColumnCodec> codecs;                // per column, as the shards send it
+  std::vector<merge_detail::ResultColumn> result; // per column, after combining (avg: numeric)
+  std::vector<ColumnCodec> result_codecs;         // the same codecs, for DISTINCT
+  std::vector<merge_detail::KeySpec> source_keys; // shards' order; empty = concatenate
+  bool aggregate = false;
+  bool grouped = false;  // aggregate with GROUP BY (groups are runs equal on source_keys)
+  std::vector<merge_detail::AggSpec> aggs;
+  std::optional<merge_detail::GroupAccumulator> accumulator;
+  std::optional<merge_detail::HavingEvaluator> having;
+  MergePlan::Distinct distinct = MergePlan::Distinct::none;
+  std::vector<std::size_t> distinct_columns;
+  std::vector<merge_detail::KeySpec> final_keys;  // buffered sort after combining
+  std::vector<merge_detail::KeySpec> tie_keys;    // WITH TIES
+  std::optional<std::uint64_t> limit;
+  std::uint64_t offset = 0;
+  bool with_ties = false;
+  std::size_t max_buffered = 0;
+  int extra_float_digits = 1;
+
+  // ---- streaming state (merger.cpp)
+  enum class ShardState : std::uint8_t { want, has_row, ended };
+  std::vector<ShardState> state;
+  std::vector<merge_detail::Row> current;        // sorted merge: each shard's next row
+  std::vector<merge_detail::KeySnapshot> last;   // each shard's previous row, for the order check
+  std::vector<std::size_t> heap;                 // shards with a row, smallest first
+  std::size_t ended = 0;
+  std::size_t awaiting = kNobody;                // shard a push/end is expected from
+  merge_detail::Row inbox;                       // concatenation: the row just pushed
+  bool inbox_full = false;
+  merge_detail::Row in;                          // the row being processed
+
+  bool group_open = false;
+  merge_detail::Row group_first;
+  merge_detail::KeySnapshot group_keys;
+  merge_detail::Row combined;
+
+  std::string distinct_key, last_distinct;
+  bool has_last_distinct = false;
+  std::unordered_set<std::string> seen;
+
+  std::vector<merge_detail::Row> buffered;
+  std::size_t buffered_at = 0;
+  bool draining = false;
+
+  std::uint64_t skipped = 0, emitted = 0;
+  merge_detail::KeySnapshot last_emitted;
+  std::string out;
+
+  bool input_done = false;
+  bool finished = false;
+  std::optional<MergeError> error;
+  std::string decode_error;
+
+  static constexpr std::size_t kNobody = static_cast<std::size_t>(-2);
+
+  bool fail(std::string sqlstate, std::string message) {
+    if (!error) error = MergeError{std::move(sqlstate), std::move(message)};
+    return false;
+  }
+};
+
+}  // namespace splitpoint::routing

@@ -1,0 +1,282 @@
+// The streaming pipeline: source (concatenate or k-way merge) -> combine groups ->
+// HAVING -> DISTINCT -> buffered sort -> OFFSET/LIMIT -> drop hidden columns.
+// Each stage passes at most one row on per call, so next() returns after at most one
+// row read or one row emitted.
+#include "routing/merger.hpp"
+
+#include <algorithm>
+
+#include "routing/merge_impl.hpp"
+
+namespace splitpoint::routing {
+
+using merge_detail::Row;
+
+namespace {
+
+using Impl = Merger::Impl;
+using Step = Merger::Step;
+
+Step error_step() { return Step{Step::Kind::error, 0, {}}; }
+
+// Heap order: the shard whose current row comes first on top; ties to the lower shard.
+struct Later {
+  const Impl* m;
+  bool operator()(std::size_t a, std::size_t b) const {
+    const Row& x = m->current[a];
+    const Row& y = m->current[b];
+    int c = merge_detail::compare_keys(m->source_keys, m->source_keys.size(), x.data.data(), x.keys.data(), y.data.data(),
+                                       y.keys.data());
+    return c != 0 ? c > 0 : a > b;
+  }
+};
+
+enum class Pulled : std::uint8_t { row, need, end };
+
+// The next shard row into m.in, or which shard must supply one first.
+Pulled pull(Impl& m, std::size_t& need) {
+  if (m.source_keys.empty()) {
+    if (m.inbox_full) {
+      std::swap(m.in, m.inbox);
+      m.inbox_full = false;
+      return Pulled::row;
+    }
+    if (m.ended == m.shards) return Pulled::end;
+    need = m.awaiting = Merger::kAnyShard;
+    return Pulled::need;
+  }
+  for (std::size_t i = 0; i < m.shards; ++i) {
+    if (m.state[i] == Impl::ShardState::want) {
+      need = m.awaiting = i;
+      return Pulled::need;
+    }
+  }
+  if (m.heap.empty()) return Pulled::end;
+  std::pop_heap(m.heap.begin(), m.heap.end(), Later{&m});
+  std::size_t i = m.heap.back();
+  m.heap.pop_back();
+  std::swap(m.in, m.current[i]);
+  m.last[i].take(m.in);
+  m.state[i] = Impl::ShardState::want;
+  return Pulled::row;
+}
+
+std::optional<Step> output(Impl& m, Row& r);
+
+// After combining: HAVING, DISTINCT, then the buffered sort or straight on.
+std::optional<Step> after_combining(Impl& m, Row& r) {
+  if (m.having) {
+    std::optional<bool> keep = m.having->keep(r);
+    if (!keep) {
+      m.fail("XX000", "a combined value could not be read for HAVING");
+      return std::nullopt;
+    }
+    if (!*keep) return std::nullopt;
+  }
+  if (m.distinct != MergePlan::Distinct::none) {
+    if (!merge_detail::equality_key(r, m.distinct_columns, m.result_codecs, m.distinct_key, m.decode_error)) {
+      m.fail("0A000", m.decode_error);
+      return std::nullopt;
+    }
+    if (m.distinct == MergePlan::Distinct::sorted) {
+      if (m.has_last_distinct && m.distinct_key == m.last_distinct) return std::nullopt;
+      m.last_distinct = m.distinct_key;
+      m.has_last_distinct = true;
+    } else {
+      if (!m.seen.insert(m.distinct_key).second) return std::nullopt;
+      if (m.seen.size() > m.max_buffered) {
+        m.fail("SPS02", "DISTINCT would keep more than " + std::to_string(m.max_buffered) +
+                            " rows in the proxy (scatter.max_buffered_rows)");
+        return std::nullopt;
+      }
+    }
+  }
+  if (!m.final_keys.empty()) {
+    if (!merge_detail::decode_keys(r, m.final_keys, m.decode_error)) {
+      m.fail("0A000", m.decode_error);
+      return std::nullopt;
+    }
+    m.buffered.push_back(std::move(r));
+    if (m.buffered.size() > m.max_buffered)
+      m.fail("SPS02", "ORDER BY after combining would keep more than " + std::to_string(m.max_buffered) +
+                          " rows in the proxy (scatter.max_buffered_rows)");
+    return std::nullopt;
+  }
+  return output(m, r);
+}
+
+// OFFSET, LIMIT (WITH TIES), and the client's row without hidden columns.
+std::optional<Step> output(Impl& m, Row& r) {
+  if (m.skipped < m.offset) {
+    ++m.skipped;
+    return std::nullopt;
+  }
+  if (m.with_ties && !merge_detail::decode_keys(r, m.tie_keys, m.decode_error)) {
+    m.fail("0A000", m.decode_error);
+    return std::nullopt;
+  }
+  if (m.limit && m.emitted >= *m.limit) {
+    const auto& k = m.last_emitted;
+    bool tie = m.with_ties && k.valid &&
+               merge_detail::compare_keys(m.tie_keys, m.tie_keys.size(), r.data.data(), r.keys.data(), k.bytes.data(),
+                                          k.keys.data()) == 0;
+    if (!tie) {
+      m.finished = true;
+      return std::nullopt;
+    }
+  }
+  ++m.emitted;
+  if (m.with_ties) m.last_emitted.take(r);
+  else if (m.limit && m.emitted >= *m.limit) m.finished = true;  // nothing more is needed
+  if (m.hidden == 0) return Step{Step::Kind::emit, 0, r.data};
+  merge_detail::start_row(m.out, m.columns - m.hidden);
+  for (std::size_t c = 0; c + m.hidden < m.columns; ++c) merge_detail::append_field(m.out, r.field(c));
+  return Step{Step::Kind::emit, 0, m.out};
+}
+
+std::optional<Step> close_group(Impl& m) {
+  m.group_open = false;
+  MergeError e;
+  if (!m.accumulator->finish(m.group_first, m.columns, m.combined, e)) {
+    m.fail(e.sqlstate.empty() ? "XX000" : e.sqlstate, e.message);
+    return std::nullopt;
+  }
+  return after_combining(m, m.combined);
+}
+
+void open_group(Impl& m, Row& r) {
+  m.accumulator->reset();
+  m.group_open = true;
+  std::swap(m.group_first, r);
+  m.group_keys.take(m.group_first);
+}
+
+// A shard row: plain rows go on; aggregate rows join the open group or close it.
+std::optional<Step> process(Impl& m, Row& r) {
+  if (!m.aggregate) return after_combining(m, r);
+  bool same = m.group_open && (!m.grouped || merge_detail::compare_keys(m.source_keys, m.source_keys.size(), r.data.data(),
+                                                                        r.keys.data(), m.group_keys.bytes.data(),
+                                                                        m.group_keys.keys.data()) == 0);
+  MergeError e;
+  if (same) {
+    if (!m.accumulator->add(r, e)) m.fail(e.sqlstate, e.message);
+    return std::nullopt;
+  }
+  std::optional<Step> emitted;
+  if (m.group_open) {
+    emitted = close_group(m);
+    if (m.error) return std::nullopt;
+  }
+  open_group(m, r);
+  if (!m.accumulator->add(m.group_first, e)) m.fail(e.sqlstate, e.message);
+  return emitted;
+}
+
+// Every shard has ended: close the last group (an aggregate without GROUP BY always has
+// one row, even over no rows at all) and start emitting the buffered sort.
+std::optional<Step> flush(Impl& m) {
+  std::optional<Step> s;
+  if (m.aggregate && !m.group_open && !m.grouped) {
+    m.accumulator->reset();
+    m.group_first = Row{};
+    m.group_open = true;
+  }
+  if (m.aggregate && m.group_open) s = close_group(m);
+  if (m.error) return std::nullopt;
+  if (!m.final_keys.empty()) {
+    std::stable_sort(m.buffered.begin(), m.buffered.end(), [&](const Row& a, const Row& b) {
+      return merge_detail::compare_keys(m.final_keys, m.final_keys.size(), a.data.data(), a.keys.data(), b.data.data(),
+                                        b.keys.data()) < 0;
+    });
+    m.draining = true;
+  }
+  return s;
+}
+
+// A push or end_of_shard must answer the shard next() asked for.
+bool accept(Impl& m, std::size_t shard) {
+  bool ok = shard < m.shards && (m.awaiting == Merger::kAnyShard ? m.state[shard] != Impl::ShardState::ended
+                                                                  : m.awaiting == shard);
+  if (!ok) return m.fail("XX000", "merger: unexpected input from shard " + std::to_string(shard));
+  m.awaiting = Impl::kNobody;
+  return true;
+}
+
+}  // namespace
+
+Merger::Merger(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Step Merger::next() {
+  Impl& m = *impl_;
+  for (;;) {
+    if (m.error) return error_step();
+    if (m.finished) return Step{Step::Kind::done, 0, {}};
+    if (m.draining) {
+      if (m.buffered_at == m.buffered.size()) {
+        m.finished = true;
+        continue;
+      }
+      if (std::optional<Step> s = output(m, m.buffered[m.buffered_at++])) return *s;
+      continue;
+    }
+    if (m.input_done) {
+      m.finished = true;
+      continue;
+    }
+    std::size_t need = 0;
+    switch (pull(m, need)) {
+      case Pulled::need: return Step{Step::Kind::need_row, need, {}};
+      case Pulled::end:
+        m.input_done = true;
+        if (std::optional<Step> s = flush(m)) return *s;
+        continue;
+      case Pulled::row:
+        if (std::optional<Step> s = process(m, m.in)) return *s;
+        continue;
+    }
+  }
+}
+
+void Merger::push(std::size_t shard, std::string_view body) {
+  Impl& m = *impl_;
+  if (m.error || m.finished || !accept(m, shard)) return;
+  Row& r = m.source_keys.empty() ? m.inbox : m.current[shard];
+  if (!r.assign(body, m.columns)) {
+    m.fail("08P01", "shard " + std::to_string(shard) + " sent a DataRow that is malformed or does not have " +
+                        std::to_string(m.columns) + " fields");
+    return;
+  }
+  if (m.source_keys.empty()) {
+    m.inbox_full = true;
+    return;
+  }
+  if (!merge_detail::decode_keys(r, m.source_keys, m.decode_error)) {
+    m.fail("0A000", m.decode_error);
+    return;
+  }
+  const merge_detail::KeySnapshot& prev = m.last[shard];
+  if (prev.valid && merge_detail::compare_keys(m.source_keys, m.source_keys.size(), r.data.data(), r.keys.data(),
+                                               prev.bytes.data(), prev.keys.data()) < 0) {
+    // Merging would interleave wrongly; typically a column collation the proxy does not know.
+    m.fail("XX000", "shard " + std::to_string(shard) +
+                        " returned rows out of the order the proxy merges by (a column collation other than the "
+                        "database's? add COLLATE to the ORDER BY)");
+    return;
+  }
+  m.state[shard] = Impl::ShardState::has_row;
+  m.heap.push_back(shard);
+  std::push_heap(m.heap.begin(), m.heap.end(), Later{&m});
+}
+
+void Merger::end_of_shard(std::size_t shard) {
+  Impl& m = *impl_;
+  if (m.error || m.finished || !accept(m, shard)) return;
+  m.state[shard] = Impl::ShardState::ended;
+  ++m.ended;
+}
+Merger::~Merger() = default;
+
+std::uint64_t Merger::rows_emitted() const { return impl_->emitted; }
+const MergeError& Merger::error() const { return *impl_->error; }
+
+}  // namespace splitpoint::routing

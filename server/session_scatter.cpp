@@ -1,0 +1,549 @@
+// Scatter-gather reads (SPEC §4): a SELECT that needs several shards runs on all of
+// them at once, each on its own backend, and routing::Merger combines their rows so
+// the client sees what one PostgreSQL holding every row would return. Every such
+// statement has a deadline; shards that miss it, fail, or are down are reported as
+// missing, and the partial-result rule decides between an error and a warning.
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <charconv>
+
+#include "protocol/buffer.hpp"
+#include "protocol/messages.hpp"
+#include "protocol/sqlstate.hpp"
+#include "routing/merger.hpp"
+#include "server/session.hpp"
+#include "server/session_util.hpp"
+
+namespace splitpoint::server {
+
+namespace proto = splitpoint::protocol;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::size_t kClientFlushBytes = 64 * 1024;
+
+std::optional<std::chrono::milliseconds> parse_ms(std::string_view v) {
+  if (auto d = config::parse_duration(v)) return *d;
+  return std::nullopt;
+}
+
+}  // namespace
+
+// Deadline: hint > SET LOCAL > SET > config, capped by scatter.max_deadline.
+std::chrono::milliseconds Session::scatter_deadline(const routing::Route& route) const {
+  const auto& sc = runtime_->config.scatter;
+  std::optional<std::chrono::milliseconds> d;
+  for (auto& [k, v] : route.hints)
+    if (k == "deadline") d = parse_ms(v);
+  if (!d) d = local_setting_ms("deadline");
+  if (!d) d = sc.deadline;
+  return std::min(*d, sc.max_deadline);
+}
+
+bool Session::scatter_allows_partial(const routing::Route& route) const {
+  for (auto& [k, v] : route.hints)
+    if (k == "partial") return v == "allow";
+  if (auto v = local_setting("partial_results")) return *v == "allow";
+  return runtime_->config.scatter.partial_results == config::PartialResults::allow;
+}
+
+std::optional<std::string> Session::local_setting(std::string_view name) const {
+  // SET LOCAL values (kept until the transaction ends) win over SET values.
+  for (auto& [k, v] : local_txn_settings_)
+    if (k == name) return v;
+  for (auto& [k, v] : local_settings_)
+    if (k == name) return v;
+  return std::nullopt;
+}
+
+std::optional<std::chrono::milliseconds> Session::local_setting_ms(std::string_view name) const {
+  if (auto v = local_setting(name)) return parse_ms(*v);
+  return std::nullopt;
+}
+
+awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterRequest req) {
+  const auto started = Clock::now();
+  auto& metrics = metrics_;
+  count_route(route, RouteLabel::multi);
+
+  // 1. How to merge.
+  routing::MergeOptions mopts;
+  auto topo = runtime_->topology;
+  mopts.is_reference_table = [topo](std::string_view t) {
+    return topo->classify("", t).kind == routing::TableClass::Kind::reference;
+  };
+  auto planned = routing::plan_merge(req.sql, mopts);
+  if (auto* err = std::get_if<routing::MergeError>(&planned))
+    co_return co_await reject(err->sqlstate, err->message, req.extended);
+  const auto& plan = std::get<routing::MergePlan>(planned);
+
+  co_await drain();
+  if (closing_) co_return false;
+
+  std::vector<std::size_t> targets = route.shards;
+  if (route.kind == routing::RouteKind::all_shards || targets.empty()) {
+    targets.clear();
+    for (std::size_t s = 0; s < pools_.size(); ++s) targets.push_back(s);
+  }
+  const auto deadline = started + scatter_deadline(route);
+  const bool allow_partial = scatter_allows_partial(route);
+
+  struct Shard {
+    std::size_t index = 0;
+    std::unique_ptr<Backend> borrowed;  // acquired for this statement (not held by a transaction)
+    Backend* b = nullptr;
+    enum class State : std::uint8_t { running, ended, missing } state = State::running;
+    std::string status = "ok";  // ok | timeout | error | skipped
+    std::string error;          // for SHOW splitpoint.last_scatter and messages
+    std::uint64_t rows = 0;
+    int skip_ready = 0;         // ReadyForQuery of statements injected before ours
+    bool merger_ended = false;  // end_of_shard() was given to the merger
+    bool described = false;
+    bool finished = false;      // ReadyForQuery seen
+    Clock::time_point done_at{};
+    std::optional<proto::RowDescription> fields;
+    std::string fields_body;
+  };
+  std::vector<Shard> shards(targets.size());
+
+  // 2. Backends for every shard, acquired in shard order so two scatters never wait on
+  //    each other's pools. A shard that cannot be reached is missing at once.
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    auto& sh = shards[i];
+    sh.index = targets[i];
+    if (held_[sh.index]) {
+      sh.b = held_[sh.index].get();
+      continue;
+    }
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    auto waited_from = Clock::now();
+    auto r = co_await pools_[sh.index]->acquire(std::max(wait, std::chrono::milliseconds(1)));
+    if (sh.index < kMaxShards) metrics.shards[sh.index].pool_wait.observe_since(waited_from);
+    if (!r.backend) {
+      sh.state = Shard::State::missing;
+      sh.status = "error";
+      sh.error = "unreachable: " + r.message;
+      if (sh.index < kMaxShards) metrics.shards[sh.index].missing[static_cast<std::size_t>(MissingReason::unreachable)].add();
+      continue;
+    }
+    sh.borrowed = std::move(r.backend);
+    sh.b = sh.borrowed.get();
+  }
+
+  // Result formats for the shards: the client's for visible columns, text for hidden
+  // ones; with binary results that needs the column count, from one Describe.
+  std::vector<std::int16_t> shard_formats;
+  bool any_binary = std::any_of(req.result_formats.begin(), req.result_formats.end(), [](auto f) { return f != 0; });
+  if (req.extended && any_binary) {
+    auto ncols = co_await describe_columns(plan.shard_sql, req.param_types);
+    if (!ncols) co_return co_await reject(sqlstate::cannot_merge, "cannot describe the multi-shard statement", true);
+    shard_formats = plan.shard_result_formats(req.result_formats, *ncols);
+  }
+  if (runtime_->shapes->collation().empty()) {
+    auto reply = co_await run_on(targets.front(),
+                                 "SELECT datcollate FROM pg_catalog.pg_database WHERE datname = current_database()");
+    std::string collation = "C";
+    proto::Reader all(reply.messages);
+    while (all.remaining() >= 5) {
+      char type = static_cast<char>(all.u8());
+      auto len = all.i32();
+      auto body = all.bytes(static_cast<std::size_t>(len) - 4);
+      if (!all.ok()) break;
+      if (auto row = proto::DataRow::decode(body); type == 'D' && row && row->values.size() == 1 && row->values[0])
+        collation = std::string(*row->values[0]);
+    }
+    runtime_->shapes->set_collation(collation);
+  }
+
+  // 3. Send the shard statement to every reachable shard.
+  for (auto& sh : shards) {
+    if (sh.state != Shard::State::running) continue;
+    Backend* b = sh.b;
+    std::string out;
+    if (b->needs_discard || b->applied_state != state_hash_) {
+      proto::Query{(b->needs_discard ? "DISCARD ALL;" : "RESET ALL;") + state_script_}.encode(out);
+      b->needs_discard = false;
+      b->applied_state = state_hash_;
+      ++sh.skip_ready;
+    }
+    if (sh.borrowed && client_txn_ != 'I') {
+      proto::Query{begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_)}.encode(out);
+      ++sh.skip_ready;
+    }
+    if (!req.extended) {
+      proto::Query{plan.shard_sql}.encode(out);
+    } else {
+      proto::Parse parse{"", plan.shard_sql, req.param_types};
+      parse.encode(out);
+      proto::Bind bind;
+      bind.param_formats = req.param_formats;
+      for (auto& p : req.params) bind.params.push_back(p ? std::optional<std::string_view>(*p) : std::nullopt);
+      bind.result_formats = shard_formats;
+      bind.encode(out);
+      proto::Describe{'P', ""}.encode(out);
+      proto::Execute{"", 0}.encode(out);
+      proto::encode_sync(out);
+    }
+    auto [ec, n] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow);
+    if (ec) {
+      sh.state = Shard::State::missing;
+      sh.status = "error";
+      sh.error = "unreachable: " + ec.message();
+    }
+  }
+
+  // 4. The deadline cancels whatever is still running.
+  auto ex = co_await asio::this_coro::executor;
+  asio::steady_timer timer(ex, deadline);
+  bool timed_out = false;
+  bool stream_done = false;
+  auto self = shared_from_this();
+  timer.async_wait([&, self](error_code ec) {
+    if (ec || stream_done) return;
+    timed_out = true;
+    for (auto& sh : shards) {
+      if (sh.state != Shard::State::running || !sh.b) continue;
+      error_code ignored;
+      sh.b->socket.cancel(ignored);
+    }
+  });
+
+  // Reads the next message of a shard that matters to the merge: RowDescription,
+  // DataRow, CommandComplete or ErrorResponse (others are consumed here).
+  std::string frame_body;
+  auto next_message = [&](Shard& sh, char& type) -> awaitable<bool> {
+    Backend* b = sh.b;
+    for (;;) {
+      auto r = proto::decode_frame(b->read_buf, proto::Direction::backend, limits_);
+      if (r.status == proto::FrameStatus::error) co_return false;
+      if (r.status == proto::FrameStatus::need_more) {
+        // Past the deadline a shard still running is missing, even if it is not the
+        // one whose read the timer interrupted.
+        if (timed_out && !stream_done) co_return false;
+        if (b->read_buf.size() > 0 && b->read_buf.capacity() > (1u << 20)) b->read_buf.shrink_to_fit();
+        if (co_await read_into(b->socket, b->read_buf, 65536)) co_return false;
+        continue;
+      }
+      type = r.frame.type;
+      frame_body.assign(r.frame.body);
+      b->read_buf.erase(0, r.frame.size);
+      if (type == 'Z') {
+        b->status = frame_body.empty() ? 'E' : frame_body[0];
+        if (sh.skip_ready > 0) {
+          --sh.skip_ready;  // an injected statement finished
+          continue;
+        }
+        sh.finished = true;
+        co_return true;
+      }
+      if (sh.skip_ready > 0) continue;  // output of injected statements
+      if (type == 'T' || type == 'D' || type == 'C' || type == 'E' || type == 'I' || type == 'n') co_return true;
+      // ParseComplete, BindComplete, notices, ParameterStatus: nothing for the merge.
+    }
+  };
+
+  auto mark_missing = [&](Shard& sh, std::string status, std::string error) {
+    if (sh.state != Shard::State::running) return;
+    sh.state = Shard::State::missing;
+    sh.status = std::move(status);
+    sh.error = std::move(error);
+    sh.done_at = Clock::now();
+    MissingReason reason = sh.status == "timeout" ? MissingReason::timeout : MissingReason::error;
+    if (sh.index < kMaxShards) metrics.shards[sh.index].missing[static_cast<std::size_t>(reason)].add();
+  };
+
+  // 5. Every shard's RowDescription first: the client's comes from it.
+  for (auto& sh : shards) {
+    if (sh.state != Shard::State::running) continue;
+    char type = 0;
+    for (;;) {
+      if (!co_await next_message(sh, type)) {
+        mark_missing(sh, timed_out ? "timeout" : "error", timed_out ? "deadline passed" : "connection lost");
+        break;
+      }
+      if (sh.finished) {
+        mark_missing(sh, "error", "no result");
+        break;
+      }
+      if (type == 'E') {
+        auto f = proto::ErrorFields::decode(frame_body);
+        mark_missing(sh, "error",
+                     f ? std::string(f->get('C')) + " " + std::string(f->get('M')) : std::string("error"));
+        break;
+      }
+      if (type == 'T') {
+        sh.fields_body = frame_body;
+        sh.fields = proto::RowDescription::decode(sh.fields_body);
+        sh.described = true;
+        break;
+      }
+      if (type == 'n' || type == 'C' || type == 'I') {  // not a row-returning statement
+        mark_missing(sh, "error", "statement returned no rows description");
+        break;
+      }
+    }
+  }
+
+  std::string out;  // for the client
+  const Shard* first = nullptr;
+  for (auto& sh : shards)
+    if (sh.state == Shard::State::running && sh.fields && !first) first = &sh;
+  std::string failure;  // SQLSTATE + message when the statement fails as a whole
+  std::string failure_code;
+  std::unique_ptr<routing::Merger> merger;
+  auto missing_text = [&] {
+    std::string m;
+    for (auto& sh : shards)
+      if (sh.state == Shard::State::missing)
+        m += (m.empty() ? "" : "; ") + pools_[sh.index]->target().shard + " (" + sh.status + ": " + sh.error + ")";
+    return m;
+  };
+  auto any_missing = [&] {
+    for (auto& sh : shards)
+      if (sh.state == Shard::State::missing) return true;
+    return false;
+  };
+
+  if (!first) {
+    failure_code = sqlstate::scatter_incomplete;
+    failure = "no shard answered: " + missing_text();
+  } else {
+    // Table OIDs differ from shard to shard; names, types and formats must not.
+    auto same_columns = [](const proto::RowDescription& a, const proto::RowDescription& b) {
+      if (a.fields.size() != b.fields.size()) return false;
+      for (std::size_t i = 0; i < a.fields.size(); ++i) {
+        const auto &x = a.fields[i], &y = b.fields[i];
+        if (x.name != y.name || x.type_oid != y.type_oid || x.type_size != y.type_size ||
+            x.type_modifier != y.type_modifier || x.format != y.format)
+          return false;
+      }
+      return true;
+    };
+    for (auto& sh : shards) {
+      if (sh.state != Shard::State::running || !sh.fields) continue;
+      if (!same_columns(*sh.fields, *first->fields)) {
+        failure_code = sqlstate::cannot_merge;
+        failure = "shards disagree on the result columns (shard " + pools_[sh.index]->target().shard + ")";
+      }
+    }
+  }
+  if (failure.empty() && any_missing() && !allow_partial) {
+    failure_code = sqlstate::scatter_incomplete;
+    failure = "multi-shard statement incomplete, partial results denied; missing: " + missing_text();
+  }
+  if (failure.empty()) {
+    routing::MergerOptions mo;
+    mo.max_buffered_rows = runtime_->config.scatter.max_buffered_rows;
+    mo.collation = runtime_->shapes->collation();
+    std::vector<std::optional<std::string_view>> pvals;
+    for (auto& p : req.params) pvals.push_back(p ? std::optional<std::string_view>(*p) : std::nullopt);
+    mo.params = routing::MergeParams{pvals, req.param_formats, req.param_types};
+    auto created = routing::Merger::create(plan, shards.size(), first->fields->fields, mo);
+    if (auto* err = std::get_if<routing::MergeError>(&created)) {
+      failure_code = err->sqlstate;
+      failure = err->message;
+    } else {
+      merger = std::move(std::get<std::unique_ptr<routing::Merger>>(created));
+      auto described = routing::client_row_description(plan, first->fields->fields);
+      if (!described) {
+        failure_code = sqlstate::cannot_merge;
+        failure = "cannot describe the merged result";
+      } else if (req.describe) {
+        proto::RowDescription rd;
+        rd.fields = *described;
+        rd.encode(out);
+      }
+    }
+  }
+  bool warned = false;
+  auto warn_missing = [&] {
+    if (warned || !any_missing()) return;
+    warned = true;
+    proto::ErrorFields::make("WARNING", sqlstate::partial_result, "partial result: missing shards: " + missing_text())
+        .encode(out, 'N');
+  };
+
+  // 6. Stream: the merger asks for rows shard by shard and emits the client's.
+  if (failure.empty()) {
+    warn_missing();
+    bool running = true;
+    while (running) {
+      auto step = merger->next();
+      switch (step.kind) {
+        case routing::Merger::Step::Kind::emit: {
+          if (req.emit_rows) {
+            proto::Writer w(out, 'D');
+            w.bytes(step.row).finish();
+          }
+          if (out.size() >= kClientFlushBytes) {
+            if (co_await stream_.write(out)) closing_ = true;
+            out.clear();
+            if (closing_) running = false;
+          }
+          break;
+        }
+        case routing::Merger::Step::Kind::need_row: {
+          std::size_t i = step.shard;
+          if (i == routing::Merger::kAnyShard) {
+            // A running shard; else one whose end the merger has not been told yet.
+            for (std::size_t k = 0; k < shards.size() && i == routing::Merger::kAnyShard; ++k)
+              if (shards[k].state == Shard::State::running) i = k;
+            for (std::size_t k = 0; k < shards.size() && i == routing::Merger::kAnyShard; ++k)
+              if (!shards[k].merger_ended) i = k;
+          }
+          auto& sh = shards[i];
+          char type = 0;
+          if (sh.state != Shard::State::running) {
+            // Missing before the merge started (down, failed, past the deadline).
+          } else if (!co_await next_message(sh, type) || sh.finished) {
+            mark_missing(sh, timed_out ? "timeout" : "error", timed_out ? "deadline passed" : "connection lost");
+          } else if (type == 'D') {
+            ++sh.rows;
+            merger->push(i, frame_body);
+            break;
+          } else if (type == 'C') {
+            sh.state = Shard::State::ended;
+            sh.done_at = Clock::now();
+          } else if (type == 'E') {
+            auto f = proto::ErrorFields::decode(frame_body);
+            mark_missing(sh, "error", f ? std::string(f->get('C')) + " " + std::string(f->get('M')) : "error");
+          }
+          if (sh.state == Shard::State::missing) {
+            if (!allow_partial) {
+              failure_code = sqlstate::scatter_incomplete;
+              failure = "multi-shard statement incomplete, partial results denied; missing: " + missing_text();
+              running = false;
+              break;
+            }
+            warn_missing();
+          }
+          sh.merger_ended = true;
+          merger->end_of_shard(i);
+          break;
+        }
+        case routing::Merger::Step::Kind::done:
+          running = false;
+          break;
+        case routing::Merger::Step::Kind::error:
+          failure_code = merger->error().sqlstate;
+          failure = merger->error().message;
+          running = false;
+          break;
+      }
+    }
+    bool all_missing = true;
+    for (auto& sh : shards)
+      if (sh.state != Shard::State::missing) all_missing = false;
+    if (failure.empty() && all_missing) {
+      failure_code = sqlstate::scatter_incomplete;
+      failure = "no shard answered: " + missing_text();
+    }
+  }
+  stream_done = true;
+  timer.cancel();
+
+  // 7. Answer the client.
+  if (!failure.empty()) {
+    metrics.error(failure_code);
+    proto::ErrorFields::make("ERROR", failure_code, failure).encode(out, 'E');
+    if (client_txn_ != 'I') client_txn_ = 'E';
+    if (req.extended) skip_until_sync_ = true;
+  } else if (req.emit_rows) {
+    proto::CommandComplete{"SELECT " + std::to_string(merger->rows_emitted())}.encode(out);
+  }
+  if (!req.extended) proto::ReadyForQuery{client_txn_}.encode(out);
+  if (!closing_ && !out.empty() && co_await stream_.write(out)) closing_ = true;
+
+  // 8. Clean up: shards still running are cancelled and drained before their
+  //    connections go back to the pool; anything that fails to drain is closed.
+  last_scatter_.clear();
+  for (auto& sh : shards) {
+    bool reusable = sh.b != nullptr;
+    if (sh.b && !sh.finished) {
+      if (sh.state == Shard::State::running) sh.status = "ok";
+      // Not needed any more (LIMIT reached, an error elsewhere, deadline passed).
+      co_await send_cancel(pools_[sh.index]->target().host, pools_[sh.index]->target().port, sh.b->process_id,
+                           sh.b->secret_key, runtime_->config.timeouts.server_connect);
+      asio::steady_timer drain_timer(ex, runtime_->config.timeouts.server_connect);
+      bool drained = false;
+      drain_timer.async_wait([&, b = sh.b](error_code ec) {
+        if (ec || drained) return;
+        error_code ignored;
+        b->socket.cancel(ignored);
+      });
+      char type = 0;
+      for (;;) {
+        if (!co_await next_message(sh, type)) {
+          reusable = false;
+          break;
+        }
+        if (sh.finished) break;
+      }
+      drained = true;
+      drain_timer.cancel();
+    }
+    if (sh.state == Shard::State::missing && !sh.b) reusable = false;
+    if (sh.b && sh.b->status != 'I' && !held_[sh.index] && client_txn_ == 'I') reusable = false;
+    auto elapsed = (sh.done_at == Clock::time_point{} ? Clock::now() : sh.done_at) - started;
+    last_scatter_.push_back({pools_[sh.index]->target().shard, sh.status, sh.state == Shard::State::missing ? 0 : sh.rows,
+                             std::chrono::duration<double, std::milli>(elapsed).count(), sh.error});
+    if (sh.borrowed) {
+      if (client_txn_ != 'I' && reusable) {
+        held_[sh.index] = std::move(sh.borrowed);  // joined the transaction
+      } else {
+        pools_[sh.index]->release(std::move(sh.borrowed), reusable);
+      }
+    } else if (sh.b && !reusable) {
+      release_shard(sh.index, false);
+    }
+    if (sh.index < kMaxShards) metrics.shards[sh.index].query.observe(std::chrono::duration<double>(elapsed).count());
+  }
+  for (std::size_t s = 0; s < pools_.size(); ++s)
+    if (std::find(targets.begin(), targets.end(), s) == targets.end())
+      last_scatter_.push_back({pools_[s]->target().shard, "skipped", 0, 0.0, ""});
+  metrics.duration[static_cast<std::size_t>(RouteLabel::multi)].observe_since(started);
+  co_return !closing_;
+}
+
+// Number of result columns of `sql` (one Parse + Describe on any shard).
+awaitable<std::optional<std::size_t>> Session::describe_columns(const std::string& sql,
+                                                                const std::vector<std::int32_t>& types) {
+  std::size_t shard = pick_any_shard();
+  std::unique_ptr<Backend> borrowed;
+  Backend* b = held_[shard].get();
+  if (!b) {
+    auto r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
+    if (!r.backend) co_return std::nullopt;
+    borrowed = std::move(r.backend);
+    b = borrowed.get();
+  }
+  std::string out;
+  proto::Parse{"", sql, types}.encode(out);
+  proto::Describe{'S', ""}.encode(out);
+  proto::encode_sync(out);
+  std::optional<std::size_t> columns;
+  bool ok = !std::get<0>(co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow));
+  while (ok) {
+    auto r = proto::decode_frame(b->read_buf, proto::Direction::backend, limits_);
+    if (r.status == proto::FrameStatus::error) {
+      ok = false;
+      break;
+    }
+    if (r.status == proto::FrameStatus::need_more) {
+      if (co_await read_into(b->socket, b->read_buf, 16384)) ok = false;
+      continue;
+    }
+    char type = r.frame.type;
+    if (type == 'T')
+      if (auto rd = proto::RowDescription::decode(r.frame.body)) columns = rd->fields.size();
+    if (type == 'Z') b->status = r.frame.body.empty() ? 'E' : r.frame.body[0];
+    b->read_buf.erase(0, r.frame.size);
+    if (type == 'Z') break;
+  }
+  if (borrowed) pools_[shard]->release(std::move(borrowed), ok);
+  co_return columns;
+}
+
+}  // namespace splitpoint::server

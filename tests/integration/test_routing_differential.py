@@ -1,0 +1,670 @@
+#!/usr/bin/env python3
+"""Differential: the same statements against one plain PostgreSQL database and through
+splitpoint over 2 shards and over 3 shards must give the same answers and leave the
+same data.
+
+Databases (all made for this run, dropped at the end): `plain` on PG0 (unsharded);
+2 shards: PG0 and PG1; 3 shards: PG0, PG1 and a second database on PG0 (three shards
+over two servers). Schema: accounts/items (hash over 16 partitions on a bigint key,
+co-located), docs (hash on a text key), events (range: upto 1000 s0, upto 2000 s1,
+rest on the last shard), countries (reference). A few thousand rows (seeded random):
+negative keys, NULLs, multibyte text, arrays, numerics, loaded with COPY and INSERT.
+
+Then, in lockstep on the three targets and compared exactly (column names, rows --
+in order where the statement orders them --, command tags, transaction status, error
+SQLSTATE and message): key lookups (=, IN over keys of one partition, joins and
+aggregates with the key fixed, text keys, single-range reads), single-shard UPDATE /
+DELETE with RETURNING, INSERT ... ON CONFLICT (DO UPDATE / DO NOTHING, RETURNING),
+duplicate-key errors, transactions that commit and that roll back, multi-row INSERTs
+and keyless UPDATE/DELETE over several shards (simple protocol; their returned rows
+compared as sets, since row order across shards is not defined), each through the
+simple and the extended protocol (text and binary results). Finally every table,
+read directly from the shards and united, must equal the plain database's table.
+
+Multi-shard reads are not merged yet, so none is issued here.
+
+Run by tests/run (env: PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
+"""
+# test-timeout: 240
+
+import io
+import os
+import random
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import pgwire  # noqa: E402
+import psycopg2  # noqa: E402
+
+HOST = "127.0.0.1"
+SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
+SP_BIN = os.environ.get("SP_BIN") or os.path.join(os.environ.get("BUILD_DIR", os.path.join(SP_ROOT, "build")),
+                                                  "splitpoint")
+PG0 = int(os.environ["PG0_PORT"])
+PG1 = int(os.environ["PG1_PORT"])
+os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
+WORKDIR = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix="rt-diff-", dir=os.environ["TEST_TMP"])
+os.makedirs(WORKDIR, exist_ok=True)
+SEED = int(os.environ.get("RT_SEED", "0")) or random.randrange(1, 1 << 30)
+rng = random.Random(SEED)
+SUFFIX = secrets.token_hex(4)
+P = 16
+
+PLAIN = (PG0, f"rd_plain_{SUFFIX}")
+TWO = [(PG0, f"rd2_a_{SUFFIX}"), (PG1, f"rd2_b_{SUFFIX}")]
+THREE = [(PG0, f"rd3_a_{SUFFIX}"), (PG1, f"rd3_b_{SUFFIX}"), (PG0, f"rd3_c_{SUFFIX}")]
+ALL_DBS = [PLAIN] + TWO + THREE
+
+# ------------------------------------------------------------------ harness
+
+
+def free_port():
+    out = subprocess.run(["bash", os.path.join(SP_ROOT, "tests", "lib", "pg.sh"), "free_port"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+class Proxy:
+    def __init__(self, name, body):
+        self.name = name
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.config_path = os.path.join(WORKDIR, name + ".yaml")
+        self.log_path = os.path.join(WORKDIR, name + ".log")
+        self.proc = None
+        with open(self.config_path, "w") as f:
+            f.write(f"listen: {HOST}:{self.port}\nmetrics_listen: {HOST}:{self.metrics_port}\n" +
+                    textwrap.dedent(body).strip() + "\n")
+
+    def start(self):
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([SP_BIN, "--config", self.config_path], stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name}: splitpoint exited with {self.proc.returncode}; log:\n"
+                                     f"{self.log_tail()}")
+            try:
+                socket.create_connection((HOST, self.port), timeout=1).close()
+                return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: not listening on {self.port} after 15s")
+            time.sleep(0.05)
+
+    def stop(self):
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_tail(self, n=40):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "\n".join(f.read().splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+def superuser(port):
+    c = psycopg2.connect(host=HOST, port=port, user="postgres", password="postgres", dbname="postgres",
+                         connect_timeout=10)
+    c.autocommit = True
+    return c
+
+
+def direct(port, db):
+    c = psycopg2.connect(host=HOST, port=port, user="app", password="secret", dbname=db, connect_timeout=10)
+    c.autocommit = True
+    return c
+
+
+def proxy_config(shards, last_range_shard):
+    lines = "\n".join(f"  - {{ name: s{i}, host: {HOST}, port: {port}, database: {db}, user: app, password: secret }}"
+                      for i, (port, db) in enumerate(shards))
+    return f"""
+auth: scram-sha-256
+users:
+  - {{ name: app, password: secret }}
+shards:
+{lines}
+distributions:
+  - name: by_acct
+    method: hash
+    partitions: {P}
+    tables:
+      accounts: id
+      items: acct_id
+  - name: by_slug
+    method: hash
+    partitions: {P}
+    tables:
+      docs: slug
+  - name: by_event
+    method: range
+    ranges:
+      - {{ upto: 1000, shard: s0 }}
+      - {{ upto: 2000, shard: s1 }}
+      - {{ shard: {last_range_shard} }}
+    tables:
+      events: id
+reference_tables: [countries]
+"""
+
+
+class Target:
+    """One way to reach the data: the plain database or a proxy."""
+
+    def __init__(self, name, port, db, shards):
+        self.name, self.port, self.db, self.shards = name, port, db, shards
+        self.w = None
+        self.reconnect()
+
+    def reconnect(self):
+        if self.w is not None:
+            self.w.close()
+        self.w = pgwire.connect(HOST, self.port, "app", self.db, password="secret", timeout=30)
+
+    def psycopg(self):
+        return direct(self.port, self.db) if not self.shards else \
+            psycopg2.connect(host=HOST, port=self.port, user="app", password="secret", dbname=self.db)
+
+    def table_rows(self, table):
+        """Every row of `table` as text; for a proxy: the shards' rows united, read directly."""
+        rows = []
+        for port, db in (self.shards or [(self.port, self.db)]):
+            c = direct(port, db)
+            cur = c.cursor()
+            cur.execute(f"SELECT t::text FROM {table} t")
+            rows += [r[0] for r in cur.fetchall()]
+            c.close()
+        return sorted(rows)
+
+
+TARGETS = []
+PROXIES = []
+MISMATCHES = []
+
+
+def outcome(r, unordered=False, message=True):
+    if r.error:
+        return ("ERROR", r.error.get("C"), r.error.get("M") if message else None, r.status)
+    out = []
+    for s in r.results:
+        rows = [tuple(x) for x in s.rows]
+        if unordered:
+            rows = sorted(rows, key=repr)
+        out.append((tuple(s.column_names), rows, s.tag))
+    return (out, r.status)
+
+
+def lockstep(kind, sql, params=(), unordered=False, message=True, result_formats=()):
+    """Runs one statement on every target; records a mismatch against the plain target."""
+    results = []
+    for t in TARGETS:
+        if kind == "simple":
+            r = t.w.query(sql)
+        else:
+            r = t.w.extended(sql, list(params), result_formats=result_formats)
+        results.append(outcome(r, unordered, message))
+    for t, res in zip(TARGETS[1:], results[1:]):
+        if res != results[0]:
+            MISMATCHES.append(f"[{kind}] {sql} params={list(params)}\n    plain:     {short(results[0])}\n"
+                              f"    {t.name}: {short(res)}")
+    return results[0]
+
+
+def short(x, n=600):
+    s = repr(x)
+    return s if len(s) <= n else s[:n] + f"... ({len(s)} chars)"
+
+
+def check_no_mismatch(what):
+    if MISMATCHES:
+        msgs = list(MISMATCHES)
+        MISMATCHES.clear()
+        raise AssertionError(f"{what}: {len(msgs)} statement(s) differ from plain PostgreSQL:\n" +
+                             "\n".join(msgs[:15]))
+
+
+def sql_lit(v):
+    if v is None:
+        return "NULL"
+    if isinstance(v, (int, float)):
+        return str(v)
+    return "'" + str(v).replace("'", "''") + "'"
+
+
+# ------------------------------------------------------------------ data
+
+WORDS = ["alpha", "β-beta", "γάμμα", "дельта", "東京", "서울", "😀", "o'quote", "tab\tin", "back\\slash", "",
+         "naïve", "ÆØÅ", "line\nbreak"]
+
+
+def word():
+    return rng.choice(WORDS) + str(rng.randrange(1000))
+
+
+ACCOUNTS = {}   # id -> (name, balance, tags, note)
+ITEMS = {}      # (acct_id, item_no) -> (label, qty)
+DOCS = {}       # slug -> (body, n)
+EVENTS = {}     # id -> (kind, payload)
+
+
+def make_data():
+    ids = set()
+    while len(ids) < 2000:
+        ids.add(rng.randrange(-1_000_000, 1_000_000))
+    ids |= {0, -1, 1, 2**62, -(2**62)}
+    for i in sorted(ids):
+        ACCOUNTS[i] = (None if rng.random() < 0.1 else word(),
+                       None if rng.random() < 0.1 else f"{rng.randrange(-100000, 100000) / 100:.2f}",
+                       None if rng.random() < 0.2 else [word() for _ in range(rng.randrange(0, 3))],
+                       None if rng.random() < 0.5 else word())
+    for a in rng.sample(sorted(ACCOUNTS), 1000):
+        for n in range(rng.randrange(1, 5)):
+            ITEMS[(a, n)] = (None if rng.random() < 0.1 else word(), rng.randrange(0, 20))
+    while len(DOCS) < 800:
+        DOCS[word() + "-" + str(len(DOCS))] = (None if rng.random() < 0.1 else word() * rng.randrange(1, 4),
+                                               rng.randrange(-50, 50))
+    for i in rng.sample(range(-500, 5000), 700):
+        EVENTS[i] = (rng.choice(["click", "view", "buy", None]), word())
+
+
+def copy_text(v):
+    if v is None:
+        return "\\N"
+    if isinstance(v, list):
+        v = "{" + ",".join('"' + x.replace("\\", "\\\\").replace('"', '\\"') + '"' for x in v) + "}"
+    return str(v).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def copy_payload(rows):
+    return "".join("\t".join(copy_text(v) for v in row) + "\n" for row in rows)
+
+
+DDL = [
+    "CREATE TABLE accounts (id bigint PRIMARY KEY, name text, balance numeric(12,2), tags text[], note text)",
+    "CREATE TABLE items (acct_id bigint NOT NULL, item_no int NOT NULL, label text, qty int NOT NULL, "
+    "PRIMARY KEY (acct_id, item_no))",
+    "CREATE TABLE docs (slug text PRIMARY KEY, body text, n int)",
+    "CREATE TABLE events (id bigint PRIMARY KEY, kind text, payload text)",
+    "CREATE TABLE countries (code text PRIMARY KEY, name text)",
+]
+
+
+def load(t):
+    c = t.psycopg()
+    c.autocommit = True
+    cur = c.cursor()
+    for stmt in DDL:
+        cur.execute(stmt)
+    acc = [(k, *v) for k, v in ACCOUNTS.items()]
+    cur.copy_expert("COPY accounts FROM STDIN", io.StringIO(copy_payload(acc)))
+    cur.copy_expert("COPY items (acct_id, item_no, label, qty) FROM STDIN",
+                    io.StringIO(copy_payload([(a, n, *v) for (a, n), v in ITEMS.items()])))
+    docs = list(DOCS.items())
+    half = len(docs) // 2
+    cur.copy_expert("COPY docs FROM STDIN (FORMAT csv)",
+                    io.StringIO("".join(",".join('"' + str(x).replace('"', '""') + '"' if x is not None else ""
+                                                 for x in (s, b, n)) + "\n" for s, (b, n) in docs[:half])))
+    for i in range(half, len(docs), 50):
+        chunk = docs[i:i + 50]
+        cur.execute("INSERT INTO docs (slug, body, n) VALUES " + ",".join(["(%s, %s, %s)"] * len(chunk)),
+                    [x for s, (b, n) in chunk for x in (s, b, n)])
+    ev = list(EVENTS.items())
+    for i in range(0, len(ev), 100):
+        chunk = ev[i:i + 100]
+        cur.execute("INSERT INTO events VALUES " + ",".join(["(%s, %s, %s)"] * len(chunk)),
+                    [x for k, (kind, p) in chunk for x in (k, kind, p)])
+    cur.execute("INSERT INTO countries VALUES ('jp', 'Japan'), ('de', 'Deutschland'), ('ru', 'Россия')")
+    c.close()
+
+
+# ------------------------------------------------------------------ keys that share a partition
+
+REMAINDER = {}  # account id -> hash remainder (PostgreSQL's own)
+
+
+def compute_remainders():
+    c = direct(*PLAIN)
+    cur = c.cursor()
+    cur.execute("CREATE TEMP TABLE hp (k bigint) PARTITION BY HASH (k)")
+    for r in range(P):
+        cur.execute(f"CREATE TEMP TABLE hp_{r} PARTITION OF hp FOR VALUES WITH (MODULUS {P}, REMAINDER {r})")
+    cur.execute("INSERT INTO hp SELECT unnest(%s::bigint[])", (sorted(ACCOUNTS),))
+    cur.execute("SELECT k, tableoid::regclass::text FROM hp")
+    for k, t in cur.fetchall():
+        REMAINDER[k] = int(t.rsplit("_", 1)[1])
+    c.close()
+
+
+def same_partition_keys(n):
+    """n existing account ids with one hash remainder (so one shard under any placement)."""
+    r = rng.randrange(P)
+    ks = [k for k in ACCOUNTS if REMAINDER[k] == r]
+    return rng.sample(ks, min(n, len(ks)))
+
+
+def some_key(existing=True):
+    if existing:
+        return rng.choice(sorted(ACCOUNTS))
+    while True:
+        k = rng.randrange(-2_000_000, 2_000_000)
+        if k not in ACCOUNTS:
+            return k
+
+
+# ------------------------------------------------------------------ setup
+
+def setup():
+    make_data()
+    for port, db in ALL_DBS:
+        c = superuser(port)
+        c.cursor().execute(f"CREATE DATABASE {db} OWNER app")
+        c.close()
+    p2 = Proxy("diff2", proxy_config(TWO, "s1")).start()
+    PROXIES.append(p2)
+    p3 = Proxy("diff3", proxy_config(THREE, "s2")).start()
+    PROXIES.append(p3)
+    TARGETS.append(Target("plain", PLAIN[0], PLAIN[1], None))
+    TARGETS.append(Target("2 shards", p2.port, "app", TWO))
+    TARGETS.append(Target("3 shards", p3.port, "app", THREE))
+    compute_remainders()
+
+
+def teardown():
+    for t in TARGETS:
+        try:
+            t.w.close()
+        except Exception:  # noqa: BLE001
+            pass
+    for p in PROXIES:
+        p.stop()
+    for port, db in ALL_DBS:
+        try:
+            c = superuser(port)
+            c.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+            c.close()
+        except Exception as e:  # noqa: BLE001
+            print(f"warning: could not drop {db}: {e}")
+
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+def compare_tables(what):
+    problems = []
+    for table in ["accounts", "items", "docs", "events", "countries"]:
+        want = TARGETS[0].table_rows(table)
+        for t in TARGETS[1:]:
+            got = t.table_rows(table)
+            if got != want:
+                missing = sorted(set(want) - set(got))
+                extra = sorted(set(got) - set(want))
+                dup = len(got) - len(set(got))
+                problems.append(f"{table} via {t.name}: {len(got)} rows vs {len(want)}; missing {missing[:5]}, "
+                                f"extra {extra[:5]}, duplicated {dup}")
+        if table == "countries":
+            for t in TARGETS[1:]:
+                for port, db in t.shards:
+                    c = direct(port, db)
+                    cur = c.cursor()
+                    cur.execute("SELECT t::text FROM countries t")
+                    got = sorted(r[0] for r in cur.fetchall())
+                    c.close()
+                    if got != want:
+                        problems.append(f"reference table countries on {db}: {got} vs {want}")
+    if problems:
+        raise AssertionError(f"{what}:\n  " + "\n  ".join(problems))
+
+
+# ------------------------------------------------------------------ tests
+
+@test
+def load_data_everywhere():
+    for t in TARGETS:
+        load(t)
+    compare_tables("after loading")
+    # every shard of both setups holds some accounts
+    for t in TARGETS[1:]:
+        for port, db in t.shards:
+            c = direct(port, db)
+            cur = c.cursor()
+            cur.execute("SELECT count(*) FROM accounts")
+            n = cur.fetchone()[0]
+            c.close()
+            assert n > 0, f"{t.name}: no accounts on {db}"
+
+
+@test
+def key_lookups():
+    for _ in range(120):
+        k = some_key(existing=rng.random() < 0.8)
+        lockstep("simple", f"SELECT * FROM accounts WHERE id = {k}")
+        lockstep("extended", "SELECT * FROM accounts WHERE id = $1", [k])
+    for _ in range(40):
+        k = some_key()
+        lockstep("simple", f"SELECT a.name, i.item_no, i.label, i.qty FROM accounts a JOIN items i "
+                           f"ON i.acct_id = a.id WHERE a.id = {k} ORDER BY i.item_no")
+        lockstep("extended", "SELECT count(*), sum(qty), max(label), min(item_no) FROM items WHERE acct_id = $1", [k])
+        lockstep("extended", "SELECT id, tags, balance FROM accounts WHERE id = $1", [k], result_formats=[1])
+    for _ in range(40):
+        ks = same_partition_keys(rng.randrange(2, 6))
+        lockstep("simple", f"SELECT id, name, note FROM accounts WHERE id IN ({','.join(map(str, ks))}) ORDER BY id")
+        lockstep("extended", "SELECT id, balance FROM accounts WHERE id = ANY($1) ORDER BY id DESC",
+                 ["{" + ",".join(map(str, ks)) + "}"])
+        lockstep("simple", f"SELECT acct_id, count(*) FROM items WHERE acct_id = {ks[0]} OR acct_id = {ks[-1]} "
+                           "GROUP BY acct_id ORDER BY acct_id")
+    for _ in range(40):
+        slug = rng.choice(sorted(DOCS)) if rng.random() < 0.8 else word() + "-none"
+        lockstep("simple", f"SELECT slug, body, n FROM docs WHERE slug = {sql_lit(slug)}")
+        lockstep("extended", "SELECT slug, length(body), n FROM docs WHERE slug = $1", [slug])
+    for lo, hi in [(-600, 0), (100, 999), (1000, 1999), (1200, 1300), (2000, 9999), (2500, 2600)]:
+        lockstep("simple", f"SELECT * FROM events WHERE id BETWEEN {lo} AND {hi} ORDER BY id")
+        lockstep("extended", "SELECT id, kind FROM events WHERE id >= $1 AND id <= $2 ORDER BY id DESC", [lo, hi])
+    lockstep("simple", "SELECT code, name FROM countries ORDER BY code")
+    lockstep("extended", "SELECT name FROM countries WHERE code = $1", ["ru"])
+    check_no_mismatch("key lookups")
+
+
+@test
+def single_shard_updates_and_deletes():
+    for _ in range(60):
+        k = some_key(existing=rng.random() < 0.85)
+        lockstep("simple", f"UPDATE accounts SET balance = balance + 1.25, note = NULL WHERE id = {k} "
+                           "RETURNING id, balance, note")
+        lockstep("extended", "UPDATE accounts SET name = $2, tags = tags || $3::text[] WHERE id = $1 RETURNING *",
+                 [k, word(), "{x,ÿ}"])
+        lockstep("extended", "UPDATE items SET qty = qty * 2 WHERE acct_id = $1 AND qty < $2", [k, 10])
+    for _ in range(40):
+        a, n = rng.choice(sorted(ITEMS))
+        lockstep("simple", f"DELETE FROM items WHERE acct_id = {a} AND item_no = {n} RETURNING *")
+        lockstep("extended", "DELETE FROM items WHERE acct_id = $1 AND item_no = $2 RETURNING label", [a, n])
+        k = some_key()
+        lockstep("extended", "DELETE FROM accounts WHERE id = $1 AND note IS NULL RETURNING id, name", [k])
+    for _ in range(20):
+        slug = rng.choice(sorted(DOCS))
+        lockstep("extended", "UPDATE docs SET n = n + 1, body = body || $2 WHERE slug = $1 RETURNING n", [slug, "✓"])
+        lockstep("simple", f"DELETE FROM docs WHERE slug = {sql_lit(slug)} AND n < 0")
+    for k in [-3, 999, 1000, 1999, 2000, 4999]:
+        lockstep("simple", f"UPDATE events SET payload = payload || '!' WHERE id = {k} RETURNING *")
+    for k in [-3, 500, 1000, 1500, 2000, 4990]:  # [k, k+3] within one range
+        lockstep("extended", "DELETE FROM events WHERE id BETWEEN $1 AND $2 RETURNING id", [k, k + 3])
+    check_no_mismatch("single-shard UPDATE/DELETE")
+    compare_tables("after single-shard UPDATE/DELETE")
+
+
+@test
+def insert_on_conflict_and_errors():
+    for _ in range(60):
+        k = some_key(existing=rng.random() < 0.5)
+        lockstep("simple", f"INSERT INTO accounts (id, name, balance) VALUES ({k}, {sql_lit(word())}, 10.5) "
+                           "ON CONFLICT (id) DO UPDATE SET balance = coalesce(accounts.balance, 0) + excluded.balance, "
+                           "name = excluded.name RETURNING id, name, balance, (xmax = 0) AS inserted")
+        lockstep("extended", "INSERT INTO accounts (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING id",
+                 [some_key(existing=False), word()])
+        lockstep("extended", "INSERT INTO items (acct_id, item_no, label, qty) VALUES ($1, $2, $3, $4) "
+                             "ON CONFLICT (acct_id, item_no) DO UPDATE SET qty = items.qty + excluded.qty "
+                             "RETURNING acct_id, item_no, qty", [k, rng.randrange(0, 6), word(), 3])
+    for _ in range(15):
+        k = rng.choice(sorted(ACCOUNTS))
+        # duplicate key: the same error (SQLSTATE and message) as PostgreSQL's
+        lockstep("simple", f"INSERT INTO accounts (id, name) VALUES ({k}, 'dup')")
+        lockstep("extended", "INSERT INTO accounts (id, name) VALUES ($1, $2)", [k, "dup"])
+        lockstep("extended", "INSERT INTO items (acct_id, item_no, qty) VALUES ($1, $2, $3)", [k, 0, None])
+    for _ in range(15):
+        slug = rng.choice(sorted(DOCS)) if rng.random() < 0.5 else word() + "-new"
+        lockstep("extended", "INSERT INTO docs VALUES ($1, $2, $3) ON CONFLICT (slug) DO UPDATE SET n = 0 "
+                             "RETURNING slug, n", [slug, "b", 7])
+    check_no_mismatch("INSERT ... ON CONFLICT")
+    compare_tables("after INSERT ... ON CONFLICT")
+
+
+@test
+def transactions_commit_and_rollback():
+    for i in range(30):
+        k = some_key()
+        ks = same_partition_keys(2)
+        commit = i % 2 == 0
+        kind = "simple" if i % 3 else "extended"
+        run = (lambda sql, params=(): lockstep(kind, sql, params)) if kind == "extended" else \
+            (lambda sql, params=(): lockstep("simple", sql))
+        if kind == "extended":
+            run("BEGIN")
+            run("SELECT id, balance FROM accounts WHERE id = $1", [ks[0]])
+            run("UPDATE accounts SET balance = $2 WHERE id = $1 RETURNING balance", [k, f"{i}.5"])
+            run("INSERT INTO items (acct_id, item_no, label, qty) VALUES ($1, $2, $3, 1) "
+                "ON CONFLICT (acct_id, item_no) DO NOTHING", [k, 50 + i, "txn"])
+            run("SELECT acct_id, item_no, label FROM items WHERE acct_id = $1 ORDER BY item_no", [k])
+            run("COMMIT" if commit else "ROLLBACK")
+        else:
+            run("BEGIN")
+            run(f"SELECT id, balance FROM accounts WHERE id = {ks[0]}")
+            run(f"UPDATE accounts SET balance = {i}.75 WHERE id = {k} RETURNING balance")
+            run(f"DELETE FROM items WHERE acct_id = {k} AND item_no = 0 RETURNING *")
+            run(f"INSERT INTO items (acct_id, item_no, label, qty) VALUES ({k}, {80 + i}, 'txn', 2)")
+            run(f"SELECT acct_id, item_no, label FROM items WHERE acct_id = {k} ORDER BY item_no")
+            run("COMMIT" if commit else "ROLLBACK")
+        lockstep("simple", f"SELECT * FROM accounts WHERE id = {k}")
+    # an error inside a transaction aborts it on every target
+    k = rng.choice(sorted(ACCOUNTS))
+    lockstep("simple", "BEGIN")
+    lockstep("simple", f"UPDATE accounts SET note = 'aborted' WHERE id = {k}")
+    lockstep("simple", f"INSERT INTO accounts (id) VALUES ({k})")
+    lockstep("simple", f"SELECT * FROM accounts WHERE id = {k}")
+    lockstep("simple", "COMMIT")
+    lockstep("simple", f"SELECT note FROM accounts WHERE id = {k}")
+    check_no_mismatch("transactions")
+    compare_tables("after transactions")
+
+
+@test
+def multi_shard_writes_simple_protocol():
+    for _ in range(6):
+        ks = [some_key(existing=False) for _ in range(rng.randrange(3, 12))]
+        ks = sorted(set(ks))
+        values = ",".join(f"({k}, {sql_lit(word())}, {rng.randrange(100)}.00)" for k in ks)
+        lockstep("simple", f"INSERT INTO accounts (id, name, balance) VALUES {values} RETURNING id, name, balance",
+                 unordered=True)
+    for _ in range(4):
+        ks = sorted({some_key() for _ in range(8)})
+        values = ",".join(f"({k}, {sql_lit(word())}, 1.00)" for k in ks)
+        lockstep("simple", f"INSERT INTO accounts (id, name, balance) VALUES {values} ON CONFLICT (id) DO UPDATE "
+                           "SET balance = accounts.balance + 1 RETURNING id, balance", unordered=True)
+        lockstep("simple", f"INSERT INTO accounts (id, name) VALUES {','.join(f'({k}, NULL)' for k in ks)} "
+                           "ON CONFLICT DO NOTHING", unordered=True)
+    lockstep("simple", "UPDATE accounts SET note = 'neg' WHERE balance < 0")
+    lockstep("simple", "UPDATE items SET qty = qty + 1 WHERE label IS NULL RETURNING acct_id, item_no, qty",
+             unordered=True)
+    lockstep("simple", "DELETE FROM items WHERE qty = 0")
+    lockstep("simple", "DELETE FROM docs WHERE n > 45 RETURNING slug", unordered=True)
+    lockstep("simple", "UPDATE events SET kind = 'range' WHERE id BETWEEN 900 AND 2100")
+    lockstep("simple", "INSERT INTO countries VALUES ('kr', '대한민국')")
+    lockstep("simple", "UPDATE countries SET name = upper(name) WHERE code <> 'jp'")
+    # a failing multi-row INSERT whose rows are all on one shard changes nothing
+    k = some_key(existing=False)
+    lockstep("simple", f"INSERT INTO accounts (id) VALUES ({k}), ({k})")
+    check_no_mismatch("multi-shard writes (simple protocol)")
+    compare_tables("after multi-shard writes")
+
+
+@test
+def multi_shard_writes_extended_protocol():
+    # SPEC §3: INSERT ... VALUES rows are grouped by shard and keyless UPDATE/DELETE go to
+    # all shards, whatever the protocol.
+    ks = sorted({some_key(existing=False) for _ in range(6)})
+    sql = "INSERT INTO accounts (id, name) VALUES " + ",".join(f"(${i + 1}, 'ext')" for i in range(len(ks))) + \
+        " RETURNING id, name"
+    lockstep("extended", sql, ks, unordered=True)
+    lockstep("extended", "UPDATE accounts SET note = $1 WHERE name = $2", ["ext-note", "ext"])
+    lockstep("extended", "DELETE FROM items WHERE qty > $1", [30])
+    check_no_mismatch("multi-shard writes (extended protocol)")
+    compare_tables("after extended multi-shard writes")
+
+
+@test
+def final_state_identical():
+    compare_tables("final state")
+
+
+# ------------------------------------------------------------------ main
+
+def main():
+    print(f"seed {SEED} (RT_SEED={SEED} to repeat), suffix {SUFFIX}")
+    failed = []
+    try:
+        setup()
+        for fn in TESTS:
+            t0 = time.monotonic()
+            try:
+                fn()
+                print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
+            except Exception:  # noqa: BLE001
+                failed.append(fn.__name__)
+                print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
+                traceback.print_exc()
+                sys.stdout.flush()
+                MISMATCHES.clear()
+                for t in TARGETS:  # leave any transaction a failure left open
+                    try:
+                        t.reconnect()
+                    except Exception:  # noqa: BLE001
+                        pass
+    except Exception:  # noqa: BLE001
+        failed.append("setup")
+        traceback.print_exc()
+    finally:
+        if failed:
+            for p in PROXIES:
+                print(f"----- {p.name} log tail\n" + p.log_tail(40))
+        teardown()
+    if failed:
+        print(f"{len(failed)} failed: {', '.join(failed)}")
+        return 1
+    print(f"all {len(TESTS)} passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
