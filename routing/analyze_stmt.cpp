@@ -87,7 +87,8 @@ void collect_ddl_tables(const PgQuery__Node* stmt, std::vector<std::string>& out
 void Analyzer::fixed(Route route) { fixed_routes_.push_back(std::move(route)); }
 
 void Analyzer::error(std::string sqlstate, std::string message, bool overridable) {
-  Route r = make_route(RouteKind::error, StatementClass::utility);
+  // The class the statement would have had, for when a shard hint overrides the error.
+  Route r = make_route(RouteKind::error, writes_ ? StatementClass::write : StatementClass::read);
   r.sqlstate = std::move(sqlstate);
   r.message = std::move(message);
   if (!overridable) plan_.shard_override = false;
@@ -231,6 +232,7 @@ void Analyzer::copy(const PgQuery__CopyStmt* s) {
   writes_ = true;
   Route r = make_route(RouteKind::all_shards, StatementClass::write);
   if (c.kind == TableClass::Kind::sharded) r.distribution = c.distribution;  // the caller splits rows by key
+  r.reference_write = c.kind == TableClass::Kind::reference || c.kind == TableClass::Kind::catalog;
   if (c.kind == TableClass::Kind::pinned) {
     r.kind = RouteKind::shards;
     r.shards = {c.shard};

@@ -37,7 +37,9 @@ struct CopyStatement {
 std::optional<CopyStatement> parse_copy(std::string_view sql, std::string* error = nullptr);
 
 // One row cut from the stream: its bytes exactly as received (including the line end
-// for text/csv, the tuple for binary) and its key field.
+// for text/csv, the tuple for binary) and its key field. A text/csv row has no line end
+// when the stream ended without one, or (text) when "\." followed it on its line: it is
+// then the last row of the stream, which a shard reads as PostgreSQL would.
 struct CopyRow {
   std::string_view bytes;
   std::optional<std::string> key;  // nullopt = NULL; text/csv: the unescaped value; binary: raw bytes

@@ -96,9 +96,11 @@ std::optional<Route> Evaluator::forced_shard() {
   }
   if (!shard) return std::nullopt;
   Route r = plan_.fixed;
-  if (r.kind == RouteKind::error) r = Route{};
+  if (r.kind == RouteKind::error) {
+    r = Route{};
+    r.cls = plan_.fixed.cls;
+  }
   r.kind = RouteKind::shards;
-  r.cls = plan_.mode == Plan::Mode::keyed || plan_.fixed.kind != RouteKind::error ? plan_.fixed.cls : StatementClass::read;
   r.shards = {*shard};
   return r;
 }
@@ -386,6 +388,7 @@ Route Evaluator::finish() {
   shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
   if (plan_.writes_reference) {  // every copy
     r.kind = RouteKind::all_shards;
+    r.reference_write = true;
     return r;
   }
   if (touched == 0 && shards.empty()) {  // reference / catalog tables, or none

@@ -110,61 +110,29 @@ bool GroupAccumulator::add(const Row& row, MergeError& error) {
 }
 
 bool GroupAccumulator::add_one(const AggSpec& s, Acc& a, const Row& row, MergeError& error) {
-  std::optional<std::string_view> v = row.field(s.column);
-  auto bad = [&] {
-    error = MergeError{"XX000", "malformed partial aggregate in column " + std::to_string(s.column + 1)};
-    return false;
-  };
   if (s.combine == Combine::count || s.combine == Combine::avg) {
     // avg's count partial lives in its own column.
     std::optional<std::string_view> c = row.field(s.combine == Combine::avg ? s.count_column : s.column);
     std::int64_t n = 0;
-    if (c && !parse_int8(*c, s.combine == Combine::avg ? s.count_format : s.codec.format, n)) return bad();
+    if (c && !parse_int8(*c, s.combine == Combine::avg ? s.count_format : s.codec.format, n)) return malformed(s, error);
     if (__builtin_add_overflow(a.count, n, &a.count)) {
       error = overflow("bigint out of range");
       return false;
     }
     if (s.combine == Combine::count) return true;
   }
+  std::optional<std::string_view> v = row.field(s.column);
   if (!v) return true;  // a shard with no (non-NULL) input
   bool first = !a.any;
   a.any = true;
   switch (s.combine) {
     case Combine::sum:
-    case Combine::avg:
-      if (s.type == pgtype::int8) {
-        std::int64_t x = 0;
-        if (!parse_int8(*v, s.codec.format, x)) return bad();
-        a.isum += x;
-      } else if (s.type == pgtype::numeric) {
-        std::optional<Decimal> d = s.codec.format == 1 ? Decimal::from_binary(*v) : Decimal::parse(*v);
-        if (!d) return bad();
-        a.dsum = first ? *d : a.dsum.plus(*d);
-      } else if (s.type == pgtype::float8) {
-        std::optional<double> d = s.codec.format == 1 && v->size() == 8 ? std::optional(from_bits<double>(*v)) : parse_float8(*v);
-        if (!d || (s.codec.format == 1 && v->size() != 8)) return bad();
-        double r = a.fsum + *d;
-        if (std::isinf(r) && !std::isinf(a.fsum) && !std::isinf(*d)) {  // float8_pl
-          error = overflow("value out of range: overflow");
-          return false;
-        }
-        a.fsum = r;
-      } else {
-        std::optional<float> f = s.codec.format == 1 && v->size() == 4 ? std::optional(from_bits<float>(*v)) : parse_float4(*v);
-        if (!f || (s.codec.format == 1 && v->size() != 4)) return bad();
-        float r = a.f4sum + *f;
-        if (std::isinf(r) && !std::isinf(a.f4sum) && !std::isinf(*f)) {  // float4_pl
-          error = overflow("value out of range: overflow");
-          return false;
-        }
-        a.f4sum = r;
-      }
-      return true;
+    case Combine::avg: return add_sum(s, a, *v, first, error);
     case Combine::min:
     case Combine::max: {
       const Field f = row.fields[s.column];
       Key k;
-      if (!decode_key(s.codec, row.data.data(), f, k)) return bad();
+      if (!decode_key(s.codec, row.data.data(), f, k)) return malformed(s, error);
       k.off -= f.off;  // relative to the value's own bytes
       if (!first) {
         int c = routing::compare_keys(s.codec, v->data(), k, a.best.data(), a.best_key);
@@ -176,14 +144,57 @@ bool GroupAccumulator::add_one(const AggSpec& s, Acc& a, const Row& row, MergeEr
     }
     case Combine::bool_and:
     case Combine::bool_or: {
+      if (s.codec.format == 0 && *v != "t" && *v != "f") return malformed(s, error);
       bool b = s.codec.format == 1 ? (v->size() == 1 && (*v)[0] != 0) : *v == "t";
-      if (s.codec.format == 0 && *v != "t" && *v != "f") return bad();
       a.flag = first ? b : (s.combine == Combine::bool_and ? a.flag && b : a.flag || b);
       return true;
     }
     case Combine::count: return true;
   }
   return true;
+}
+
+// Adds a sum partial in its own type's arithmetic, with that type's overflow checks
+// (int8 sums are kept in 128 bits and checked when printed, as PostgreSQL would fail).
+bool GroupAccumulator::add_sum(const AggSpec& s, Acc& a, std::string_view v, bool first, MergeError& error) {
+  const bool binary = s.codec.format == 1;
+  if (s.type == pgtype::int8) {
+    std::int64_t x = 0;
+    if (!parse_int8(v, s.codec.format, x)) return malformed(s, error);
+    a.isum += x;
+    return true;
+  }
+  if (s.type == pgtype::numeric) {
+    std::optional<Decimal> d = binary ? Decimal::from_binary(v) : Decimal::parse(v);
+    if (!d) return malformed(s, error);
+    a.dsum = first ? *d : a.dsum.plus(*d);
+    return true;
+  }
+  if (s.type == pgtype::float8) {
+    std::optional<double> d = !binary ? parse_float8(v) : v.size() == 8 ? std::optional(from_bits<double>(v)) : std::nullopt;
+    if (!d) return malformed(s, error);
+    double r = a.fsum + *d;
+    if (std::isinf(r) && !std::isinf(a.fsum) && !std::isinf(*d)) {  // float8_pl
+      error = overflow("value out of range: overflow");
+      return false;
+    }
+    a.fsum = r;
+    return true;
+  }
+  std::optional<float> f = !binary ? parse_float4(v) : v.size() == 4 ? std::optional(from_bits<float>(v)) : std::nullopt;
+  if (!f) return malformed(s, error);
+  float r = a.f4sum + *f;
+  if (std::isinf(r) && !std::isinf(a.f4sum) && !std::isinf(*f)) {  // float4_pl
+    error = overflow("value out of range: overflow");
+    return false;
+  }
+  a.f4sum = r;
+  return true;
+}
+
+bool GroupAccumulator::malformed(const AggSpec& s, MergeError& error) {
+  error = MergeError{"XX000", "malformed partial aggregate in column " + std::to_string(s.column + 1)};
+  return false;
 }
 
 std::optional<std::string> GroupAccumulator::value(const AggSpec& s, const Acc& a, MergeError& error) const {

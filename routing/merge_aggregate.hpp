@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "routing/merge_plan.hpp"
@@ -68,6 +69,8 @@ class GroupAccumulator {
   std::vector<Acc> acc_;
 
   bool add_one(const AggSpec& s, Acc& a, const Row& row, MergeError& error);
+  static bool add_sum(const AggSpec& s, Acc& a, std::string_view v, bool first, MergeError& error);
+  static bool malformed(const AggSpec& s, MergeError& error);
   std::optional<std::string> value(const AggSpec& s, const Acc& a, MergeError& error) const;
 };
 

@@ -151,6 +151,60 @@ std::optional<std::string> canonical_uuid(std::string_view s, bool binary) {
   return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" + hex.substr(16, 4) + "-" + hex.substr(20);
 }
 
+enum class Reading : std::uint8_t { ok, invalid, not_iso, bytea };
+
+// Reads literal text `t` as a value of column `rc`'s type, as PostgreSQL reads an
+// unknown-typed literal. `typed` = the literal was a number or had a cast (then an
+// integer column compares as numeric with it); `as_real` = cast to real.
+Reading read_literal(Domain d, const ResultColumn& rc, const std::string& t, bool typed, bool as_real, Scalar& out) {
+  switch (d) {
+    case Domain::numeric: {
+      std::optional<Decimal> x = Decimal::parse(t);
+      if (!x) return Reading::invalid;
+      bool integral = x->special() == Decimal::Special::none && x->scale() == 0 && t.find_first_of("eE") == std::string::npos;
+      if (!typed && rc.codec.kind != ValueKind::numeric && !integral) return Reading::invalid;  // '2.5' is no integer
+      out.d = *x;
+      return Reading::ok;
+    }
+    case Domain::floating: {
+      std::optional<double> x;
+      if (!(as_real || (!typed && rc.codec.kind == ValueKind::float4))) x = parse_float8(t);
+      else if (std::optional<float> real = parse_float4(t)) x = *real;  // a real literal's exact value
+      if (!x) return Reading::invalid;
+      out.f = *x;
+      return Reading::ok;
+    }
+    case Domain::text: out.s = rc.codec.kind == ValueKind::bpchar ? std::string(trim_spaces(t)) : t; return Reading::ok;
+    case Domain::bytes: {
+      if (rc.type == pgtype::name) {
+        out.s = t;
+        return Reading::ok;
+      }
+      if (rc.type != pgtype::uuid) return Reading::bytea;
+      std::optional<std::string> u = canonical_uuid(t, rc.codec.format == 1);
+      if (!u) return Reading::invalid;
+      out.s = *u;
+      return Reading::ok;
+    }
+    case Domain::boolean: {
+      std::optional<bool> b = parse_bool(t);
+      if (!b) return Reading::invalid;
+      out.i = *b ? 1 : 0;
+      return Reading::ok;
+    }
+    default: {
+      std::optional<std::int64_t> x = d == Domain::date        ? parse_date_text(t)
+                                      : d == Domain::time      ? parse_time_text(t)
+                                      : d == Domain::timestamp ? parse_timestamp_text(t, false)
+                                                               : parse_timestamp_text(t, true);
+      if (!x && d == Domain::timestamp) x = parse_timestamp_text(t + " 00:00:00", false);
+      if (!x) return Reading::not_iso;
+      out.i = *x;
+      return Reading::ok;
+    }
+  }
+}
+
 }  // namespace
 
 struct HavingEvaluator::Node {
@@ -229,58 +283,13 @@ struct Builder {
       return fail("42883", "operator does not exist: " + type_label(rc.type) + " compared with boolean");
     if (number && d != Domain::numeric && d != Domain::floating)
       return fail("42883", "operator does not exist: " + type_label(rc.type) + " compared with a number");
-    switch (d) {
-      case Domain::numeric: {
-        std::optional<Decimal> x = Decimal::parse(t);
-        if (!x) return invalid();
-        // An untyped string literal compared with an integer is read as an integer.
-        bool integral = x->special() == Decimal::Special::none && x->scale() == 0 &&
-                        t.find_first_of("eE") == std::string::npos;
-        if (!number && o.cast.empty() && rc.codec.kind != ValueKind::numeric && !integral) return invalid();
-        out.d = *x;
-        return true;
-      }
-      case Domain::floating: {
-        bool as_real = o.cast == "float4" || (!number && o.cast.empty() && rc.codec.kind == ValueKind::float4);
-        std::optional<double> x;
-        if (!as_real) x = parse_float8(t);
-        else if (std::optional<float> real = parse_float4(t)) x = *real;
-        if (!x) return invalid();
-        out.f = *x;
-        return true;
-      }
-      case Domain::text: out.s = rc.codec.kind == ValueKind::bpchar ? std::string(trim_spaces(t)) : t; return true;
-      case Domain::bytes: {
-        if (rc.type == pgtype::name) {
-          out.s = t;
-          return true;
-        }
-        std::optional<std::string> u = rc.type == pgtype::uuid ? canonical_uuid(t, rc.codec.format == 1) : std::nullopt;
-        if (!u) return rc.type == pgtype::uuid ? invalid() : fail("0A000", "HAVING on bytea is not evaluated by the proxy");
-        out.s = *u;
-        return true;
-      }
-      case Domain::boolean: {
-        std::optional<bool> b = parse_bool(t);
-        if (!b) return invalid();
-        out.i = *b ? 1 : 0;
-        return true;
-      }
-      case Domain::date:
-      case Domain::timestamp:
-      case Domain::timestamptz:
-      case Domain::time: {
-        std::optional<std::int64_t> x = d == Domain::date        ? parse_date_text(t)
-                                        : d == Domain::time      ? parse_time_text(t)
-                                        : d == Domain::timestamp ? parse_timestamp_text(t, false)
-                                                                 : parse_timestamp_text(t, true);
-        if (!x && d == Domain::timestamp) x = parse_timestamp_text(t + " 00:00:00", false);
-        if (!x)
-          return fail("0A000", "HAVING compares " + type_label(rc.type) + " with \"" + t +
-                                   "\"; the proxy reads only ISO forms (YYYY-MM-DD HH:MM:SS, with +HH:MM for timestamptz)");
-        out.i = *x;
-        return true;
-      }
+    switch (read_literal(d, rc, t, number || !o.cast.empty(), o.cast == "float4", out)) {
+      case Reading::ok: return true;
+      case Reading::invalid: return invalid();
+      case Reading::bytea: return fail("0A000", "HAVING on bytea is not evaluated by the proxy");
+      case Reading::not_iso:
+        return fail("0A000", "HAVING compares " + type_label(rc.type) + " with \"" + t +
+                                 "\"; the proxy reads only ISO forms (YYYY-MM-DD HH:MM:SS, with +HH:MM for timestamptz)");
     }
     return invalid();
   }

@@ -46,6 +46,7 @@ struct Merger::Impl {
   std::vector<merge_detail::Row> current;        // sorted merge: each shard's next row
   std::vector<merge_detail::KeySnapshot> last;   // each shard's previous row, for the order check
   std::vector<std::size_t> heap;                 // shards with a row, smallest first
+  std::vector<std::size_t> wanted;               // sorted merge: shards whose next row is needed
   std::size_t ended = 0;
   std::size_t awaiting = kNobody;                // shard a push/end is expected from
   merge_detail::Row inbox;                       // concatenation: the row just pushed

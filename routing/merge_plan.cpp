@@ -193,6 +193,13 @@ bool Planner::rewrite_avg(Target& t) {
   return true;
 }
 
+std::string argument_collation(const PgQuery__Node* call) {
+  const PgQuery__FuncCall* f = call->func_call;
+  if (f->n_args != 1 || !is(f->args[0], PG_QUERY__NODE__NODE_COLLATE_CLAUSE)) return {};
+  std::string_view name = last_name(f->args[0]->collate_clause->collname, f->args[0]->collate_clause->n_collname);
+  return name == "default" ? std::string() : std::string(name);
+}
+
 std::optional<ShardColumn> Planner::add_aggregate(const PgQuery__Node* call) {
   std::string why;
   AggKind kind = merge_tree::aggregate_kind(call->func_call, why);
@@ -203,7 +210,7 @@ std::optional<ShardColumn> Planner::add_aggregate(const PgQuery__Node* call) {
   std::string label(last_name(call->func_call->funcname, call->func_call->n_funcname));
   if (kind != AggKind::avg) {
     ShardColumn c = add_hidden(call);
-    plan_.aggregates.push_back({c, combine_of(kind), {}, label});
+    plan_.aggregates.push_back({c, combine_of(kind), {}, label, argument_collation(call)});
     aggregates_.push_back({merge_tree::clone(call), c});
     return c;
   }

@@ -85,6 +85,7 @@ struct AggregateColumn {
   Combine combine = Combine::count;
   ShardColumn count_column;  // avg only
   std::string label;         // the aggregate as written, for describe()
+  std::string collation;     // min/max(x COLLATE "c"): the comparison's; "" = the column's
 };
 
 struct SortKey {

@@ -209,8 +209,11 @@ std::optional<ShardColumn> Planner::group_key_column(const PgQuery__Node* expr) 
 // Orders the shard query by a group key as well (ascending, NULLS LAST).
 bool Planner::append_shard_sort(const ShardColumn& column, const PgQuery__Node* expr) {
   PgQuery__Node* item = nullptr;
+  const bool has_star = std::any_of(targets_.begin(), targets_.end(), [](const Target& t) { return t.star; });
   if (column.from == ShardColumn::From::start) {
     item = merge_tree::make_integer(column.index + 1);  // a position cannot be misread
+  } else if (column.from == ShardColumn::From::hidden && !has_star) {
+    item = merge_tree::make_integer(static_cast<std::int64_t>(targets_.size() + column.index) + 1);
   } else {
     if (expr == nullptr) return refuse("a GROUP BY position after * cannot be ordered by");
     std::string_view name = single_name(expr);
@@ -280,7 +283,7 @@ bool Planner::plan_aggregate() {
     if (!t.column) return refuse("an aggregate between two * in the select list cannot be located");
     std::string label(last_name(t.res->val->func_call->funcname, t.res->val->func_call->n_funcname));
     if (t.agg == AggKind::avg) rewrite_avg(t);
-    else plan_.aggregates.push_back({*t.column, combine_of(t.agg), {}, label});
+    else plan_.aggregates.push_back({*t.column, combine_of(t.agg), {}, label, argument_collation(t.original)});
     aggregates_.push_back({merge_tree::clone(t.original), *t.column});
   }
   for (std::size_t i = 0; i < s_->n_group_clause; ++i) {

@@ -82,6 +82,9 @@ class Planner {
   bool is_group_key(const ShardColumn& c) const;
 };
 
+// min(x COLLATE "C") compares under "C"; "" when the argument has no COLLATE.
+std::string argument_collation(const PgQuery__Node* call);
+
 inline Combine combine_of(merge_tree::AggKind k) {
   switch (k) {
     case merge_tree::AggKind::count: return Combine::count;

@@ -43,9 +43,9 @@ struct Setup {
     return &m.collations.back();
   }
 
-  ColumnCodec codec(std::uint32_t type, std::int16_t format) const {
+  ColumnCodec codec(std::uint32_t type, std::int16_t format, const Collation* collated) const {
     ValueKind kind = value_kind(type);
-    return ColumnCodec{kind, format, kind == ValueKind::text || kind == ValueKind::bpchar ? database : nullptr};
+    return ColumnCodec{kind, format, kind == ValueKind::text || kind == ValueKind::bpchar ? collated : nullptr};
   }
 
   // An ORDER BY key over shard rows (`combined` = false) or combined rows.
@@ -97,10 +97,13 @@ struct Setup {
     m.columns = fields.size();
     m.hidden = plan.hidden_columns;
     if (m.hidden > m.columns) return fail("XX000", "the shards returned fewer columns than the merge plan expects");
-    for (const auto& f : fields) {
-      auto type = static_cast<std::uint32_t>(f.type_oid);
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      auto type = static_cast<std::uint32_t>(fields[i].type_oid);
+      const std::vector<std::string>& own = options.column_collations;
+      const Collation* collated = i < own.size() && !own[i].empty() ? collation(own[i]) : database;
+      if (collated == nullptr) return false;
       shard_types.push_back(type);
-      m.codecs.push_back(codec(type, f.format));
+      m.codecs.push_back(codec(type, fields[i].format, collated));
       m.result.push_back({type, m.codecs.back()});
     }
     return true;
@@ -113,12 +116,17 @@ struct Setup {
       std::optional<std::size_t> n = a.combine == Combine::avg ? column(a.count_column) : c;
       if (!c || !n) return false;
       merge_detail::AggSpec spec{*c, a.combine, *n, m.codecs[*n].format, types[*c], m.codecs[*c]};
+      if (!a.collation.empty() && spec.codec.collation != nullptr) {
+        spec.codec.collation = collation(a.collation);  // min(x COLLATE "C")
+        if (spec.codec.collation == nullptr) return false;
+      }
       if (std::optional<MergeError> e = merge_detail::check_aggregate(spec, types, options.extra_float_digits)) {
         error = std::move(e);
         return false;
       }
       std::uint32_t out = merge_detail::result_type(spec);
-      m.result[*c] = {out, codec(out, m.codecs[*c].format)};
+      // The combined value keeps the comparison's collation (ORDER BY min(x COLLATE "C")).
+      m.result[*c] = {out, out == spec.type ? spec.codec : codec(out, m.codecs[*c].format, nullptr)};
       m.aggs.push_back(spec);
     }
     m.accumulator.emplace(m.aggs, options.extra_float_digits);
@@ -183,6 +191,7 @@ std::variant<std::unique_ptr<Merger>, MergeError> Merger::create(const MergePlan
   m.state.assign(shard_count, Impl::ShardState::want);
   m.current.resize(shard_count);
   m.last.resize(shard_count);
+  for (std::size_t i = shard_count; i-- > 0;) m.wanted.push_back(i);  // shard 0 asked first
   if (m.limit && *m.limit == 0) m.finished = true;  // LIMIT 0: nothing to read
   return std::make_unique<Merger>(std::move(impl));
 }

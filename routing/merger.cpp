@@ -45,11 +45,10 @@ Pulled pull(Impl& m, std::size_t& need) {
     need = m.awaiting = Merger::kAnyShard;
     return Pulled::need;
   }
-  for (std::size_t i = 0; i < m.shards; ++i) {
-    if (m.state[i] == Impl::ShardState::want) {
-      need = m.awaiting = i;
-      return Pulled::need;
-    }
+  // Every shard must have its next row (or have ended) before the smallest is known.
+  if (!m.wanted.empty()) {
+    need = m.awaiting = m.wanted.back();
+    return Pulled::need;
   }
   if (m.heap.empty()) return Pulled::end;
   std::pop_heap(m.heap.begin(), m.heap.end(), Later{&m});
@@ -58,6 +57,7 @@ Pulled pull(Impl& m, std::size_t& need) {
   std::swap(m.in, m.current[i]);
   m.last[i].take(m.in);
   m.state[i] = Impl::ShardState::want;
+  m.wanted.push_back(i);
   return Pulled::row;
 }
 
@@ -198,6 +198,7 @@ bool accept(Impl& m, std::size_t shard) {
   bool ok = shard < m.shards && (m.awaiting == Merger::kAnyShard ? m.state[shard] != Impl::ShardState::ended
                                                                   : m.awaiting == shard);
   if (!ok) return m.fail("XX000", "merger: unexpected input from shard " + std::to_string(shard));
+  if (m.awaiting == shard) m.wanted.pop_back();  // sorted merge: it was the last one wanted
   m.awaiting = Impl::kNobody;
   return true;
 }

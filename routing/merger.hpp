@@ -23,8 +23,9 @@
 // ended (LIMIT reached): the rest is not needed.
 //
 // Memory: a sorted merge holds one row per shard; GROUP BY combines groups as they
-// stream by; only a final sort (ORDER BY an aggregate, say) and DISTINCT over unsortable
-// select lists keep rows, and both fail with SPS02 beyond max_buffered_rows.
+// stream by; only a final sort (ORDER BY an aggregate, say) and hashed DISTINCT (after
+// aggregation, or `SELECT DISTINCT *`) keep rows, and both fail with SPS02 beyond
+// max_buffered_rows.
 //
 // Values: text and binary formats. Orders and equality are PostgreSQL's for the types in
 // value.hpp; a merge that must compare another type is refused at create() with 0A000.
@@ -33,7 +34,9 @@
 // summation order than one server's, so the last bits of a float8 sum or avg may differ
 // (inherent to any parallel float sum; PostgreSQL's own parallel aggregation does the same).
 // It also verifies every shard's rows arrive in the plan's order and fails (XX000) rather
-// than mis-merge if they do not (e.g. a column collation the proxy was not told about).
+// than mis-merge if they do not (e.g. a column collation the proxy was not told about:
+// text compares under MergerOptions::collation unless COLLATE or column_collations say
+// otherwise; min/max have no such check). docs/scatter-gather.md has the full rules.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "protocol/messages.hpp"
 #include "routing/merge_plan.hpp"
@@ -61,6 +65,10 @@ struct MergerOptions {
   std::size_t max_buffered_rows = 1000000;  // scatter.max_buffered_rows
   // The database's collation (pg_database.datcollate), for text columns without COLLATE.
   std::string collation = "C";
+  // Optional, per shard column: the column's own collation when it is not the
+  // database's (pg_attribute.attcollation of a table column declared COLLATE "x");
+  // "" = the database's. Text is otherwise compared under `collation`.
+  std::vector<std::string> column_collations;
   // The session's extra_float_digits; <= 0 prints floats rounded, so float sums and
   // float sort keys cannot be combined exactly and are refused.
   int extra_float_digits = 1;

@@ -55,6 +55,7 @@ struct PartitionHit {
 struct Route {
   RouteKind kind = RouteKind::any_shard;
   StatementClass cls = StatementClass::read;
+  bool reference_write = false;  // a write to a reference table: every shard applies the same rows
   TxnCommand txn = TxnCommand::none;
   std::vector<std::size_t> shards;          // sorted, unique; set for kind == shards
   std::vector<PartitionHit> partitions;     // partitions the key(s) mapped to

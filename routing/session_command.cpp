@@ -95,6 +95,7 @@ SessionCommandInfo classify_session_command(std::string_view sql) {
     std::string w = words.next();
     if (w == "prepare") w = words.next();
     if (w == "all") return {SessionCommand::deallocate_all, {}};
+    if (!w.empty()) return {SessionCommand::deallocate, w};
     return {};
   }
   if (first == "listen") return {SessionCommand::listen, {}};

@@ -8,11 +8,11 @@
 
 namespace splitpoint::routing {
 
-enum class SessionCommand { none, set, set_local, reset, reset_all, discard_all, deallocate_all, listen };
+enum class SessionCommand { none, set, set_local, reset, reset_all, discard_all, deallocate, deallocate_all, listen };
 
 struct SessionCommandInfo {
   SessionCommand kind = SessionCommand::none;
-  std::string name;  // lower-cased parameter name for set / reset
+  std::string name;  // lower-cased parameter name for set / reset; statement name for deallocate
 };
 
 SessionCommandInfo classify_session_command(std::string_view sql);

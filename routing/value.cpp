@@ -24,8 +24,8 @@ ValueKind value_kind(std::uint32_t type_oid) {
     case pgtype::varchar: return ValueKind::text;
     case pgtype::bpchar: return ValueKind::bpchar;
     case pgtype::name:  // collation "C" since PostgreSQL 12
-    case pgtype::bytea:
     case pgtype::uuid: return ValueKind::bytes;
+    case pgtype::bytea: return ValueKind::bytea;
     case pgtype::boolean: return ValueKind::boolean;
     case pgtype::date: return ValueKind::date;
     case pgtype::timestamp: return ValueKind::timestamp;
@@ -73,9 +73,16 @@ Collation Collation::bytewise() { return Collation{}; }
 
 std::optional<Collation> Collation::named(std::string_view name) {
   if (name == "C" || name == "POSIX" || name == "C.UTF-8" || name == "C.utf8" || name == "ucs_basic") return bytewise();
-  std::string n(name);
-  locale_t loc = newlocale(LC_COLLATE_MASK, n.c_str(), nullptr);
-  if (loc == nullptr) return std::nullopt;
+  // PostgreSQL names a UTF-8 libc collation both "en_US.utf8" and "en_US"; a bare name
+  // on this host may be another encoding's locale, so it is tried with a UTF-8 codeset.
+  locale_t loc = nullptr;
+  if (name.find('.') != std::string_view::npos) {
+    loc = newlocale(LC_COLLATE_MASK, std::string(name).c_str(), nullptr);
+  } else {
+    for (const char* codeset : {".UTF-8", ".utf8"})
+      if (loc == nullptr) loc = newlocale(LC_COLLATE_MASK, (std::string(name) + codeset).c_str(), nullptr);
+  }
+  if (loc == nullptr) return std::nullopt;  // not installed, or ICU ("und-x-icu")
   auto l = std::make_shared<Locale>();
   l->loc = loc;
   Collation c;
@@ -248,6 +255,9 @@ bool decode_key(const ColumnCodec& codec, const char* base, Field field, Key& ou
     case ValueKind::unsupported: return false;
     case ValueKind::text:
     case ValueKind::bytes: return true;
+    case ValueKind::bytea:
+      // Escape output ("\\000...") does not sort like the bytes; hex ("\\x0a1b") does.
+      return codec.format == 1 || (v.size() >= 2 && v[0] == '\\' && v[1] == 'x');
     case ValueKind::bpchar:
       out.len = static_cast<std::uint32_t>(trim_trailing_spaces(v).size());
       return true;
@@ -277,7 +287,8 @@ int compare_keys(const ColumnCodec& codec, const char* a_base, const Key& a, con
     case ValueKind::float8: return compare_floats(a.f, b.f);
     case ValueKind::text:
     case ValueKind::bpchar: return codec.collation != nullptr ? codec.collation->compare(as, bs) : compare_bytes(as, bs);
-    case ValueKind::bytes: return compare_bytes(as, bs);
+    case ValueKind::bytes:
+    case ValueKind::bytea: return compare_bytes(as, bs);
     default: return three_way(a.i, b.i);
   }
 }
@@ -313,6 +324,7 @@ void append_equality_key(const ColumnCodec& codec, const char* base, const Key& 
     case ValueKind::text:
     case ValueKind::bpchar:
     case ValueKind::bytes:
+    case ValueKind::bytea:
       // Deterministic collations: equal means the same bytes.
       put64(v.size());
       out += v;

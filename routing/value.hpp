@@ -37,7 +37,8 @@ enum class ValueKind : std::uint8_t {
   float8,
   text,    // text, varchar: the collation's order
   bpchar,  // character(n): trailing spaces do not count
-  bytes,   // name, bytea, uuid: byte order (of the text form too: it preserves it)
+  bytes,   // name, uuid: byte order (uuid's text form preserves it)
+  bytea,   // byte order; text must be bytea_output = hex, whose digits preserve it
   boolean,
   date,
   timestamp,
@@ -52,7 +53,9 @@ std::string type_label(std::uint32_t type_oid);
 // How text sorts. "C", "POSIX", "C.UTF-8"/"C.utf8" and "ucs_basic" compare bytes
 // (glibc's C.UTF-8 orders by code point, which for UTF-8 is byte order); any other
 // name is a libc locale compared with strcoll_l, equal results broken by byte order as
-// PostgreSQL does for deterministic collations.
+// PostgreSQL does for deterministic collations. A name without a codeset ("en_US", as
+// pg_collation aliases "en_US.utf8") is looked up with a UTF-8 codeset. ICU collations
+// are not available (named() fails).
 class Collation {
  public:
   static Collation bytewise();

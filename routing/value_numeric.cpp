@@ -13,7 +13,8 @@ namespace splitpoint::routing {
 namespace {
 
 constexpr int kNumericMinSigDigits = 16;  // NUMERIC_MIN_SIG_DIGITS
-constexpr int kNumericMaxDisplayScale = 1000;
+constexpr int kNumericMaxDisplayScale = 1000;  // results of division
+constexpr int kNumericMaxInputScale = 16383;   // NUMERIC_DSCALE_MAX: what a stored value may have
 constexpr std::uint16_t kSignPos = 0x0000, kSignNeg = 0x4000, kSignNaN = 0xC000, kSignPinf = 0xD000,
                         kSignNinf = 0xF000;
 
@@ -122,7 +123,7 @@ std::optional<Decimal> Decimal::parse(std::string_view s) {
     d.digits_.append(static_cast<std::size_t>(-scale), '0');
     scale = 0;
   }
-  if (scale > kNumericMaxDisplayScale) return std::nullopt;
+  if (scale > kNumericMaxInputScale) return std::nullopt;
   d.scale_ = static_cast<int>(scale);
   d.negative_ = negative;
   d.normalize();
@@ -311,7 +312,13 @@ Decimal Decimal::divided_by_count(std::int64_t count) const {
   int rscale = kNumericMinSigDigits - qweight * 4;
   rscale = std::clamp(std::max(rscale, scale_), 0, kNumericMaxDisplayScale);
   // Long division to one digit past rscale, then round half away from zero (div_var).
-  std::string numerator = digits_ + std::string(static_cast<std::size_t>(rscale - scale_ + 1), '0');
+  // floor(|sum| * 10^(rscale + 1) / count): scale the digits to rscale + 1 places first
+  // (dropping places beyond it is exact for a floor of a positive quotient).
+  std::string numerator = digits_;
+  int shift = rscale + 1 - scale_;
+  if (shift >= 0) numerator.append(static_cast<std::size_t>(shift), '0');
+  else numerator.resize(numerator.size() > static_cast<std::size_t>(-shift) ? numerator.size() - static_cast<std::size_t>(-shift) : 0);
+  if (numerator.empty()) numerator = "0";
   std::string quotient;
   __int128 rem = 0;
   for (char c : numerator) {

@@ -11,6 +11,7 @@ struct Pool::Waiter {
   asio::steady_timer timer;
   std::unique_ptr<Backend> backend;
   bool slot = false;
+  bool retry = false;  // resumed after PAUSE: try again
   bool done = false;
 };
 
@@ -22,7 +23,7 @@ awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
     bool may_open = false;
     {
       std::unique_lock lock(mu_);
-      while (!idle_.empty()) {
+      while (!paused_ && !idle_.empty()) {
         auto b = std::move(idle_.back());
         idle_.pop_back();
         lock.unlock();
@@ -31,7 +32,7 @@ awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
         lock.lock();
         --open_;
       }
-      if (open_ < max_size_) {
+      if (!paused_ && open_ < max_size_) {
         ++open_;
         ++opening_;
         may_open = true;
@@ -62,6 +63,7 @@ awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
       }
     }
     if (waiter->backend) co_return AcquireResult{std::move(waiter->backend), {}, {}};
+    if (waiter->retry) continue;
     // Granted a slot: loop to open a connection (open_ was already counted for us).
     {
       std::lock_guard lock(mu_);
@@ -81,7 +83,7 @@ void Pool::release(std::unique_ptr<Backend> backend, bool reusable) {
   std::lock_guard lock(mu_);
   if (!reusable || !backend || backend->cancel_sent) {
     backend.reset();
-    if (!waiters_.empty()) {
+    if (!paused_ && !waiters_.empty()) {
       // Let the first waiter open a fresh connection in the freed slot.
       auto w = waiters_.front();
       waiters_.pop_front();
@@ -92,13 +94,31 @@ void Pool::release(std::unique_ptr<Backend> backend, bool reusable) {
     }
     return;
   }
-  if (!waiters_.empty()) {
+  if (!paused_ && !waiters_.empty()) {
     auto w = waiters_.front();
     waiters_.pop_front();
     hand_over(std::move(w), std::move(backend));
     return;
   }
   idle_.push_back(std::move(backend));
+}
+
+void Pool::set_paused(bool paused) {
+  std::lock_guard lock(mu_);
+  paused_ = paused;
+  if (paused) return;
+  // Everyone queued during the pause tries again.
+  while (!waiters_.empty()) {
+    auto w = waiters_.front();
+    waiters_.pop_front();
+    w->retry = true;
+    hand_over(std::move(w), nullptr);
+  }
+}
+
+bool Pool::paused() const {
+  std::lock_guard lock(mu_);
+  return paused_;
 }
 
 std::optional<ParameterList> Pool::server_parameters() const {

@@ -40,6 +40,11 @@ class Pool : public std::enable_shared_from_this<Pool> {
   // ParameterStatus values of the first connection opened, for clients' start-up.
   std::optional<ParameterList> server_parameters() const;
 
+  // PAUSE: no connection is handed out until resumed; acquirers wait (with their
+  // deadline), statements already running finish.
+  void set_paused(bool paused);
+  bool paused() const;
+
   const BackendTarget& target() const { return target_; }
   int max_size() const { return max_size_; }
   PoolStats stats() const;
@@ -56,6 +61,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
   int opening_ = 0;
   std::deque<std::shared_ptr<Waiter>> waiters_;
   std::optional<ParameterList> server_parameters_;
+  bool paused_ = false;
 };
 
 }  // namespace splitpoint::server

@@ -18,8 +18,22 @@ std::shared_ptr<Pool> ShardPools::get(const std::string& client_user, const std:
   t.connect_timeout = connect_timeout_;
   std::lock_guard lock(mu_);
   auto& pool = pools_[{t.user, t.database}];
-  if (!pool) pool = std::make_shared<Pool>(std::move(t), shard_.pool_size);
+  if (!pool) {
+    pool = std::make_shared<Pool>(std::move(t), shard_.pool_size);
+    if (paused_) pool->set_paused(true);
+  }
   return pool;
+}
+
+void ShardPools::set_paused(bool paused) {
+  std::lock_guard lock(mu_);
+  paused_ = paused;
+  for (auto& [k, p] : pools_) p->set_paused(paused);
+}
+
+bool ShardPools::paused() const {
+  std::lock_guard lock(mu_);
+  return paused_;
 }
 
 std::vector<std::shared_ptr<Pool>> ShardPools::all() const {

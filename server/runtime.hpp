@@ -37,6 +37,8 @@ class ShardPools {
                             const std::string& client_database);
   const config::Shard& shard() const { return shard_; }
   std::vector<std::shared_ptr<Pool>> all() const;
+  void set_paused(bool paused);
+  bool paused() const;
   // Same server, credentials and size: pools can be kept across a reload.
   bool same_definition(const config::Shard& other, std::chrono::milliseconds connect_timeout) const;
 
@@ -45,6 +47,7 @@ class ShardPools {
   std::chrono::milliseconds connect_timeout_;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, std::shared_ptr<Pool>> pools_;
+  bool paused_ = false;
 };
 
 // Shapes of sharded tables learned from a shard's catalog (column order and types),

@@ -50,7 +50,14 @@ Server::Server(std::shared_ptr<const Runtime> runtime, std::string config_path)
   }
 }
 
-Server::~Server() = default;
+Server::~Server() {
+  // Sessions die with their worker's io_context and use the registry, the cancel keys
+  // and the metrics on the way out: destroy them while those still exist.
+  signals_.reset();
+  acceptor_.reset();
+  metrics_acceptor_.reset();
+  workers_.clear();
+}
 
 static tcp::endpoint resolve_listen(const config::Endpoint& e) {
   error_code ec;
@@ -182,6 +189,24 @@ bool Server::reload(std::string& error) {
   metrics_->config_reload(true);
   spdlog::info("configuration reloaded from {}", config_path_);
   return true;
+}
+
+void Server::register_session(std::uint64_t id, const std::shared_ptr<Session>& s) {
+  std::lock_guard lock(sessions_mu_);
+  sessions_[id] = s;
+}
+
+void Server::unregister_session(std::uint64_t id) {
+  std::lock_guard lock(sessions_mu_);
+  sessions_.erase(id);
+}
+
+std::vector<std::shared_ptr<Session>> Server::sessions() {
+  std::lock_guard lock(sessions_mu_);
+  std::vector<std::shared_ptr<Session>> v;
+  for (auto& [id, w] : sessions_)
+    if (auto s = w.lock()) v.push_back(std::move(s));
+  return v;
 }
 
 std::string Server::render_metrics() {

@@ -66,6 +66,11 @@ class Server {
   bool reload(std::string& error);
 
   Metrics& metrics() { return *metrics_; }
+
+  // Logged-in sessions, for SHOW CLIENTS (touched at login and logout only).
+  void register_session(std::uint64_t id, const std::shared_ptr<Session>& s);
+  void unregister_session(std::uint64_t id);
+  std::vector<std::shared_ptr<Session>> sessions();
   std::string render_metrics();
 
  private:
@@ -81,6 +86,8 @@ class Server {
   std::unique_ptr<tcp::acceptor> metrics_acceptor_;
   std::unique_ptr<asio::signal_set> signals_;
   std::unique_ptr<Metrics> metrics_;
+  std::mutex sessions_mu_;
+  std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions_;
   CancelRegistry cancels_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<std::int64_t> clients_{0};

@@ -43,6 +43,11 @@ Session::Session(Server& server, Worker& worker, tcp::socket socket)
     : server_(server), worker_(worker), stream_(std::move(socket)), runtime_(server.runtime()),
       id_(server.next_session_id()), metrics_(*worker.metrics) {
   stream_.count_bytes(&metrics_.bytes_in, &metrics_.bytes_out);
+  error_code ec;
+  auto ep = stream_.socket().remote_endpoint(ec);
+  if (!ec) peer_ = ep.address().to_string() + ":" + std::to_string(ep.port());
+  connected_unix_ = std::chrono::duration_cast<std::chrono::seconds>(
+                        std::chrono::system_clock::now().time_since_epoch()).count();
   limits_.max_message_size = runtime_->config.max_message_size;
   worker_.sessions.insert(this);
 }
@@ -51,7 +56,10 @@ Session::~Session() {
   worker_.sessions.erase(this);
   if (cancel_pid_) server_.cancels().remove(cancel_pid_);
   if (counted_) server_.client_count().fetch_sub(1);
-  if (logged_in_) metrics_.clients.add(-1);
+  if (logged_in_) {
+    metrics_.clients.add(-1);
+    server_.unregister_session(id_);
+  }
 }
 
 awaitable<void> Session::run() {
@@ -69,7 +77,7 @@ awaitable<void> Session::run() {
   bool ok = co_await login();
   login_timer.cancel();
   if (login_timed_out_) spdlog::info("[{}] closed: login timeout", id_);
-  if (ok) co_await serve();
+  if (ok) co_await (admin_ ? serve_admin() : serve());
   co_await detach_for_exit();
   stream_.close();
 }
@@ -199,6 +207,7 @@ awaitable<bool> Session::login() {
   }
 
   if (!co_await authenticate()) co_return false;
+  if (database_ == kAdminDatabase) co_return co_await admin_login();
 
   for (auto& shard : runtime_->shards) pools_.push_back(shard->get(user_, client_password_, database_));
   held_.resize(pools_.size());
@@ -233,6 +242,7 @@ awaitable<bool> Session::login() {
   spdlog::debug("[{}] login user={} database={}", id_, user_, database_);
   logged_in_ = true;
   metrics_.clients.add(1);
+  server_.register_session(id_, shared_from_this());
   co_return true;
 }
 
@@ -273,7 +283,11 @@ awaitable<bool> Session::authenticate() {
     co_return false;
   };
   std::string out;
-  switch (cfg.auth) {
+  auto method = cfg.auth;
+  // As PostgreSQL: md5 with only a SCRAM verifier stored authenticates with SCRAM.
+  if (method == config::AuthMethod::md5 && user && user->md5.empty() && user->scram)
+    method = config::AuthMethod::scram_sha_256;
+  switch (method) {
     case config::AuthMethod::trust:
       co_return true;
     case config::AuthMethod::password: {
@@ -355,6 +369,17 @@ awaitable<bool> Session::authenticate() {
 
 // ---------------------------------------------------------------------------
 // Cancel and shutdown
+
+Session::ClientInfo Session::info() const {
+  ClientInfo i;
+  i.id = id_;
+  i.user = user_;
+  i.database = database_;
+  i.address = peer_;
+  i.connected_unix = connected_unix_;
+  i.state = admin_ ? "admin" : active_.load(std::memory_order_relaxed) ? "active" : "idle";
+  return i;
+}
 
 void Session::set_cancel_target(Backend* b, std::size_t shard) {
   std::lock_guard lock(cancel_mu_);

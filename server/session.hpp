@@ -47,6 +47,15 @@ class Session : public std::enable_shared_from_this<Session> {
   // On this session's thread: the server is shutting down.
   void on_shutdown();
 
+  // For SHOW CLIENTS, from any thread: fields fixed at login, plus whether a
+  // statement is running.
+  struct ClientInfo {
+    std::uint64_t id = 0;
+    std::string user, database, address, state;
+    std::int64_t connected_unix = 0;
+  };
+  ClientInfo info() const;
+
  private:
   static constexpr std::size_t kNoShard = ~std::size_t{0};
 
@@ -115,6 +124,11 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> handle_query(const protocol::Frame& f);
   awaitable<bool> handle_parse(const protocol::Frame& f);
   awaitable<bool> handle_bind(const protocol::Frame& f);
+  // ---- session_admin.cpp: the admin console (database "splitpoint", SPEC §7)
+  static constexpr const char* kAdminDatabase = "splitpoint";
+  awaitable<bool> admin_login();
+  awaitable<void> serve_admin();
+  awaitable<bool> admin_command(std::string_view sql, std::string& out);
   // ---- session_scatter.cpp
   struct ScatterRequest {
     std::string sql;  // the client's statement
@@ -138,8 +152,11 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> run_local(const routing::LocalCommand& c);
   void show_last_scatter(std::string& out) const;
   awaitable<bool> finish_transaction(const protocol::Frame& f, routing::TxnCommand txn, std::string_view sql);
-  awaitable<bool> run_on_shards(const routing::Route& route, std::string_view sql);
-  awaitable<Reply> run_on(std::size_t shard, std::string_view sql);
+  struct ScatterRequest;
+  // With `ext`, the statement runs in the extended protocol with its parameters.
+  awaitable<bool> run_on_shards(const routing::Route& route, std::string_view sql,
+                                const ScatterRequest* ext = nullptr);
+  awaitable<Reply> run_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext = nullptr);
   awaitable<bool> refused_in_failed_transaction(const routing::Route& route, bool extended);
   awaitable<bool> reject(std::string_view sqlstate, std::string message, bool extended, int position = 0);
   std::size_t pick_any_shard();
@@ -163,6 +180,10 @@ class Session : public std::enable_shared_from_this<Session> {
   protocol::FrameLimits limits_;
   bool counted_ = false;
   bool logged_in_ = false;
+  bool admin_ = false;  // an admin console session
+  std::string peer_;
+  std::int64_t connected_unix_ = 0;
+  std::atomic<bool> active_{false};  // a backend is working for this client
   WorkerMetrics& metrics_;
   // The routed statement whose Sync is still to come (extended protocol).
   std::chrono::steady_clock::time_point pending_started_{};

@@ -158,7 +158,7 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
         // Described but never executed: the description alone.
         auto req = std::move(scatter_portal_->second);
         scatter_portal_.reset();
-        if (req.describe) {
+        if (req.describe && scatter_route_->cls == routing::StatementClass::read) {
           req.emit_rows = false;
           if (!co_await scatter_read(*scatter_route_, std::move(req))) co_return false;
         }
@@ -184,6 +184,8 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
         if (e && e->portal == scatter_portal_->first) {
           auto req = std::move(scatter_portal_->second);
           scatter_portal_.reset();
+          if (scatter_route_->cls != routing::StatementClass::read)
+            co_return co_await run_on_shards(*scatter_route_, req.sql, &req);
           co_return co_await scatter_read(*scatter_route_, std::move(req));
         }
       }
@@ -294,6 +296,7 @@ awaitable<bool> Session::attach(std::size_t shard) {
     expect_.push_back(Expect{'Z', true});
   }
   pump_active_ = true;
+  active_.store(true, std::memory_order_relaxed);
   metrics_.clients_active.add(1);
   stop_pump_ = false;
   pump_exit_->expires_at(asio::steady_timer::time_point::max());
@@ -546,6 +549,7 @@ awaitable<void> Session::pump() {
   }
   cur_ = kNoShard;
   pump_active_ = false;
+  active_.store(false, std::memory_order_relaxed);
   metrics_.clients_active.add(-1);
   set_cancel_target(nullptr, 0);
   pump_exit_->cancel();

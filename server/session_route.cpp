@@ -243,6 +243,19 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
       break;
   }
   if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
+  if (auto cmd = routing::classify_session_command(sql); cmd.kind == SessionCommand::deallocate) {
+    // DEALLOCATE of a protocol-level prepared statement (libpq/libpqxx unprepare):
+    // on the backends it lives under another name, so forget it here and answer.
+    if (auto it = prepared_.find(cmd.name); it != prepared_.end() && !it->second.server_name.empty()) {
+      co_await drain();
+      prepared_.erase(it);
+      std::string out;
+      proto::CommandComplete{"DEALLOCATE"}.encode(out);
+      proto::ReadyForQuery{client_txn_}.encode(out);
+      co_await stream_.write(out);
+      co_return true;
+    }
+  }
   auto target = single_target(route);
   if (!target) {
     if (route.cls == StatementClass::read) {
@@ -414,8 +427,16 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   }
   if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
   auto target = single_target(route);
-  if (!target && route.cls == StatementClass::read) {
-    // Answered by the proxy at Execute: BindComplete now, in order.
+  if (!target) {
+    // Several shards: answered by the proxy at Execute; BindComplete now, in order.
+    if (route.cls != StatementClass::read) {
+      std::string error;
+      if (client_txn_ != 'I')
+        co_return co_await reject(sqlstate::cross_shard_write,
+                                  "statement would write to several shards inside a transaction; a transaction may "
+                                  "write to one shard only",
+                                  true);
+    }
     co_await drain();
     if (closing_) co_return false;
     ScatterRequest req;
@@ -426,6 +447,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     req.param_formats = bind->param_formats;
     req.result_formats = bind->result_formats;
     req.param_types = types;
+    if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
     scatter_portal_.emplace(std::string(bind->portal), std::move(req));
     scatter_route_ = route;
     std::string out;
@@ -433,9 +455,6 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     co_await stream_.write(out);
     co_return true;
   }
-  if (!target)
-    co_return co_await reject(sqlstate::cannot_merge,
-                              "multi-shard writes are only supported in the simple query protocol", true);
   std::string error;
   if (!check_write(route, *target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, true);
   pending_started_ = std::chrono::steady_clock::now();
@@ -504,7 +523,7 @@ awaitable<bool> Session::finish_transaction(const proto::Frame& f, TxnCommand tx
 
 // A write every shard (or several) must apply, outside a transaction: run it on
 // each, then answer with one combined result.
-awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_view sql) {
+awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_view sql, const ScatterRequest* ext) {
   std::vector<std::size_t> targets = route.shards;
   if (route.kind == RouteKind::all_shards || targets.empty()) {
     targets.clear();
@@ -514,12 +533,13 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
     co_return co_await reject(sqlstate::cross_shard_write,
                               "statement would write to " + std::to_string(targets.size()) +
                                   " shards inside a transaction; a transaction may write to one shard only",
-                              false);
+                              ext != nullptr);
   co_await drain();
   if (closing_) co_return false;
   auto started = std::chrono::steady_clock::now();
   count_route(route, label_of(route, route.kind != RouteKind::all_shards));
   std::string rows, first_error, applied, failed;
+  std::vector<std::string> notices_seen;
   bool have_description = false;
   std::string verb;
   long long total = 0;
@@ -528,23 +548,33 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
     std::string_view stmt = sql;
     for (auto& [shard, text] : route.per_shard_sql)
       if (shard == s) stmt = text;
-    auto reply = co_await run_on(s, stmt);
+    auto reply = co_await run_on(s, stmt, ext);
     const std::string& name = pools_[s]->target().shard;
     if (!reply.error.empty() || reply.lost) {
       if (first_error.empty()) first_error = reply.lost ? std::string() : reply.error;
       failed += (failed.empty() ? "" : ", ") + name;
       continue;
     }
+    bool first_copy = applied.empty();
     applied += (applied.empty() ? "" : ", ") + name;
+    // A reference table's copies all hold the same rows: one shard's answer is the answer.
+    if (route.reference_write && !first_copy) continue;
     proto::Reader all(reply.messages);
     while (all.remaining() >= 5) {
       char type = static_cast<char>(all.u8());
       auto len = all.i32();
       auto body = all.bytes(static_cast<std::size_t>(len) - 4);
       if (!all.ok()) break;
-      if (type == 'T' && have_description) continue;
-      if (type == 'T') have_description = true;
+      if (type == 'T' || type == 'n') {
+        // One description; in the extended protocol only if the client asked (Describe).
+        if (have_description || (ext && !ext->describe)) continue;
+        have_description = true;
+      }
       if (type == 'C') continue;
+      if (type == 'N') {  // the same notice from every shard is shown once
+        if (std::find(notices_seen.begin(), notices_seen.end(), body) != notices_seen.end()) continue;
+        notices_seen.emplace_back(body);
+      }
       proto::Writer w(rows, type);
       w.bytes(body).finish();
     }
@@ -563,13 +593,15 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
     std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
     if (original) message += ": " + std::string(original->get('M'));
     proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
+    metrics_.error(code);
+    if (ext) skip_until_sync_ = true;
   } else {
     out += rows;
     std::string tag = verb;
     if (counted) tag += (verb == "INSERT" ? " 0 " : " ") + std::to_string(total);
     proto::CommandComplete{tag}.encode(out);
   }
-  proto::ReadyForQuery{client_txn_}.encode(out);
+  if (!ext) proto::ReadyForQuery{client_txn_}.encode(out);
   co_await stream_.write(out);
   metrics_.duration[static_cast<std::size_t>(label_of(route, route.kind != RouteKind::all_shards))].observe_since(
       started);
@@ -578,7 +610,7 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
 
 // Runs one simple-protocol statement on a shard outside the pump (which must not
 // be reading that backend) and collects what it answered.
-awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sql) {
+awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext) {
   Reply reply;
   std::unique_ptr<Backend> borrowed;
   Backend* b = held_[shard].get();
@@ -606,7 +638,19 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
     b->applied_state = state_hash_;
     ++queries;
   }
-  proto::Query{sql}.encode(out);
+  if (!ext) {
+    proto::Query{sql}.encode(out);
+  } else {
+    proto::Parse{"", sql, ext->param_types}.encode(out);
+    proto::Bind bind;
+    bind.param_formats = ext->param_formats;
+    for (auto& p : ext->params) bind.params.push_back(p ? std::optional<std::string_view>(*p) : std::nullopt);
+    bind.result_formats = ext->result_formats;
+    bind.encode(out);
+    proto::Describe{'P', ""}.encode(out);
+    proto::Execute{"", 0}.encode(out);
+    proto::encode_sync(out);
+  }
   auto [wec, n] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow);
   reply.lost = static_cast<bool>(wec);
   std::string& in = b->read_buf;
@@ -627,7 +671,7 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
     } else if (queries == 1) {
       if (type == 'E') reply.error.assign(r.frame.body);
       if (type == 'C') reply.tag.assign(r.frame.body.substr(0, r.frame.body.find('\0')));
-      if (type != 'A' && type != 'S') reply.messages.append(in, 0, r.frame.size);
+      if (type != 'A' && type != 'S' && type != '1' && type != '2') reply.messages.append(in, 0, r.frame.size);
     }
     in.erase(0, r.frame.size);
   }

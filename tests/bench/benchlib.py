@@ -302,7 +302,8 @@ def cmd_report(d):
                 vals = []
                 for t in targets:
                     r = next(x for x in results if (x["target"], x["mode"], x["clients"]) == (t, mode, c))
-                    vals.append(fmt(r["tps"], 1) or "0")
+                    # A run that failed shows as 0: its tps is not comparable.
+                    vals.append(fmt(r["tps"], 1) if r["status"] == "ok" and r["tps"] else "0")
                 f.write(f'"{mode} c={c}" ' + " ".join(vals) + "\n")
 
     # ---- scatter statements
@@ -379,7 +380,8 @@ def cmd_report(d):
         "Produced by `tests/bench/run`" + (" in quick mode (QUICK=1)" if m("quick") == "1" else "") + ".",
         "", "## Machine", "",
         f"- CPUs (nproc): {m('nproc', '?')}; CPU: {m('cpu', '?')}",
-        f"- memory: {m('memory', '?')}; kernel: {m('kernel', '?')}",
+        f"- memory: {m('memory', '?')}; kernel: {m('kernel', '?')}; load average at start "
+        f"{m('loadavg_start', '?')}, at end {m('loadavg_end', '?')} (other work on the machine skews the numbers)",
         f"- PostgreSQL: {m('pg_version', '?')}; PgBouncer: {m('pgbouncer_version', '?')}; "
         f"pgbench: {m('pgbench_version', '?')}",
         f"- splitpoint: {m('splitpoint_version', '?')} (commit {m('git_commit', '?')}"

@@ -101,28 +101,33 @@ std::vector<std::vector<Value>> make_rows() {
     r.push_back(maybe_null(u, 5));                                                               // u
     r.push_back(maybe_null(std::to_string(rng() % 24) + ":" + std::to_string(10 + rng() % 50) + ":00", 5));  // tm
     r.push_back(maybe_null(std::to_string(static_cast<int>(rng() % 100)) + ".5", 5));           // r (real)
+    std::string hex = "\\x";
+    for (std::uint64_t i = 0, n = rng() % 4; i < n; ++i) hex += pick(std::vector<std::string>{"00", "0a", "7f", "80", "ff"});
+    r.push_back(maybe_null(hex, 5));                                                             // by (bytea)
     rows.push_back(std::move(r));
   }
   return rows;
 }
 
-void load(pqxx::connection& c) {
+// Splits the rows over the shards (round 1 leaves the last shard empty) and loads them.
+void load(pqxx::connection& c, int round) {
   pqxx::nontransaction tx(c);
   tx.exec0("SET client_min_messages = warning");
   tx.exec0("DROP SCHEMA IF EXISTS merge_diff CASCADE");
   tx.exec0("CREATE SCHEMA merge_diff");
   const std::string columns =
       "(id int, k int, g int, i8 bigint, n numeric, f float8, s text, c char(4), d date, ts timestamp, "
-      "tz timestamptz, b bool, u uuid, tm time, r real)";
+      "tz timestamptz, b bool, u uuid, tm time, r real, by bytea)";
   for (const char* t : {"t0", "t1", "t2", "t_all"}) tx.exec0(std::string("CREATE TABLE merge_diff.") + t + " " + columns);
-  std::mt19937 split(7);
+  std::mt19937 split(7 + static_cast<unsigned>(round));
+  const int used = round == 0 ? kShards : kShards - 1;
   std::vector<std::string> values[kShards];
   std::vector<std::string> all;
   for (const auto& row : make_rows()) {
     std::string v = "(";
     for (std::size_t i = 0; i < row.size(); ++i) v += (i ? "," : "") + quote(c, row[i]);
     v += ")";
-    values[split() % kShards].push_back(v);
+    values[split() % static_cast<unsigned>(used)].push_back(v);
     all.push_back(v);
   }
   auto insert = [&](const std::string& table, const std::vector<std::string>& rows) {
@@ -255,7 +260,10 @@ std::optional<Rows> merge(const MergePlan& plan, const std::vector<pqxx::result>
   }
 }
 
+std::size_t rows_compared = 0;
+
 void compare(const Query& q, const Rows& merged, const Rows& expected, const std::string& label) {
+  rows_compared += expected.size();
   auto report = [&](const std::string& why) {
     std::string detail = label + ": " + why + "\n  merged (" + std::to_string(merged.size()) + "):";
     for (std::size_t i = 0; i < std::min<std::size_t>(merged.size(), 8); ++i) detail += " " + show(merged[i]);
@@ -363,6 +371,28 @@ std::vector<Query> queries() {
       {"SELECT DISTINCT g, count(*) FROM merge_src GROUP BY g, k", M::multiset},
       {"SELECT DISTINCT c FROM merge_src ORDER BY c"},
       {"SELECT DISTINCT f FROM merge_src ORDER BY f"},
+      {"SELECT DISTINCT s FROM merge_src ORDER BY s DESC"},
+      {"SELECT DISTINCT ON (s) s, id FROM merge_src ORDER BY s, id DESC"},
+      {"SELECT DISTINCT ON (b, g) id, b, g FROM merge_src ORDER BY b, g, id"},
+      // Keyset pagination, more types, GROUP BY expressions.
+      {"SELECT id, s FROM merge_src WHERE (s, id) > ('b', 100) ORDER BY s, id LIMIT 10"},
+      {"SELECT id, k FROM merge_src WHERE (k, id) < ($1, $2) ORDER BY k DESC, id DESC LIMIT 7", M::exact, {"5", "300"}},
+      {"SELECT id, by FROM merge_src ORDER BY by, id"},
+      {"SELECT by, count(*) FROM merge_src GROUP BY by ORDER BY by DESC"},
+      {"SELECT g, min(s COLLATE \"C\"), max(s) FROM merge_src GROUP BY g ORDER BY g"},
+      {"SELECT s, count(*) FROM merge_src GROUP BY s ORDER BY count(*) DESC, s"},
+      {"SELECT c, count(*) FROM merge_src GROUP BY c ORDER BY c"},
+      {"SELECT count(*), max(id) FROM merge_src GROUP BY k % 3 ORDER BY 2"},
+      {"SELECT g, k FROM merge_src GROUP BY g, k HAVING k > 0 ORDER BY k DESC, g LIMIT 5"},
+      {"SELECT avg(n), avg(i8), avg(k), b FROM merge_src GROUP BY b ORDER BY 1"},
+      {"SELECT id, u FROM merge_src ORDER BY u DESC, id LIMIT 10 OFFSET 3"},
+      {"SELECT * FROM merge_src ORDER BY d DESC NULLS LAST, id LIMIT 5"},
+      {"SELECT ts::date AS day, count(*) FROM merge_src GROUP BY 1 ORDER BY 1"},
+      {"SELECT lower(s) AS ls, count(*) FROM merge_src GROUP BY lower(s) ORDER BY ls"},
+      {"SELECT count(*) FROM merge_src GROUP BY ts::date HAVING count(*) > 5", M::multiset},
+      {"SELECT g, count(*) FILTER (WHERE s > 'b'), sum(k) FILTER (WHERE b) FROM merge_src GROUP BY g ORDER BY g"},
+      {"SELECT max(tm), min(tm), max(c) FROM merge_src"},
+      {"SELECT id FROM merge_src ORDER BY s COLLATE \"C\", id DESC LIMIT 15"},
   };
 }
 
@@ -383,7 +413,55 @@ std::vector<Refusal> refusals() {
       {"SELECT * FROM merge_src FOR UPDATE", "SPC01"},
       {"SELECT * FROM (SELECT k FROM merge_src ORDER BY k LIMIT 3) x", "SPC01"},
       {"SELECT avg(r) FROM merge_src", "SPC01"},  // refused by the merger (real)
+      {"SELECT g, array_agg(id) FROM merge_src GROUP BY g", "SPC01"},
+      {"SELECT max(k) - min(k) FROM merge_src", "SPC01"},
+      {"SELECT k FROM merge_src EXCEPT SELECT g FROM merge_src", "SPC01"},
+      {"SELECT g, k, count(*) FROM merge_src GROUP BY ROLLUP (g, k)", "SPC01"},
+      {"SELECT x FROM (SELECT DISTINCT g AS x FROM merge_src) d", "SPC01"},
   };
+}
+
+void check_queries(pqxx::connection& c, const std::string& collation, int round) {
+  int index = 0;
+  for (const Query& q : queries()) {
+    std::string label = "round " + std::to_string(round) + " query " + std::to_string(++index) + " [" + q.sql + "]";
+    auto planned = splitpoint::routing::plan_merge(q.sql);
+    if (auto* e = std::get_if<MergeError>(&planned)) {
+      fail(label + ": refused: " + e->sqlstate + " " + e->message);
+      continue;
+    }
+    const MergePlan& plan = std::get<MergePlan>(planned);
+    try {
+      std::vector<pqxx::result> shards;
+      for (int s = 0; s < kShards; ++s)
+        shards.push_back(run(c, with_table(plan.shard_sql, "t" + std::to_string(s)), q.params));
+      Rows expected = rows_of(run(c, with_table(q.sql, "t_all"), q.params));
+      if (std::optional<Rows> merged = merge(plan, shards, collation, q.params, label, nullptr))
+        compare(q, *merged, expected, label);
+    } catch (const std::exception& e) {
+      fail(label + ": " + e.what() + "  shard query: " + plan.shard_sql);
+    }
+  }
+}
+
+void check_refusals(pqxx::connection& c, const std::string& collation) {
+  for (const Refusal& r : refusals()) {
+    std::string label = "refusal [" + r.sql + "]";
+    auto planned = splitpoint::routing::plan_merge(r.sql);
+    MergeError e;
+    if (auto* pe = std::get_if<MergeError>(&planned)) {
+      e = *pe;
+    } else {
+      const MergePlan& plan = std::get<MergePlan>(planned);
+      std::vector<pqxx::result> shards;
+      for (int s = 0; s < kShards; ++s) shards.push_back(run(c, with_table(plan.shard_sql, "t" + std::to_string(s)), {}));
+      if (merge(plan, shards, collation, {}, label, &e)) {
+        fail(label + ": was answered instead of refused");
+        continue;
+      }
+    }
+    if (e.sqlstate != r.sqlstate) fail(label + ": refused with " + e.sqlstate + " (" + e.message + "), expected " + r.sqlstate);
+  }
 }
 
 }  // namespace
@@ -395,48 +473,16 @@ int main(int argc, char** argv) {
   }
   try {
     pqxx::connection c(argv[1]);
-    load(c);
     std::string collation = pqxx::nontransaction(c).exec1("SHOW lc_collate")[0].as<std::string>();
-    int index = 0;
-    for (const Query& q : queries()) {
-      std::string label = "query " + std::to_string(++index) + " [" + q.sql + "]";
-      auto planned = splitpoint::routing::plan_merge(q.sql);
-      if (auto* e = std::get_if<MergeError>(&planned)) {
-        fail(label + ": refused: " + e->sqlstate + " " + e->message);
-        continue;
-      }
-      const MergePlan& plan = std::get<MergePlan>(planned);
-      try {
-        std::vector<pqxx::result> shards;
-        for (int s = 0; s < kShards; ++s)
-          shards.push_back(run(c, with_table(plan.shard_sql, "t" + std::to_string(s)), q.params));
-        Rows expected = rows_of(run(c, with_table(q.sql, "t_all"), q.params));
-        if (std::optional<Rows> merged = merge(plan, shards, collation, q.params, label, nullptr))
-          compare(q, *merged, expected, label);
-      } catch (const std::exception& e) {
-        fail(label + ": " + e.what() + "  shard query: " + plan.shard_sql);
-      }
-    }
-    for (const Refusal& r : refusals()) {
-      std::string label = "refusal [" + r.sql + "]";
-      auto planned = splitpoint::routing::plan_merge(r.sql);
-      MergeError e;
-      if (auto* pe = std::get_if<MergeError>(&planned)) {
-        e = *pe;
-      } else {
-        const MergePlan& plan = std::get<MergePlan>(planned);
-        std::vector<pqxx::result> shards;
-        for (int s = 0; s < kShards; ++s) shards.push_back(run(c, with_table(plan.shard_sql, "t" + std::to_string(s)), {}));
-        if (merge(plan, shards, collation, {}, label, &e)) {
-          fail(label + ": was answered instead of refused");
-          continue;
-        }
-      }
-      if (e.sqlstate != r.sqlstate) fail(label + ": refused with " + e.sqlstate + " (" + e.message + "), expected " + r.sqlstate);
+    for (int round = 0; round < 2; ++round) {
+      load(c, round);
+      check_queries(c, collation, round);
+      check_refusals(c, collation);
     }
     pqxx::nontransaction(c).exec0("DROP SCHEMA merge_diff CASCADE");
-    std::cout << "merge_differential: " << queries().size() << " queries, " << refusals().size() << " refusals, "
-              << failures << " failure(s)\n";
+    std::cout << "merge_differential: " << queries().size() << " queries and " << refusals().size()
+              << " refusals on two splits (" << collation << "), " << rows_compared << " rows compared, " << failures
+              << " failure(s)\n";
   } catch (const std::exception& e) {
     std::cerr << "merge_differential: " << e.what() << "\n";
     return 1;

@@ -41,6 +41,7 @@ check() {
     pass "$what"
   else
     fail "$what"
+    # shellcheck disable=SC2001  # indent every line
     sed 's/^/      /' <<<"$out"
   fi
 }
@@ -560,9 +561,14 @@ runtime_libs_covered() {
   done
   ((${#missing[@]} == 0))
 }
-check "Dockerfile runtime packages cover ldd $SP_BIN" runtime_libs_covered
-# Show the mapping even when it passed: it is what the image will contain.
-runtime_libs_covered | sed 's/^/      /' || true
+# The mapping is shown even when it passes: it is what the image will contain.
+if libs_out=$(runtime_libs_covered 2>&1); then
+  pass "Dockerfile runtime packages cover ldd $SP_BIN"
+else
+  fail "Dockerfile runtime packages cover ldd $SP_BIN"
+fi
+# shellcheck disable=SC2001  # indent every line
+sed 's/^/      /' <<<"$libs_out"
 
 # ---------------------------------------------------------------- live: proxy + Prometheus
 http_get() { # URL -> body on stdout; fails on non-2xx
@@ -601,17 +607,17 @@ SELECT count(*) FROM users;
 SELEC oops;
 SQL
 metrics_ok() {
-  local body name missing=0
+  local body name absent=0
   body=$(http_get "http://127.0.0.1:$metrics_port/metrics") || { echo "GET /metrics failed"; return 1; }
   while read -r name; do
     if grep -qE "^# TYPE $name (counter|gauge|histogram)" <<<"$body"; then
       echo "$name"
     else
       echo "$name: NOT EXPOSED by $SP_BIN"
-      missing=1
+      absent=1
     fi
   done <"$work/used-metrics.txt"
-  return "$missing"
+  return "$absent"
 }
 check "GET /metrics exposes every metric the dashboard and alerts use" metrics_ok
 
@@ -645,6 +651,7 @@ prom_scrapes() {
 }
 check "Prometheus (deploy/prometheus/prometheus.yml) scrapes the proxy: up == 1, splitpoint_queries_total stored" prom_scrapes
 
+# shellcheck disable=SC2016  # the $names below are Grafana's, literal
 prom_evaluates() {
   local expr q r bad=0
   while IFS= read -r expr; do

@@ -180,7 +180,12 @@ TEST_CASE("GROUP BY sorts the shard query by the group keys", "[merge]") {
 
   // A group key not in the select list is a hidden column.
   p = plan_of("SELECT count(*) FROM t GROUP BY lower(s)");
-  CHECK(p.shard_sql == "SELECT count(*), lower(s) AS _sp_h1 FROM t GROUP BY lower(s) ORDER BY lower(s) ASC NULLS LAST");
+  CHECK(p.shard_sql == "SELECT count(*), lower(s) AS _sp_h1 FROM t GROUP BY lower(s) ORDER BY 2 ASC NULLS LAST");
+  // After a `*` hidden positions are unknown: the expression itself.
+  p = plan_of("SELECT *, count(*) FROM t GROUP BY id, lower(s)");
+  CHECK(p.shard_sql ==
+        "SELECT *, count(*), id AS _sp_h1, lower(s) AS _sp_h2 FROM t GROUP BY id, lower(s) ORDER BY id ASC NULLS LAST, "
+        "lower(s) ASC NULLS LAST");
   CHECK(p.group_keys[0] == hidden(0));
 }
 
@@ -297,7 +302,7 @@ TEST_CASE("GROUP BY a name that is also an output column uses table columns when
   // "name" is a column of t: PostgreSQL groups by it, not by lower(name).
   p = plan_of("SELECT lower(name) AS name, count(*) FROM t GROUP BY name", options);
   CHECK(p.group_keys[0] == hidden(0));
-  CHECK(p.shard_sql == "SELECT lower(name) AS name, count(*), name AS _sp_h1 FROM t GROUP BY name ORDER BY name ASC NULLS LAST");
+  CHECK(p.shard_sql == "SELECT lower(name) AS name, count(*), name AS _sp_h1 FROM t GROUP BY name ORDER BY 3 ASC NULLS LAST");
 }
 
 TEST_CASE("parameters the shards would lose are kept", "[merge]") {

@@ -482,7 +482,9 @@ TEST_CASE("hints: shard=, key=, and others passed through", "[router]") {
   CHECK(f.both("SELECT * FROM users WHERE id = 42 -- splitpoint: shard=s0").shards == shards({0}));
   CHECK(f.both("CREATE INDEX ON users (name) /* splitpoint: shard=s1 */").shards == shards({1}));
   // Routing errors give way to an explicit shard.
-  CHECK(f.both("/* splitpoint: shard=s0 */ INSERT INTO users (name) VALUES ('x')").shards == shards({0}));
+  Route forced = f.both("/* splitpoint: shard=s0 */ INSERT INTO users (name) VALUES ('x')");
+  CHECK(forced.shards == shards({0}));
+  CHECK(forced.cls == StatementClass::write);
   Route bad = f.both("/* splitpoint: shard=nope */ SELECT 1");
   CHECK(bad.kind == RouteKind::error);
   CHECK(bad.sqlstate == "SPR02");
@@ -546,7 +548,12 @@ TEST_CASE("COPY: into a sharded table every shard (rows split by the caller), ou
   CHECK(in.kind == RouteKind::all_shards);
   CHECK(in.cls == StatementClass::write);
   CHECK(in.distribution == std::optional<std::size_t>(0));
-  CHECK(f.both("COPY countries FROM STDIN (FORMAT csv)").kind == RouteKind::all_shards);
+  Route ref = f.both("COPY countries FROM STDIN (FORMAT csv)");
+  CHECK(ref.kind == RouteKind::all_shards);
+  CHECK(ref.reference_write);
+  CHECK_FALSE(in.reference_write);
+  CHECK(f.both("UPDATE countries SET name = 'x'").reference_write);
+  CHECK_FALSE(f.both("UPDATE users SET name = 'x'").reference_write);
   Route out = f.both("COPY users TO STDOUT");
   CHECK(out.kind == RouteKind::shards);
   CHECK(out.shards == shards({0, 1}));

@@ -1,0 +1,323 @@
+// The admin console (SPEC §7): database "splitpoint", users with `admin: true`,
+// simple query protocol. Every answer is a result set of text columns.
+#include <spdlog/spdlog.h>
+
+#include <cctype>
+
+#include "protocol/messages.hpp"
+#include "protocol/sqlstate.hpp"
+#include "routing/merge_plan.hpp"
+#include "server/server.hpp"
+#include "server/session.hpp"
+
+namespace splitpoint::server {
+
+namespace proto = splitpoint::protocol;
+
+namespace {
+
+constexpr std::size_t kHotKeysShown = 10;
+
+// Upper-cased words of a command, without a trailing semicolon.
+std::vector<std::string> words_of(std::string_view sql, std::size_t max_words, std::string_view& rest) {
+  std::vector<std::string> words;
+  std::size_t i = 0;
+  while (words.size() < max_words) {
+    while (i < sql.size() && std::isspace(static_cast<unsigned char>(sql[i]))) ++i;
+    std::size_t start = i;
+    while (i < sql.size() && !std::isspace(static_cast<unsigned char>(sql[i])) && sql[i] != ';') ++i;
+    if (i == start) break;
+    std::string w(sql.substr(start, i - start));
+    for (auto& c : w) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    words.push_back(std::move(w));
+  }
+  rest = sql.substr(std::min(i, sql.size()));
+  return words;
+}
+
+// A result set of text columns.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> columns) : columns_(std::move(columns)) {}
+  void row(std::vector<std::optional<std::string>> values) { rows_.push_back(std::move(values)); }
+  void encode(std::string& out, std::string_view tag) const {
+    proto::RowDescription rd;
+    for (auto& c : columns_) {
+      proto::FieldDescription f;
+      f.name = c;
+      f.type_oid = 25;
+      f.type_size = -1;
+      f.type_modifier = -1;
+      rd.fields.push_back(f);
+    }
+    rd.encode(out);
+    for (auto& r : rows_) {
+      proto::DataRow d;
+      for (auto& v : r) d.values.push_back(v ? std::optional<std::string_view>(*v) : std::nullopt);
+      d.encode(out);
+    }
+    proto::CommandComplete{std::string(tag) + " " + std::to_string(rows_.size())}.encode(out);
+  }
+
+ private:
+  std::vector<std::string> columns_;
+  std::vector<std::vector<std::optional<std::string>>> rows_;
+};
+
+std::string join(const std::vector<std::string>& v, std::string_view sep = ", ") {
+  std::string s;
+  for (auto& x : v) s += (s.empty() ? "" : std::string(sep)) + x;
+  return s;
+}
+
+const char* kind_name(routing::RouteKind k) {
+  switch (k) {
+    case routing::RouteKind::shards: return "shards";
+    case routing::RouteKind::any_shard: return "any shard";
+    case routing::RouteKind::all_shards: return "all shards";
+    case routing::RouteKind::local: return "proxy";
+    case routing::RouteKind::error: return "error";
+    case routing::RouteKind::need_shapes: return "needs table definitions";
+  }
+  return "?";
+}
+
+}  // namespace
+
+awaitable<bool> Session::admin_login() {
+  const UserAuth* user = runtime_->find_user(user_);
+  if (!user || !user->admin) {
+    spdlog::info("[{}] closed: user {} is not an admin", id_, user_);
+    co_await send_error("FATAL", sqlstate::insufficient_privilege,
+                        "permission denied to use the admin console (database \"splitpoint\")", false);
+    co_return false;
+  }
+  admin_ = true;
+  std::string out;
+  proto::Authentication{}.encode(out);
+  for (auto [k, v] : {std::pair{"server_version", "15.0 (splitpoint admin)"}, {"server_encoding", "UTF8"},
+                      {"client_encoding", "UTF8"}, {"DateStyle", "ISO, MDY"}, {"integer_datetimes", "on"},
+                      {"standard_conforming_strings", "on"}, {"TimeZone", "UTC"}})
+    proto::ParameterStatus{k, v}.encode(out);
+  cancel_pid_ = server_.cancels().add(shared_from_this());
+  proto::BackendKeyData{cancel_pid_, cancel_secret_}.encode(out);
+  proto::ReadyForQuery{'I'}.encode(out);
+  if (co_await stream_.write(out)) co_return false;
+  logged_in_ = true;
+  metrics_.clients.add(1);
+  server_.register_session(id_, shared_from_this());
+  spdlog::info("[{}] admin console login user={}", id_, user_);
+  co_return true;
+}
+
+awaitable<void> Session::serve_admin() {
+  for (;;) {
+    auto r = proto::decode_frame(std::string_view(cbuf_).substr(cpos_), proto::Direction::frontend, limits_);
+    if (r.status == proto::FrameStatus::error) {
+      co_await send_error("FATAL", sqlstate::protocol_violation, r.error, false);
+      co_return;
+    }
+    if (r.status == proto::FrameStatus::need_more) {
+      cbuf_.erase(0, cpos_);
+      cpos_ = 0;
+      if (co_await stream_.read_some(cbuf_)) co_return;
+      continue;
+    }
+    auto f = r.frame;
+    std::string out;
+    if (f.type == 'X') co_return;
+    if (f.type == 'Q') {
+      auto q = proto::Query::decode(f.body);
+      std::string sql = q ? std::string(q->sql) : std::string();
+      metrics_.queries[static_cast<std::size_t>(RouteLabel::admin)].add();
+      if (!co_await admin_command(sql, out)) co_return;
+      proto::ReadyForQuery{'I'}.encode(out);
+    } else if (f.type == 'S') {
+      proto::ReadyForQuery{'I'}.encode(out);
+    } else if (f.type == 'P' || f.type == 'B' || f.type == 'D' || f.type == 'E' || f.type == 'H' || f.type == 'C') {
+      // Answer once per batch; the rest of the batch is skipped until Sync.
+      if (f.type == 'P') {
+        proto::ErrorFields::make("ERROR", sqlstate::feature_not_supported,
+                                 "the admin console only supports the simple query protocol")
+            .encode(out, 'E');
+      }
+    } else {
+      co_await send_error("FATAL", sqlstate::protocol_violation,
+                          "invalid frontend message type " + std::to_string(static_cast<unsigned char>(f.type)),
+                          false);
+      co_return;
+    }
+    cpos_ += f.size;
+    if (!out.empty() && co_await stream_.write(out)) co_return;
+  }
+}
+
+// Runs one admin command, appending its result (or an error) to `out`.
+awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
+  std::string_view rest;
+  auto w = words_of(sql, 3, rest);
+  auto rt = server_.runtime();
+  auto error = [&](std::string_view code, std::string msg) {
+    metrics_.error(code);
+    proto::ErrorFields::make("ERROR", code, msg).encode(out, 'E');
+  };
+  auto is = [&](std::initializer_list<const char*> expect) {
+    if (w.size() < expect.size()) return false;
+    std::size_t i = 0;
+    for (auto e : expect)
+      if (w[i++] != e) return false;
+    return true;
+  };
+  auto shard_arg = [&](std::size_t at) -> std::optional<std::string> {
+    if (w.size() <= at) return std::nullopt;
+    std::string_view r2;
+    auto raw = words_of(sql, at + 1, r2);
+    // The shard name as written (words_of upper-cases it).
+    std::size_t p = 0;
+    for (std::size_t i = 0; i < at; ++i) {
+      while (p < sql.size() && std::isspace(static_cast<unsigned char>(sql[p]))) ++p;
+      while (p < sql.size() && !std::isspace(static_cast<unsigned char>(sql[p]))) ++p;
+    }
+    while (p < sql.size() && std::isspace(static_cast<unsigned char>(sql[p]))) ++p;
+    std::size_t e = p;
+    while (e < sql.size() && !std::isspace(static_cast<unsigned char>(sql[e])) && sql[e] != ';') ++e;
+    return std::string(sql.substr(p, e - p));
+  };
+
+  if (is({"SHOW", "SHARDS"})) {
+    Table t({"shard", "host", "port", "database", "user", "pool_size", "paused"});
+    for (auto& sp : rt->shards) {
+      auto& s = sp->shard();
+      t.row({s.name, s.host, std::to_string(s.port), s.database.empty() ? "(client's)" : s.database,
+             s.user.empty() ? "(client's)" : s.user, std::to_string(s.pool_size), sp->paused() ? "yes" : "no"});
+    }
+    t.encode(out, "SHOW");
+  } else if (is({"SHOW", "POOLS"})) {
+    Table t({"shard", "user", "database", "idle", "active", "opening", "waiting", "max", "paused"});
+    for (auto& sp : rt->shards)
+      for (auto& pool : sp->all()) {
+        auto s = pool->stats();
+        auto& tg = pool->target();
+        t.row({tg.shard, tg.user, tg.database, std::to_string(s.idle), std::to_string(s.active),
+               std::to_string(s.opening), std::to_string(s.waiting), std::to_string(pool->max_size()),
+               pool->paused() ? "yes" : "no"});
+      }
+    t.encode(out, "SHOW");
+  } else if (is({"SHOW", "CLIENTS"})) {
+    Table t({"id", "user", "database", "address", "state", "connected_unix"});
+    for (auto& s : server_.sessions()) {
+      auto i = s->info();
+      t.row({std::to_string(i.id), i.user, i.database, i.address, i.state, std::to_string(i.connected_unix)});
+    }
+    t.encode(out, "SHOW");
+  } else if (is({"SHOW", "PARTITIONS"})) {
+    Table t({"distribution", "partition", "shard", "queries", "rows_written"});
+    for (auto& p : server_.metrics().partitions(rt->config))
+      t.row({p.distribution, std::to_string(p.partition), p.shard, std::to_string(p.queries), std::to_string(p.writes)});
+    t.encode(out, "SHOW");
+  } else if (is({"SHOW", "HOT", "KEYS"})) {
+    Table t({"distribution", "key", "count", "max_error", "skew"});
+    for (auto& k : server_.metrics().hot_keys(rt->config, kHotKeysShown)) {
+      std::size_t d = 0;
+      while (d < rt->config.distributions.size() && rt->config.distributions[d].name != k.distribution) ++d;
+      char skew[32];
+      std::snprintf(skew, sizeof skew, "%.2f", server_.metrics().skew(rt->config, d));
+      t.row({k.distribution, k.key, std::to_string(k.count), std::to_string(k.error), std::string(skew)});
+    }
+    t.encode(out, "SHOW");
+  } else if (is({"SHOW", "CONFIG"})) {
+    Table t({"key", "value"});
+    const auto& c = rt->config;
+    auto dur = [](auto d) { return std::to_string(d.count()) + "ms"; };
+    t.row({"listen", c.listen.host + ":" + std::to_string(c.listen.port)});
+    t.row({"metrics_listen", c.metrics_listen.host + ":" + std::to_string(c.metrics_listen.port)});
+    t.row({"pool_mode", c.pool_mode == config::PoolMode::transaction ? "transaction" : "session"});
+    const char* auths[] = {"trust", "password", "md5", "scram-sha-256"};
+    t.row({"auth", auths[static_cast<int>(c.auth)]});
+    t.row({"tls", c.tls ? "on" : "off"});
+    t.row({"users", std::to_string(c.users.size())});
+    std::vector<std::string> shards;
+    for (auto& s : c.shards) shards.push_back(s.name);
+    t.row({"shards", join(shards)});
+    for (auto& d : c.distributions) {
+      const char* methods[] = {"hash", "range", "list"};
+      std::vector<std::string> tables;
+      for (auto& [tb, col] : d.tables) tables.push_back(tb + "(" + col + ")");
+      t.row({"distribution " + d.name, std::string(methods[static_cast<int>(d.method)]) + "; tables " + join(tables)});
+    }
+    t.row({"reference_tables", join(c.reference_tables)});
+    t.row({"scatter.deadline", dur(c.scatter.deadline)});
+    t.row({"scatter.max_deadline", dur(c.scatter.max_deadline)});
+    t.row({"scatter.partial_results", c.scatter.partial_results == config::PartialResults::allow ? "allow" : "deny"});
+    t.row({"scatter.max_buffered_rows", std::to_string(c.scatter.max_buffered_rows)});
+    t.row({"timeouts.client_login", dur(c.timeouts.client_login)});
+    t.row({"timeouts.client_idle", dur(c.timeouts.client_idle)});
+    t.row({"timeouts.server_connect", dur(c.timeouts.server_connect)});
+    t.row({"timeouts.shutdown", dur(c.timeouts.shutdown)});
+    t.row({"max_client_connections", std::to_string(c.max_client_connections)});
+    t.row({"max_message_size", std::to_string(c.max_message_size)});
+    t.encode(out, "SHOW");
+  } else if (is({"SHOW", "ROUTE"})) {
+    // The statement after SHOW ROUTE, routed without running it.
+    std::string_view r2;
+    words_of(sql, 2, r2);
+    std::string stmt(r2);
+    std::vector<std::shared_ptr<const routing::TableShape>> keep;
+    auto lookup = shape_lookup(keep);
+    auto route = rt->router->route_simple(stmt, routing_, lookup);
+    if (route.kind == routing::RouteKind::need_shapes) {
+      co_await fetch_shapes(route.missing_tables);
+      route = rt->router->route_simple(stmt, routing_, lookup);
+    }
+    std::vector<std::string> shards, parts;
+    std::vector<std::size_t> ids = route.shards;
+    if (route.kind == routing::RouteKind::all_shards)
+      for (std::size_t s = 0; s < rt->config.shards.size(); ++s) ids.push_back(s);
+    for (auto s : ids) shards.push_back(rt->config.shards[s].name);
+    for (auto& p : route.partitions)
+      parts.push_back(rt->config.distributions[p.distribution].name + ":" + std::to_string(p.partition));
+    std::string merge = "none (one shard)";
+    bool multi = route.kind == routing::RouteKind::all_shards ||
+                 (route.kind == routing::RouteKind::shards && route.shards.size() > 1);
+    if (route.kind == routing::RouteKind::any_shard) merge = "none (any one shard)";
+    if (multi && route.cls == routing::StatementClass::read) {
+      auto planned = routing::plan_merge(stmt);
+      if (auto* p = std::get_if<routing::MergePlan>(&planned)) merge = p->describe();
+      else merge = "refused: " + std::get<routing::MergeError>(planned).sqlstate + " " +
+                   std::get<routing::MergeError>(planned).message;
+    } else if (multi) {
+      merge = route.per_shard_sql.empty() ? "same statement on each shard; results combined"
+                                          : "rows split into one statement per shard; results combined";
+    }
+    Table t({"route", "shards", "partitions", "keys", "merge", "error"});
+    t.row({kind_name(route.kind), join(shards), join(parts), join(route.key_values), merge,
+           route.kind == routing::RouteKind::error
+               ? std::optional<std::string>(route.sqlstate + " " + route.message)
+               : std::nullopt});
+    t.encode(out, "SHOW");
+  } else if (is({"RELOAD"})) {
+    std::string err;
+    if (server_.reload(err)) proto::CommandComplete{"RELOAD"}.encode(out);
+    else error(sqlstate::invalid_parameter_value, "configuration rejected, the old one stays in force: " + err);
+  } else if (is({"PAUSE"}) || is({"RESUME"})) {
+    bool pause = w[0] == "PAUSE";
+    auto name = shard_arg(1);
+    bool found = !name;
+    for (auto& sp : rt->shards)
+      if (!name || sp->shard().name == *name) {
+        sp->set_paused(pause);
+        found = true;
+      }
+    if (!found) error(sqlstate::invalid_parameter_value, "unknown shard \"" + *name + "\"");
+    else proto::CommandComplete{pause ? "PAUSE" : "RESUME"}.encode(out);
+  } else if (w.empty()) {
+    proto::encode_empty_query(out);
+  } else {
+    error(sqlstate::syntax_error,
+          "unknown admin command; try SHOW SHARDS | POOLS | CLIENTS | PARTITIONS | HOT KEYS | ROUTE <statement> | "
+          "CONFIG, RELOAD, PAUSE [shard], RESUME [shard]");
+  }
+  co_return true;
+}
+
+}  // namespace splitpoint::server
