@@ -351,6 +351,28 @@ void Evaluator::note_key(const std::optional<std::string>& v, const ColumnType& 
   if (std::find(key_values_.begin(), key_values_.end(), key) == key_values_.end()) key_values_.push_back(std::move(key));
 }
 
+// Several sharded tables can be answered shard by shard only when every row that
+// meets another lives on the same shard: all of one distribution, linked by equality
+// on the key, and no table pinned to a single shard beside them.
+static bool co_located(const Plan& plan) {
+  if (plan.occs.size() <= 1) return plan.pinned_shards.empty() || plan.occs.empty();
+  if (!plan.pinned_shards.empty()) return false;
+  for (const auto& o : plan.occs)
+    if (o.distribution != plan.occs.front().distribution) return false;
+  std::vector<bool> reached(plan.occs.size(), false);
+  reached[0] = true;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const KeyEdge& e : plan.edges) {
+      auto f = static_cast<std::size_t>(e.from), t = static_cast<std::size_t>(e.to);
+      if (f >= reached.size() || t >= reached.size() || reached[f] == reached[t]) continue;
+      reached[f] = reached[t] = true;
+      changed = true;
+    }
+  }
+  return std::all_of(reached.begin(), reached.end(), [](bool b) { return b; });
+}
+
 Route Evaluator::finish() {
   Route r = plan_.fixed;
   if (!missing_.empty()) {
@@ -416,6 +438,13 @@ Route Evaluator::finish() {
   if (unsplittable_insert && shards.size() > 1)
     return error_route(plan_, "SPR01",
                        "this INSERT would reach several shards; send a multi-row INSERT as a statement of its own");
+  if (shards.size() > 1 && !co_located(plan_)) {
+    // Each shard would join only its own rows: the union is not the answer.
+    return error_route(plan_, "SPC01",
+                       "cannot be answered exactly across shards: the statement joins sharded tables that are not "
+                       "co-located (same distribution, joined on the key); add the key to the join or fix it to one "
+                       "key value");
+  }
   r.kind = RouteKind::shards;
   r.shards = std::move(shards);
   return r;

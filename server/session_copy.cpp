@@ -173,10 +173,37 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
     else if (!shards[s].error.empty()) start_error = shards[s].error;
   }
 
-  routing::CopySplitter splitter(cs, key_index);
+  routing::CopySplitter splitter(cs, key_index, cls.key_column);
   std::string fail_reason;  // set: abort with CopyFail on every shard
   std::string fail_code;
   bool client_failed = false;
+
+  // Sends the rows the splitter has completed to the shards that own their keys.
+  auto route_rows = [&] {
+    if (splitter.prologue_ready()) {
+      for (auto& sc : shards) {
+        if (sc.prologue_sent || splitter.prologue().empty()) continue;
+        proto::CopyData{splitter.prologue()}.encode(sc.out);
+        sc.prologue_sent = true;
+      }
+    }
+    routing::CopyRow row;
+    while (fail_reason.empty() && splitter.next_row(row)) {
+      std::optional<std::string> key = row.key;
+      if (key && cs.format == routing::CopyStatement::Format::binary) key = binary_key_as_text(key_type, *key);
+      auto part = topo.partition_of(cls.distribution, key_type, key);
+      if (part.status != routing::PartitionOf::Status::ok) {
+        fail_reason = part.status == routing::PartitionOf::Status::no_partition
+                          ? "key " + (key ? *key : std::string("NULL")) + " of table \"" + table +
+                                "\" maps to no partition"
+                          : "cannot read the key of a row of table \"" + table + "\"";
+        fail_code = part.status == routing::PartitionOf::Status::no_partition ? sqlstate::no_partition
+                                                                              : sqlstate::no_shard_key;
+        return;
+      }
+      proto::CopyData{row.bytes}.encode(shards[topo.shard_of(cls.distribution, part.partition)].out);
+    }
+  };
   if (!start_error.empty()) {
     fail_reason = "COPY could not start on every shard";
   } else {
@@ -208,36 +235,17 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
           fail_reason = splitter.error();
           fail_code = "22P04";  // bad_copy_file_format
         } else {
-          if (splitter.prologue_ready()) {
-            for (auto& sc : shards) {
-              if (sc.prologue_sent || splitter.prologue().empty()) continue;
-              proto::CopyData{splitter.prologue()}.encode(sc.out);
-              sc.prologue_sent = true;
-            }
-          }
-          routing::CopyRow row;
-          while (fail_reason.empty() && splitter.next_row(row)) {
-            std::optional<std::string> key = row.key;
-            if (key && cs.format == routing::CopyStatement::Format::binary) key = binary_key_as_text(key_type, *key);
-            auto part = topo.partition_of(cls.distribution, key_type, key);
-            if (part.status != routing::PartitionOf::Status::ok) {
-              fail_reason = part.status == routing::PartitionOf::Status::no_partition
-                                ? "key " + (key ? *key : std::string("NULL")) + " of table \"" + table +
-                                      "\" maps to no partition"
-                                : "cannot read the key of a row of table \"" + table + "\"";
-              fail_code = part.status == routing::PartitionOf::Status::no_partition ? sqlstate::no_partition
-                                                                                    : sqlstate::no_shard_key;
-              break;
-            }
-            auto s = topo.shard_of(cls.distribution, part.partition);
-            proto::CopyData{row.bytes}.encode(shards[s].out);
-          }
+          route_rows();
         }
       } else if (type == 'c') {
         done = true;
-        if (sharded && fail_reason.empty() && !splitter.finish()) {
-          fail_reason = splitter.error();
-          fail_code = "22P04";
+        if (sharded && fail_reason.empty()) {
+          if (!splitter.finish()) {
+            fail_reason = splitter.error();
+            fail_code = "22P04";
+          } else {
+            route_rows();  // a last line without a line end is a row too
+          }
         }
       } else if (type == 'f') {
         done = true;

@@ -212,7 +212,10 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   if (routing::first_keyword(sql) == "copy") {
     // COPY FROM STDIN into a sharded table is split by key; into a reference table
     // it goes to every shard.
-    auto cs = routing::parse_copy(sql);
+    std::string copy_error;
+    auto cs = routing::parse_copy(sql, &copy_error);
+    if (!cs && !copy_error.empty())
+      co_return co_await reject(sqlstate::feature_not_supported, copy_error, false);
     if (cs && cs->from_stdin) {
       auto kind = runtime_->topology->classify(cs->schema, cs->table).kind;
       if (kind == routing::TableClass::Kind::sharded ||

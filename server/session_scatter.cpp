@@ -74,6 +74,15 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
   mopts.is_reference_table = [topo](std::string_view t) {
     return topo->classify("", t).kind == routing::TableClass::Kind::reference;
   };
+  // Table columns (from the shards' catalogs) tell GROUP BY aliases from columns.
+  std::vector<std::shared_ptr<const routing::TableShape>> shapes_used;
+  auto shapes = runtime_->shapes;
+  mopts.table_columns = [shapes, &shapes_used](std::string_view t) -> const std::vector<std::string>* {
+    auto s = shapes->find(t);
+    if (!s) return nullptr;
+    shapes_used.push_back(s);
+    return &s->columns;
+  };
   auto planned = routing::plan_merge(req.sql, mopts);
   if (auto* err = std::get_if<routing::MergeError>(&planned))
     co_return co_await reject(err->sqlstate, err->message, req.extended);

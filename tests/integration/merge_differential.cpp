@@ -3,7 +3,8 @@
 // t1, t2 ("shards") and also stored whole in t_all. For every query below, the planner's
 // shard query runs on t0..t2, the merger combines the three results, and the outcome
 // must equal the original query run on t_all, value for value in PostgreSQL's text
-// output (row order included where the query's ORDER BY fixes it).
+// output (row order included where the query's ORDER BY fixes it). Some queries run
+// again with binary results, compared byte for byte with the types' send functions.
 // Queries the planner must refuse are checked to be refused with the right SQLSTATE.
 //
 // Usage: merge_differential "<libpq connection string>"   (exit status 1 on any failure)
@@ -16,6 +17,7 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -207,33 +209,40 @@ std::string show(const std::vector<Value>& row) {
   return s + ")";
 }
 
-// Feeds the shard results through the merger; nullopt (and a failure) on a merge error.
-std::optional<Rows> merge(const MergePlan& plan, const std::vector<pqxx::result>& shards, const std::string& collation,
-                          const std::vector<std::string>& params, const std::string& label, MergeError* refused) {
+// What the shards returned: their RowDescription (types, formats) and rows.
+struct ShardResults {
   std::vector<splitpoint::protocol::FieldDescription> fields;
-  std::vector<std::string> names;
-  const pqxx::result& first = shards.front();
-  for (pqxx::row::size_type i = 0; i < first.columns(); ++i) {
+  std::vector<Rows> rows;
+};
+
+ShardResults text_results(const std::vector<pqxx::result>& shards) {
+  ShardResults out;
+  for (pqxx::row::size_type i = 0; i < shards.front().columns(); ++i) {
     splitpoint::protocol::FieldDescription f;
-    f.type_oid = static_cast<std::int32_t>(first.column_type(i));
-    f.format = 0;
-    fields.push_back(f);
+    f.type_oid = static_cast<std::int32_t>(shards.front().column_type(i));
+    out.fields.push_back(f);
   }
+  for (const auto& r : shards) out.rows.push_back(rows_of(r));
+  return out;
+}
+
+// Feeds the shard results through the merger; nullopt (and a failure) on a merge error.
+std::optional<Rows> merge(const MergePlan& plan, const ShardResults& shards, const std::string& collation,
+                          const std::vector<std::string>& params, const std::string& label, MergeError* refused) {
   std::vector<std::optional<std::string_view>> values(params.begin(), params.end());
   splitpoint::routing::MergerOptions options;
   options.collation = collation;
   options.max_buffered_rows = 100000;
   options.params.values = values;
-  auto created = Merger::create(plan, shards.size(), fields, options);
+  auto created = Merger::create(plan, shards.rows.size(), shards.fields, options);
   if (auto* e = std::get_if<MergeError>(&created)) {
     if (refused != nullptr) *refused = *e;
     else fail(label + ": merger refused: " + e->sqlstate + " " + e->message);
     return std::nullopt;
   }
   Merger& m = *std::get<std::unique_ptr<Merger>>(created);
-  std::vector<Rows> input;
-  for (const auto& r : shards) input.push_back(rows_of(r));
-  std::vector<std::size_t> next(shards.size(), 0);
+  const std::vector<Rows>& input = shards.rows;
+  std::vector<std::size_t> next(input.size(), 0);
   Rows out;
   for (std::size_t round = 0;; ++round) {
     Merger::Step s = m.next();
@@ -243,8 +252,8 @@ std::optional<Rows> merge(const MergePlan& plan, const std::vector<pqxx::result>
       // For "any shard", rotate so rows of different shards interleave.
       std::size_t i = s.shard;
       if (i == Merger::kAnyShard) {
-        i = round % shards.size();
-        while (next[i] > input[i].size()) i = (i + 1) % shards.size();
+        i = round % input.size();
+        while (next[i] > input[i].size()) i = (i + 1) % input.size();
       }
       if (next[i] < input[i].size()) m.push(i, data_row(input[i][next[i]]));
       else m.end_of_shard(i);
@@ -396,6 +405,58 @@ std::vector<Query> queries() {
   };
 }
 
+// Generated: random ORDER BY lists (directions, NULLS, COLLATE, hidden keys) made total
+// by a final id, with LIMIT/OFFSET; and random GROUP BY / aggregate combinations.
+std::vector<Query> generated_queries() {
+  std::mt19937 rng(4242);
+  const std::vector<std::string> columns = {"k", "g", "n", "f", "s", "d", "ts", "tz", "b", "u", "c", "tm", "i8", "by"};
+  const std::vector<std::string> aggregates = {"count(*)", "count(k)", "sum(k)", "avg(k)", "sum(n)", "avg(n)", "min(s)",
+                                               "max(d)", "min(ts)", "max(u::text)", "bool_and(b)", "avg(i8)", "max(c)"};
+  auto pick = [&](const std::vector<std::string>& v) { return v[rng() % v.size()]; };
+  std::vector<Query> out;
+  for (int i = 0; i < 20; ++i) {
+    std::string select = "id", order;
+    for (unsigned j = 0, n = 1 + rng() % 3; j < n; ++j) {
+      std::string col = pick(columns);
+      if (rng() % 2) select += ", " + col;  // else a hidden sort key
+      order += col + (col == "s" && rng() % 3 == 0 ? " COLLATE \"C\"" : "") + (rng() % 2 ? " DESC" : "") +
+               std::vector<std::string>{"", " NULLS FIRST", " NULLS LAST"}[rng() % 3] + ", ";
+    }
+    std::string sql = "SELECT " + select + " FROM merge_src ORDER BY " + order + "id";
+    if (rng() % 2) sql += " LIMIT " + std::to_string(rng() % 60);
+    if (rng() % 2) sql += " OFFSET " + std::to_string(rng() % 30);
+    out.push_back({sql});
+  }
+  for (int i = 0; i < 12; ++i) {
+    std::string g1 = pick({"g", "k", "b", "c", "d", "s"}), g2 = pick({"g", "b", "tm"});
+    std::string keys = rng() % 2 ? g1 : g1 + ", " + g2;
+    std::string sql = "SELECT " + keys + ", " + pick(aggregates) + ", " + pick(aggregates) + " FROM merge_src GROUP BY " +
+                      keys + " ORDER BY " + keys;
+    if (rng() % 3 == 0) sql += " LIMIT " + std::to_string(1 + rng() % 10);
+    out.push_back({sql});
+  }
+  return out;
+}
+
+// Run again with every visible column in binary format (hidden ones stay text).
+std::vector<Query> binary_queries() {
+  using M = Match;
+  return {
+      {"SELECT id, k FROM merge_src ORDER BY k, id"},
+      {"SELECT id, n, f FROM merge_src ORDER BY n DESC, f, id LIMIT 50"},
+      {"SELECT id, s, d, ts, tz FROM merge_src ORDER BY d, ts DESC, id"},
+      {"SELECT id, u, b, c, by, tm FROM merge_src ORDER BY u, b, id"},
+      {"SELECT id FROM merge_src ORDER BY s DESC, n NULLS FIRST, id LIMIT 40 OFFSET 10"},
+      {"SELECT count(*), sum(k), avg(k), sum(i8), avg(i8), sum(n), avg(n), min(s), max(d), bool_or(b) FROM merge_src"},
+      {"SELECT sum(f), avg(f), sum(r), min(f), max(r) FROM merge_src WHERE f BETWEEN -1000 AND 1000"},
+      {"SELECT g, count(*), avg(n), max(tz), min(u::text) FROM merge_src GROUP BY g ORDER BY g"},
+      {"SELECT g, sum(i8) FROM merge_src GROUP BY g HAVING avg(k) > 0 ORDER BY sum(i8) DESC"},
+      {"SELECT b, avg(k) FROM merge_src GROUP BY b ORDER BY avg(k) NULLS FIRST"},
+      {"SELECT DISTINCT k, g FROM merge_src", M::multiset},
+      {"SELECT DISTINCT d FROM merge_src ORDER BY d DESC"},
+  };
+}
+
 struct Refusal {
   std::string sql;
   std::string sqlstate;
@@ -423,7 +484,9 @@ std::vector<Refusal> refusals() {
 
 void check_queries(pqxx::connection& c, const std::string& collation, int round) {
   int index = 0;
-  for (const Query& q : queries()) {
+  std::vector<Query> all = queries();
+  for (Query& q : generated_queries()) all.push_back(std::move(q));
+  for (const Query& q : all) {
     std::string label = "round " + std::to_string(round) + " query " + std::to_string(++index) + " [" + q.sql + "]";
     auto planned = splitpoint::routing::plan_merge(q.sql);
     if (auto* e = std::get_if<MergeError>(&planned)) {
@@ -436,10 +499,84 @@ void check_queries(pqxx::connection& c, const std::string& collation, int round)
       for (int s = 0; s < kShards; ++s)
         shards.push_back(run(c, with_table(plan.shard_sql, "t" + std::to_string(s)), q.params));
       Rows expected = rows_of(run(c, with_table(q.sql, "t_all"), q.params));
-      if (std::optional<Rows> merged = merge(plan, shards, collation, q.params, label, nullptr))
+      if (std::optional<Rows> merged = merge(plan, text_results(shards), collation, q.params, label, nullptr))
         compare(q, *merged, expected, label);
     } catch (const std::exception& e) {
       fail(label + ": " + e.what() + "  shard query: " + plan.shard_sql);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------
+// Binary results. libpqxx reads text only, so a binary column is fetched as its type's
+// send function's bytea (exactly the bytes the protocol's binary format carries).
+
+std::string send_function(std::uint32_t type) {
+  static const std::map<std::uint32_t, std::string> kSend = {
+      {16, "boolsend"},      {17, "byteasend"},      {19, "namesend"},          {20, "int8send"},
+      {21, "int2send"},      {23, "int4send"},       {25, "textsend"},          {700, "float4send"},
+      {701, "float8send"},   {1042, "bpcharsend"},   {1043, "varcharsend"},     {1082, "date_send"},
+      {1083, "time_send"},   {1114, "timestamp_send"}, {1184, "timestamptz_send"}, {1700, "numeric_send"},
+      {2950, "uuid_send"}};
+  auto it = kSend.find(type);
+  if (it == kSend.end()) throw std::runtime_error("no send function for type " + std::to_string(type));
+  return it->second;
+}
+
+std::string unhex(const std::string& bytea) {  // "\x0a1b" -> bytes
+  std::string out;
+  for (std::size_t i = 2; i + 1 < bytea.size(); i += 2) out.push_back(static_cast<char>(std::stoi(bytea.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+// Runs `sql` with the columns whose format is 1 returned in binary.
+std::pair<std::vector<std::uint32_t>, Rows> run_binary(pqxx::connection& c, const std::string& sql,
+                                                       const std::vector<std::string>& params,
+                                                       std::vector<std::int16_t> formats) {
+  pqxx::result probe = run(c, sql, params);
+  std::vector<std::uint32_t> types;
+  for (pqxx::row::size_type i = 0; i < probe.columns(); ++i) types.push_back(probe.column_type(i));
+  if (formats.size() == 1) formats.assign(types.size(), formats[0]);
+  std::string select, names;
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    std::string col = "q.c" + std::to_string(i + 1);
+    select += std::string(i ? ", " : "") + (formats[i] == 1 ? send_function(types[i]) + "(" + col + ")" : col);
+    names += std::string(i ? ", " : "") + "c" + std::to_string(i + 1);
+  }
+  Rows rows = rows_of(run(c, "SELECT " + select + " FROM (" + sql + ") AS q(" + names + ")", params));
+  for (auto& row : rows)
+    for (std::size_t i = 0; i < row.size(); ++i)
+      if (row[i] && formats[i] == 1) row[i] = unhex(*row[i]);
+  return {types, rows};
+}
+
+void check_binary_queries(pqxx::connection& c, const std::string& collation, int round) {
+  int index = 0;
+  for (const Query& q : binary_queries()) {
+    std::string label = "round " + std::to_string(round) + " binary query " + std::to_string(++index) + " [" + q.sql + "]";
+    const MergePlan plan = std::get<MergePlan>(splitpoint::routing::plan_merge(q.sql));
+    try {
+      ShardResults shards;
+      const std::int16_t binary[] = {1};
+      std::vector<std::int16_t> formats;
+      for (int s = 0; s < kShards; ++s) {
+        std::string sql = with_table(plan.shard_sql, "t" + std::to_string(s));
+        if (formats.empty()) formats = plan.shard_result_formats(binary, run(c, sql, q.params).columns());
+        auto [types, rows] = run_binary(c, sql, q.params, formats);
+        shards.rows.push_back(std::move(rows));
+        if (shards.fields.empty())
+          for (std::size_t i = 0; i < types.size(); ++i) {
+            splitpoint::protocol::FieldDescription f;
+            f.type_oid = static_cast<std::int32_t>(types[i]);
+            f.format = formats[i];
+            shards.fields.push_back(f);
+          }
+      }
+      Rows expected = run_binary(c, with_table(q.sql, "t_all"), q.params, {1}).second;
+      if (std::optional<Rows> merged = merge(plan, shards, collation, q.params, label, nullptr))
+        compare(q, *merged, expected, label);
+    } catch (const std::exception& e) {
+      fail(label + ": " + e.what());
     }
   }
 }
@@ -455,7 +592,7 @@ void check_refusals(pqxx::connection& c, const std::string& collation) {
       const MergePlan& plan = std::get<MergePlan>(planned);
       std::vector<pqxx::result> shards;
       for (int s = 0; s < kShards; ++s) shards.push_back(run(c, with_table(plan.shard_sql, "t" + std::to_string(s)), {}));
-      if (merge(plan, shards, collation, {}, label, &e)) {
+      if (merge(plan, text_results(shards), collation, {}, label, &e)) {
         fail(label + ": was answered instead of refused");
         continue;
       }
@@ -477,10 +614,13 @@ int main(int argc, char** argv) {
     for (int round = 0; round < 2; ++round) {
       load(c, round);
       check_queries(c, collation, round);
+      check_binary_queries(c, collation, round);
       check_refusals(c, collation);
     }
     pqxx::nontransaction(c).exec0("DROP SCHEMA merge_diff CASCADE");
-    std::cout << "merge_differential: " << queries().size() << " queries and " << refusals().size()
+    std::cout << "merge_differential: " << queries().size() + generated_queries().size() << " queries ("
+              << binary_queries().size()
+              << " also in binary) and " << refusals().size()
               << " refusals on two splits (" << collation << "), " << rows_compared << " rows compared, " << failures
               << " failure(s)\n";
   } catch (const std::exception& e) {

@@ -480,24 +480,24 @@ def load_data_everywhere():
 
 @test
 def key_lookups():
-    for _ in range(120):
+    for _ in range(60):
         k = some_key(existing=rng.random() < 0.8)
         lockstep("simple", f"SELECT * FROM accounts WHERE id = {k}")
         lockstep("extended", "SELECT * FROM accounts WHERE id = $1", [k])
-    for _ in range(40):
+    for _ in range(25):
         k = some_key()
         lockstep("simple", f"SELECT a.name, i.item_no, i.label, i.qty FROM accounts a JOIN items i "
                            f"ON i.acct_id = a.id WHERE a.id = {k} ORDER BY i.item_no")
         lockstep("extended", "SELECT count(*), sum(qty), max(label), min(item_no) FROM items WHERE acct_id = $1", [k])
         lockstep("extended", "SELECT id, tags, balance FROM accounts WHERE id = $1", [k], result_formats=[1])
-    for _ in range(40):
+    for _ in range(25):
         ks = same_partition_keys(rng.randrange(2, 6))
         lockstep("simple", f"SELECT id, name, note FROM accounts WHERE id IN ({','.join(map(str, ks))}) ORDER BY id")
         lockstep("extended", "SELECT id, balance FROM accounts WHERE id = ANY($1) ORDER BY id DESC",
                  ["{" + ",".join(map(str, ks)) + "}"])
         lockstep("simple", f"SELECT acct_id, count(*) FROM items WHERE acct_id = {ks[0]} OR acct_id = {ks[-1]} "
                            "GROUP BY acct_id ORDER BY acct_id")
-    for _ in range(40):
+    for _ in range(25):
         slug = rng.choice(sorted(DOCS)) if rng.random() < 0.8 else word() + "-none"
         lockstep("simple", f"SELECT slug, body, n FROM docs WHERE slug = {sql_lit(slug)}")
         lockstep("extended", "SELECT slug, length(body), n FROM docs WHERE slug = $1", [slug])
@@ -511,14 +511,14 @@ def key_lookups():
 
 @test
 def single_shard_updates_and_deletes():
-    for _ in range(60):
+    for _ in range(40):
         k = some_key(existing=rng.random() < 0.85)
         lockstep("simple", f"UPDATE accounts SET balance = balance + 1.25, note = NULL WHERE id = {k} "
                            "RETURNING id, balance, note")
         lockstep("extended", "UPDATE accounts SET name = $2, tags = tags || $3::text[] WHERE id = $1 RETURNING *",
                  [k, word(), "{x,ÿ}"])
         lockstep("extended", "UPDATE items SET qty = qty * 2 WHERE acct_id = $1 AND qty < $2", [k, 10])
-    for _ in range(40):
+    for _ in range(25):
         a, n = rng.choice(sorted(ITEMS))
         lockstep("simple", f"DELETE FROM items WHERE acct_id = {a} AND item_no = {n} RETURNING *")
         lockstep("extended", "DELETE FROM items WHERE acct_id = $1 AND item_no = $2 RETURNING label", [a, n])
@@ -537,7 +537,7 @@ def single_shard_updates_and_deletes():
 
 @test
 def insert_on_conflict_and_errors():
-    for _ in range(60):
+    for _ in range(40):
         k = some_key(existing=rng.random() < 0.5)
         lockstep("simple", f"INSERT INTO accounts (id, name, balance) VALUES ({k}, {sql_lit(word())}, 10.5) "
                            "ON CONFLICT (id) DO UPDATE SET balance = coalesce(accounts.balance, 0) + excluded.balance, "
@@ -562,7 +562,7 @@ def insert_on_conflict_and_errors():
 
 @test
 def transactions_commit_and_rollback():
-    for i in range(30):
+    for i in range(20):
         k = some_key()
         ks = same_partition_keys(2)
         commit = i % 2 == 0

@@ -380,10 +380,6 @@ def protocol_named_prepared_statements():
             r = c.query_collect()
         assert r.error is None and r.rows == [["105"]], (r.error, r.rows)
 
-        # SQL-level PREPARE/EXECUTE inside one transaction (same backend by definition).
-        r = c.query("BEGIN; PREPARE sqlps(int) AS SELECT $1 * 2; EXECUTE sqlps(21); DEALLOCATE sqlps; COMMIT")
-        assert r.error is None and r.results[2].rows == [["42"]], (r.error, r.results)
-
         # Parse of a name that exists is an error (42P05), as in PostgreSQL, and the
         # statement keeps its text.
         c.send([pgwire.parse_msg("SELECT 'replaced'", "stmt2"), pgwire.sync_msg()])
@@ -468,7 +464,7 @@ def session_parameters_follow_the_client():
             q(x, "SET myapp.x = 'rolled back'")
             q(x, "SET search_path = public")
             q(x, "SET LOCAL statement_timeout = '1min'")
-            assert one(x, "SHOW myapp.x") == "rolled back"
+            assert one(x, "SHOW myapp.x") == "rolled back", "SET inside a transaction not visible in it"
             q(x, "ROLLBACK")
             q(x, "BEGIN")
             q(x, "SET LOCAL TimeZone = 'UTC'")
@@ -489,7 +485,9 @@ def session_parameters_follow_the_client():
                                          lambda: checked_txn(f"after rollback, step {step}"))
                 else:
                     check_x(f"after rollback, step {step}")
-                assert one(x, "SHOW myapp.y") == "committed"
+                got = one(x, "SELECT current_setting('myapp.y', true)")
+                assert got == "committed", \
+                    f"SET inside a committed transaction not kept on the next backend (step {step}): {got!r}"
 
             # A multi-statement query that sets and reads.
             r = q(x, "SET myapp.z = 'multi'; SELECT current_setting('myapp.z')")
@@ -759,7 +757,6 @@ def session_mode_one_backend_per_session():
             q(s, "INSERT INTO tp_temp VALUES ('secret')")
             q(s, "SET myapp.x = 'previous session'")
             q(s, "SET search_path = pg_catalog")
-            q(s, "PREPARE tp_sql_ps AS SELECT 1")
         s1.close()
         s2.close()
         seen = set()
@@ -771,9 +768,24 @@ def session_mode_one_backend_per_session():
             assert one(s, "SELECT to_regclass('tp_temp')") is None, "temp table of a previous session visible"
             assert one(s, "SELECT current_setting('myapp.x', true)") in (None, ""), "SET of a previous session"
             assert one(s, "SHOW search_path") == '"$user", public', "search_path of a previous session"
-            assert one(s, "SELECT count(*) FROM pg_prepared_statements") == 0, "PREPARE of a previous session"
             s.close()
         assert seen <= {pid1, pid2}
+        # Protocol-level prepared statements of a session die with it.
+        r1 = p.raw()
+        r1.send([pgwire.parse_msg("SELECT 1", "sess_stmt"), pgwire.bind_msg(statement="sess_stmt"),
+                 pgwire.execute_msg(), pgwire.sync_msg()])
+        r = r1.query_collect()
+        assert r.error is None and r.rows == [["1"]], (r.error, r.rows)
+        r1.close()
+        for _ in range(2):
+            r2 = p.raw()
+            assert r2.scalar("SELECT count(*) FROM pg_prepared_statements") == "0", \
+                "prepared statements of a previous session left on the backend"
+            r2.send([pgwire.parse_msg("SELECT 2", "sess_stmt"), pgwire.bind_msg(statement="sess_stmt"),
+                     pgwire.execute_msg(), pgwire.sync_msg()])
+            r = r2.query_collect()
+            assert r.error is None and r.rows == [["2"]], (r.error, r.rows)
+            r2.close()
         # A session that listened: the next one does not (whether or not the proxy keeps
         # that backend).
         s = p.psql()

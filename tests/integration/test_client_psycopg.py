@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Real clients, unmodified: psycopg2 and psycopg 3 through splitpoint with sharding on.
+
+Two shards (the shared instances PG0 and PG1, each with a fresh database
+drv_psycopg_<random>, dropped at the end); accounts hash-sharded, events range-sharded,
+currencies a reference table (tests/lib/clients.py). Each driver connects with its
+ordinary connection URL (scram-sha-256, app/secret) and runs the common scenario
+(tests/lib/client_scenario.py): DDL, parameterized single-shard reads and writes, a
+multi-row INSERT across shards, scatter ORDER BY/LIMIT/OFFSET, aggregates and GROUP BY
+compared with values computed in the test, a committed and a rolled-back transaction,
+SPT01 for a second written shard, errors followed by good statements, and a
+conn.cancel() of `SELECT pg_sleep(30) FROM accounts WHERE id = 1` (57014, connection
+usable afterwards).
+
+psycopg 3 extras: server-side binding (extended protocol), explicit prepare=True and
+the automatic prepare after prepare_threshold executions, binary parameters and
+results (a binary scatter ORDER BY merge), a pipeline block, executemany, COPY FROM
+STDIN in text and binary format split by key, nested transaction blocks (savepoints).
+
+Finally both shards are read directly: every row is on the shard owning its key.
+Installs python3-psycopg2 and python3-psycopg when missing.
+Run by tests/run (env: PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
+"""
+# test-timeout: 600
+
+import os
+import secrets
+import sys
+import time
+import traceback
+from decimal import Decimal
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import clients  # noqa: E402
+
+clients.ensure_apt("python3-psycopg2", "python3-psycopg")
+
+import client_scenario as sc  # noqa: E402
+import psycopg  # noqa: E402
+import psycopg2  # noqa: E402
+import psycopg2.errors  # noqa: E402
+
+DB = "drv_psycopg_" + secrets.token_hex(4)
+WORK = clients.workdir("client_psycopg")
+
+
+def url(proxy, password="secret"):
+    return f"postgresql://app:{password}@{clients.HOST}:{proxy.port}/{DB}?connect_timeout=10"
+
+
+def run_psycopg2(proxy, shard_of):
+    chk = clients.Checker("psycopg2")
+
+    def connect(password="secret"):
+        c = psycopg2.connect(url(proxy, password))
+        c.autocommit = True
+        return c
+
+    conn, m = sc.run_dbapi(chk, psycopg2, connect, DB, shard_of, proxy, "psycopg2")
+    chk.ok("prepared-statement path: none (psycopg2 interpolates parameters on the client, simple protocol)")
+    sc.final_state(chk, conn.cursor(), m)
+    conn.close()
+    return chk
+
+
+def run_psycopg3(proxy, shard_of):
+    chk = clients.Checker("psycopg3")
+
+    def connect(password="secret"):
+        return psycopg.connect(url(proxy, password), autocommit=True)
+
+    conn, m = sc.run_dbapi(chk, psycopg, connect, DB, shard_of, proxy, "psycopg3")
+    cur = conn.cursor()
+
+    # -- explicit server-side prepared statement (prepare=True) -------------------------
+    for i in (2, 3, 17, 31):
+        cur.execute("SELECT owner, balance FROM accounts WHERE id = %s", (i,), prepare=True)
+        chk.eq(f"prepare=True single-shard SELECT id={i}", cur.fetchone(), m.accounts[i])
+    cur.execute("SELECT id, owner, balance FROM accounts ORDER BY balance DESC, id LIMIT %s", (5,), prepare=True)
+    chk.eq("prepare=True scatter ORDER BY ... LIMIT $1", sc.rows3(cur.fetchall()), m.top(5))
+    cur.execute("UPDATE accounts SET balance = balance + %s WHERE id = %s", (Decimal(1), 12), prepare=True)
+    chk.eq("prepare=True UPDATE rowcount", cur.rowcount, 1)
+    m.accounts[12] = (m.accounts[12][0], m.accounts[12][1] + 1)
+
+    # -- automatic prepare after prepare_threshold (5) executions --------------------------
+    chk.eq("prepare_threshold default", conn.prepare_threshold, 5)
+    for i in range(1, 13):
+        cur.execute("SELECT balance FROM accounts WHERE id = %s", (i,))
+        got = cur.fetchone()[0]
+        if got != m.accounts[i][1]:
+            chk.eq(f"auto-prepared SELECT id={i} (execution {i})", got, m.accounts[i][1])
+    chk.ok("same SELECT executed 12 times with different keys (prepared by psycopg from the 6th on)")
+
+    # -- binary parameters and results; a binary scatter ORDER BY merge ------------------
+    cur.execute("SELECT id, owner, balance FROM accounts WHERE id = %b", (9,), binary=True)
+    chk.eq("binary single-shard SELECT", sc.rows3(cur.fetchall()), [(9,) + m.accounts[9]])
+    cur.execute("SELECT id, owner, balance FROM accounts ORDER BY balance DESC, id LIMIT 7", binary=True)
+    chk.eq("binary results: scatter ORDER BY balance DESC, id LIMIT 7", sc.rows3(cur.fetchall()), m.top(7))
+    cur.execute("SELECT count(*), sum(balance), max(balance) FROM accounts", binary=True)
+    n, s, hi = cur.fetchone()
+    chk.eq("binary results: scatter aggregates", (n, s, hi), m.aggregates()[:2] + (m.aggregates()[3],))
+
+    # -- pipeline mode ----------------------------------------------------------------
+    if psycopg.Pipeline.is_supported():
+        ids1 = [i for i in range(80, 120) if shard_of[i] == 1][:4]
+        with conn.pipeline() as p:
+            c2 = conn.cursor()
+            for i in ids1:
+                c2.execute("INSERT INTO accounts (id, owner, balance) VALUES (%s, %s, %s)", (i, "pipe", Decimal(i)))
+            p.sync()
+            c2.execute("SELECT count(*) FROM accounts WHERE owner = %s", ("pipe",))
+            got = c2.fetchone()[0]
+        chk.eq("pipeline block: 4 INSERTs (one shard) + sync + scatter count", got, len(ids1))
+        for i in ids1:
+            m.accounts[i] = ("pipe", Decimal(i))
+        both = [i for i in range(120, 130)]
+        try:
+            with conn.pipeline():
+                c3 = conn.cursor()
+                for i in both:
+                    c3.execute("INSERT INTO accounts (id, owner, balance) VALUES (%s, %s, %s)",
+                               (i, "pipe2", Decimal(i)))
+            for i in both:
+                m.accounts[i] = ("pipe2", Decimal(i))
+            chk.ok("pipeline block: 10 INSERTs with keys on both shards in one pipeline")
+        except psycopg.Error as e:
+            # One Sync for all = one implicit transaction in PostgreSQL: writing two shards
+            # in it is the SPT01 case.
+            chk.eq("pipeline block with keys on both shards before one Sync: SQLSTATE", sqlstate_of(e), "SPT01")
+        cur.execute("SELECT count(*) FROM accounts WHERE owner = 'pipe2'")
+        n = cur.fetchone()[0]
+        chk.true("pipeline with keys on both shards: all rows or none", n in (0, len(both)), f"{n} rows")
+    else:
+        chk.ok("pipeline mode not supported by this libpq: skipped")
+
+    # -- executemany ----------------------------------------------------------------------
+    many = [(i, "many", Decimal(i) / 4) for i in range(130, 146)]
+    try:
+        cur.executemany("INSERT INTO accounts (id, owner, balance) VALUES (%s, %s, %s)", many)
+        for i, o, b in many:
+            m.accounts[i] = (o, b)
+        chk.ok(f"executemany of {len(many)} INSERTs with keys on both shards")
+    except psycopg.Error as e:
+        chk.eq("executemany with keys on both shards: SQLSTATE", sqlstate_of(e), "SPT01")
+    cur.execute("SELECT count(*) FROM accounts WHERE owner = 'many'")
+    n = cur.fetchone()[0]
+    chk.true("executemany: all rows or none", n in (0, len(many)), f"{n} rows")
+
+    # -- COPY FROM STDIN, text and binary, split by key ------------------------------------
+    text_rows = [(i, f"copy-{i}", Decimal(i) + Decimal("0.25")) for i in range(200, 230)]
+    with cur.copy("COPY accounts (id, owner, balance) FROM STDIN") as cp:
+        for r in text_rows:
+            cp.write_row(r)
+    chk.eq("COPY FROM STDIN (text) of 30 rows: rowcount", cur.rowcount, len(text_rows))
+    for i, o, b in text_rows:
+        m.accounts[i] = (o, b)
+    bin_rows = [(i, f"bcopy-{i}", Decimal(i) / 8) for i in range(230, 260)]
+    with cur.copy("COPY accounts (id, owner, balance) FROM STDIN (FORMAT BINARY)") as cp:
+        cp.set_types(["int8", "text", "numeric"])
+        for r in bin_rows:
+            cp.write_row(r)
+    chk.eq("COPY FROM STDIN (binary) of 30 rows: rowcount", cur.rowcount, len(bin_rows))
+    for i, o, b in bin_rows:
+        m.accounts[i] = (o, b)
+    cur.execute("SELECT count(*), sum(balance) FROM accounts WHERE id >= 200 AND id < 260")
+    chk.eq("COPYed rows readable through the proxy", cur.fetchone(),
+           (60, sum(b for _, _, b in text_rows + bin_rows)))
+    with cur.copy("COPY (SELECT id, owner FROM accounts WHERE id BETWEEN 200 AND 204 ORDER BY id) TO STDOUT") as cp:
+        got = [(int(i), o) for i, o in cp.rows()]
+    chk.eq("COPY (scatter SELECT ... ORDER BY) TO STDOUT", got, [(i, f"copy-{i}") for i in range(200, 205)])
+
+    # -- transaction blocks: commit, rollback, nested (savepoint) -------------------------
+    s0 = sorted(i for i in m.accounts if shard_of.get(i) == 0)
+    a = s0[0]
+    with conn.transaction():
+        cur.execute("UPDATE accounts SET owner = %s WHERE id = %s", ("tx-block", a))
+        try:
+            with conn.transaction():  # SAVEPOINT
+                cur.execute("UPDATE accounts SET owner = %s WHERE id = %s", ("inner", a))
+                raise psycopg.Rollback()
+        finally:
+            pass
+        cur.execute("SELECT owner FROM accounts WHERE id = %s", (a,))
+        chk.eq("nested transaction block rolled back to its savepoint", cur.fetchone()[0], "tx-block")
+    m.accounts[a] = ("tx-block", m.accounts[a][1])
+    cur.execute("SELECT owner FROM accounts WHERE id = %s", (a,))
+    chk.eq("transaction block committed", cur.fetchone()[0], "tx-block")
+    with conn.transaction():
+        cur.execute("UPDATE accounts SET owner = %s WHERE id = %s", ("never", a))
+        raise psycopg.Rollback()
+    cur.execute("SELECT owner FROM accounts WHERE id = %s", (a,))
+    chk.eq("transaction block rolled back (psycopg.Rollback)", cur.fetchone()[0], "tx-block")
+
+    sc.final_state(chk, cur, m)
+    conn.close()
+    return chk
+
+
+def sqlstate_of(e):
+    return getattr(e, "sqlstate", None) or getattr(getattr(e, "diag", None), "sqlstate", None)
+
+
+def main():
+    print(f"psycopg2 {psycopg2.__version__} (Debian python3-psycopg2 {clients.deb_version('python3-psycopg2')}), "
+          f"libpq {psycopg2.extensions.libpq_version()}")
+    print(f"psycopg {psycopg.__version__} (Debian python3-psycopg {clients.deb_version('python3-psycopg')}), "
+          f"implementation {psycopg.pq.__impl__}, libpq {psycopg.pq.version()}, "
+          f"pipeline supported: {psycopg.Pipeline.is_supported()}")
+    clients.create_dbs(DB)
+    proxy = clients.Proxy("client_psycopg", DB, WORK)
+    checkers = []
+    rc = 0
+    try:
+        proxy.start()
+        shard_of = clients.shard_of_accounts(DB, range(1, 300))
+        for run in (run_psycopg2, run_psycopg3):
+            t0 = time.monotonic()
+            checkers.append(run(proxy, shard_of))
+            print(f"--- {run.__name__}: {time.monotonic() - t0:.1f}s")
+        problems = clients.verify_placement(DB)
+        for p in problems:
+            print(f"FAIL placement: {p}")
+        if problems:
+            rc = 1
+        else:
+            print("ok   placement: every row on the shard owning its key; reference tables identical")
+        if not proxy.alive():
+            print("FAIL: splitpoint died")
+            rc = 1
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        print(f"splitpoint: {proxy.state()}; log tail:\n{proxy.log_tail()}")
+        rc = 1
+    finally:
+        proxy.stop()
+        clients.drop_dbs(DB)
+    for c in checkers:
+        c.summary()
+    print("test_client_psycopg: " + ("all passed" if rc == 0 else "FAILED"))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

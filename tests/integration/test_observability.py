@@ -1,0 +1,902 @@
+#!/usr/bin/env python3
+"""Observability and the admin console: /metrics, /healthz, /readyz, counters against a
+known workload, hot keys and skew, SHOW PARTITIONS / ROUTE / SHARDS / POOLS / CLIENTS /
+CONFIG, RELOAD, PAUSE / RESUME, and a real Prometheus scrape.
+
+Two shards (the shared instances PG0 and PG1, each with a fresh database obs_<random>
+made for this run and dropped at the end). One hash distribution `by_user` over 16
+partitions (default placement: partitions 0-7 on s0, 8-15 on s1) for the table
+users(id bigint primary key, v int); a reference table countries. Client users: app
+(plain) and admin (admin: true), auth scram-sha-256; the shards are reached as app/secret.
+
+The expected partition of every key comes from PostgreSQL itself: a scratch table
+`PARTITION BY HASH (k)` with MODULUS 16 on shard PG0 (each key's tableoid gives its
+remainder).
+
+Checks:
+ 1. `promtool check metrics` accepts /metrics; /healthz 200; /readyz 200 with both
+    shards up, 503 naming the shard on a proxy whose second shard is a closed port.
+ 2. 1000 single-shard SELECTs and 10 scatter count(*): exact deltas of
+    splitpoint_queries_total per route, splitpoint_partition_queries_total per partition,
+    splitpoint_query_duration_seconds_count.
+ 3. A skewed workload on a fresh proxy: SHOW HOT KEYS lists the hot key first and
+    splitpoint_partition_skew is what the partition counters say (>= 8 here), well above
+    the main proxy's value after an even workload.
+ 4. SHOW PARTITIONS: 16 rows with the default placement; queries equal the metrics;
+    rows_written equal the rows loaded per partition.
+ 5. SHOW ROUTE for each routing case, and the shown statements are not executed.
+ 6. Admin access: app refused with 42501, wrong admin password 28P01; SHOW SHARDS /
+    POOLS / CLIENTS / CONFIG (no password), RELOAD good and broken file, PAUSE / RESUME.
+ 7. A real Prometheus (/usr/bin/prometheus) scrapes the proxy; its value of
+    splitpoint_queries_total{route="single"} matches /metrics.
+
+Run by tests/run (env: PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
+"""
+# test-timeout: 240
+
+import http.client
+import json
+import os
+import random
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import traceback
+import urllib.parse
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import pgwire  # noqa: E402
+import psycopg2  # noqa: E402
+
+# ------------------------------------------------------------------ local harness helpers
+
+HOST = "127.0.0.1"
+SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
+SP_BIN = os.environ.get("SP_BIN") or os.path.join(os.environ.get("BUILD_DIR", os.path.join(SP_ROOT, "build")),
+                                                  "splitpoint")
+PG0 = int(os.environ["PG0_PORT"])
+PG1 = int(os.environ["PG1_PORT"])
+os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
+WORKDIR = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix="observability-",
+                                                             dir=os.environ["TEST_TMP"])
+os.makedirs(WORKDIR, exist_ok=True)
+PROXIES = []
+PROMETHEUS = "/usr/bin/prometheus"
+PROMTOOL = "/usr/bin/promtool"
+
+
+def free_port():
+    """A port from tests/lib/pg.sh's registry (never handed out twice in one run)."""
+    out = subprocess.run(["bash", os.path.join(SP_ROOT, "tests", "lib", "pg.sh"), "free_port"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+class Proxy:
+    """One splitpoint process with its own config file and log in WORKDIR."""
+
+    def __init__(self, name, body):
+        self.name = name
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.config_path = os.path.join(WORKDIR, name + ".yaml")
+        self.log_path = os.path.join(WORKDIR, name + ".log")
+        self.proc = None
+        for path in (self.log_path, self.config_path):
+            if os.path.exists(path):
+                os.unlink(path)
+        self.write_config(body)
+
+    def write_config(self, body):
+        text = (f"listen: {HOST}:{self.port}\nmetrics_listen: {HOST}:{self.metrics_port}\n" +
+                textwrap.dedent(body).strip() + "\n")
+        self.write_raw(text)
+
+    def write_raw(self, text):
+        tmp = self.config_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.config_path)
+
+    def start(self):
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([SP_BIN, "--config", self.config_path], stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        PROXIES.append(self)
+        deadline = time.monotonic() + 15
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name}: splitpoint exited with {self.proc.returncode} before "
+                                     f"listening; log:\n{self.log_tail()}")
+            try:
+                socket.create_connection((HOST, self.port), timeout=1).close()
+                socket.create_connection((HOST, self.metrics_port), timeout=1).close()
+                return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: not listening on {self.port}/{self.metrics_port} after 15s")
+            time.sleep(0.05)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=20):
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"{self.name}: still running {timeout}s after SIGTERM; killed")
+
+    def log_text(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def log_tail(self, n=40):
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+
+def kill_all_proxies():
+    for p in PROXIES:
+        if p.proc is not None and p.proc.poll() is None:
+            p.proc.kill()
+            p.proc.wait()
+
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+def main():
+    failed = 0
+    t_start = time.monotonic()
+    try:
+        setup()
+        for fn in TESTS:
+            t0 = time.monotonic()
+            try:
+                fn()
+                print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
+            except Exception:  # noqa: BLE001
+                failed += 1
+                print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
+                traceback.print_exc()
+                for p in PROXIES:
+                    if p.alive():
+                        print(f"--- {p.name} log tail:\n{p.log_tail()}\n---", flush=True)
+    except Exception:  # noqa: BLE001
+        failed = len(TESTS) or 1
+        print("FAIL setup", flush=True)
+        traceback.print_exc()
+        for p in PROXIES:
+            print(f"--- {p.name} log tail:\n{p.log_tail()}\n---", flush=True)
+    finally:
+        try:
+            teardown()
+        finally:
+            kill_all_proxies()
+    print(f"{len(TESTS) - failed}/{len(TESTS)} passed in {time.monotonic() - t_start:.1f}s")
+    return 1 if failed else 0
+
+
+# ------------------------------------------------------------------ fixtures
+
+DB = f"obs_{secrets.token_hex(4)}"
+APP_PW = f"app-pw-{secrets.token_hex(4)}"
+ADMIN_PW = f"adm-pw-{secrets.token_hex(4)}"
+SHARD_PW = "secret"
+PARTS = 16
+DIST = "by_user"
+ROWS = 2000  # users 1..ROWS, v = 10 * id
+SHARD_OF_PG = {"s0": PG0, "s1": PG1}
+
+
+def proxy_config(s1_port=PG1, client_login="4s", deadline="5s"):
+    return f"""
+auth: scram-sha-256
+timeouts:
+  client_login: {client_login}
+scatter:
+  deadline: {deadline}
+users:
+  - {{ name: app, password: {APP_PW} }}
+  - {{ name: admin, password: {ADMIN_PW}, admin: true }}
+shards:
+  - {{ name: s0, host: {HOST}, port: {PG0}, database: {DB}, user: app, password: {SHARD_PW} }}
+  - {{ name: s1, host: {HOST}, port: {s1_port}, database: {DB}, user: app, password: {SHARD_PW} }}
+distributions:
+  - name: {DIST}
+    method: hash
+    partitions: {PARTS}
+    tables:
+      users: id
+reference_tables: [countries]
+"""
+
+
+def superuser(port, db="postgres"):
+    c = psycopg2.connect(host=HOST, port=port, user="postgres", password="postgres", dbname=db,
+                         connect_timeout=10)
+    c.autocommit = True
+    return c
+
+
+def on_shard(shard, sql, args=None):
+    """Runs sql directly on a shard's obs database (as the superuser); returns all rows."""
+    c = superuser(SHARD_OF_PG[shard], DB)
+    try:
+        with c.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall() if cur.description else []
+    finally:
+        c.close()
+
+
+def app_conn(p, db=None):
+    c = psycopg2.connect(host=HOST, port=p.port, user="app", password=APP_PW, dbname=db or DB,
+                         connect_timeout=10)
+    c.autocommit = True
+    return c
+
+
+def admin_conn(p):
+    c = psycopg2.connect(host=HOST, port=p.port, user="admin", password=ADMIN_PW, dbname="splitpoint",
+                         connect_timeout=10)
+    c.autocommit = True
+    return c
+
+
+def admin(p, sql):
+    """(column names, rows) of one admin command."""
+    c = admin_conn(p)
+    try:
+        with c.cursor() as cur:
+            cur.execute(sql)
+            if cur.description is None:
+                return [], [], cur.statusmessage
+            return [d.name for d in cur.description], cur.fetchall(), cur.statusmessage
+    finally:
+        c.close()
+
+
+def admin_dicts(p, sql):
+    cols, rows, _ = admin(p, sql)
+    return [dict(zip(cols, r)) for r in rows]
+
+
+def http_get(port, path, timeout=15):
+    c = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        return r.status, r.read().decode("utf-8", "replace")
+    finally:
+        c.close()
+
+
+LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text):
+    """{(name, frozenset(labels)): value} of a Prometheus text exposition."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+\S+)?$", line)
+        assert m, f"unparsable metrics line: {line!r}"
+        labels = frozenset(LABEL_RE.findall(m.group(2) or ""))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def metrics(p):
+    status, body = http_get(p.metrics_port, "/metrics")
+    assert status == 200, (status, body[:200])
+    return parse_metrics(body)
+
+
+def mv(m, name, **labels):
+    key = (name, frozenset(labels.items()))
+    assert key in m, f"no series {name}{labels} in /metrics"
+    return m[key]
+
+
+ROUTES = ["single", "multi", "all", "reference", "admin"]
+
+
+def routes(m):
+    return {r: mv(m, "splitpoint_queries_total", route=r) for r in ROUTES}
+
+
+def partition_counts(m, name="splitpoint_partition_queries_total"):
+    return [mv(m, name, distribution=DIST, partition=str(i)) for i in range(PARTS)]
+
+
+PARTITION_OF = {}  # key -> hash partition, from PostgreSQL
+P = None  # the main proxy
+
+
+def compute_partitions(keys):
+    """Each key's remainder under PARTITION BY HASH (k bigint) MODULUS 16, by PostgreSQL."""
+    c = superuser(PG0, DB)
+    try:
+        with c.cursor() as cur:
+            cur.execute("CREATE TABLE obs_scratch (k bigint) PARTITION BY HASH (k)")
+            for r in range(PARTS):
+                cur.execute(f"CREATE TABLE obs_scratch_{r} PARTITION OF obs_scratch "
+                            f"FOR VALUES WITH (MODULUS {PARTS}, REMAINDER {r})")
+            cur.execute("INSERT INTO obs_scratch SELECT unnest(%s::bigint[])", (list(keys),))
+            cur.execute("SELECT k, tableoid::regclass::text FROM obs_scratch")
+            for k, rel in cur.fetchall():
+                PARTITION_OF[int(k)] = int(rel.rsplit("_", 1)[1])
+            cur.execute("DROP TABLE obs_scratch")
+    finally:
+        c.close()
+    assert len(PARTITION_OF) == len(set(keys))
+
+
+def shard_of_key(k):
+    return "s0" if PARTITION_OF[k] < PARTS // 2 else "s1"
+
+
+def setup():
+    global P
+    for port in (PG0, PG1):
+        c = superuser(port)
+        try:
+            with c.cursor() as cur:
+                cur.execute(f"CREATE DATABASE {DB} OWNER app")
+        finally:
+            c.close()
+    compute_partitions(range(1, ROWS + 1001))
+    P = Proxy("main", proxy_config()).start()
+    c = app_conn(P)
+    try:
+        with c.cursor() as cur:
+            cur.execute("CREATE TABLE users (id bigint PRIMARY KEY, v int)")
+            cur.execute("CREATE TABLE countries (code text PRIMARY KEY, name text)")
+            cur.execute("INSERT INTO countries (code, name) VALUES ('jp', 'Japan'), ('us', 'United States')")
+            for start in range(1, ROWS + 1, 500):
+                values = ", ".join(f"({k}, {10 * k})" for k in range(start, min(start + 500, ROWS + 1)))
+                cur.execute(f"INSERT INTO users (id, v) VALUES {values}")
+                assert cur.rowcount == min(500, ROWS + 1 - start), cur.rowcount
+    finally:
+        c.close()
+    # the rows are where the default placement says
+    for shard in ("s0", "s1"):
+        ids = sorted(r[0] for r in on_shard(shard, "SELECT id FROM users"))
+        want = sorted(k for k in range(1, ROWS + 1) if shard_of_key(k) == shard)
+        assert ids == want, f"{shard} holds {len(ids)} rows, expected {len(want)} (placement)"
+        assert on_shard(shard, "SELECT count(*) FROM countries") == [(2,)]
+
+
+def teardown():
+    for p in PROXIES:
+        try:
+            p.stop()
+        except Exception as e:  # noqa: BLE001
+            print(f"teardown: {p.name}: {e}")
+    for port in (PG0, PG1):
+        try:
+            c = superuser(port)
+            try:
+                with c.cursor() as cur:
+                    cur.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+            finally:
+                c.close()
+        except Exception as e:  # noqa: BLE001
+            print(f"teardown: drop {DB} on {port}: {e}")
+
+
+def wait_until(cond, within, what):
+    deadline = time.monotonic() + within
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {within}s")
+        time.sleep(0.2)
+
+
+# ------------------------------------------------------------------ 1. HTTP endpoints
+
+@test
+def http_endpoints_and_promtool():
+    status, body = http_get(P.metrics_port, "/metrics")
+    assert status == 200, status
+    r = subprocess.run([PROMTOOL, "check", "metrics"], input=body, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"promtool check metrics exit {r.returncode}:\n{r.stdout}{r.stderr}"
+    for name in ("splitpoint_client_connections", "splitpoint_server_connections", "splitpoint_queries_total",
+                 "splitpoint_query_duration_seconds", "splitpoint_shard_query_duration_seconds",
+                 "splitpoint_scatter_missing_total", "splitpoint_partition_queries_total",
+                 "splitpoint_errors_total", "splitpoint_pool_wait_seconds", "splitpoint_config_reloads_total"):
+        assert f"# TYPE {name} " in body, f"/metrics has no TYPE line for {name}"
+
+    status, body = http_get(P.metrics_port, "/healthz")
+    assert status == 200, (status, body)
+    status, body = http_get(P.metrics_port, "/readyz")
+    assert status == 200, f"/readyz with both shards up: {status} {body!r}"
+
+    bad = Proxy("bad-shard", proxy_config(s1_port=free_port())).start()
+    try:
+        status, body = http_get(bad.metrics_port, "/healthz")
+        assert status == 200, (status, body)
+        status, body = http_get(bad.metrics_port, "/readyz")
+        assert status == 503, f"/readyz with s1 on a closed port: {status} {body!r}"
+        assert "s1" in body and "s0" not in body, f"/readyz body should name s1 (only): {body!r}"
+    finally:
+        assert bad.stop() == 0
+
+
+# ------------------------------------------------------------------ 2. counters vs workload
+
+@test
+def counters_match_known_workload():
+    rnd = random.Random(20240601)
+    keys = [rnd.randint(1, ROWS) for _ in range(1000)]
+    expect = [0] * PARTS
+    for k in keys:
+        expect[PARTITION_OF[k]] += 1
+
+    c = app_conn(P)
+    try:
+        cur = c.cursor()
+        m0 = metrics(P)
+        for k in keys:
+            cur.execute("SELECT v FROM users WHERE id = %s", (k,))
+            assert cur.fetchall() == [(10 * k,)], k
+        m1 = metrics(P)
+        for _ in range(10):
+            cur.execute("SELECT count(*) FROM users")
+            assert cur.fetchall() == [(ROWS,)]
+        m2 = metrics(P)
+    finally:
+        c.close()
+
+    r0, r1, r2 = routes(m0), routes(m1), routes(m2)
+    d1 = {r: r1[r] - r0[r] for r in ROUTES}
+    d2 = {r: r2[r] - r1[r] for r in ROUTES}
+    assert d1 == {"single": 1000, "multi": 0, "all": 0, "reference": 0, "admin": 0}, \
+        f"queries_total deltas after 1000 single-shard SELECTs: {d1}"
+    assert d2 == {"single": 0, "multi": 10, "all": 0, "reference": 0, "admin": 0}, \
+        f"queries_total deltas after 10 scatter SELECTs: {d2}"
+
+    dur = "splitpoint_query_duration_seconds_count"
+    assert mv(m1, dur, route="single") - mv(m0, dur, route="single") == 1000
+    assert mv(m2, dur, route="multi") - mv(m1, dur, route="multi") == 10
+    assert mv(m2, dur, route="single") - mv(m1, dur, route="single") == 0
+
+    p0, p1, p2 = partition_counts(m0), partition_counts(m1), partition_counts(m2)
+    single_part = [p1[i] - p0[i] for i in range(PARTS)]
+    assert single_part == expect, \
+        f"per-partition deltas for the single-shard queries: got {single_part}, expected (PostgreSQL) {expect}"
+    scatter_part = [p2[i] - p1[i] for i in range(PARTS)]
+    # a keyless scatter counts either no partition or every partition it covers, equally
+    assert len(set(scatter_part)) == 1 and scatter_part[0] in (0, 10), \
+        f"per-partition deltas for 10 keyless scatters: {scatter_part}"
+    total = sum(p2) - sum(p0)
+    assert total == 1000 + sum(scatter_part), total
+    print(f"     scatter contributes {scatter_part[0]:.0f} per partition over 10 statements; "
+          f"single-shard partition deltas {[int(x) for x in single_part]}")
+    # writes untouched by reads
+    assert partition_counts(m2, "splitpoint_partition_writes_total") == \
+        partition_counts(m0, "splitpoint_partition_writes_total")
+
+
+# ------------------------------------------------------------------ 3. hot keys and skew
+
+@test
+def skewed_workload_hot_keys_and_skew():
+    even_skew = mv(metrics(P), "splitpoint_partition_skew", distribution=DIST)
+    q = Proxy("skew", proxy_config()).start()
+    try:
+        assert mv(metrics(q), "splitpoint_partition_skew", distribution=DIST) == 0, "skew before any traffic"
+        rnd = random.Random(99)
+        hot = 777
+        cold = rnd.sample([k for k in range(1, ROWS + 1) if k != hot], 500)
+        keys = [hot] * 1000 + cold * 2
+        rnd.shuffle(keys)
+        expect = [0] * PARTS
+        for k in keys:
+            expect[PARTITION_OF[k]] += 1
+        c = app_conn(q)
+        try:
+            cur = c.cursor()
+            for k in keys:
+                cur.execute("SELECT v FROM users WHERE id = %s", (k,))
+                assert cur.fetchall() == [(10 * k,)], k
+        finally:
+            c.close()
+        m = metrics(q)
+        assert partition_counts(m) == expect, f"partition counters {partition_counts(m)} != {expect}"
+        skew = mv(m, "splitpoint_partition_skew", distribution=DIST)
+        want = max(expect) / sum(expect) * PARTS
+        assert abs(skew - want) < 1e-6, f"skew gauge {skew}, busiest share x partitions = {want}"
+        assert skew >= 8 - 1e-9, f"half of the traffic on one key: skew {skew} should be >= 8"
+        assert even_skew < 2, f"main proxy's skew after an even workload: {even_skew}"
+        print(f"     skew: even workload {even_skew:.2f}, skewed workload {skew:.2f}")
+
+        rows = [r for r in admin_dicts(q, "SHOW HOT KEYS") if r["distribution"] == DIST]
+        assert rows, "SHOW HOT KEYS: no row for the distribution"
+        top = rows[0]
+        assert top["key"] == str(hot), f"SHOW HOT KEYS first key {top['key']!r}, expected {hot}; rows {rows[:3]}"
+        count, err = int(top["count"]), int(top["max_error"])
+        assert count >= 1000 and count - err <= 1000, f"hot key count {count} (max_error {err}), true 1000"
+        assert len(rows) <= 10, len(rows)
+        assert abs(float(top["skew"]) - skew) < 0.01, (top["skew"], skew)
+    finally:
+        assert q.stop() == 0
+
+
+# ------------------------------------------------------------------ 4. SHOW PARTITIONS
+
+@test
+def show_partitions_placement_and_queries():
+    rows = [r for r in admin_dicts(P, "SHOW PARTITIONS") if r["distribution"] == DIST]
+    m = metrics(P)
+    assert len(rows) == PARTS, f"{len(rows)} rows for {DIST}"
+    assert [int(r["partition"]) for r in rows] == list(range(PARTS)), [r["partition"] for r in rows]
+    for r in rows:
+        p = int(r["partition"])
+        want = "s0" if p < PARTS // 2 else "s1"
+        assert r["shard"] == want, f"partition {p} on {r['shard']}, default placement says {want}"
+    got = [int(r["queries"]) for r in rows]
+    assert got == [int(x) for x in partition_counts(m)], f"SHOW PARTITIONS queries {got} != metrics"
+
+
+@test
+def show_partitions_rows_written():
+    """SPEC §7: rows written since start, per partition; setup loaded ROWS rows in 4 INSERTs
+    and nothing else has written to users since."""
+    rows = [r for r in admin_dicts(P, "SHOW PARTITIONS") if r["distribution"] == DIST]
+    want = [0] * PARTS
+    for k in range(1, ROWS + 1):
+        want[PARTITION_OF[k]] += 1
+    got = [int(r["rows_written"]) for r in rows]
+    assert got == want, (f"SHOW PARTITIONS rows_written after loading {ROWS} rows with 4 multi-row INSERTs: "
+                         f"got {got} (sum {sum(got)}), expected rows per partition {want} (sum {sum(want)})")
+
+
+# ------------------------------------------------------------------ 5. SHOW ROUTE
+
+def route(sql):
+    rows = admin_dicts(P, "SHOW ROUTE " + sql)
+    assert len(rows) == 1, rows
+    r = rows[0]
+    r["shard_list"] = [s.strip() for s in (r["shards"] or "").split(",") if s.strip()]
+    return r
+
+
+def key_on(shard, skip=()):
+    return next(k for k in range(1, ROWS + 1) if shard_of_key(k) == shard and k not in skip)
+
+
+@test
+def show_route_each_case():
+    users_before = {s: on_shard(s, "SELECT id, v FROM users ORDER BY id") for s in ("s0", "s1")}
+    countries_before = {s: on_shard(s, "SELECT * FROM countries ORDER BY code") for s in ("s0", "s1")}
+    cases = []
+
+    # key = literal: one shard, the key's partition
+    k = 42
+    r = route(f"SELECT * FROM users WHERE id = {k}")
+    cases.append(r)
+    assert r["shard_list"] == [shard_of_key(k)], r
+    assert r["partitions"] == f"{DIST}:{PARTITION_OF[k]}", r
+    assert r["keys"] == str(k), r
+    assert r["error"] is None, r
+    assert "none" in r["merge"], r
+
+    # IN list over two shards
+    a, b = key_on("s0"), key_on("s1")
+    r = route(f"SELECT * FROM users WHERE id IN ({a}, {b})")
+    assert r["shard_list"] == ["s0", "s1"], r
+    parts = sorted(x.strip() for x in r["partitions"].split(","))
+    assert parts == sorted({f"{DIST}:{PARTITION_OF[a]}", f"{DIST}:{PARTITION_OF[b]}"}), r
+    assert r["error"] is None, r
+
+    # keyless SELECT: all shards with a merge description
+    r = route("SELECT count(*) FROM users")
+    assert r["shard_list"] == ["s0", "s1"], f"keyless count(*): shards {r['shards']!r} (each shard once)"
+    assert r["merge"] and not r["merge"].startswith("none") and "refused" not in r["merge"], r
+    assert r["error"] is None, r
+    r = route("SELECT id, v FROM users ORDER BY v DESC LIMIT 5")
+    assert r["shard_list"] == ["s0", "s1"], f"keyless ORDER BY: shards {r['shards']!r} (each shard once)"
+    assert r["merge"] and not r["merge"].startswith("none") and "refused" not in r["merge"], r
+
+    # count(DISTINCT non-key) refused with SPC01 in the merge column
+    r = route("SELECT count(DISTINCT v) FROM users")
+    assert "SPC01" in (r["merge"] or "") and "refused" in r["merge"], r
+
+    # multi-row INSERT across shards: split
+    n0, n1 = ROWS + 101, None
+    n1 = next(k for k in range(ROWS + 102, ROWS + 1000) if shard_of_key(k) != shard_of_key(n0))
+    r = route(f"INSERT INTO users (id, v) VALUES ({n0}, 1), ({n1}, 2)")
+    assert r["shard_list"] == ["s0", "s1"], r
+    assert "split" in (r["merge"] or ""), r
+    assert r["error"] is None, r
+
+    # UPDATE without key: all shards
+    r = route("UPDATE users SET v = v + 1")
+    assert r["route"] == "all shards" and r["shard_list"] == ["s0", "s1"], r
+    r = route("DELETE FROM users WHERE v > 100")
+    assert r["route"] == "all shards" and r["shard_list"] == ["s0", "s1"], r
+
+    # DDL: all shards
+    r = route("CREATE TABLE obs_should_not_exist (a int)")
+    assert r["route"] == "all shards" and r["shard_list"] == ["s0", "s1"], r
+    r = route("DROP TABLE users")
+    assert r["route"] == "all shards" and r["shard_list"] == ["s0", "s1"], r
+
+    # reference read: any one shard
+    r = route("SELECT * FROM countries WHERE code = 'jp'")
+    assert r["route"] == "any shard", r
+    assert "any" in (r["merge"] or ""), r
+
+    # reference write: all shards
+    r = route("INSERT INTO countries (code, name) VALUES ('zz', 'Nowhere')")
+    assert r["route"] == "all shards" and r["shard_list"] == ["s0", "s1"], r
+
+    # syntax error: error column with 42601
+    r = route("SELEC * FROM users")
+    assert r["route"] == "error", r
+    assert (r["error"] or "").startswith("42601"), r
+
+    # nothing was executed
+    for s in ("s0", "s1"):
+        assert on_shard(s, "SELECT id, v FROM users ORDER BY id") == users_before[s], f"users changed on {s}"
+        assert on_shard(s, "SELECT * FROM countries ORDER BY code") == countries_before[s], \
+            f"countries changed on {s}"
+        assert on_shard(s, "SELECT to_regclass('obs_should_not_exist') IS NULL") == [(True,)], \
+            f"SHOW ROUTE CREATE TABLE created the table on {s}"
+    assert users_before["s0"] and users_before["s1"]
+
+
+# ------------------------------------------------------------------ 6. admin access and commands
+
+@test
+def admin_access_refused():
+    try:
+        c = pgwire.connect(HOST, P.port, "app", "splitpoint", password=APP_PW, timeout=10)
+    except pgwire.PgError as e:
+        assert e.sqlstate == "42501", f"app on database splitpoint: {e.sqlstate} {e.fields}"
+    else:
+        c.close()
+        raise AssertionError("user app (not admin) got into the admin console")
+    # psycopg2 too: no session, no data
+    try:
+        psycopg2.connect(host=HOST, port=P.port, user="app", password=APP_PW, dbname="splitpoint",
+                         connect_timeout=10).close()
+        raise AssertionError("psycopg2: user app got into the admin console")
+    except psycopg2.OperationalError as e:
+        assert "permission denied" in str(e) or "42501" in str(e), str(e)
+    try:
+        c = pgwire.connect(HOST, P.port, "admin", "splitpoint", password="wrong-" + ADMIN_PW, timeout=10)
+    except pgwire.PgError as e:
+        assert e.sqlstate == "28P01", f"wrong admin password: {e.sqlstate} {e.fields}"
+    else:
+        c.close()
+        raise AssertionError("admin logged in with a wrong password")
+
+
+@test
+def admin_show_commands():
+    app = app_conn(P)  # an app client for SHOW CLIENTS
+    try:
+        shards = admin_dicts(P, "SHOW SHARDS")
+        assert [s["shard"] for s in shards] == ["s0", "s1"], shards
+        for s, port in zip(shards, (PG0, PG1)):
+            assert s["port"] == str(port) and s["database"] == DB and s["user"] == "app", s
+            assert s["paused"] == "no", s
+        pools = admin_dicts(P, "SHOW POOLS")
+        assert {p["shard"] for p in pools} == {"s0", "s1"}, pools
+        for p in pools:
+            assert p["database"] == DB and p["user"] == "app", p
+        clients = admin_dicts(P, "SHOW CLIENTS")
+        assert any(c["user"] == "app" and c["database"] == DB for c in clients), clients
+        assert any(c["user"] == "admin" and c["state"] == "admin" for c in clients), clients
+        cols, rows, _ = admin(P, "SHOW CONFIG")
+        text = "\n".join(" ".join(str(v) for v in r) for r in rows)
+        assert rows, "SHOW CONFIG is empty"
+        for secret in (APP_PW, ADMIN_PW, SHARD_PW, "SCRAM-SHA-256$"):
+            assert secret not in text, f"SHOW CONFIG shows a password ({secret!r}):\n{text}"
+        assert DIST in text and "countries" in text, text
+    finally:
+        app.close()
+
+
+def config_value(p, key):
+    for r in admin_dicts(p, "SHOW CONFIG"):
+        if r["key"] == key:
+            return r["value"]
+    raise AssertionError(f"SHOW CONFIG has no {key}")
+
+
+@test
+def admin_reload_good_and_broken():
+    m0 = metrics(P)
+    ok0 = mv(m0, "splitpoint_config_reloads_total", result="success")
+    bad0 = mv(m0, "splitpoint_config_reloads_total", result="failure")
+    assert config_value(P, "scatter.deadline") in ("5000ms", "5s"), config_value(P, "scatter.deadline")
+
+    P.write_config(proxy_config(deadline="4s"))
+    _, _, tag = admin(P, "RELOAD")
+    assert tag == "RELOAD", tag
+    assert config_value(P, "scatter.deadline") in ("4000ms", "4s"), config_value(P, "scatter.deadline")
+    m1 = metrics(P)
+    assert mv(m1, "splitpoint_config_reloads_total", result="success") == ok0 + 1
+    assert mv(m1, "splitpoint_config_reloads_total", result="failure") == bad0
+
+    good_text = open(P.config_path).read()
+    P.write_raw(good_text + "no_such_setting: 1\n")
+    try:
+        admin(P, "RELOAD")
+        raise AssertionError("RELOAD of a broken file succeeded")
+    except psycopg2.Error as e:
+        assert e.pgerror and "no_such_setting" in e.pgerror, f"RELOAD error should give the reason: {e.pgerror!r}"
+    P.write_raw("shards: [ { name: s0, host: 127.0.0.1\nusers: :\n  - {\n")  # YAML syntax error
+    try:
+        admin(P, "RELOAD")
+        raise AssertionError("RELOAD of a file with a YAML syntax error succeeded")
+    except psycopg2.Error:
+        pass
+    P.write_raw(good_text)  # leave a valid file on disk
+
+    assert P.alive()
+    c = app_conn(P)
+    try:
+        with c.cursor() as cur:
+            cur.execute("SELECT v FROM users WHERE id = 5")
+            assert cur.fetchall() == [(50,)]
+    finally:
+        c.close()
+    assert config_value(P, "scatter.deadline") in ("4000ms", "4s"), "old config not kept after a broken RELOAD"
+    m2 = metrics(P)
+    assert mv(m2, "splitpoint_config_reloads_total", result="failure") == bad0 + 2, \
+        f"failures {mv(m2, 'splitpoint_config_reloads_total', result='failure')} (before {bad0}, two broken RELOADs)"
+    assert mv(m2, "splitpoint_config_reloads_total", result="success") == ok0 + 1
+
+
+@test
+def admin_pause_resume():
+    k0, k1 = key_on("s0", skip=(5,)), key_on("s1")
+    waiting = app_conn(P)
+    other = app_conn(P)
+    adm = admin_conn(P)
+    result = {}
+
+    def run():
+        try:
+            with waiting.cursor() as cur:
+                cur.execute("SELECT v FROM users WHERE id = %s", (k0,))
+                result["rows"] = cur.fetchall()
+        except Exception as e:  # noqa: BLE001
+            result["error"] = e
+
+    t = None
+    try:
+        acur = adm.cursor()
+        acur.execute("PAUSE s0")
+        assert acur.statusmessage == "PAUSE", acur.statusmessage
+        acur.execute("SHOW SHARDS")
+        paused = {r[0]: r[6] for r in acur.fetchall()}
+        assert paused == {"s0": "yes", "s1": "no"}, paused
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        time.sleep(0.5)
+        # s1 is not paused: a query there runs while the one on s0 waits
+        with other.cursor() as cur:
+            cur.execute("SELECT v FROM users WHERE id = %s", (k1,))
+            assert cur.fetchall() == [(10 * k1,)]
+        assert t.is_alive(), f"query on paused shard s0 did not wait: {result}"
+        acur.execute("RESUME s0")
+        assert acur.statusmessage == "RESUME", acur.statusmessage
+        t.join(30)
+        assert not t.is_alive(), "query on s0 still waiting 30s after RESUME"
+        assert "error" not in result, f"query on s0 after RESUME failed: {result.get('error')!r}"
+        assert result.get("rows") == [(10 * k0,)], result
+        acur.execute("SHOW SHARDS")
+        assert all(r[6] == "no" for r in acur.fetchall())
+    finally:
+        try:
+            adm.cursor().execute("RESUME")
+        except Exception:  # noqa: BLE001
+            pass
+        if t is not None:
+            t.join(10)
+        for c in (waiting, other, adm):
+            c.close()
+
+
+# ------------------------------------------------------------------ 7. Prometheus scrape
+
+@test
+def prometheus_scrapes_the_proxy():
+    d = os.path.join(WORKDIR, "prometheus")
+    os.makedirs(d, exist_ok=True)
+    port = free_port()
+    cfg = os.path.join(d, "prometheus.yml")
+    with open(cfg, "w") as f:
+        f.write(textwrap.dedent(f"""\
+            global:
+              scrape_interval: 1s
+              scrape_timeout: 1s
+              evaluation_interval: 1s
+            scrape_configs:
+              - job_name: splitpoint
+                static_configs:
+                  - targets: ['{HOST}:{P.metrics_port}']
+            """))
+    log = open(os.path.join(d, "prometheus.log"), "wb")
+    proc = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={os.path.join(d, 'data')}",
+                             f"--web.listen-address={HOST}:{port}"],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+
+    def api(path):
+        try:
+            status, body = http_get(port, path, timeout=5)
+        except OSError:
+            return None
+        if proc.poll() is not None:
+            raise AssertionError(f"prometheus exited with {proc.returncode}")
+        return json.loads(body) if status == 200 else None
+
+    def target_up():
+        j = api("/api/v1/targets")
+        if not j:
+            return None
+        return [t for t in j["data"]["activeTargets"] if t.get("health") == "up"
+                and t.get("scrapeUrl", "").endswith(f":{P.metrics_port}/metrics")]
+
+    try:
+        before = mv(metrics(P), "splitpoint_queries_total", route="single")
+        wait_until(target_up, 60, "prometheus target up")
+
+        def single_series():
+            j = api("/api/v1/query?" + urllib.parse.urlencode({"query": "splitpoint_queries_total"}))
+            if not j or j.get("status") != "success":
+                return None
+            s = [x for x in j["data"]["result"] if x["metric"].get("route") == "single"]
+            return s or None
+
+        series = wait_until(single_series, 30, "splitpoint_queries_total{route=\"single\"} in prometheus")
+        assert len(series) == 1, series
+        assert series[0]["metric"].get("job") == "splitpoint", series
+        prom_value = float(series[0]["value"][1])
+        now = mv(metrics(P), "splitpoint_queries_total", route="single")
+        assert before <= prom_value <= now, f"prometheus has {prom_value}, /metrics {before}..{now}"
+        assert prom_value >= 1000, prom_value  # test 2 alone ran 1000 single-shard queries here
+        print(f"     prometheus: splitpoint_queries_total{{route=\"single\"}} = {prom_value:.0f}, /metrics {now:.0f}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

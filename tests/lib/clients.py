@@ -1,0 +1,451 @@
+#!/usr/bin/env python3
+"""Shared set-up for the real-client tests (tests/integration/test_client_*).
+
+Every client test points an unmodified driver at splitpoint in front of the two shared
+PostgreSQL instances (PG0_PORT, PG1_PORT), each with a fresh database made for the run
+and dropped at the end. The sharding layout is the same for every client:
+
+  accounts(id bigint primary key, owner text, balance numeric)   hash, 16 partitions
+                                                                  (default placement:
+                                                                  s0 0-7, s1 8-15)
+  events(id bigint primary key, kind text)                       range: id < 1000 -> s0,
+                                                                  id >= 1000 -> s1
+  currencies(code text primary key, name text)                   reference table
+
+Used as a module by the Python tests and as a command by the shell tests:
+
+  clients.py ensure-apt PKG...        install the Debian packages that are missing
+  clients.py create-dbs DB            CREATE DATABASE DB OWNER app on both shards
+  clients.py drop-dbs DB              DROP DATABASE IF EXISTS DB WITH (FORCE) on both
+  clients.py config DB PORT MPORT [LAYOUT]
+                                      print the proxy config (LAYOUT: drivers | pgbench)
+  clients.py verify DB [LAYOUT]       read both shards DIRECTLY: every row of a sharded
+                                      table is on the shard that owns its key (hash
+                                      partition computed by PostgreSQL itself with a
+                                      scratch PARTITION BY HASH table), reference tables
+                                      are identical on both; prints a summary, exit 1
+                                      on any misplaced or missing row
+  clients.py shard-of DB ID...        print "ID SHARD" for accounts keys (0 or 1)
+
+Known failures: a check that fails because the PROXY is wrong is still run, and
+reported as "KNOWN FAILURE: what (expected ... vs got ...)" on stdout instead of
+failing the test (Checker.known). When such a check passes it prints
+"KNOWN FAILURE NOW PASSES: ..." so it can be turned back into a hard assertion.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HOST = "127.0.0.1"
+HERE = os.path.dirname(os.path.abspath(__file__))
+SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
+BUILD_DIR = os.environ.get("BUILD_DIR") or os.path.join(SP_ROOT, "build")
+SP_BIN = os.environ.get("SP_BIN") or os.path.join(BUILD_DIR, "splitpoint")
+P = 16          # hash partitions of accounts / pgbench_accounts
+N = 2           # shards
+RANGE_BOUND = 1000  # events: id < 1000 on s0, the rest on s1
+
+# Per layout: sharded tables (table, key, method) and reference tables (table, order by).
+LAYOUTS = {
+    "drivers": {
+        "sharded": [("accounts", "id", "hash"), ("events", "id", "range")],
+        "reference": [("currencies", "code")],
+    },
+    "pgbench": {
+        "sharded": [("pgbench_accounts", "aid", "hash"), ("pgbench_history", "aid", "hash")],
+        "reference": [("pgbench_branches", "bid"), ("pgbench_tellers", "tid")],
+    },
+}
+
+
+def pg_ports():
+    return [int(os.environ["PG0_PORT"]), int(os.environ["PG1_PORT"])]
+
+
+def workdir(name):
+    os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
+    d = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix=name + "-", dir=os.environ["TEST_TMP"])
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+# ------------------------------------------------------------------ packages
+
+def ensure_apt(*packages):
+    """Installs the Debian packages dpkg does not report as installed (sudo when not
+    root). Runs no apt command when nothing is missing."""
+    missing = []
+    for p in packages:
+        r = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Status}", p], capture_output=True, text=True)
+        if r.returncode != 0 or r.stdout.strip() != "installed":
+            missing.append(p)
+    if not missing:
+        return []
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    opts = ["-q", "-o", "DPkg::Lock::Timeout=300"]
+    print(f"installing missing Debian packages: {' '.join(missing)}", flush=True)
+    cmd = sudo + ["apt-get"] + opts + ["install", "-y", "--no-install-recommends"] + missing
+    r = subprocess.run(cmd, env=env, stdout=sys.stderr, stderr=sys.stderr)
+    if r.returncode != 0:
+        # Package lists may be missing or stale on a fresh machine.
+        subprocess.run(sudo + ["apt-get"] + opts + ["update"], env=env, stdout=sys.stderr, stderr=sys.stderr,
+                       check=True)
+        subprocess.run(cmd, env=env, stdout=sys.stderr, stderr=sys.stderr, check=True)
+    return missing
+
+
+def deb_version(package):
+    r = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else "not installed"
+
+
+# ------------------------------------------------------------------ ports, proxy
+
+def free_port():
+    """A port from tests/lib/pg.sh's registry (never handed out twice in one run)."""
+    out = subprocess.run(["bash", os.path.join(SP_ROOT, "tests", "lib", "pg.sh"), "free_port"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def config_text(db, port, metrics_port, layout="drivers"):
+    p0, p1 = pg_ports()
+    head = f"""\
+listen: {HOST}:{port}
+metrics_listen: {HOST}:{metrics_port}
+pool_mode: transaction
+auth: scram-sha-256
+users:
+  - {{ name: app, password: secret }}
+shards:
+  - {{ name: s0, host: {HOST}, port: {p0}, database: {db}, user: app, password: secret, pool_size: 20 }}
+  - {{ name: s1, host: {HOST}, port: {p1}, database: {db}, user: app, password: secret, pool_size: 20 }}
+distributions:
+"""
+    if layout == "drivers":
+        return head + f"""\
+  - name: by_account
+    method: hash
+    partitions: {P}
+    tables: {{ accounts: id }}
+  - name: by_event
+    method: range
+    ranges:
+      - {{ upto: {RANGE_BOUND}, shard: s0 }}
+      - {{ shard: s1 }}
+    tables: {{ events: id }}
+reference_tables: [currencies]
+"""
+    if layout == "pgbench":
+        return head + f"""\
+  - name: by_aid
+    method: hash
+    partitions: {P}
+    tables: {{ pgbench_accounts: aid, pgbench_history: aid }}
+reference_tables: [pgbench_branches, pgbench_tellers]
+"""
+    raise ValueError(layout)
+
+
+class Proxy:
+    """One splitpoint process with its own config file and log in a work directory."""
+
+    def __init__(self, name, db, work, layout="drivers"):
+        self.name = name
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.config_path = os.path.join(work, name + ".yaml")
+        self.log_path = os.path.join(work, name + ".log")
+        self.proc = None
+        with open(self.config_path, "w") as f:
+            f.write(config_text(db, self.port, self.metrics_port, layout))
+
+    def start(self):
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([SP_BIN, "--config", self.config_path], stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name}: splitpoint exited with {self.proc.returncode}; log:\n"
+                                     f"{self.log_tail()}")
+            try:
+                socket.create_connection((HOST, self.port), timeout=1).close()
+                return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: not listening on {self.port} after 15s")
+            time.sleep(0.05)
+
+    def stop(self):
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def state(self):
+        rc = None if self.proc is None else self.proc.poll()
+        if rc is None:
+            return "running"
+        return f"DIED: killed by signal {-rc}" if rc < 0 else f"DIED: exited with status {rc}"
+
+    def log_tail(self, n=40):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "\n".join(f.read().splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def metric(self, name, labels=None):
+        """Sum of the samples of metric `name` whose labels include `labels`."""
+        with urllib.request.urlopen(f"http://{HOST}:{self.metrics_port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return metric_value(text, name, labels or {})
+
+
+def metric_value(text, name, labels):
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        head, _, value = line.rpartition(" ")
+        if head.split("{", 1)[0] != name:
+            continue
+        want = [f'{k}="{v}"' for k, v in labels.items()]
+        if all(w in head for w in want):
+            total += float(value)
+    return total
+
+
+# ------------------------------------------------------------------ databases
+
+def superuser(port, db="postgres"):
+    import psycopg2
+    c = psycopg2.connect(host=HOST, port=port, user="postgres", password="postgres", dbname=db, connect_timeout=10)
+    c.autocommit = True
+    return c
+
+
+def shard_conn(i, db):
+    """A direct connection to shard i's test database (not through the proxy)."""
+    import psycopg2
+    c = psycopg2.connect(host=HOST, port=pg_ports()[i], user="app", password="secret", dbname=db,
+                         connect_timeout=10)
+    c.autocommit = True
+    return c
+
+
+def create_dbs(db):
+    for port in pg_ports():
+        c = superuser(port)
+        c.cursor().execute(f"CREATE DATABASE {db} OWNER app")
+        c.close()
+
+
+def drop_dbs(db):
+    for port in pg_ports():
+        try:
+            c = superuser(port)
+            c.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+            c.close()
+        except Exception as e:  # noqa: BLE001
+            print(f"warning: could not drop {db} on port {port}: {e}")
+
+
+# ------------------------------------------------------------------ expected placement
+
+def hash_owner(remainder):
+    for i in range(N):
+        if (i * P) // N <= remainder < ((i + 1) * P) // N:
+            return i
+    raise AssertionError(remainder)
+
+
+def range_owner(k):
+    return 0 if int(k) < RANGE_BOUND else 1
+
+
+def hash_remainders(db, keys, sqltype="bigint"):
+    """{key: remainder} as PostgreSQL's own PARTITION BY HASH (MODULUS P) places them,
+    computed with a temporary table on shard 0 (direct connection)."""
+    keys = sorted(set(keys))
+    c = shard_conn(0, db)
+    cur = c.cursor()
+    cur.execute(f"CREATE TEMP TABLE sp_hp (k {sqltype}) PARTITION BY HASH (k)")
+    for r in range(P):
+        cur.execute(f"CREATE TEMP TABLE sp_hp_{r} PARTITION OF sp_hp FOR VALUES WITH (MODULUS {P}, REMAINDER {r})")
+    cur.execute(f"INSERT INTO sp_hp SELECT unnest(%s::{sqltype}[])", (keys,))
+    cur.execute("SELECT k, tableoid::regclass::text FROM sp_hp")
+    out = {k: int(t.rsplit("_", 1)[1]) for k, t in cur.fetchall()}
+    cur.execute("DROP TABLE sp_hp")
+    c.close()
+    return out
+
+
+def shard_of_accounts(db, keys):
+    """{key: shard index} for accounts ids (hash placement)."""
+    return {k: hash_owner(r) for k, r in hash_remainders(db, keys).items()}
+
+
+def verify_placement(db, layout="drivers", quiet=False):
+    """Reads both shards directly. Returns a list of problems (empty when every row of
+    every sharded table is on the shard owning its key and reference tables are equal)."""
+    problems = []
+    spec = LAYOUTS[layout]
+    conns = [shard_conn(i, db) for i in range(N)]
+    try:
+        for table, key, method in spec["sharded"]:
+            counts = []
+            for i, c in enumerate(conns):
+                cur = c.cursor()
+                cur.execute("SELECT to_regclass(%s) IS NOT NULL", (table,))
+                if not cur.fetchone()[0]:
+                    problems.append(f"{table}: missing on shard s{i}")
+                    counts.append(0)
+                    continue
+                if method == "hash":
+                    # Remainders computed on the shard itself, next to its rows: the
+                    # partition PostgreSQL's PARTITION BY HASH puts each key in.
+                    cur.execute(f"CREATE TEMP TABLE sp_vp (k bigint) PARTITION BY HASH (k)")
+                    for r in range(P):
+                        cur.execute(f"CREATE TEMP TABLE sp_vp_{r} PARTITION OF sp_vp "
+                                    f"FOR VALUES WITH (MODULUS {P}, REMAINDER {r})")
+                    cur.execute(f"INSERT INTO sp_vp SELECT {key} FROM {table}")
+                    cur.execute("SELECT split_part(tableoid::regclass::text, '_', 3)::int, count(*), "
+                                "min(k), max(k) FROM sp_vp GROUP BY 1 ORDER BY 1")
+                    rows = cur.fetchall()
+                    cur.execute("DROP TABLE sp_vp")
+                    n = sum(r[1] for r in rows)
+                    bad = [(rem, cnt, lo) for rem, cnt, lo, _ in rows if hash_owner(rem) != i]
+                    for rem, cnt, lo in bad:
+                        problems.append(f"{table}: {cnt} row(s) of hash partition {rem} (owner s{hash_owner(rem)}) "
+                                        f"on shard s{i}, e.g. {key} = {lo}")
+                else:
+                    cur.execute(f"SELECT count(*), count(*) FILTER (WHERE ({key} < {RANGE_BOUND}) <> %s), "
+                                f"min({key}) FILTER (WHERE ({key} < {RANGE_BOUND}) <> %s) FROM {table}",
+                                (i == 0, i == 0))
+                    n, nbad, example = cur.fetchone()
+                    if nbad:
+                        problems.append(f"{table}: {nbad} row(s) of the other range on shard s{i}, "
+                                        f"e.g. {key} = {example}")
+                counts.append(n)
+            if not quiet:
+                print(f"placement: {table} ({method} on {key}): s0 {counts[0]} rows, s1 {counts[1]} rows")
+        for table, order in spec["reference"]:
+            contents = []
+            for i, c in enumerate(conns):
+                cur = c.cursor()
+                cur.execute("SELECT to_regclass(%s) IS NOT NULL", (table,))
+                if not cur.fetchone()[0]:
+                    problems.append(f"{table}: missing on shard s{i}")
+                    contents.append(None)
+                    continue
+                cur.execute(f"SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY {order}), '')), count(*) "
+                            f"FROM {table} t")
+                contents.append(cur.fetchone())
+            if contents[0] is not None and contents[0] != contents[1]:
+                problems.append(f"{table}: reference copies differ: s0 {contents[0]} vs s1 {contents[1]}")
+            if not quiet:
+                print(f"placement: {table} (reference): "
+                      + ", ".join(f"s{i} {c[1] if c else '-'} rows" for i, c in enumerate(contents)))
+    finally:
+        for c in conns:
+            c.close()
+    return problems
+
+
+# ------------------------------------------------------------------ checks
+
+class Checker:
+    """Hard checks raise AssertionError; `known` checks print a KNOWN FAILURE line."""
+
+    def __init__(self, client):
+        self.client = client
+        self.passed = 0
+        self.known_failures = []
+
+    def ok(self, what):
+        self.passed += 1
+        print(f"ok   {self.client}: {what}", flush=True)
+
+    def eq(self, what, got, expected):
+        if got != expected:
+            raise AssertionError(f"{self.client}: {what}: expected {expected!r}, got {got!r}")
+        self.ok(what)
+
+    def true(self, what, cond, detail=""):
+        if not cond:
+            raise AssertionError(f"{self.client}: {what}" + (f": {detail}" if detail else ""))
+        self.ok(what)
+
+    def known(self, what, got, expected, diagnosis=""):
+        """A check that currently fails because of the proxy: reported, not fatal."""
+        if got == expected:
+            print(f"KNOWN FAILURE NOW PASSES: {self.client}: {what} -- make it a hard check again", flush=True)
+            self.passed += 1
+            return True
+        line = f"KNOWN FAILURE: {self.client}: {what} (expected {expected!r} vs got {got!r})"
+        if diagnosis:
+            line += f" [{diagnosis}]"
+        print(line, flush=True)
+        self.known_failures.append(line)
+        return False
+
+    def summary(self):
+        print(f"{self.client}: {self.passed} checks passed, {len(self.known_failures)} known failure(s)")
+        for k in self.known_failures:
+            print("  " + k)
+
+
+# ------------------------------------------------------------------ command line
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cmd, args = argv[1], argv[2:]
+    if cmd == "ensure-apt":
+        ensure_apt(*args)
+        return 0
+    if cmd == "create-dbs":
+        create_dbs(args[0])
+        return 0
+    if cmd == "drop-dbs":
+        drop_dbs(args[0])
+        return 0
+    if cmd == "config":
+        sys.stdout.write(config_text(args[0], int(args[1]), int(args[2]), args[3] if len(args) > 3 else "drivers"))
+        return 0
+    if cmd == "verify":
+        problems = verify_placement(args[0], args[1] if len(args) > 1 else "drivers")
+        for p in problems:
+            print(f"FAIL placement: {p}")
+        if not problems:
+            print("placement: every row on the shard owning its key; reference tables identical")
+        return 1 if problems else 0
+    if cmd == "shard-of":
+        for k, s in sorted(shard_of_accounts(args[0], [int(a) for a in args[1:]]).items()):
+            print(k, s)
+        return 0
+    print(f"clients.py: unknown command {cmd}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
