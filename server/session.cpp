@@ -77,7 +77,9 @@ awaitable<void> Session::run() {
   bool ok = co_await login();
   login_timer.cancel();
   if (login_timed_out_) spdlog::info("[{}] closed: login timeout", id_);
-  if (ok) co_await (admin_ ? serve_admin() : serve());
+  // (Not `co_await (admin_ ? a() : b())`: GCC 12 destroys the wrong temporary.)
+  if (ok && admin_) co_await serve_admin();
+  else if (ok) co_await serve();
   co_await detach_for_exit();
   stream_.close();
 }

@@ -192,8 +192,8 @@ def cmd_idle(args):
                 f.write(f"idle connections to {target}: {len(errors)} of {n} failed, first: {errors[0]}\n")
             if alive != "yes":
                 f.write(f"{target} with {opened} idle connections open: not serving ({alive})\n")
-    print(f"{target}: {opened}/{n} idle connections in {open_secs:.1f}s, RSS {rss_before} -> "
-          f"{rss_after} kB ({per_conn or '?'} kB per connection), {rss_closed} kB after close"
+    print(f"{target}: {opened}/{n} idle connections in {open_secs:.1f}s, RSS {rss_before or '?'} -> "
+          f"{rss_after or '?'} kB ({per_conn or '?'} kB per connection), {rss_closed or '?'} kB after close"
           + (f"; {len(errors)} failed, first: {errors[0]}" if errors else ""))
 
 

@@ -662,6 +662,12 @@ def main():
                         t.reconnect()
                     except Exception:  # noqa: BLE001
                         pass
+            dead = [f"{p.name} {p.state()}" for p in PROXIES if p.state() != "running"]
+            if dead:
+                rest = TESTS[TESTS.index(fn) + 1:]
+                print(f"splitpoint {', '.join(dead)} during {fn.__name__}; {len(rest)} remaining test(s) not run")
+                failed += [t.__name__ + " (not run)" for t in rest]
+                break
     except Exception:  # noqa: BLE001
         failed.append("setup")
         traceback.print_exc()

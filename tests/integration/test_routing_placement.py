@@ -828,6 +828,11 @@ def main():
                 print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
                 traceback.print_exc()
                 sys.stdout.flush()
+            if PROXY.state() != "running":
+                rest = TESTS[TESTS.index(fn) + 1:]
+                print(f"splitpoint {PROXY.state()} during {fn.__name__}; {len(rest)} remaining test(s) not run")
+                failed += [t.__name__ + " (not run)" for t in rest]
+                break
     except Exception:  # noqa: BLE001
         failed.append("setup")
         traceback.print_exc()

@@ -26,7 +26,10 @@ shard) / write (every shard); DDL (every shard); catalog queries and SELECT with
 tables (one shard); hints shard=NAME and key=VALUE; SET splitpoint.shard;
 transactions (write to a second shard -> SPT01, aborted, 25P02 until ROLLBACK,
 nothing left; reads on two shards + a write on one commit); syntax errors (42601 with
-PostgreSQL's own message and position, compared with PostgreSQL itself).
+PostgreSQL's own message and position, compared with PostgreSQL itself). Multi-shard
+reads: one place (multi_shard_read_refused_until_scatter_gather) accepts the SPC01
+refusal that was the rule until scatter-gather landed, or execution on exactly the two
+owning shards; merged results are not checked here.
 
 Run by tests/run (env: PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
@@ -1116,6 +1119,11 @@ def main():
                 print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
                 traceback.print_exc()
                 sys.stdout.flush()
+            if PROXY.state() != "running":
+                rest = TESTS[TESTS.index(fn) + 1:]
+                print(f"splitpoint {PROXY.state()} during {fn.__name__}; {len(rest)} remaining test(s) not run")
+                failed += [t.__name__ + " (not run)" for t in rest]
+                break
     except Exception:  # noqa: BLE001
         failed.append("setup")
         traceback.print_exc()
