@@ -51,11 +51,16 @@ Server::Server(std::shared_ptr<const Runtime> runtime, std::string config_path)
 }
 
 Server::~Server() {
-  // Sessions die with their worker's io_context and use the registry, the cancel keys
-  // and the metrics on the way out: destroy them while those still exist.
+  // Teardown order matters. Sessions die with their worker's pending coroutines and
+  // use the registry, the cancel keys, the metrics and the pools on the way out; a
+  // backend's socket belongs to whichever worker opened it. So: end every worker's
+  // coroutines while all contexts still exist, then drop the pools (idle backends),
+  // then destroy the contexts.
   signals_.reset();
   acceptor_.reset();
   metrics_acceptor_.reset();
+  for (auto& w : workers_) w->context.shutdown_services();
+  runtime_.store(nullptr);
   workers_.clear();
 }
 

@@ -38,6 +38,15 @@ class CancelRegistry {
   Stripe stripes_[kStripes];
 };
 
+// An io_context whose services (and the coroutines they hold) can be shut down
+// without destroying it: backend sockets move between workers, so every context must
+// still exist while any of them tears down its sessions.
+class WorkerContext : public asio::io_context {
+ public:
+  using asio::io_context::io_context;
+  void shutdown_services() { shutdown(); }
+};
+
 // One thread with its io_context and the sessions running on it.
 struct Worker {
   std::size_t index = 0;
@@ -45,7 +54,7 @@ struct Worker {
   // Declared before the context: destroying the context destroys the sessions'
   // coroutine frames, and each session removes itself from this set.
   std::unordered_set<Session*> sessions;  // touched only on this worker's thread
-  asio::io_context context{1};
+  WorkerContext context{1};
 };
 
 class Server {

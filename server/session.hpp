@@ -72,6 +72,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // skips that Query when the batch fails.
     bool query_in_batch = false;
     bool is_sync = false;  // 'Z' of a Sync (PostgreSQL ignores Syncs during COPY IN)
+    std::uint64_t parse_seq = 0;  // client's Parse: which Parse of that name it was
     // Sync/Query: when the statement started and how it was routed (metrics).
     std::chrono::steady_clock::time_point started{};
     RouteLabel route = RouteLabel::single;
@@ -82,6 +83,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string server_name;  // empty for the unnamed statement
     std::string parse_rest;   // Parse body after the name: query + parameter types
     std::shared_ptr<const routing::Plan> plan;
+    std::uint64_t parse_seq = 0;  // distinguishes re-Parses of the same name
   };
 
   // Results of a statement run by the proxy itself on one backend.
@@ -247,6 +249,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   std::unordered_map<std::string, Prepared> prepared_;  // "" = the unnamed statement
   std::uint64_t unnamed_seq_ = 0;
+  std::uint64_t parse_seq_ = 0;
 
   // Guards the cancel target against CancelRequests handled on other threads.
   std::mutex cancel_mu_;

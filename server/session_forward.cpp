@@ -357,8 +357,9 @@ bool Session::process_backend_frame(char type, std::string_view body) {
       const Expect& e = expect_.front();
       if (e.type == '1' && !e.name.empty()) cur()->prepared.erase(e.name);
       if (e.type == '1' && !e.swallow) {
+        // Only if the client has not parsed that name again since.
         auto it = prepared_.find(e.text);
-        if (it != prepared_.end() && it->second.server_name == e.name) prepared_.erase(it);
+        if (it != prepared_.end() && it->second.parse_seq == e.parse_seq) prepared_.erase(it);
       }
       expect_.pop_front();
     }

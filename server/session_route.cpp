@@ -323,6 +323,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
   p.server_name = name.empty() ? std::string() : statement_name_for(rest);
   p.parse_rest.assign(rest);
   p.plan = runtime_->router->plan(parse->query, parse->param_types);
+  p.parse_seq = ++parse_seq_;
   auto& slot = prepared_[std::string(name)] = std::move(p);
   if (name.empty()) ++unnamed_seq_;
 
@@ -355,6 +356,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
     bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
     b->unnamed_owner = {id_, unnamed_seq_};
     expect_.push_back(Expect{'1'});  // text "" = the unnamed statement
+    expect_.back().parse_seq = slot.parse_seq;
   } else {
     if (b->prepared.count(slot.server_name)) {
       // Same text already prepared here: re-create it so the client's Parse gets its
@@ -367,6 +369,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
     Expect e{'1'};
     e.name = slot.server_name;
     e.text = std::string(name);
+    e.parse_seq = slot.parse_seq;
     expect_.push_back(std::move(e));
     b->prepared.insert(slot.server_name);
   }
@@ -391,7 +394,8 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     forward_raw(f, '2');
     co_return true;
   }
-  const Prepared& p = it->second;
+  // A copy: awaiting below may run the pump, which can forget a skipped Parse.
+  const Prepared p = it->second;
   auto parse = proto::Parse::decode(std::string(1, '\0') + p.parse_rest);
   std::vector<std::int32_t> types = parse ? parse->param_types : std::vector<std::int32_t>{};
   std::vector<std::shared_ptr<const routing::TableShape>> keep;

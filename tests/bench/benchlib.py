@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Helpers for tests/bench/run (run with /usr/bin/python3: it needs psycopg2).
 
-  benchlib.py latency PREFIX              mean, p50, p99 (ms) and count from pgbench
+  benchlib.py latency PREFIX              count, mean, p50, p99, max (ms) from pgbench
                                           --log files PREFIX.* (one line per transaction)
   benchlib.py rss PID                     VmRSS and VmHWM (kB) of PID
   benchlib.py sample-rss PID STOPFILE OUT sample VmRSS every 20 ms until STOPFILE exists
@@ -67,12 +67,12 @@ def cmd_latency(prefix):
                     values.append(int(fields[2]))
     values.sort()
     if not values:
-        print("0 - - -")
+        print("0 - - - -")
         return
     mean = sum(values) / len(values) / 1000.0
     p50 = percentile(values, 50) / 1000.0
     p99 = percentile(values, 99) / 1000.0
-    print(f"{len(values)} {mean:.3f} {p50:.3f} {p99:.3f}")
+    print(f"{len(values)} {mean:.3f} {p50:.3f} {p99:.3f} {values[-1] / 1000.0:.3f}")
 
 
 # ---------------------------------------------------------------- RSS
@@ -384,8 +384,8 @@ def cmd_report(d):
         f"{m('loadavg_start', '?')}, at end {m('loadavg_end', '?')} (other work on the machine skews the numbers)",
         f"- PostgreSQL: {m('pg_version', '?')}; PgBouncer: {m('pgbouncer_version', '?')}; "
         f"pgbench: {m('pgbench_version', '?')}",
-        f"- splitpoint: {m('splitpoint_version', '?')} (commit {m('git_commit', '?')}"
-        + (", uncommitted changes" if m("git_dirty") == "1" else "") + f"), build type {m('build_type', '?')}",
+        f"- splitpoint: {m('splitpoint_version', '?')} (work tree at commit {m('git_commit', '?')}"
+        + (", uncommitted changes" if m("git_dirty") == "1" else "") + f"), binary: {m('build_type', '?')}",
         "- everything (PostgreSQL instances, proxies, pgbench) on this one machine",
         "", "## Set-up", "",
         f"- data: `pgbench -i -s {m('scale')}`; direct = one PostgreSQL with all rows; splitpoint = two "

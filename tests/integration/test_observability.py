@@ -315,6 +315,26 @@ def metrics(p):
     return parse_metrics(body)
 
 
+def settled_metrics(p, done=None, within=10):
+    """/metrics once the proxy has finished its bookkeeping: a statement's latency is
+    observed right after its reply is written, so a scrape made the instant the client
+    has its answer may miss the last observation. Polls until `done(m)` holds (or, without
+    `done`, two scrapes 100 ms apart agree); returns the last scrape either way, so the
+    caller's exact assertions still decide."""
+    deadline = time.monotonic() + within
+    prev = metrics(p)
+    while True:
+        if done is not None and done(prev):
+            return prev
+        if time.monotonic() > deadline:
+            return prev
+        time.sleep(0.1)
+        cur = metrics(p)
+        if done is None and cur == prev:
+            return cur
+        prev = cur
+
+
 def mv(m, name, **labels):
     key = (name, frozenset(labels.items()))
     assert key in m, f"no series {name}{labels} in /metrics"
@@ -462,15 +482,16 @@ def counters_match_known_workload():
     c = app_conn(P)
     try:
         cur = c.cursor()
-        m0 = metrics(P)
+        dur = "splitpoint_query_duration_seconds_count"
+        m0 = settled_metrics(P)
         for k in keys:
             cur.execute("SELECT v FROM users WHERE id = %s", (k,))
             assert cur.fetchall() == [(10 * k,)], k
-        m1 = metrics(P)
+        m1 = settled_metrics(P, lambda m: mv(m, dur, route="single") - mv(m0, dur, route="single") >= 1000)
         for _ in range(10):
             cur.execute("SELECT count(*) FROM users")
             assert cur.fetchall() == [(ROWS,)]
-        m2 = metrics(P)
+        m2 = settled_metrics(P, lambda m: mv(m, dur, route="multi") - mv(m1, dur, route="multi") >= 10)
     finally:
         c.close()
 
@@ -482,10 +503,12 @@ def counters_match_known_workload():
     assert d2 == {"single": 0, "multi": 10, "all": 0, "reference": 0, "admin": 0}, \
         f"queries_total deltas after 10 scatter SELECTs: {d2}"
 
-    dur = "splitpoint_query_duration_seconds_count"
-    assert mv(m1, dur, route="single") - mv(m0, dur, route="single") == 1000
-    assert mv(m2, dur, route="multi") - mv(m1, dur, route="multi") == 10
-    assert mv(m2, dur, route="single") - mv(m1, dur, route="single") == 0
+    dd1 = {r: mv(m1, dur, route=r) - mv(m0, dur, route=r) for r in ROUTES}
+    dd2 = {r: mv(m2, dur, route=r) - mv(m1, dur, route=r) for r in ROUTES}
+    assert dd1 == {"single": 1000, "multi": 0, "all": 0, "reference": 0, "admin": 0}, \
+        f"{dur} deltas after 1000 single-shard SELECTs: {dd1}"
+    assert dd2 == {"single": 0, "multi": 10, "all": 0, "reference": 0, "admin": 0}, \
+        f"{dur} deltas after 10 scatter SELECTs: {dd2}"
 
     p0, p1, p2 = partition_counts(m0), partition_counts(m1), partition_counts(m2)
     single_part = [p1[i] - p0[i] for i in range(PARTS)]
@@ -528,7 +551,7 @@ def skewed_workload_hot_keys_and_skew():
                 assert cur.fetchall() == [(10 * k,)], k
         finally:
             c.close()
-        m = metrics(q)
+        m = settled_metrics(q)
         assert partition_counts(m) == expect, f"partition counters {partition_counts(m)} != {expect}"
         skew = mv(m, "splitpoint_partition_skew", distribution=DIST)
         want = max(expect) / sum(expect) * PARTS

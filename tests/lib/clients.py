@@ -34,7 +34,6 @@ failing the test (Checker.known). When such a check passes it prints
 """
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -373,10 +372,19 @@ def verify_placement(db, layout="drivers", quiet=False):
 # ------------------------------------------------------------------ checks
 
 class Checker:
-    """Hard checks raise AssertionError; `known` checks print a KNOWN FAILURE line."""
+    """Checks for one client. A check is hard (AssertionError) unless its name is in
+    `known` ({check name: diagnosis}): those are checks that fail because of the PROXY.
+    They still run; a failure prints "KNOWN FAILURE: ..." and returns False, a pass
+    prints "KNOWN FAILURE NOW PASSES: ..." (turn it back into a hard check).
 
-    def __init__(self, client):
+    `got` may be a callable (or, in `aeq`/`ado`, a coroutine function): an exception it
+    raises counts as the check's failure, so a statement the proxy answers with an
+    error is reported like a wrong value."""
+
+    def __init__(self, client, known=None):
         self.client = client
+        self.known_map = dict(known or {})
+        self.used = set()
         self.passed = 0
         self.known_failures = []
 
@@ -384,33 +392,77 @@ class Checker:
         self.passed += 1
         print(f"ok   {self.client}: {what}", flush=True)
 
-    def eq(self, what, got, expected):
-        if got != expected:
-            raise AssertionError(f"{self.client}: {what}: expected {expected!r}, got {got!r}")
+    def _result(self, what, good, got, expected, detail=""):
+        if what in self.known_map:
+            self.used.add(what)
+            if good:
+                self.passed += 1
+                print(f"KNOWN FAILURE NOW PASSES: {self.client}: {what} -- make it a hard check again", flush=True)
+                return True
+            line = f"KNOWN FAILURE: {self.client}: {what} (expected {expected!r} vs got {got!r})"
+            line += f" [{self.known_map[what]}]"
+            print(line, flush=True)
+            self.known_failures.append(line)
+            return False
+        if not good:
+            raise AssertionError(f"{self.client}: {what}: expected {expected!r}, got {got!r}" +
+                                 (f" ({detail})" if detail else ""))
         self.ok(what)
+        return True
+
+    @staticmethod
+    def describe_error(e):
+        code = getattr(e, "sqlstate", None) or getattr(e, "pgcode", None)
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"error {code}: {msg}" if code else f"{type(e).__name__}: {msg}"
+
+    def eq(self, what, got, expected):
+        if callable(got):
+            try:
+                got = got()
+            except Exception as e:  # noqa: BLE001
+                if what not in self.known_map:
+                    raise
+                return self._result(what, False, self.describe_error(e), expected)
+        return self._result(what, got == expected, got, expected)
 
     def true(self, what, cond, detail=""):
-        if not cond:
-            raise AssertionError(f"{self.client}: {what}" + (f": {detail}" if detail else ""))
-        self.ok(what)
+        return self._result(what, bool(cond), detail or cond, True)
 
-    def known(self, what, got, expected, diagnosis=""):
-        """A check that currently fails because of the proxy: reported, not fatal."""
-        if got == expected:
-            print(f"KNOWN FAILURE NOW PASSES: {self.client}: {what} -- make it a hard check again", flush=True)
-            self.passed += 1
-            return True
-        line = f"KNOWN FAILURE: {self.client}: {what} (expected {expected!r} vs got {got!r})"
-        if diagnosis:
-            line += f" [{diagnosis}]"
-        print(line, flush=True)
-        self.known_failures.append(line)
-        return False
+    def do(self, what, fn):
+        """Runs a statement with no value to compare; an exception fails the check."""
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            if what not in self.known_map:
+                raise
+            return self._result(what, False, self.describe_error(e), "no error")
+        return self._result(what, True, "no error", "no error")
+
+    async def aeq(self, what, coro_fn, expected):
+        try:
+            got = await coro_fn()
+        except Exception as e:  # noqa: BLE001
+            if what not in self.known_map:
+                raise
+            return self._result(what, False, self.describe_error(e), expected)
+        return self._result(what, got == expected, got, expected)
+
+    async def ado(self, what, coro_fn):
+        try:
+            await coro_fn()
+        except Exception as e:  # noqa: BLE001
+            if what not in self.known_map:
+                raise
+            return self._result(what, False, self.describe_error(e), "no error")
+        return self._result(what, True, "no error", "no error")
 
     def summary(self):
         print(f"{self.client}: {self.passed} checks passed, {len(self.known_failures)} known failure(s)")
         for k in self.known_failures:
             print("  " + k)
+        for what in sorted(set(self.known_map) - self.used):
+            print(f"  note: known failure {what!r} was not reached in this run")
 
 
 # ------------------------------------------------------------------ command line
