@@ -1,5 +1,6 @@
 #include "routing/evaluate.hpp"
 
+#include <map>
 #include <algorithm>
 #include <charconv>
 
@@ -51,6 +52,7 @@ class Evaluator {
   std::optional<Route> error_;
   std::vector<std::string> key_values_;
   std::vector<std::size_t> row_shards_;  // the splittable INSERT's rows
+  std::map<std::pair<std::size_t, std::uint32_t>, std::uint32_t> inserted_;  // (distribution, partition) -> rows
 };
 
 const std::string* find_hint(const Hints& hints, std::string_view key) {
@@ -312,6 +314,7 @@ void Evaluator::insert_rows(const InsertRows& rows, std::vector<std::size_t>* ro
     if (p.status != PartitionOf::Status::ok)
       return fail("SPR01", where + ": key " + quoted(v[0]) + " is not a valid " + type->base);
     parts.add(p.partition);
+    ++inserted_[{o.distribution, p.partition}];
     note_key(v[0], *type);
     if (row_shards != nullptr) row_shards->push_back(in_.topo.shard_of(o.distribution, p.partition));
   }
@@ -401,7 +404,8 @@ Route Evaluator::finish() {
     }
     for (std::uint32_t p : dists[d]->parts) {
       shards.push_back(in_.topo.shard_of(d, p));
-      r.partitions.push_back(PartitionHit{d, p});
+      auto rows = inserted_.find({d, p});
+      r.partitions.push_back(PartitionHit{d, p, rows == inserted_.end() ? 0u : rows->second});
     }
   }
   if (touched != 1) r.distribution.reset();

@@ -50,6 +50,7 @@ struct LocalCommand {
 struct PartitionHit {
   std::size_t distribution = 0;
   std::uint32_t partition = 0;
+  std::uint32_t rows = 0;  // INSERT ... VALUES: rows of the statement that go to this partition
 };
 
 struct Route {

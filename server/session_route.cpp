@@ -23,6 +23,17 @@ namespace {
 
 constexpr const char* kInFailedTransaction = "25P02";
 
+// Whether `$n` appears in the statement (a rough textual check, enough for statements
+// the router itself wrote).
+bool mentions_param(std::string_view sql, std::size_t n) {
+  std::string token = "$" + std::to_string(n);
+  for (std::size_t pos = sql.find(token); pos != std::string_view::npos; pos = sql.find(token, pos + 1)) {
+    std::size_t end = pos + token.size();
+    if (end >= sql.size() || !std::isdigit(static_cast<unsigned char>(sql[end]))) return true;
+  }
+  return false;
+}
+
 // Splits "INSERT 0 5" / "UPDATE 3" / "CREATE TABLE" into verb and row count.
 std::pair<std::string, std::optional<long long>> split_tag(std::string_view tag) {
   auto sp = tag.rfind(' ');
@@ -52,7 +63,9 @@ void Session::count_route(const routing::Route& route, RouteLabel label) {
     auto i = m.partition_index(hit.distribution, hit.partition);
     if (i == ~std::size_t{0}) continue;
     metrics_.partition_queries[i].add();
-    if (route.cls == StatementClass::write) metrics_.partition_writes[i].add();
+    // Rows for INSERT ... VALUES; one per UPDATE/DELETE statement (its row count is
+    // only known to the shard).
+    if (route.cls == StatementClass::write) metrics_.partition_writes[i].add(hit.rows ? hit.rows : 1);
   }
   if (route.distribution)
     for (auto& key : route.key_values) metrics_.hot_key(*route.distribution, key);
@@ -396,7 +409,9 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   }
   // A copy: awaiting below may run the pump, which can forget a skipped Parse.
   const Prepared p = it->second;
-  auto parse = proto::Parse::decode(std::string(1, '\0') + p.parse_rest);
+  // The decoded views point into parse_body: it must outlive `parse`.
+  const std::string parse_body = std::string(1, '\0') + p.parse_rest;
+  auto parse = proto::Parse::decode(parse_body);
   std::vector<std::int32_t> types = parse ? parse->param_types : std::vector<std::int32_t>{};
   std::vector<std::shared_ptr<const routing::TableShape>> keep;
   auto lookup = shape_lookup(keep);
@@ -648,7 +663,13 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
   if (!ext) {
     proto::Query{sql}.encode(out);
   } else {
-    proto::Parse{"", sql, ext->param_types}.encode(out);
+    // A split INSERT keeps the client's parameter numbers but uses only some of them:
+    // PostgreSQL cannot infer a type for the others, so they are declared text.
+    std::vector<std::int32_t> types = ext->param_types;
+    types.resize(ext->params.size(), 0);
+    for (std::size_t i = 0; i < types.size(); ++i)
+      if (types[i] == 0 && !mentions_param(sql, i + 1)) types[i] = 25;
+    proto::Parse{"", sql, types}.encode(out);
     proto::Bind bind;
     bind.param_formats = ext->param_formats;
     for (auto& p : ext->params) bind.params.push_back(p ? std::optional<std::string_view>(*p) : std::nullopt);
