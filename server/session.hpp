@@ -222,6 +222,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Transaction as the client sees it.
   char client_txn_ = 'I';            // status reported in ReadyForQuery
+  // The proxy itself failed the transaction (SPT01, a refused statement): the
+  // backends do not know, so the proxy answers until ROLLBACK/COMMIT.
+  bool proxy_failed_txn_ = false;
+  // An extended-protocol COMMIT/ROLLBACK the proxy answers itself: (portal, tag).
+  std::optional<std::pair<std::string, std::string>> local_portal_;
   std::string begin_sql_;            // the client's BEGIN, replayed on each shard joined
   std::optional<std::size_t> write_shard_;
   std::size_t next_any_ = 0;

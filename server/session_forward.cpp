@@ -111,6 +111,12 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     case 'D': {
       auto d = proto::Describe::decode(f.body);
       if (!d) break;
+      if (d->kind == 'P' && local_portal_ && local_portal_->first == d->name) {
+        std::string out;
+        proto::encode_no_data(out);
+        co_await stream_.write(out);
+        co_return true;
+      }
       if (d->kind == 'P' && scatter_portal_ && scatter_portal_->first == d->name) {
         scatter_portal_->second.describe = true;  // answered with the rows at Execute
         co_return true;
@@ -154,6 +160,7 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       co_return true;
     }
     case 'S':
+      local_portal_.reset();
       if (scatter_portal_) {
         // Described but never executed: the description alone.
         auto req = std::move(scatter_portal_->second);
@@ -179,6 +186,16 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       pending_started_ = {};
       co_return true;
     case 'E':
+      if (local_portal_) {
+        auto e = proto::Execute::decode(f.body);
+        if (e && e->portal == local_portal_->first) {
+          std::string out;
+          proto::CommandComplete{local_portal_->second}.encode(out);
+          local_portal_.reset();
+          co_await stream_.write(out);
+          co_return true;
+        }
+      }
       if (scatter_portal_) {
         auto e = proto::Execute::decode(f.body);
         if (e && e->portal == scatter_portal_->first) {
@@ -410,6 +427,7 @@ bool Session::process_backend_frame(char type, std::string_view body) {
       client_txn_ = status;
       if (!e.failed && e.command != SessionCommand::none) pending_commands_.push_back(std::move(e));
       if (status == 'I') {
+        proxy_failed_txn_ = false;
         local_txn_settings_.clear();
         if (last_tag_rollback_) pending_commands_.clear();
         apply_session_commands();

@@ -177,7 +177,7 @@ awaitable<bool> Session::refused_in_failed_transaction(const routing::Route& rou
   if (route.txn == TxnCommand::rollback || route.txn == TxnCommand::commit ||
       route.txn == TxnCommand::rollback_to_savepoint)
     co_return false;
-  if (pump_active_ && (!expect_.empty() || sent_after_sync_)) {
+  if (!proxy_failed_txn_ && pump_active_ && (!expect_.empty() || sent_after_sync_)) {
     auto target = single_target(route);
     if (target && *target == cur_) co_return false;
     co_await drain();
@@ -197,7 +197,10 @@ awaitable<bool> Session::reject(std::string_view code, std::string message, bool
   auto fields = proto::ErrorFields::make("ERROR", code, message);
   if (position > 0) fields.fields.emplace_back('P', std::to_string(position));
   fields.encode(out, 'E');
-  if (client_txn_ != 'I') client_txn_ = 'E';
+  if (client_txn_ != 'I') {
+    client_txn_ = 'E';
+    proxy_failed_txn_ = true;
+  }
   if (extended) {
     skip_until_sync_ = true;
   } else {
@@ -429,9 +432,22 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
       if (held_[s] && !last) last = s;
     bool failed = client_txn_ == 'E';
     for (std::size_t s = 0; s < held_.size(); ++s) {
-      if (!held_[s] || s == last) continue;
+      if (!held_[s] || (s == last && !proxy_failed_txn_)) continue;
       auto reply = co_await run_on(s, failed || route.txn == TxnCommand::rollback ? "ROLLBACK" : "COMMIT");
       release_shard(s, !reply.lost && reply.error.empty());
+    }
+    if (proxy_failed_txn_) {
+      // Every shard rolled back; the client's COMMIT/ROLLBACK is answered here.
+      client_txn_ = 'I';
+      proxy_failed_txn_ = false;
+      begin_sql_.clear();
+      write_shard_.reset();
+      local_txn_settings_.clear();
+      local_portal_.emplace(std::string(bind->portal), "ROLLBACK");
+      std::string out;
+      proto::encode_bind_complete(out);
+      co_await stream_.write(out);
+      co_return true;
     }
     route.kind = RouteKind::shards;
     route.shards = {last ? *last : pick_any_shard()};
@@ -527,6 +543,7 @@ awaitable<bool> Session::finish_transaction(const proto::Frame& f, TxnCommand tx
     co_await stream_.write(out);
   }
   client_txn_ = 'I';
+  proxy_failed_txn_ = false;
   begin_sql_.clear();
   write_shard_.reset();
   pending_commands_.clear();
@@ -664,11 +681,16 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
     proto::Query{sql}.encode(out);
   } else {
     // A split INSERT keeps the client's parameter numbers but uses only some of them:
-    // PostgreSQL cannot infer a type for the others, so they are declared text.
+    // PostgreSQL cannot infer a type for the others, so they are declared text (or
+    // bytea when sent in binary, which accepts any bytes).
     std::vector<std::int32_t> types = ext->param_types;
     types.resize(ext->params.size(), 0);
-    for (std::size_t i = 0; i < types.size(); ++i)
-      if (types[i] == 0 && !mentions_param(sql, i + 1)) types[i] = 25;
+    const auto& formats = ext->param_formats;
+    for (std::size_t i = 0; i < types.size(); ++i) {
+      if (types[i] != 0 || mentions_param(sql, i + 1)) continue;
+      std::int16_t format = formats.size() == 1 ? formats[0] : i < formats.size() ? formats[i] : 0;
+      types[i] = format == 1 ? 17 : 25;
+    }
     proto::Parse{"", sql, types}.encode(out);
     proto::Bind bind;
     bind.param_formats = ext->param_formats;

@@ -25,6 +25,7 @@ Run by tests/run (env: PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKD
 
 import os
 import secrets
+import subprocess
 import sys
 import time
 import traceback
@@ -46,8 +47,27 @@ WORK = clients.workdir("client_psycopg")
 
 # Checks that fail because of the PROXY (reported as KNOWN FAILURE, not fatal); see
 # docs/compatibility.md. Keyed by the check's name, value: the diagnosis.
+B1, B2, B3, B4, B5, B6 = (clients.BUG_EXT_MULTI_SHARD_TEXT, clients.BUG_SPLIT_INSERT_PARAMS,
+                          clients.BUG_PIPELINE_TWO_SHARDS, clients.BUG_EXECUTEMANY_HANG, clients.BUG_COPY_TO_SCATTER,
+                          clients.BUG_SHUTDOWN_HEAP)
 KNOWN_PSYCOPG2 = {}
-KNOWN_PSYCOPG3 = {}
+KNOWN_PSYCOPG3 = {
+    "multi-row INSERT into reference table (parameters): rowcount": B1,
+    "multi-row INSERT of 30 accounts on both shards (parameters): RETURNING ids": B2,
+    "multi-row INSERT into range-sharded events (both ranges, parameters): rowcount": B2,
+    "range read across the bound (BETWEEN 990 AND 1010, parameters)": B1,
+    "scatter ORDER BY id LIMIT 5 OFFSET 10 (parameters)": B1,
+    "scatter read with a parameter inside a transaction": B1,
+    "prepare=True scatter ORDER BY ... LIMIT $1": B1,
+    "binary results: scatter ORDER BY balance DESC, id LIMIT 7": B1,
+    "binary results: scatter aggregates": B1,
+    "pipeline block: 4 INSERTs (one shard) + sync + scatter count($1)": B1,
+    "pipeline block with keys on both shards before one Sync: SQLSTATE": B3,
+    "pipeline with keys on both shards: all rows or none": B3,
+    "executemany with keys on both shards (pipelined, one Sync): answered (no hang)": B4,
+    "COPY (scatter SELECT ... ORDER BY) TO STDOUT": B5,
+    "splitpoint exits with status 0 after SIGTERM": B6,
+}
 
 
 def url(proxy, password="secret"):
@@ -139,39 +159,47 @@ def run_psycopg3(proxy, shard_of):
         for i in ids1:
             m.accounts[i] = ("pipe", Decimal(i))
         both = list(range(120, 130))
-
-        def pipeline_both_shards():
-            with conn.pipeline():
-                c3 = conn.cursor()
-                for i in both:
-                    c3.execute("INSERT INTO accounts (id, owner, balance) VALUES (%s, %s, %s)",
-                               (i, "pipe2", Decimal(i)))
-        try:
-            pipeline_both_shards()
+        # A pipeline of INSERTs with keys on both shards before one Sync (one implicit
+        # transaction in PostgreSQL). Run in a child process with a deadline: a proxy
+        # that never answers must not hang this test.
+        status, detail = isolated(proxy, f"""
+with conn.pipeline():
+    c3 = conn.cursor()
+    for i in {both!r}:
+        c3.execute("INSERT INTO accounts (id, owner, balance) VALUES (%s, %s, %s)", (i, "pipe2", Decimal(i)))
+""")
+        chk.true("pipeline block with keys on both shards before one Sync: answered (no hang)",
+                 status != "timeout", detail)
+        if status == "error":
+            # Writing two shards in one implicit transaction is the SPT01 case (SPEC 5).
+            chk.eq("pipeline block with keys on both shards before one Sync: SQLSTATE", detail.split(":")[0],
+                   "SPT01")
+        elif status == "ok":
             chk.ok("pipeline block: 10 INSERTs with keys on both shards before one Sync")
-        except psycopg.Error as e:
-            # One Sync for all = one implicit transaction in PostgreSQL: writing two
-            # shards in it is the SPT01 case (SPEC section 5).
-            chk.eq("pipeline block with keys on both shards before one Sync: SQLSTATE", sqlstate_of(e), "SPT01")
-        n = q("SELECT count(*) FROM accounts WHERE owner = 'pipe2'")[0][0]
-        chk.true(f"pipeline with keys on both shards: all rows or none ({n} of {len(both)})", n in (0, len(both)))
-        if n:
-            for i in both:
-                m.accounts[i] = ("pipe2", Decimal(i))
+        present = [i for i in both if q("SELECT 1 FROM accounts WHERE id = %s", (i,))]
+        chk.true("pipeline with keys on both shards: all rows or none",
+                 len(present) in (0, len(both)), f"{len(present)} of {len(both)} present: {present}")
+        for i in present:
+            m.accounts[i] = ("pipe2", Decimal(i))
     else:
         chk.ok("pipeline mode not supported by this libpq: skipped")
 
     # -- executemany ----------------------------------------------------------------------
     many = [(i, "many", Decimal(i) / 4) for i in range(130, 146)]
-    try:
-        cur.executemany("INSERT INTO accounts (id, owner, balance) VALUES (%s, %s, %s)", many)
+    status, detail = isolated(proxy, f"""
+conn.cursor().executemany("INSERT INTO accounts (id, owner, balance) VALUES (%s, %s, %s)", {many!r})
+""")
+    chk.true("executemany with keys on both shards (pipelined, one Sync): answered (no hang)",
+             status != "timeout", detail)
+    if status == "error":
+        chk.eq("executemany with keys on both shards (pipelined, one Sync): SQLSTATE", detail.split(":")[0], "SPT01")
+    elif status == "ok":
         chk.ok(f"executemany of {len(many)} INSERTs with keys on both shards")
-    except psycopg.Error as e:
-        chk.eq("executemany with keys on both shards (pipelined, one Sync): SQLSTATE", sqlstate_of(e), "SPT01")
-    n = q("SELECT count(*) FROM accounts WHERE owner = 'many'")[0][0]
-    chk.true(f"executemany with keys on both shards: all rows or none ({n} of {len(many)})", n in (0, len(many)))
-    if n:
-        for i, o, b in many:
+    present = [i for i, _, _ in many if q("SELECT 1 FROM accounts WHERE id = %s", (i,))]
+    chk.true("executemany with keys on both shards: all rows or none",
+             len(present) in (0, len(many)), f"{len(present)} of {len(many)} present: {present}")
+    for i, o, b in many:
+        if i in present:
             m.accounts[i] = (o, b)
 
     # -- COPY FROM STDIN, text and binary, split by key ------------------------------------
@@ -241,6 +269,27 @@ def run_psycopg3(proxy, shard_of):
     return chk
 
 
+def isolated(proxy, body, deadline=20):
+    """Runs `body` (Python, with `conn` an autocommit psycopg connection to the proxy)
+    in a child process. Returns ("ok", ""), ("error", "SQLSTATE: message") or
+    ("timeout", what it printed)."""
+    code = ("import psycopg, sys\nfrom decimal import Decimal\n"
+            f"conn = psycopg.connect({url(proxy)!r}, autocommit=True)\n"
+            "try:\n" + "".join("    " + line + "\n" for line in body.strip().splitlines()) +
+            "except psycopg.Error as e:\n"
+            "    print(f'ERROR {e.sqlstate}: {str(e).splitlines()[0]}')\n"
+            "    sys.exit(3)\n")
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=deadline)
+    except subprocess.TimeoutExpired as e:
+        return "timeout", f"no answer within {deadline}s (child killed)"
+    if r.returncode == 0:
+        return "ok", ""
+    if r.returncode == 3:
+        return "error", r.stdout.strip()[len("ERROR "):]
+    return "error", f"child exit {r.returncode}: {(r.stdout + r.stderr).strip()[-300:]}"
+
+
 def sqlstate_of(e):
     return getattr(e, "sqlstate", None) or getattr(getattr(e, "diag", None), "sqlstate", None)
 
@@ -272,6 +321,8 @@ def main():
         if not proxy.alive():
             print("FAIL: splitpoint died")
             rc = 1
+        status = proxy.stop()
+        checkers[-1].eq("splitpoint exits with status 0 after SIGTERM", status, 0)  # the psycopg3 checker
     except Exception:  # noqa: BLE001
         traceback.print_exc()
         print(f"splitpoint: {proxy.state()}; log tail:\n{proxy.log_tail()}")

@@ -940,32 +940,38 @@ FRESH = set()
 @test
 def txn_second_write_shard_spt01_extended():
     a, b = fresh_keys()
-    problems = []
+    problems, transcript = [], []
+
+    def step(sql, params=()):
+        r = w.extended(sql, list(params))
+        transcript.append(f"{sql} {list(params)} -> {r.sqlstate or r.tag} (status {r.status})")
+        return r
+
     with proxy_wire() as w:
-        r = w.extended("BEGIN")
+        r = step("BEGIN")
         assert r.error is None and r.status == "T", r.error
-        r = w.extended("INSERT INTO users (id, name) VALUES ($1, $2)", [a, "txn-ext-a"])
+        r = step("INSERT INTO users (id, name) VALUES ($1, $2)", [a, "txn-ext-a"])
         assert r.error is None and r.tag == "INSERT 0 1", r.error
-        r = w.extended("INSERT INTO users (id, name) VALUES ($1, $2)", [b, "txn-ext-b"])
+        r = step("INSERT INTO users (id, name) VALUES ($1, $2)", [b, "txn-ext-b"])
         assert r.sqlstate == "SPT01", f"[extended] second-shard write in a transaction: {r.sqlstate} {r.error}"
         if r.status != "E":
             problems.append(f"ReadyForQuery after SPT01 is {r.status!r}, expected 'E'")
         for sql, params in [("SELECT $1::int", [1]), ("SELECT name FROM users WHERE id = $1", [a]),
                             ("UPDATE users SET name = 'after-spt01' WHERE id = $1", [a])]:
-            r = w.extended(sql, params)
+            r = step(sql, params)
             if r.sqlstate != "25P02":
                 problems.append(f"after SPT01, {sql} {params}: {r.sqlstate or r.tag} (status {r.status}), "
                                 "expected 25P02")
-        r = w.extended("COMMIT")  # COMMIT of a failed transaction rolls back, as in PostgreSQL
+        r = step("COMMIT")  # COMMIT of a failed transaction rolls back, as in PostgreSQL
         if not (r.error is None and r.tag == "ROLLBACK" and r.status == "I"):
-            problems.append(f"COMMIT after SPT01: tag {r.tag!r}, error {r.error and r.sqlstate}, status {r.status}; "
-                            "expected ROLLBACK")
+            problems.append(f"COMMIT after SPT01: {r.sqlstate or r.tag} (status {r.status}); expected ROLLBACK")
         assert w.extended("SELECT 1").rows == [["1"]]
     for i in range(N):
         if present(i, a) or present(i, b):
             problems.append(f"s{i} holds rows of the aborted transaction: "
                             f"{shard_query(i, 'SELECT id, name FROM users WHERE id IN (%s, %s)', (a, b))}")
-    assert not problems, "[extended] BEGIN; INSERT on s0; INSERT on s1 (SPT01); ...:\n  " + "\n  ".join(problems)
+    assert not problems, "[extended] BEGIN; INSERT on s0; INSERT on s1 (SPT01); ...:\n  " + \
+        "\n  ".join(problems) + "\n  transcript:\n    " + "\n    ".join(transcript)
 
 
 @test

@@ -12,8 +12,10 @@ uses a private PostgreSQL instance so restarting it disturbs nobody.
   - session state: application_name from the startup packet; SET search_path,
     statement_timeout, TimeZone, DateStyle and a custom GUC visible (SHOW) in later
     transactions on any backend and not leaking to other clients; SET inside a rolled
-    back transaction not kept, SET LOCAL not kept, SET in a committed transaction kept;
-    RESET ALL;
+    back transaction not kept, SET LOCAL not kept; SET in a committed transaction
+    (first statement, later statement, inside one multi-statement query) kept; a SET
+    sent together with other statements in one Query carried over without them (the
+    other statements must not run again on the next backend); RESET, RESET ALL;
   - LISTEN pins the session: a NOTIFY from another client arrives by itself;
   - a client that vanishes mid-transaction, in a failed transaction or mid-COPY FROM
     STDIN leaves no backend idle in transaction, no partial data, no lost pool slot;
@@ -468,7 +470,6 @@ def session_parameters_follow_the_client():
             q(x, "ROLLBACK")
             q(x, "BEGIN")
             q(x, "SET LOCAL TimeZone = 'UTC'")
-            q(x, "SET myapp.y = 'committed'")
             q(x, "COMMIT")
             # A transaction that fails and is rolled back loses its SET too.
             q(x, "BEGIN")
@@ -485,9 +486,6 @@ def session_parameters_follow_the_client():
                                          lambda: checked_txn(f"after rollback, step {step}"))
                 else:
                     check_x(f"after rollback, step {step}")
-                got = one(x, "SELECT current_setting('myapp.y', true)")
-                assert got == "committed", \
-                    f"SET inside a committed transaction not kept on the next backend (step {step}): {got!r}"
 
             # A multi-statement query that sets and reads.
             r = q(x, "SET myapp.z = 'multi'; SELECT current_setting('myapp.z')")
@@ -507,7 +505,7 @@ def session_parameters_follow_the_client():
                 for name, default in defaults.items():
                     got = one(x, f"SHOW {name}")
                     assert got == default, f"after RESET ALL, {where}: {name} = {got!r}"
-                for name in ("myapp.x", "myapp.y", "myapp.z"):
+                for name in ("myapp.x", "myapp.z"):
                     got = one(x, f"SELECT current_setting('{name}', true)")
                     assert got in (None, ""), f"after RESET ALL, {where}: {name} = {got!r}"
                 # As in PostgreSQL, RESET ALL goes back to the startup packet's values.
@@ -537,6 +535,82 @@ def session_parameters_follow_the_client():
     finally:
         with direct() as d:
             q(d, "DROP SCHEMA IF EXISTS tp_schema CASCADE")
+
+
+@test
+def set_in_committed_transaction_is_kept():
+    with Proxy("set-in-transaction") as p:
+        x = p.psql()
+        others = [p.psql() for _ in range(2)]
+        # SET as the first statement of a transaction, and after another statement.
+        q(x, "BEGIN")
+        q(x, "SET myapp.first = 'committed 1'")
+        q(x, "COMMIT")
+        q(x, "BEGIN")
+        q(x, "SELECT 1")
+        q(x, "SET myapp.later = 'committed 2'")
+        q(x, "SET LOCAL myapp.local = 'not kept'")
+        q(x, "COMMIT")
+        # In one multi-statement query; and outside a transaction after another statement.
+        q(x, "BEGIN; SET myapp.multi = 'committed 3'; COMMIT")
+        q(x, "SELECT 1; SET myapp.after_select = 'kept 4'")
+
+        def check(where):
+            q(x, "BEGIN")
+            pid = one(x, "SELECT pg_backend_pid()")
+            names = ("first", "later", "multi", "after_select", "local")
+            got = [one(x, f"SELECT current_setting('myapp.{n}', true)") for n in names]
+            q(x, "COMMIT")
+            assert got[:4] == ["committed 1", "committed 2", "committed 3", "kept 4"] and got[4] in (None, ""), \
+                f"SETs on backend {pid} ({where}): " + ", ".join(f"myapp.{n} = {v!r}" for n, v in zip(names, got))
+            return pid
+
+        last_pid = check("same backend")
+        pids = {last_pid}
+        for step in range(4):
+            last_pid = elsewhere(others[0], others[1], last_pid, lambda: check(f"other backend, step {step}"))
+            pids.add(last_pid)
+        assert len(pids) == 2, pids
+        for c in [x] + others:
+            c.close()
+
+
+@test
+def set_with_other_statements_in_one_query_replays_only_the_set():
+    # The proxy carries SETs to other backends; it must never carry the statements that
+    # came with them in the same Query message (that would run them again).
+    with direct() as d:
+        q(d, "DROP TABLE IF EXISTS tp_replay")
+        q(d, "CREATE TABLE tp_replay (id int)")
+        q(d, "GRANT ALL ON tp_replay TO app")
+    try:
+        with Proxy("set-replay") as p:
+            x = p.psql()
+            others = [p.psql() for _ in range(2)]
+            q(x, "SET myapp.r = 'with insert'; INSERT INTO tp_replay VALUES (1)")
+
+            def check(where):
+                q(x, "BEGIN")
+                pid = one(x, "SELECT pg_backend_pid()")
+                setting = one(x, "SELECT current_setting('myapp.r', true)")
+                q(x, "COMMIT")
+                with direct() as d:
+                    rows = one(d, "SELECT count(*) FROM tp_replay")
+                assert rows == 1, f"the INSERT sent with a SET ran {rows} times ({where}, backend {pid})"
+                assert setting == "with insert", f"myapp.r = {setting!r} on backend {pid} ({where})"
+                return pid
+
+            last_pid = check("same backend")
+            pids = {last_pid}
+            for step in range(4):
+                last_pid = elsewhere(others[0], others[1], last_pid, lambda: check(f"other backend, step {step}"))
+                pids.add(last_pid)
+            assert len(pids) == 2, pids
+            for c in [x] + others:
+                c.close()
+    finally:
+        with direct() as d:
+            q(d, "DROP TABLE IF EXISTS tp_replay")
 
 
 @test
