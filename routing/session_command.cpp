@@ -1,5 +1,7 @@
 #include "routing/session_command.hpp"
 
+#include <pg_query.h>
+
 #include <cctype>
 
 namespace splitpoint::routing {
@@ -63,6 +65,32 @@ class Words {
 }  // namespace
 
 std::string first_keyword(std::string_view sql) { return Words(sql).next(); }
+
+std::vector<std::string_view> split_statements(std::string_view sql) {
+  std::string text(sql);
+  PgQuerySplitResult r = pg_query_split_with_scanner(text.c_str());
+  std::vector<std::string_view> out;
+  if (!r.error)
+    for (int i = 0; i < r.n_stmts; ++i) {
+      auto loc = static_cast<std::size_t>(r.stmts[i]->stmt_location);
+      auto len = static_cast<std::size_t>(r.stmts[i]->stmt_len);
+      if (loc <= sql.size()) out.push_back(sql.substr(loc, len == 0 ? std::string_view::npos : len));
+    }
+  pg_query_free_split_result(r);
+  return out;
+}
+
+bool may_contain_session_command(std::string_view sql) {
+  auto has = [&](std::string_view word) {
+    for (std::size_t i = 0; i + word.size() <= sql.size(); ++i) {
+      std::size_t k = 0;
+      while (k < word.size() && std::tolower(static_cast<unsigned char>(sql[i + k])) == word[k]) ++k;
+      if (k == word.size()) return true;
+    }
+    return false;
+  };
+  return has("set") || has("discard") || has("deallocate") || has("listen");
+}
 
 SessionCommandInfo classify_session_command(std::string_view sql) {
   Words words(sql);

@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace splitpoint::routing {
 
@@ -16,6 +17,13 @@ struct SessionCommandInfo {
 };
 
 SessionCommandInfo classify_session_command(std::string_view sql);
+
+// The statements of a query text, as PostgreSQL's scanner splits it (empty if it
+// cannot be scanned).
+std::vector<std::string_view> split_statements(std::string_view sql);
+
+// Cheap pre-check: false when the text cannot contain a session command.
+bool may_contain_session_command(std::string_view sql);
 
 // The statement's first keyword, lower-cased ("" if it does not start with a word).
 std::string first_keyword(std::string_view sql);

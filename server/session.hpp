@@ -59,15 +59,22 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   static constexpr std::size_t kNoShard = ~std::size_t{0};
 
+  // A statement of a Query that changes session state, replayed on other backends.
+  struct SessionCmd {
+    routing::SessionCommand kind = routing::SessionCommand::none;
+    std::string name;  // SET/RESET: the parameter
+    std::string text;  // the statement itself
+  };
+
   // One response the current backend owes us, in order: ParseComplete '1',
   // BindComplete '2', CloseComplete '3', or ReadyForQuery 'Z' (for a Sync or a Query).
   struct Expect {
     char type = 'Z';
     bool swallow = false;  // injected by us: the client never sees the response
     bool failed = false;   // an ErrorResponse arrived for this Sync/Query
-    routing::SessionCommand command = routing::SessionCommand::none;
-    std::string name;      // Parse: server statement name; SET/RESET: parameter
-    std::string text;      // SET/RESET: statement text to replay; client's Parse: its name
+    std::string name;      // Parse: server statement name
+    std::string text;      // client's Parse: its name
+    std::vector<SessionCmd> commands;  // Query: the SET/RESET/DISCARD... statements in it
     // 'Z' of a Query sent while an extended batch was open (no Sync yet): PostgreSQL
     // skips that Query when the batch fails.
     bool query_in_batch = false;
@@ -247,7 +254,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Session state carried across backends.
   std::vector<std::pair<std::string, std::string>> sets_;  // parameter -> SET statement
-  std::vector<Expect> pending_commands_;                    // completed inside a transaction
+  std::vector<SessionCmd> pending_commands_;                // completed inside a transaction
   bool last_tag_rollback_ = false;
   std::string state_script_;
   std::uint64_t state_hash_ = 0;

@@ -425,7 +425,8 @@ bool Session::process_backend_frame(char type, std::string_view body) {
       }
       batch_failed_ = false;
       client_txn_ = status;
-      if (!e.failed && e.command != SessionCommand::none) pending_commands_.push_back(std::move(e));
+      if (!e.failed)
+        for (auto& c : e.commands) pending_commands_.push_back(std::move(c));
       if (status == 'I') {
         proxy_failed_txn_ = false;
         local_txn_settings_.clear();
@@ -461,7 +462,7 @@ void Session::apply_session_commands() {
   bool backend_reset = false;
   for (auto& c : pending_commands_) {
     auto it = std::find_if(sets_.begin(), sets_.end(), [&](auto& p) { return p.first == c.name; });
-    switch (c.command) {
+    switch (c.kind) {
       case SessionCommand::set:
         if (it != sets_.end()) it->second = c.text;
         else sets_.emplace_back(c.name, c.text);

@@ -299,26 +299,31 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   e.started = started;
   e.route = label;
   e.query_in_batch = sent_after_sync_;
-  auto cmd = routing::classify_session_command(sql);
-  switch (cmd.kind) {
-    case SessionCommand::none:
-    case SessionCommand::set_local:
-      break;
-    case SessionCommand::listen:
-      pinned_ = true;
-      break;
-    case SessionCommand::deallocate_all:
-    case SessionCommand::discard_all:
-      prepared_.clear();
-      cur()->prepared.clear();
-      cur()->unnamed_owner = {0, 0};
-      e.command = cmd.kind;
-      break;
-    default:
-      e.command = cmd.kind;
-      e.name = std::move(cmd.name);
-      e.text = std::string(sql);
-      break;
+  // Each SET/RESET statement is recorded with its own text (never the whole Query:
+  // replaying `SET ...; INSERT ...` would run the INSERT again on the next backend).
+  if (routing::may_contain_session_command(sql)) {
+    for (auto stmt : routing::split_statements(sql)) {
+      auto cmd = routing::classify_session_command(stmt);
+      switch (cmd.kind) {
+        case SessionCommand::none:
+        case SessionCommand::set_local:
+        case SessionCommand::deallocate:
+          break;
+        case SessionCommand::listen:
+          pinned_ = true;
+          break;
+        case SessionCommand::deallocate_all:
+        case SessionCommand::discard_all:
+          prepared_.clear();
+          cur()->prepared.clear();
+          cur()->unnamed_owner = {0, 0};
+          e.commands.push_back({cmd.kind, {}, {}});
+          break;
+        default:
+          e.commands.push_back({cmd.kind, std::move(cmd.name), std::string(stmt)});
+          break;
+      }
+    }
   }
   expect_.push_back(std::move(e));
   sent_after_sync_ = false;
@@ -335,6 +340,8 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
     co_await send_error("FATAL", sqlstate::protocol_violation, "invalid Parse message", false);
     co_return false;
   }
+  if (!name.empty() && prepared_.count(std::string(name)))
+    co_return co_await reject("42P05", "prepared statement \"" + std::string(name) + "\" already exists", true);
   Prepared p;
   p.server_name = name.empty() ? std::string() : statement_name_for(rest);
   p.parse_rest.assign(rest);
@@ -542,11 +549,13 @@ awaitable<bool> Session::finish_transaction(const proto::Frame& f, TxnCommand tx
     proto::ErrorFields::make("WARNING", "25P01", "there is no transaction in progress").encode(out, 'N');
     co_await stream_.write(out);
   }
+  // SETs made inside the transaction count once it committed.
+  if (!rollback && error.empty()) apply_session_commands();
+  else pending_commands_.clear();
   client_txn_ = 'I';
   proxy_failed_txn_ = false;
   begin_sql_.clear();
   write_shard_.reset();
-  pending_commands_.clear();
   local_txn_settings_.clear();
   std::string out;
   if (!error.empty()) {

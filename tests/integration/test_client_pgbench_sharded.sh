@@ -83,6 +83,42 @@ else
 fi
 
 if ((!loaded)); then
+  # SPEC 5: with transactions.cross_shard_writes: two_phase a transaction may write to
+  # several shards (PostgreSQL two-phase commit). pgbench -i through such a proxy:
+  main_pid=$SP_PID
+  TP_PORT=$(free_port)
+  { "$PYTHON" "$SP_ROOT/tests/lib/clients.py" config "$DRV_DB" "$TP_PORT" "$(free_port)" pgbench
+    printf 'transactions:\n  cross_shard_writes: two_phase\n'; } >"$WORK/splitpoint-2pc.yaml"
+  sp_start "$WORK/splitpoint-2pc.yaml" "$WORK/splitpoint-2pc.log" || fail "splitpoint (two_phase) did not start"
+  rc=0
+  timeout -k 5 120 pgbench -i -s "$SCALE" -q "postgresql://app:secret@127.0.0.1:$TP_PORT/$DRV_DB" \
+    >"$WORK/init-2pc.log" 2>&1 || rc=$?
+  if ((rc == 0)); then
+    echo "ok   pgbench -i -s $SCALE through a proxy with cross_shard_writes: two_phase"
+    loaded=1
+  else
+    cat "$WORK/init-2pc.log"
+    known_failure "pgbench -i -s $SCALE through a proxy with transactions.cross_shard_writes: two_phase" "exit 0" \
+      "exit $rc" "$(pgbench_error "$WORK/init-2pc.log")"
+  fi
+  sp_stop "$SP_PID" || true
+  SP_PID=$main_pid
+fi
+
+if ((!loaded)); then
+  # What pgbench -i's data-generation transaction does, one statement at a time, each
+  # in a transaction of its own (ROLLBACK at the end), and what the proxy answers.
+  probe() { # LABEL SQL [STDIN]
+    local out
+    out=$(printf '%s' "${3:-}" | psql -X -q -At -v VERBOSITY=verbose "$URL" -c "BEGIN" -c "$2" -c "ROLLBACK" 2>&1 | grep -E 'ERROR|^[A-Z]+ [0-9]' | head -n 1)
+    echo "     probe: $1: ${out:-ok}"
+  }
+  echo "what the proxy answers to each step of pgbench -i's generation transaction (BEGIN; step; ROLLBACK):"
+  probe "TRUNCATE of all four tables" "TRUNCATE pgbench_accounts, pgbench_branches, pgbench_history, pgbench_tellers"
+  probe "INSERT into the reference table pgbench_branches" "INSERT INTO pgbench_branches (bid, bbalance) VALUES (1, 0)"
+  probe "COPY pgbench_accounts FROM STDIN (rows on both shards)" "COPY pgbench_accounts FROM STDIN" $'1\t1\t0\t\n2\t1\t0\t\n3\t1\t0\t\n4\t1\t0\t\n'
+  probe "INSERT INTO pgbench_accounts SELECT ... generate_series (server-side -I G)" \
+    "INSERT INTO pgbench_accounts (aid, bid, abalance, filler) SELECT aid, 1, 0, '' FROM generate_series(1, 10) aid"
   echo "loading the pgbench tables another way, still through the proxy"
   pgbench -i -I dt "$URL" >"$WORK/init-dt.log" 2>&1 ||
     { cat "$WORK/init-dt.log"; fail "pgbench -i -I dt (drop/create tables) through the proxy"; }
@@ -104,8 +140,10 @@ if ((!loaded)); then
 fi
 
 # ---------------------------------------------------------------- 2. what was loaded
-counts=$(proxy_sql -c "SELECT (SELECT count(*) FROM pgbench_accounts) || ' ' || (SELECT count(*) FROM pgbench_branches)
-                       || ' ' || (SELECT count(*) FROM pgbench_tellers) || ' ' || (SELECT count(*) FROM pgbench_history)")
+counts=""
+for t in pgbench_accounts pgbench_branches pgbench_tellers pgbench_history; do
+  counts+="${counts:+ }$(proxy_sql -c "SELECT count(*) FROM $t")"
+done
 [[ $counts == "$((100000 * SCALE)) $SCALE $((10 * SCALE)) 0" ]] ||
   fail "row counts through the proxy (accounts branches tellers history): expected $((100000 * SCALE)) $SCALE $((10 * SCALE)) 0, got $counts"
 echo "ok   row counts through the proxy: $counts"

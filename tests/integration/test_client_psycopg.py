@@ -62,9 +62,9 @@ KNOWN_PSYCOPG3 = {
     "binary results: scatter ORDER BY balance DESC, id LIMIT 7": B1,
     "binary results: scatter aggregates": B1,
     "pipeline block: 4 INSERTs (one shard) + sync + scatter count($1)": B1,
-    "pipeline block with keys on both shards before one Sync: SQLSTATE": B3,
+    "pipeline block with keys on both shards before one Sync: applied whole or refused with SPT01": B3,
     "pipeline with keys on both shards: all rows or none": B3,
-    "executemany with keys on both shards (pipelined, one Sync): answered (no hang)": B4,
+    "executemany with keys on both shards (pipelined, one Sync): applied whole or refused with SPT01": B4,
     "COPY (scatter SELECT ... ORDER BY) TO STDOUT": B5,
     "splitpoint exits with status 0 after SIGTERM": B6,
 }
@@ -168,14 +168,10 @@ with conn.pipeline():
     for i in {both!r}:
         c3.execute("INSERT INTO accounts (id, owner, balance) VALUES (%s, %s, %s)", (i, "pipe2", Decimal(i)))
 """)
-        chk.true("pipeline block with keys on both shards before one Sync: answered (no hang)",
-                 status != "timeout", detail)
-        if status == "error":
-            # Writing two shards in one implicit transaction is the SPT01 case (SPEC 5).
-            chk.eq("pipeline block with keys on both shards before one Sync: SQLSTATE", detail.split(":")[0],
-                   "SPT01")
-        elif status == "ok":
-            chk.ok("pipeline block: 10 INSERTs with keys on both shards before one Sync")
+        # Writing two shards in one implicit transaction is the SPT01 case (SPEC 5);
+        # applying it whole would be acceptable too. Anything else is not.
+        chk.true("pipeline block with keys on both shards before one Sync: applied whole or refused with SPT01",
+                 status == "ok" or detail.startswith("SPT01:"), f"{status}: {detail}")
         present = [i for i in both if q("SELECT 1 FROM accounts WHERE id = %s", (i,))]
         chk.true("pipeline with keys on both shards: all rows or none",
                  len(present) in (0, len(both)), f"{len(present)} of {len(both)} present: {present}")
@@ -189,12 +185,8 @@ with conn.pipeline():
     status, detail = isolated(proxy, f"""
 conn.cursor().executemany("INSERT INTO accounts (id, owner, balance) VALUES (%s, %s, %s)", {many!r})
 """)
-    chk.true("executemany with keys on both shards (pipelined, one Sync): answered (no hang)",
-             status != "timeout", detail)
-    if status == "error":
-        chk.eq("executemany with keys on both shards (pipelined, one Sync): SQLSTATE", detail.split(":")[0], "SPT01")
-    elif status == "ok":
-        chk.ok(f"executemany of {len(many)} INSERTs with keys on both shards")
+    chk.true("executemany with keys on both shards (pipelined, one Sync): applied whole or refused with SPT01",
+             status == "ok" or detail.startswith("SPT01:"), f"{status}: {detail}")
     present = [i for i, _, _ in many if q("SELECT 1 FROM accounts WHERE id = %s", (i,))]
     chk.true("executemany with keys on both shards: all rows or none",
              len(present) in (0, len(many)), f"{len(present)} of {len(many)} present: {present}")
@@ -281,7 +273,7 @@ def isolated(proxy, body, deadline=20):
             "    sys.exit(3)\n")
     try:
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=deadline)
-    except subprocess.TimeoutExpired as e:
+    except subprocess.TimeoutExpired:
         return "timeout", f"no answer within {deadline}s (child killed)"
     if r.returncode == 0:
         return "ok", ""

@@ -190,8 +190,11 @@ class Stream:
         self.error = None
         self.notices = []
         self.columns = None
+        self.on_progress = None  # called every 200,000 rows (an RSS sample)
 
     def row(self, body):
+        if self.rows % 200_000 == 0 and self.on_progress is not None:
+            self.on_progress()
         # Int16 count, then (Int32 len, bytes) per column: id, v
         n1 = struct.unpack_from("!i", body, 2)[0]
         a = body[6:6 + n1]
@@ -253,6 +256,7 @@ def run_stream(cid, conn, send, ordered, binary):
     before = PROXY.rss_kb()
     sampler = Sampler(PROXY)
     st = Stream(conn, ordered, binary)
+    st.on_progress = lambda: sampler.samples.append(PROXY.rss_kb())
     t0 = time.monotonic()
     sampler.start()
     try:
@@ -273,7 +277,7 @@ def run_stream(cid, conn, send, ordered, binary):
     if ordered:
         check(st.order_errors == 0, cid,
               lambda: f"{st.order_errors} rows out of (v, id) order; first at row {st.first_order_error}")
-    check(len(sampler.samples) >= 5, cid, lambda: f"only {len(sampler.samples)} RSS samples")
+    check(len(sampler.samples) >= 10, cid, lambda: f"only {len(sampler.samples)} RSS samples")
     check(peak - before < RSS_LIMIT_KB, cid,
           lambda: f"proxy RSS grew by {peak - before} kB during the query (limit {RSS_LIMIT_KB} kB)")
     if st.columns is not None:
@@ -360,6 +364,34 @@ def warm_up_and_sanity():
     rows = [(int(v), int(i)) for i, v in r.rows]
     check(rows == sorted(rows) and len(set(rows)) == len(rows), "sanity", lambda: "LIMIT 200000 not in order")
     del r, rows
+
+
+@test
+def limit_cancels_the_shards():
+    """LIMIT over a plain concatenation: after 10 rows the proxy cancels the shards,
+    which would otherwise go on streaming 700,000 rows each."""
+    c = CONN["c"]
+    marker = f"sp_stream_limit_{SUFFIX}"
+    t0 = time.monotonic()
+    r = c.query(f"SELECT id, v, '{marker}' AS m FROM big LIMIT 10")
+    took = time.monotonic() - t0
+    check(r.error is None and len(r.rows) == 10, "limit", lambda: f"LIMIT 10: {r.error or len(r.rows)}")
+    print(f"     LIMIT 10 over 2,100,000 rows answered in {took:.2f}s")
+    deadline = time.monotonic() + 10
+    while True:
+        busy = []
+        for port, db in SHARDS:
+            with pgwire.connect(HOST, port, "app", db, password="secret", timeout=30) as d:
+                n = d.scalar(f"SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                             f"AND query LIKE '%{marker}%' AND pid <> pg_backend_pid()")
+                if n != "0":
+                    busy.append(db)
+        if not busy or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    check(not busy, "limit", lambda: f"shards still running the limited statement 10s later: {busy}")
+    r = c.query("SELECT count(*) FROM big WHERE id > 0")
+    check(r.error is None and r.rows == [[str(N)]], "limit", lambda: f"next statement: {r.error or r.rows}")
 
 
 @test

@@ -325,7 +325,7 @@ def verify_placement(db, layout="drivers", quiet=False):
                 if method == "hash":
                     # Remainders computed on the shard itself, next to its rows: the
                     # partition PostgreSQL's PARTITION BY HASH puts each key in.
-                    cur.execute(f"CREATE TEMP TABLE sp_vp (k bigint) PARTITION BY HASH (k)")
+                    cur.execute("CREATE TEMP TABLE sp_vp (k bigint) PARTITION BY HASH (k)")
                     for r in range(P):
                         cur.execute(f"CREATE TEMP TABLE sp_vp_{r} PARTITION OF sp_vp "
                                     f"FOR VALUES WITH (MODULUS {P}, REMAINDER {r})")
@@ -399,9 +399,10 @@ BUG_PIPELINE_TWO_SHARDS = (
     "client gets 26000 (prepared statement does not exist) and the rows of the first "
     "shard stay committed (5 of 10) -- a partial multi-shard write")
 BUG_EXECUTEMANY_HANG = (
-    "B4 proxy bug: psycopg 3's executemany (pipeline mode: Parse once, then Bind/Execute "
-    "per row, one Sync) with keys on both shards gets no answer at all -- the session hangs "
-    "(the child running it is killed after 20 s)")
+    "B4 proxy bug: psycopg 3's executemany (pipeline mode: Parse, then Bind/Describe/Execute "
+    "per row, one Sync at the end) with keys on both shards is neither applied whole nor "
+    "refused with SPT01: the session hangs with no answer (the child running it is killed "
+    "after 20 s), or the client sees the connection break (error without SQLSTATE)")
 BUG_COPY_TO_SCATTER = (
     "B5 proxy limitation: COPY (SELECT ... FROM a sharded table ... ORDER BY) TO STDOUT "
     "touching several shards is refused with 0A000 'only a single SELECT can be merged across "
@@ -410,7 +411,27 @@ BUG_SHUTDOWN_HEAP = (
     "B6 proxy bug: after the hung pipelined session (B4) was abandoned, SIGTERM makes "
     "splitpoint abort with 'corrupted size vs. prev_size' (glibc heap corruption, SIGABRT, "
     "exit -6) instead of exiting 0")
-CONSEQUENCE_B1 = "consequence of B1 (the garbage statement of an earlier step): "
+# B7-B9 are reported by the JDBC and node tests (their own copies of the text), B10 by
+# the pgbench test; listed here so that every id has one home.
+BUG_BATCH_COMMAND_COMPLETE = (
+    "B7 proxy bug: a batch on one named statement (Bind/Execute per row, one Sync) with keys "
+    "on both shards inserts every row, but one Execute gets no CommandComplete (6 "
+    "BindComplete, 5 CommandComplete for 6 rows), so pgjdbc's executeBatch update counts are wrong")
+BUG_BEGIN_IN_BATCH = (
+    "B8 proxy bug: BEGIN sent in the same extended-protocol batch (before one Sync) as the "
+    "transaction's first statement -- what pgjdbc does with autocommit off -- does not reliably "
+    "open a transaction: ReadyForQuery says 'I', the statements autocommit, rollback() undoes "
+    "nothing, a second shard's write is accepted instead of SPT01, and after an error in that "
+    "batch the next statement runs instead of failing with 25P02")
+BUG_PARSE_ERROR_TWICE = (
+    "B9 proxy bug: a Parse that fails (syntax error) in the extended protocol is answered with "
+    "TWO ErrorResponses before ReadyForQuery (PostgreSQL sends one and skips to Sync); "
+    "node-postgres reports the second as an error event outside any query and marks the "
+    "connection unusable")
+BUG_TWO_PHASE_NOT_USED = (
+    "B10 proxy gap: with transactions.cross_shard_writes: two_phase a multi-shard write inside a "
+    "transaction (pgbench -i's TRUNCATE) is still refused with SPT01 'statement would write to 2 "
+    "shards inside a transaction'")
 
 
 # ------------------------------------------------------------------ checks

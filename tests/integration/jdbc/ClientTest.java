@@ -14,8 +14,6 @@
 import java.io.BufferedReader;
 import java.io.FileReader;
 import java.math.BigDecimal;
-import java.math.RoundingMode;
-import java.sql.Array;
 import java.sql.BatchUpdateException;
 import java.sql.Connection;
 import java.sql.DatabaseMetaData;
@@ -29,7 +27,6 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.Properties;
 import java.util.TreeMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -49,11 +46,8 @@ public class ClientTest {
         System.out.println("ok   " + C + ": " + what);
     }
 
-    static void eq(String what, Object got, Object expected) {
-        if (!Objects.equals(got, expected)) {
-            throw new CheckFailed(C + ": " + what + ": expected " + expected + ", got " + got);
-        }
-        ok(what);
+    static boolean eq(String what, Object got, Object expected) {
+        return result(what, Objects.equals(got, expected), got, expected);
     }
 
     static void check(String what, boolean cond, String detail) {
@@ -61,18 +55,113 @@ public class ClientTest {
         ok(what);
     }
 
-    /** A check that currently fails because of the proxy: reported, not fatal. */
-    static boolean known(String what, Object got, Object expected, String diagnosis) {
-        if (Objects.equals(got, expected)) {
+    // ------------------------------------------------------------------ known failures
+    // Checks that fail because of the PROXY: still run, reported as "KNOWN FAILURE" and
+    // not fatal; a pass prints "KNOWN FAILURE NOW PASSES" (make it a hard check again).
+    // Diagnoses: docs/compatibility.md (B1..B6, same ids as tests/lib/clients.py).
+    static final String B1 = "B1 proxy bug: extended-protocol statement run on several shards reaches them with garbage text "
+            + "(Session::handle_bind decodes the stored Parse from a temporary string; Parse::query dangles)";
+    static final String B7 = "B7 proxy bug: a batch on one named statement (Bind/Execute per row, one Sync) with keys on both "
+            + "shards inserts every row but one Execute gets no CommandComplete, so executeBatch's update counts are wrong";
+    static final String B8 = "B8 proxy bug: BEGIN sent in the same extended-protocol batch (before one Sync) as the transaction's "
+            + "first statement, as pgjdbc does with autocommit off, does not reliably open a transaction: ReadyForQuery 'I', "
+            + "statements autocommit, rollback() undoes nothing, a second shard's write is accepted instead of SPT01, after "
+            + "an error the next statement runs instead of 25P02 (with B1 also the BEGIN text itself is garbage)";
+    static final Map<String, String> KNOWN = new HashMap<>();
+    static {
+        KNOWN.put("DROP/CREATE TABLE through the proxy (extended protocol)", B1);
+        KNOWN.put("multi-row INSERT into reference table: update count", B1);
+        KNOWN.put("range read across the bound (BETWEEN 990 AND 1010)", B1);
+        KNOWN.put("scatter ORDER BY balance DESC, id LIMIT 5 (simple Statement)", B1);
+        KNOWN.put("scatter ORDER BY id LIMIT ? OFFSET ? (7 executions, server-side prepared from the 6th)", B1);
+        KNOWN.put("scatter count/sum/min/max", B1);
+        KNOWN.put("scatter avg(balance) equals PostgreSQL's avg over all rows (as text)", B1);
+        KNOWN.put("scatter GROUP BY owner ORDER BY owner", B1);
+        KNOWN.put("setFetchSize(7) scatter ORDER BY id: all rows in order", B1);
+        KNOWN.put("scatter read inside a transaction sees its own insert", B1);
+        KNOWN.put("good scatter statement after the syntax error", B1);
+        KNOWN.put("final accounts through the proxy", B1);
+        KNOWN.put("final events through the proxy", B1);
+        KNOWN.put("transaction block: 2 UPDATEs + 1 INSERT on one shard, read of the other shard, commit", B8);
+        KNOWN.put("committed transaction (2 updates + 1 insert on one shard) is visible", B8);
+        KNOWN.put("transaction block: UPDATE + INSERT on one shard, reads, rollback", B8);
+        KNOWN.put("rolled-back transaction left nothing", B8);
+        KNOWN.put("transaction block: write one shard, then a write to the other shard is refused", B8);
+        KNOWN.put("a write to a second shard in one transaction: SQLSTATE", B8);
+        KNOWN.put("after the refused write and rollback() neither write is there", B8);
+        KNOWN.put("transaction block: an error, then a statement in the aborted transaction", B8);
+        KNOWN.put("statement in the aborted transaction: SQLSTATE", B8);
+        KNOWN.put("executeBatch of 16 INSERTs with keys on both shards (one Sync): applied whole or refused with SPT01", B7);    }
+    static final boolean SURVEY = "1".equals(System.getenv("CLIENT_TESTS_SURVEY"));
+    static final java.util.Set<String> usedKnown = new java.util.TreeSet<>();
+
+    interface Q { Object get() throws Exception; }
+
+    static boolean isKnown(String what) { return KNOWN.containsKey(what) || SURVEY; }
+
+    static String errorText(Exception e) {
+        String m = String.valueOf(e.getMessage()).split("\n")[0];
+        return e instanceof SQLException ? "error " + ((SQLException) e).getSQLState() + ": " + m
+                : e.getClass().getSimpleName() + ": " + m;
+    }
+
+    static String cut(Object o) {
+        String t = String.valueOf(o);
+        return t.length() > 300 ? t.substring(0, 300) + "..." : t;
+    }
+
+    static boolean result(String what, boolean good, Object got, Object expected) {
+        if (!isKnown(what)) {
+            if (!good) throw new CheckFailed(C + ": " + what + ": expected " + expected + ", got " + got);
+            ok(what);
+            return true;
+        }
+        if (!KNOWN.containsKey(what)) {  // survey mode
+            if (good) { ok(what); return true; }
+            String line = "SURVEY FAILURE: " + C + ": " + what + " (expected " + cut(expected) + " vs got " + cut(got) + ")";
+            System.out.println(line);
+            knownFailures.add(line);
+            return false;
+        }
+        usedKnown.add(what);
+        if (good) {
             passed++;
             System.out.println("KNOWN FAILURE NOW PASSES: " + C + ": " + what + " -- make it a hard check again");
             return true;
         }
-        String line = "KNOWN FAILURE: " + C + ": " + what + " (expected " + expected + " vs got " + got + ")"
-                + (diagnosis.isEmpty() ? "" : " [" + diagnosis + "]");
+        String diag = KNOWN.get(what);
+        String line = "KNOWN FAILURE: " + C + ": " + what + " (expected " + cut(expected) + " vs got " + cut(got) + ") ["
+                + diag.split(":")[0] + "]";
         System.out.println(line);
         knownFailures.add(line);
         return false;
+    }
+
+    /** eq with the value computed by q; an exception counts as the check failing. */
+    static boolean eqq(String what, Q q, Object expected) throws Exception {
+        Object got;
+        try {
+            got = q.get();
+        } catch (SQLException e) {
+            if (!isKnown(what)) throw e;
+            return result(what, false, errorText(e), expected);
+        }
+        return result(what, Objects.equals(got, expected), got, expected);
+    }
+
+    /** A statement with nothing to compare; an exception fails the check. */
+    static boolean run(String what, Q q) throws Exception {
+        try {
+            q.get();
+        } catch (SQLException e) {
+            if (!isKnown(what)) throw e;
+            return result(what, false, errorText(e), "no error");
+        }
+        return result(what, true, "no error", "no error");
+    }
+
+    static void fallback(String what) {
+        System.out.println("     " + C + ": fallback so the scenario can go on: " + what);
     }
 
     // ------------------------------------------------------------------ data model
@@ -111,6 +200,23 @@ public class ClientTest {
         }
         rs.close();
         return out;
+    }
+
+    /** Rows as ResultSet.getString of each column (the server's text, no conversion). */
+    static List<String> queryText(Connection c, String sql, Object... params) throws SQLException {
+        try (PreparedStatement ps = c.prepareStatement(sql)) {
+            for (int i = 0; i < params.length; i++) ps.setObject(i + 1, params[i]);
+            List<String> out = new ArrayList<>();
+            try (ResultSet rs = ps.executeQuery()) {
+                int n = rs.getMetaData().getColumnCount();
+                while (rs.next()) {
+                    StringBuilder sb = new StringBuilder();
+                    for (int k = 1; k <= n; k++) sb.append(k > 1 ? "|" : "").append(rs.getString(k));
+                    out.add(sb.toString());
+                }
+            }
+            return out;
+        }
     }
 
     static List<String> query(Connection c, String sql, Object... params) throws SQLException {
@@ -194,6 +300,11 @@ public class ClientTest {
         }
         System.out.println(C + ": " + passed + " checks passed, " + knownFailures.size() + " known failure(s)");
         for (String k : knownFailures) System.out.println("  " + k);
+        java.util.Set<String> diags = new java.util.TreeSet<>();
+        for (String w : usedKnown) diags.add(KNOWN.get(w));
+        for (String d : diags) System.out.println("  diagnosis " + d);
+        for (String w : KNOWN.keySet())
+            if (!usedKnown.contains(w)) System.out.println("  note: known failure '" + w + "' was not reached in this run");
         System.exit(rc);
     }
 
@@ -203,8 +314,8 @@ public class ClientTest {
         DatabaseMetaData md = conn.getMetaData();
         System.out.println("driver: " + md.getDriverName() + " " + md.getDriverVersion() + "; server "
                 + md.getDatabaseProductVersion() + "; java " + System.getProperty("java.version"));
-        eq("connect with scram-sha-256: current_user, current_database",
-                query(conn, "SELECT current_user, current_database()"), List.of("app|" + db));
+        eqq("connect with scram-sha-256: current_user, current_database",
+                () -> query(conn, "SELECT current_user, current_database()"), List.of("app|" + db));
         try {
             DriverManager.getConnection(url.replace("password=secret", "password=wrong")).close();
             check("wrong password is refused", false, "connected");
@@ -213,13 +324,27 @@ public class ClientTest {
         }
 
         // -- DDL ---------------------------------------------------------------------------
-        try (Statement st = conn.createStatement()) {
-            st.execute("DROP TABLE IF EXISTS accounts, events, currencies");
-            st.execute("CREATE TABLE accounts (id bigint PRIMARY KEY, owner text, balance numeric)");
-            st.execute("CREATE TABLE events (id bigint PRIMARY KEY, kind text)");
-            st.execute("CREATE TABLE currencies (code text PRIMARY KEY, name text)");
+        String[] ddl = {
+            "DROP TABLE IF EXISTS accounts, events, currencies",
+            "CREATE TABLE accounts (id bigint PRIMARY KEY, owner text, balance numeric)",
+            "CREATE TABLE events (id bigint PRIMARY KEY, kind text)",
+            "CREATE TABLE currencies (code text PRIMARY KEY, name text)",
+        };
+        // pgjdbc sends even a parameterless Statement.execute as Parse/Bind/Execute.
+        boolean ddlOk = run("DROP/CREATE TABLE through the proxy (extended protocol)", () -> {
+            try (Statement st = conn.createStatement()) {
+                for (String d : ddl) st.execute(d);
+            }
+            return null;
+        });
+        // Fallbacks (after a known failure) go through a simple-protocol connection.
+        Connection simple = DriverManager.getConnection(url + "&preferQueryMode=simple");
+        if (!ddlOk) {
+            fallback("DDL on a connection with preferQueryMode=simple (simple protocol)");
+            try (Statement st = simple.createStatement()) {
+                for (String d : ddl) st.execute(d);
+            }
         }
-        ok("DROP/CREATE TABLE accounts, events, currencies through the proxy");
 
         // -- reference table: multi-row insert ------------------------------------------
         try (PreparedStatement ps = conn.prepareStatement(
@@ -230,7 +355,11 @@ public class ClientTest {
                 ps.setString(2 * i + 2, cs[i][1]);
                 currencies.put(cs[i][0], cs[i][1]);
             }
-            eq("multi-row INSERT into reference table: update count", ps.executeUpdate(), 3);
+            if (!eqq("multi-row INSERT into reference table: update count", ps::executeUpdate, 3)) {
+                fallback("currencies: single-row INSERTs (simple protocol)");
+                for (String[] c : cs) exec(simple, "INSERT INTO currencies (code, name) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                        c[0], c[1]);
+            }
         }
 
         // -- single-row inserts: one PreparedStatement executed 10 times ------------------
@@ -262,7 +391,12 @@ public class ClientTest {
                 ps.setBigDecimal(k++, balanceOf(i));
                 accounts.put(i, new Acc(ownerOf(i), balanceOf(i)));
             }
-            eq("multi-row INSERT of 30 accounts on both shards: update count", ps.executeUpdate(), 30);
+            if (!eqq("multi-row INSERT of 30 accounts on both shards: update count", ps::executeUpdate, 30)) {
+                fallback("accounts 11..40: single-row INSERTs (simple protocol)");
+                for (long i = 11; i <= 40; i++)
+                    exec(simple, "INSERT INTO accounts (id, owner, balance) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", i,
+                            ownerOf(i), balanceOf(i));
+            }
         }
         sb = new StringBuilder("INSERT INTO events (id, kind) VALUES ");
         for (int i = 0; i < EVENT_IDS.length; i++) sb.append(i > 0 ? ", " : "").append("(?, ?)");
@@ -273,8 +407,12 @@ public class ClientTest {
                 ps.setString(k++, kindOf(i));
                 events.put(i, kindOf(i));
             }
-            eq("multi-row INSERT into range-sharded events (both ranges): update count", ps.executeUpdate(),
-                    EVENT_IDS.length);
+            if (!eqq("multi-row INSERT into range-sharded events (both ranges): update count", ps::executeUpdate,
+                    EVENT_IDS.length)) {
+                fallback("events: single-row INSERTs (simple protocol)");
+                for (long i : EVENT_IDS)
+                    exec(simple, "INSERT INTO events (id, kind) VALUES (?, ?) ON CONFLICT DO NOTHING", i, kindOf(i));
+            }
         }
 
         // -- single-shard reads: one PreparedStatement, 40 keys (server-side after 5) --------
@@ -297,42 +435,48 @@ public class ClientTest {
             eq("single-shard UPDATE update count", ps.executeUpdate(), 1);
             accounts.put(7L, new Acc(accounts.get(7L).owner, accounts.get(7L).balance.add(new BigDecimal("0.50"))));
         }
-        eq("UPDATE visible", query(conn, "SELECT balance FROM accounts WHERE id = ?", 7L),
+        eqq("UPDATE visible", () -> query(conn, "SELECT balance FROM accounts WHERE id = ?", 7L),
                 List.of(num(accounts.get(7L).balance)));
-        eq("single-shard join with a reference table",
-                query(conn, "SELECT a.id, c.name FROM accounts a JOIN currencies c ON c.code = ? WHERE a.id = ?",
+        eqq("single-shard join with a reference table",
+                () -> query(conn, "SELECT a.id, c.name FROM accounts a JOIN currencies c ON c.code = ? WHERE a.id = ?",
                         "EUR", 3L), List.of("3|Euro"));
         List<String> want = new ArrayList<>();
         for (long i : EVENT_IDS) if (i >= 990 && i <= 1010) want.add(i + "|" + kindOf(i));
-        eq("range read across the bound (BETWEEN 990 AND 1010)",
-                query(conn, "SELECT id, kind FROM events WHERE id BETWEEN ? AND ? ORDER BY id", 990L, 1010L), want);
+        eqq("range read across the bound (BETWEEN 990 AND 1010)",
+                () -> query(conn, "SELECT id, kind FROM events WHERE id BETWEEN ? AND ? ORDER BY id", 990L, 1010L), want);
 
         // -- scatter reads ---------------------------------------------------------------------
         try (Statement st = conn.createStatement()) {
-            eq("scatter ORDER BY balance DESC, id LIMIT 5 (simple Statement)",
-                    rows(st.executeQuery("SELECT id, owner, balance FROM accounts ORDER BY balance DESC, id LIMIT 5")),
+            eqq("scatter ORDER BY balance DESC, id LIMIT 5 (simple Statement)",
+                    () -> rows(st.executeQuery("SELECT id, owner, balance FROM accounts ORDER BY balance DESC, id LIMIT 5")),
                     topByBalance(5, 0));
         }
         try (PreparedStatement ps = conn.prepareStatement(
                 "SELECT id, owner, balance FROM accounts ORDER BY id LIMIT ? OFFSET ?")) {
-            for (int rep = 0; rep < 7; rep++) { // past prepareThreshold: binary-capable named statement
-                ps.setInt(1, 5);
-                ps.setInt(2, 10 + rep);
-                List<String> got = rows(ps.executeQuery());
-                if (!got.equals(byId(5, 10 + rep))) {
-                    eq("scatter ORDER BY id LIMIT ? OFFSET " + (10 + rep) + " (execution " + (rep + 1) + ")", got,
-                            byId(5, 10 + rep));
+            List<String> expectedPages = new ArrayList<>();
+            for (int rep = 0; rep < 7; rep++) expectedPages.addAll(byId(5, 10 + rep));
+            eqq("scatter ORDER BY id LIMIT ? OFFSET ? (7 executions, server-side prepared from the 6th)", () -> {
+                List<String> pages = new ArrayList<>();
+                for (int rep = 0; rep < 7; rep++) { // past prepareThreshold: a named statement, binary results
+                    ps.setInt(1, 5);
+                    ps.setInt(2, 10 + rep);
+                    pages.addAll(rows(ps.executeQuery()));
                 }
-            }
+                return pages;
+            }, expectedPages);
         }
-        ok("scatter ORDER BY id LIMIT ? OFFSET ? executed 7 times (server-side prepared from the 6th)");
+        want = new ArrayList<>();
+        for (long k : new long[]{1, 2, 3, 17, 31}) want.add(row(k, accounts.get(k).owner, accounts.get(k).balance));
+        eqq("multi-shard read by key list (id IN (?, ?, ?, ?, ?))",
+                () -> query(conn, "SELECT id, owner, balance FROM accounts WHERE id IN (?, ?, ?, ?, ?) ORDER BY id",
+                        1L, 2L, 3L, 17L, 31L), want);
         BigDecimal lo = null, hi = null;
         for (Acc a : accounts.values()) {
             lo = lo == null || a.balance.compareTo(lo) < 0 ? a.balance : lo;
             hi = hi == null || a.balance.compareTo(hi) > 0 ? a.balance : hi;
         }
-        eq("scatter count/sum/min/max",
-                query(conn, "SELECT count(*), sum(balance), min(balance), max(balance) FROM accounts"),
+        eqq("scatter count/sum/min/max",
+                () -> query(conn, "SELECT count(*), sum(balance), min(balance), max(balance) FROM accounts"),
                 List.of(accounts.size() + "|" + num(sum()) + "|" + num(lo) + "|" + num(hi)));
         String wantAvg;
         try (Connection direct = DriverManager.getConnection(
@@ -345,8 +489,8 @@ public class ClientTest {
             rs.next();
             wantAvg = rs.getString(1);
         }
-        eq("scatter avg(balance) equals PostgreSQL's avg over all rows (as text)",
-                query(conn, "SELECT avg(balance)::text FROM accounts"), List.of(wantAvg));
+        eqq("scatter avg(balance) equals PostgreSQL's avg over all rows (as text)",
+                () -> queryText(conn, "SELECT avg(balance) FROM accounts"), List.of(wantAvg));
         TreeMap<String, Object[]> groups = new TreeMap<>();
         for (Acc a : accounts.values()) {
             Object[] g = groups.computeIfAbsent(a.owner, k -> new Object[]{0L, BigDecimal.ZERO});
@@ -356,14 +500,14 @@ public class ClientTest {
         want = new ArrayList<>();
         for (Map.Entry<String, Object[]> e : groups.entrySet())
             want.add(e.getKey() + "|" + e.getValue()[0] + "|" + num((BigDecimal) e.getValue()[1]));
-        eq("scatter GROUP BY owner ORDER BY owner",
-                query(conn, "SELECT owner, count(*), sum(balance) FROM accounts GROUP BY owner ORDER BY owner"), want);
+        eqq("scatter GROUP BY owner ORDER BY owner",
+                () -> query(conn, "SELECT owner, count(*), sum(balance) FROM accounts GROUP BY owner ORDER BY owner"), want);
 
         // -- setFetchSize on a scatter read (portal fetched in chunks) ----------------------
         conn.setAutoCommit(false);
         try (PreparedStatement ps = conn.prepareStatement("SELECT id, owner, balance FROM accounts ORDER BY id")) {
             ps.setFetchSize(7);
-            eq("setFetchSize(7) scatter ORDER BY id: all rows in order", rows(ps.executeQuery()), allAccounts());
+            eqq("setFetchSize(7) scatter ORDER BY id: all rows in order", () -> rows(ps.executeQuery()), allAccounts());
         }
         conn.commit();
         conn.setAutoCommit(true);
@@ -373,52 +517,55 @@ public class ClientTest {
         for (long i : accounts.keySet()) (shardOf.get(i) == 0 ? s0 : s1).add(i);
         List<Long> new0 = idsOn(0, 41, 80), new1 = idsOn(1, 41, 80);
         long a = s0.get(0), b = s0.get(1), d = s1.get(0);
-        conn.setAutoCommit(false);
-        exec(conn, "UPDATE accounts SET balance = balance - 5 WHERE id = ?", a);
-        exec(conn, "UPDATE accounts SET balance = balance + 5 WHERE id = ?", b);
-        exec(conn, "INSERT INTO accounts (id, owner, balance) VALUES (?, ?, ?)", new0.get(0), "txn", BigDecimal.ONE);
-        eq("scatter read inside a transaction sees its own insert", query(conn, "SELECT count(*) FROM accounts"),
-                List.of(String.valueOf(accounts.size() + 1)));
-        eq("read of the other shard inside the write transaction",
-                query(conn, "SELECT balance FROM accounts WHERE id = ?", d), List.of(num(accounts.get(d).balance)));
-        conn.commit();
-        conn.setAutoCommit(true);
+        // Each transaction block runs as one check (an exception in it fails that check)
+        // and ends with rollback() + autocommit again whatever happened; afterwards the
+        // model is re-read for the keys it touched (single-shard reads), so a known
+        // failure inside cannot break the later hard checks.
+        txn(conn, "transaction block: 2 UPDATEs + 1 INSERT on one shard, read of the other shard, commit", () -> {
+            exec(conn, "UPDATE accounts SET balance = balance - 5 WHERE id = ?", a);
+            exec(conn, "UPDATE accounts SET balance = balance + 5 WHERE id = ?", b);
+            exec(conn, "INSERT INTO accounts (id, owner, balance) VALUES (?, ?, ?)", new0.get(0), "txn", BigDecimal.ONE);
+            eqq("read of the other shard inside the write transaction",
+                    () -> query(conn, "SELECT balance FROM accounts WHERE id = ?", d), List.of(num(accounts.get(d).balance)));
+            conn.commit();
+            return null;
+        });
         accounts.put(a, new Acc(accounts.get(a).owner, accounts.get(a).balance.subtract(BigDecimal.valueOf(5))));
         accounts.put(b, new Acc(accounts.get(b).owner, accounts.get(b).balance.add(BigDecimal.valueOf(5))));
         accounts.put(new0.get(0), new Acc("txn", BigDecimal.ONE));
-        List<Long> ids = new ArrayList<>(List.of(a, b, new0.get(0)));
-        ids.sort(null);
-        want = new ArrayList<>();
-        for (long i : ids) want.add(i + "|" + num(accounts.get(i).balance));
-        eq("committed transaction is visible",
-                query(conn, "SELECT id, balance FROM accounts WHERE id IN (?, ?, ?) ORDER BY id", a, b, new0.get(0)),
-                want);
+        eqq("committed transaction (2 updates + 1 insert on one shard) is visible",
+                () -> balances(conn, a, b, new0.get(0)), expectedBalances(a, b, new0.get(0)));
+        resync(conn, a, b, new0.get(0));
 
-        conn.setAutoCommit(false);
-        exec(conn, "UPDATE accounts SET balance = 0 WHERE id = ?", d);
-        exec(conn, "INSERT INTO accounts (id, owner, balance) VALUES (?, ?, ?)", new1.get(0), "gone", BigDecimal.TEN);
-        eq("transaction reads its own uncommitted update",
-                query(conn, "SELECT balance FROM accounts WHERE id = ?", d), List.of("0"));
-        conn.rollback();
-        conn.setAutoCommit(true);
-        eq("rolled-back transaction left nothing",
-                query(conn, "SELECT id, balance FROM accounts WHERE id IN (?, ?) ORDER BY id", d, new1.get(0)),
-                List.of(d + "|" + num(accounts.get(d).balance)));
+        txn(conn, "transaction block: UPDATE + INSERT on one shard, reads, rollback", () -> {
+            exec(conn, "UPDATE accounts SET balance = 0 WHERE id = ?", d);
+            exec(conn, "INSERT INTO accounts (id, owner, balance) VALUES (?, ?, ?)", new1.get(0), "gone", BigDecimal.TEN);
+            eqq("transaction reads its own uncommitted update",
+                    () -> query(conn, "SELECT balance FROM accounts WHERE id = ?", d), List.of("0"));
+            eqq("scatter read inside a transaction sees its own insert",
+                    () -> query(conn, "SELECT count(*) FROM accounts"), List.of(String.valueOf(accounts.size() + 1)));
+            conn.rollback();
+            return null;
+        });
+        eqq("rolled-back transaction left nothing", () -> balances(conn, d, new1.get(0)), expectedBalances(d));
+        resync(conn, d, new1.get(0));
 
-        conn.setAutoCommit(false);
-        exec(conn, "UPDATE accounts SET balance = balance + 1 WHERE id = ?", a);
-        try {
-            exec(conn, "UPDATE accounts SET balance = balance + 1 WHERE id = ?", d);
-            check("a write to a second shard in one transaction is refused", false, "accepted");
-        } catch (SQLException e) {
-            eq("a write to a second shard in one transaction: SQLSTATE", sqlState(e), "SPT01");
-        }
-        conn.rollback();
-        conn.setAutoCommit(true);
-        want = new ArrayList<>();
-        for (long i : new long[]{Math.min(a, d), Math.max(a, d)}) want.add(i + "|" + num(accounts.get(i).balance));
-        eq("after SPT01 and rollback() neither write is there",
-                query(conn, "SELECT id, balance FROM accounts WHERE id IN (?, ?) ORDER BY id", a, d), want);
+        txn(conn, "transaction block: write one shard, then a write to the other shard is refused", () -> {
+            exec(conn, "UPDATE accounts SET balance = balance + 1 WHERE id = ?", a);
+            String outcome;
+            try {
+                exec(conn, "UPDATE accounts SET balance = balance + 1 WHERE id = ?", d);
+                outcome = "accepted";
+            } catch (SQLException e) {
+                outcome = e.getSQLState();
+            }
+            eq("a write to a second shard in one transaction: SQLSTATE", outcome, "SPT01");
+            conn.rollback();
+            return null;
+        });
+        eqq("after the refused write and rollback() neither write is there", () -> balances(conn, a, d),
+                expectedBalances(a, d));
+        resync(conn, a, d);
 
         // -- errors followed by good statements ------------------------------------------
         try {
@@ -427,7 +574,7 @@ public class ClientTest {
         } catch (SQLException e) {
             eq("duplicate key: SQLSTATE", sqlState(e), "23505");
         }
-        eq("good statement after the error", query(conn, "SELECT owner FROM accounts WHERE id = ?", 1L),
+        eqq("good statement after the error", () -> query(conn, "SELECT owner FROM accounts WHERE id = ?", 1L),
                 List.of(accounts.get(1L).owner));
         try (Statement st = conn.createStatement()) {
             st.executeQuery("SELEC 1");
@@ -435,25 +582,29 @@ public class ClientTest {
         } catch (SQLException e) {
             eq("syntax error: SQLSTATE", sqlState(e), "42601");
         }
-        eq("good scatter statement after the syntax error", query(conn, "SELECT count(*) FROM accounts"),
+        eqq("good scatter statement after the syntax error", () -> query(conn, "SELECT count(*) FROM accounts"),
                 List.of(String.valueOf(accounts.size())));
-        conn.setAutoCommit(false);
-        try {
-            query(conn, "SELECT 1 / (balance - balance) FROM accounts WHERE id = ?", 2L);
-            check("division by zero is an error", false, "");
-        } catch (SQLException e) {
-            eq("error inside a transaction: SQLSTATE", sqlState(e), "22012");
-        }
-        try {
-            query(conn, "SELECT 1");
-            check("statement in an aborted transaction is refused", false, "");
-        } catch (SQLException e) {
-            eq("statement in the aborted transaction: SQLSTATE", sqlState(e), "25P02");
-        }
-        conn.rollback();
-        conn.setAutoCommit(true);
-        eq("good statement after rollback() of the failed transaction",
-                query(conn, "SELECT balance FROM accounts WHERE id = ?", 2L), List.of(num(accounts.get(2L).balance)));
+        txn(conn, "transaction block: an error, then a statement in the aborted transaction", () -> {
+            String first, second;
+            try {
+                query(conn, "SELECT 1 / (balance - balance) FROM accounts WHERE id = ?", 2L);
+                first = "no error";
+            } catch (SQLException e) {
+                first = e.getSQLState();
+            }
+            eq("error inside a transaction: SQLSTATE", first, "22012");
+            try {
+                query(conn, "SELECT 1");
+                second = "no error";
+            } catch (SQLException e) {
+                second = e.getSQLState();
+            }
+            eq("statement in the aborted transaction: SQLSTATE", second, "25P02");
+            conn.rollback();
+            return null;
+        });
+        eqq("good statement after rollback() of the failed transaction",
+                () -> query(conn, "SELECT balance FROM accounts WHERE id = ?", 2L), List.of(num(accounts.get(2L).balance)));
 
         // -- batches: addBatch/executeBatch -----------------------------------------------
         List<Long> batch0 = idsOn(0, 80, 200).subList(0, 6);
@@ -470,9 +621,17 @@ public class ClientTest {
             eq("executeBatch of 6 INSERTs on one shard: update counts", total, batch0.size());
             for (long i : batch0) accounts.put(i, new Acc("batch0", BigDecimal.valueOf(i)));
         }
+        // A batch is Parse/Bind/Execute per row and ONE Sync: one implicit transaction in
+        // PostgreSQL. With keys on both shards it must be applied whole or refused with
+        // SPT01 (SPEC section 5). Own connection with a network timeout: a proxy that
+        // never answers must not hang the test.
         List<Long> both = new ArrayList<>();
         for (long i = 200; i < 216; i++) both.add(i);
-        try (PreparedStatement ps = conn.prepareStatement("INSERT INTO accounts (id, owner, balance) VALUES (?, ?, ?)")) {
+        String outcome;
+        ExecutorServiceHolder holder = new ExecutorServiceHolder();
+        try (Connection bc = DriverManager.getConnection(url);
+             PreparedStatement ps = bc.prepareStatement("INSERT INTO accounts (id, owner, balance) VALUES (?, ?, ?)")) {
+            bc.setNetworkTimeout(holder.ex, 20000);
             for (long i : both) {
                 ps.setLong(1, i);
                 ps.setString(2, "batch");
@@ -483,19 +642,30 @@ public class ClientTest {
                 int[] counts = ps.executeBatch();
                 int total = 0;
                 for (int c : counts) total += c == Statement.SUCCESS_NO_INFO ? 1 : c;
-                eq("executeBatch of 16 INSERTs with keys on both shards (autocommit): update counts", total,
-                        both.size());
-                for (long i : both) accounts.put(i, new Acc("batch", BigDecimal.valueOf(i).movePointLeft(1)));
+                outcome = total == both.size() ? "applied" : "update counts " + total;
             } catch (BatchUpdateException e) {
                 SQLException n = e.getNextException();
-                String st = n != null ? n.getSQLState() : e.getSQLState();
-                eq("executeBatch with keys on both shards before one Sync: SQLSTATE (one implicit transaction)", st,
-                        "SPT01");
+                outcome = "error " + (n != null ? n.getSQLState() + ": " + n.getMessage() : e.getSQLState() + ": "
+                        + e.getMessage());
+            } catch (SQLException e) {
+                outcome = "error " + e.getSQLState() + ": " + e.getMessage();
             }
+        } catch (SQLException e) {
+            outcome = "connection error " + e.getSQLState() + ": " + e.getMessage();
+        } finally {
+            holder.ex.shutdownNow();
         }
-        List<String> cnt = query(conn, "SELECT count(*) FROM accounts WHERE owner = 'batch'");
-        check("executeBatch with keys on both shards: all rows or none",
-                cnt.equals(List.of("0")) || cnt.equals(List.of(String.valueOf(both.size()))), cnt.toString());
+        outcome = outcome.split("\n")[0];
+        System.out.println("     " + C + ": executeBatch with keys on both shards: " + outcome);
+        boolean wholeOrRefused = outcome.equals("applied") || outcome.startsWith("error SPT01");
+        result("executeBatch of 16 INSERTs with keys on both shards (one Sync): applied whole or refused with SPT01",
+                wholeOrRefused, outcome, "applied or error SPT01");
+        List<Long> present = new ArrayList<>();
+        for (long i : both) if (!query(conn, "SELECT 1 FROM accounts WHERE id = ?", i).isEmpty()) present.add(i);
+        result("executeBatch with keys on both shards: all rows or none",
+                present.isEmpty() || present.size() == both.size(), present.size() + " of " + both.size() + " present: "
+                        + present, "0 or " + both.size());
+        for (long i : present) accounts.put(i, new Acc("batch", BigDecimal.valueOf(i).movePointLeft(1)));
         conn.setAutoCommit(false);
         List<Long> batchTx = idsOn(1, 300, 400).subList(0, 5);
         try (PreparedStatement ps = conn.prepareStatement("INSERT INTO accounts (id, owner, balance) VALUES (?, ?, ?)")) {
@@ -510,8 +680,10 @@ public class ClientTest {
         conn.commit();
         conn.setAutoCommit(true);
         for (long i : batchTx) accounts.put(i, new Acc("batchtx", BigDecimal.ONE));
-        eq("executeBatch of 5 INSERTs on one shard inside a transaction, committed",
-                query(conn, "SELECT count(*) FROM accounts WHERE owner = 'batchtx'"), List.of("5"));
+        long[] txIds = new long[batchTx.size()];
+        for (int k = 0; k < txIds.length; k++) txIds[k] = batchTx.get(k);
+        eqq("executeBatch of 5 INSERTs on one shard inside a transaction, committed",
+                () -> balances(conn, txIds), expectedBalances(txIds));
 
         // -- cancel through Statement.cancel() ----------------------------------------------
         ScheduledExecutorService ex = Executors.newSingleThreadScheduledExecutor();
@@ -536,20 +708,75 @@ public class ClientTest {
         } finally {
             ex.shutdownNow();
         }
-        eq("connection usable after the cancel (SELECT 1)", query(conn, "SELECT 1"), List.of("1"));
-        eq("single-shard read after the cancel", query(conn, "SELECT owner FROM accounts WHERE id = ?", 1L),
+        eqq("connection usable after the cancel (SELECT 1)", () -> query(conn, "SELECT 1"), List.of("1"));
+        eqq("single-shard read after the cancel", () -> query(conn, "SELECT owner FROM accounts WHERE id = ?", 1L),
                 List.of(accounts.get(1L).owner));
 
         // -- final state --------------------------------------------------------------------
-        eq("final accounts through the proxy (" + accounts.size() + " rows)",
-                query(conn, "SELECT id, owner, balance FROM accounts ORDER BY id"), allAccounts());
+        eqq("final accounts through the proxy",
+                () -> query(conn, "SELECT id, owner, balance FROM accounts ORDER BY id"), allAccounts());
         want = new ArrayList<>();
         for (Map.Entry<Long, String> e : events.entrySet()) want.add(e.getKey() + "|" + e.getValue());
-        eq("final events through the proxy", query(conn, "SELECT id, kind FROM events ORDER BY id"), want);
+        eqq("final events through the proxy", () -> query(conn, "SELECT id, kind FROM events ORDER BY id"), want);
         want = new ArrayList<>();
         for (Map.Entry<String, String> e : currencies.entrySet()) want.add(e.getKey() + "|" + e.getValue());
-        eq("final currencies through the proxy", query(conn, "SELECT code, name FROM currencies ORDER BY code"), want);
+        eqq("final currencies through the proxy", () -> query(conn, "SELECT code, name FROM currencies ORDER BY code"), want);
         conn.close();
+        simple.close();
+    }
+
+    /** "id|balance" of each id present, one single-shard read per id, ids sorted. */
+    static List<String> balances(Connection c, long... ids) throws SQLException {
+        long[] sorted = ids.clone();
+        java.util.Arrays.sort(sorted);
+        List<String> out = new ArrayList<>();
+        for (long i : sorted) out.addAll(query(c, "SELECT id, balance FROM accounts WHERE id = ?", i));
+        return out;
+    }
+
+    static List<String> expectedBalances(long... ids) {
+        long[] sorted = ids.clone();
+        java.util.Arrays.sort(sorted);
+        List<String> out = new ArrayList<>();
+        for (long i : sorted) if (accounts.containsKey(i)) out.add(i + "|" + num(accounts.get(i).balance));
+        return out;
+    }
+
+    /** Runs body with autocommit off as the check `what`; always ends with autocommit on. */
+    static void txn(Connection c, String what, Q body) throws Exception {
+        c.setAutoCommit(false);
+        try {
+            run(what, body);
+        } finally {
+            try {
+                c.rollback();
+            } catch (SQLException ignored) {
+                // nothing open
+            }
+            c.setAutoCommit(true);
+        }
+    }
+
+    /** Re-reads the model entries of ids (single-shard reads) and says when they differ. */
+    static void resync(Connection c, long... ids) throws SQLException {
+        for (long i : ids) {
+            List<String> r = query(c, "SELECT owner, balance FROM accounts WHERE id = ?", i);
+            Acc want = accounts.get(i);
+            String wantS = want == null ? "[]" : List.of(want.owner + "|" + num(want.balance)).toString();
+            if (!r.toString().equals(wantS)) {
+                System.out.println("     " + C + ": model re-read for id " + i + ": expected " + wantS + ", table has " + r);
+            }
+            if (r.isEmpty()) {
+                accounts.remove(i);
+            } else {
+                String[] p = r.get(0).split("\\|");
+                accounts.put(i, new Acc(p[0], new BigDecimal(p[1])));
+            }
+        }
+    }
+
+    static final class ExecutorServiceHolder {
+        final java.util.concurrent.ExecutorService ex = Executors.newSingleThreadExecutor();
     }
 
     static int exec(Connection c, String sql, Object... params) throws SQLException {

@@ -26,25 +26,74 @@ function ok(what) {
 }
 const show = (v) => JSON.stringify(v)
 function eq(what, got, expected) {
-  if (show(got) !== show(expected)) throw new CheckFailed(`${C}: ${what}: expected ${show(expected)}, got ${show(got)}`)
-  ok(what)
+  return result(what, show(got) === show(expected), got, expected)
 }
 function check(what, cond, detail = '') {
   if (!cond) throw new CheckFailed(`${C}: ${what}${detail ? ': ' + detail : ''}`)
   ok(what)
 }
-// A check that currently fails because of the proxy: reported, not fatal.
-function known(what, got, expected, diagnosis = '') {
-  if (show(got) === show(expected)) {
+// ------------------------------------------------------------------ known failures
+// Checks that fail because of the PROXY: still run, reported as "KNOWN FAILURE" and not
+// fatal; a pass prints "KNOWN FAILURE NOW PASSES" (make it a hard check again).
+// Diagnoses: docs/compatibility.md (same ids as tests/lib/clients.py).
+const B1 = 'B1 proxy bug: an extended-protocol statement run on several shards reaches them with garbage text ' +
+  '(Session::handle_bind decodes the stored Parse from a temporary string; Parse::query dangles)'
+const B2 = 'B2 proxy bug: a multi-row INSERT split per shard keeps its $n numbers but every shard gets the whole Bind; ' +
+  'the dropped rows\' untyped parameters make PostgreSQL fail with 42P18 / 08P01'
+const B9 = 'B9 proxy bug: a Parse that fails (syntax error) in the extended protocol is answered with TWO ' +
+  'ErrorResponses before ReadyForQuery (PostgreSQL sends one and skips to Sync); node-postgres reports the second ' +
+  'as an error event outside any query'
+const KNOWN = {
+  'named statement with a syntax error: one ErrorResponse (no stray error event)': B9,
+  'unnamed statement with a syntax error: one ErrorResponse (no stray error event)': B9,
+  'named statement with a syntax error: the connection is still usable': B9,
+  'unnamed statement with a syntax error: the connection is still usable': B9,
+  'multi-row INSERT into reference table (parameters): rowCount': B1,
+  'multi-row INSERT of 30 accounts on both shards (parameters): RETURNING ids': B2,
+  'multi-row INSERT into range-sharded events (both ranges, parameters): rowCount': B2,
+  'range read across the bound (BETWEEN $1 AND $2)': B1,
+  'scatter ORDER BY id LIMIT $1 OFFSET $2 (named statement, 3 executions)': B1,
+}
+const SURVEY = process.env.CLIENT_TESTS_SURVEY === '1'
+const usedKnown = new Set()
+const cut = (v) => { const t = String(show(v)); return t.length > 300 ? t.slice(0, 300) + '...' : t }
+function result(what, good, got, expected) {
+  if (!(what in KNOWN) && !SURVEY) {
+    if (!good) throw new CheckFailed(`${C}: ${what}: expected ${show(expected)}, got ${show(got)}`)
+    ok(what)
+    return true
+  }
+  if (!(what in KNOWN)) {
+    if (good) { ok(what); return true }
+    const line = `SURVEY FAILURE: ${C}: ${what} (expected ${cut(expected)} vs got ${cut(got)})`
+    console.log(line)
+    knownFailures.push(line)
+    return false
+  }
+  usedKnown.add(what)
+  if (good) {
     passed++
     console.log(`KNOWN FAILURE NOW PASSES: ${C}: ${what} -- make it a hard check again`)
     return true
   }
-  const line = `KNOWN FAILURE: ${C}: ${what} (expected ${show(expected)} vs got ${show(got)})` +
-    (diagnosis ? ` [${diagnosis}]` : '')
+  const line = `KNOWN FAILURE: ${C}: ${what} (expected ${cut(expected)} vs got ${cut(got)}) [${KNOWN[what].split(':')[0]}]`
   console.log(line)
   knownFailures.push(line)
   return false
+}
+// eq with the value computed by fn (async); a database error counts as the check failing.
+async function eqq(what, fn, expected) {
+  let got
+  try {
+    got = await fn()
+  } catch (e) {
+    if (e instanceof CheckFailed || (!(what in KNOWN) && !SURVEY)) throw e
+    return result(what, false, `error ${e.code}: ${e.message}`, expected)
+  }
+  return result(what, show(got) === show(expected), got, expected)
+}
+function fallback(what) {
+  console.log(`     ${C}: fallback so the scenario can go on: ${what}`)
 }
 
 // ------------------------------------------------------------------ data model
@@ -93,7 +142,7 @@ async function expectError(what, code, fn) {
     await fn()
   } catch (e) {
     if (e instanceof CheckFailed) throw e
-    eq(`${what}: SQLSTATE`, e.code, code)
+    eq(`${what}: SQLSTATE`, e.code || `no SQLSTATE (${e.message})`, code)
     return e
   }
   check(what, false, 'no error')
@@ -104,8 +153,20 @@ async function expectError(what, code, fn) {
 async function run(port, db, pg0) {
   const url = `postgresql://app:secret@127.0.0.1:${port}/${db}`
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10000 })
+  // An 'error' event outside a query: node-postgres' report of a message it did not
+  // expect (unhandled, it would kill the process). Recorded and checked below.
+  const stray = []
+  client.on('error', (e) => stray.push(`${e.code}: ${e.message}`))
   await client.connect()
   const q = (text, values) => client.query({ text, values, rowMode: 'array' }).then((r) => r.rows)
+  // [id, cents] of each id present, one single-shard read per id, ids sorted
+  const balances = async (ids) => {
+    const out = []
+    for (const i of [...ids].sort((x, y) => x - y)) {
+      for (const x of await q('SELECT id, balance FROM accounts WHERE id = $1', [i])) out.push([Number(x[0]), cents(x[1])])
+    }
+    return out
+  }
 
   // -- connect and auth ---------------------------------------------------------------
   eq('connect with scram-sha-256: current_user, current_database', await q('SELECT current_user, current_database()'),
@@ -125,8 +186,12 @@ async function run(port, db, pg0) {
   ok('DROP/CREATE TABLE accounts, events, currencies through the proxy (simple protocol)')
 
   // -- reference table --------------------------------------------------------------------
-  let r = await client.query('INSERT INTO currencies (code, name) VALUES ($1, $2), ($3, $4), ($5, $6)', CURRENCIES.flat())
-  eq('multi-row INSERT into reference table: rowCount', r.rowCount, 3)
+  let r
+  if (!await eqq('multi-row INSERT into reference table (parameters): rowCount',
+    async () => (await client.query('INSERT INTO currencies (code, name) VALUES ($1, $2), ($3, $4), ($5, $6)', CURRENCIES.flat())).rowCount, 3)) {
+    fallback('currencies: one INSERT with literals per row (simple protocol)')
+    for (const [k, v] of CURRENCIES) await client.query(`INSERT INTO currencies (code, name) VALUES ('${k}', '${v}')`)
+  }
   for (const [k, v] of CURRENCIES) currencies.set(k, v)
 
   // -- single-row inserts with parameters --------------------------------------------------
@@ -141,16 +206,26 @@ async function run(port, db, pg0) {
   const rest = []
   for (let i = 11; i <= 40; i++) rest.push(i)
   const values = rest.map((_, k) => `($${3 * k + 1}, $${3 * k + 2}, $${3 * k + 3})`).join(', ')
-  r = await client.query({
-    text: `INSERT INTO accounts (id, owner, balance) VALUES ${values} RETURNING id`,
-    values: rest.flatMap((i) => [i, ownerOf(i), dec(balanceOf(i))]),
-  })
-  eq('multi-row INSERT of 30 accounts on both shards: RETURNING ids', r.rows.map((x) => Number(x.id)).sort((a, b) => a - b), rest)
-  eq('multi-row INSERT rowCount', r.rowCount, 30)
+  if (!await eqq('multi-row INSERT of 30 accounts on both shards (parameters): RETURNING ids', async () => {
+    r = await client.query({
+      text: `INSERT INTO accounts (id, owner, balance) VALUES ${values} RETURNING id`,
+      values: rest.flatMap((i) => [i, ownerOf(i), dec(balanceOf(i))]),
+    })
+    return r.rows.map((x) => Number(x.id)).sort((a, b) => a - b)
+  }, rest)) {
+    fallback('accounts 11..40: single-row INSERTs')
+    for (const i of rest) await client.query('INSERT INTO accounts (id, owner, balance) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING', [i, ownerOf(i), dec(balanceOf(i))])
+  } else {
+    eq('multi-row INSERT rowCount', r.rowCount, 30)
+  }
   for (const i of rest) accounts.set(i, [ownerOf(i), balanceOf(i)])
   const evValues = EVENT_IDS.map((_, k) => `($${2 * k + 1}, $${2 * k + 2})`).join(', ')
-  r = await client.query(`INSERT INTO events (id, kind) VALUES ${evValues}`, EVENT_IDS.flatMap((i) => [i, kindOf(i)]))
-  eq('multi-row INSERT into range-sharded events (both ranges): rowCount', r.rowCount, EVENT_IDS.length)
+  if (!await eqq('multi-row INSERT into range-sharded events (both ranges, parameters): rowCount',
+    async () => (await client.query(`INSERT INTO events (id, kind) VALUES ${evValues}`, EVENT_IDS.flatMap((i) => [i, kindOf(i)]))).rowCount,
+    EVENT_IDS.length)) {
+    fallback('events: single-row INSERTs')
+    for (const i of EVENT_IDS) await client.query('INSERT INTO events (id, kind) VALUES ($1, $2) ON CONFLICT DO NOTHING', [i, kindOf(i)])
+  }
   for (const i of EVENT_IDS) events.set(i, kindOf(i))
 
   // -- named prepared statements: {name, text, values} ------------------------------------
@@ -168,22 +243,26 @@ async function run(port, db, pg0) {
   r = await client.query({ name: 'acc_add', text: 'UPDATE accounts SET balance = balance + $1 WHERE id = $2', values: ['0.25', 33] })
   eq('named UPDATE executed again (other shard) rowCount', r.rowCount, 1)
   accounts.get(33)[1] += 25
-  eq('UPDATEs visible', (await q('SELECT id, balance FROM accounts WHERE id IN ($1, $2) ORDER BY id', [7, 33])).map((x) => [Number(x[0]), cents(x[1])]),
-    [[7, accounts.get(7)[1]], [33, accounts.get(33)[1]]])
+  eq('UPDATEs visible', await balances([7, 33]), [[7, accounts.get(7)[1]], [33, accounts.get(33)[1]]])
   eq('single-shard join with a reference table',
     await q('SELECT a.id, c.name FROM accounts a JOIN currencies c ON c.code = $1 WHERE a.id = $2', ['EUR', 3]), [['3', 'Euro']])
-  eq('range read across the bound (BETWEEN 990 AND 1010)',
-    await q('SELECT id, kind FROM events WHERE id BETWEEN $1 AND $2 ORDER BY id', [990, 1010]),
+  await eqq('range read across the bound (BETWEEN $1 AND $2)',
+    () => q('SELECT id, kind FROM events WHERE id BETWEEN $1 AND $2 ORDER BY id', [990, 1010]),
     EVENT_IDS.filter((i) => i >= 990 && i <= 1010).map((i) => [String(i), kindOf(i)]))
 
   // -- scatter reads -------------------------------------------------------------------------
   eq('scatter ORDER BY balance DESC, id LIMIT 5 (simple protocol)',
     rows3(await q('SELECT id, owner, balance FROM accounts ORDER BY balance DESC, id LIMIT 5')), topByBalance(5))
-  for (let rep = 0; rep < 3; rep++) {
-    eq(`scatter ORDER BY id LIMIT $1 OFFSET $2 (named statement, execution ${rep + 1})`,
-      rows3((await client.query({ name: 'page', text: 'SELECT id, owner, balance FROM accounts ORDER BY id LIMIT $1 OFFSET $2', values: [5, 10 + rep], rowMode: 'array' })).rows),
-      byId(5, 10 + rep))
-  }
+  await eqq('scatter ORDER BY id LIMIT $1 OFFSET $2 (named statement, 3 executions)', async () => {
+    const pages = []
+    for (let rep = 0; rep < 3; rep++) {
+      pages.push(...rows3((await client.query({ name: 'page', text: 'SELECT id, owner, balance FROM accounts ORDER BY id LIMIT $1 OFFSET $2', values: [5, 10 + rep], rowMode: 'array' })).rows))
+    }
+    return pages
+  }, [0, 1, 2].flatMap((rep) => byId(5, 10 + rep)))
+  await eqq('multi-shard read by key list (id = ANY($1))',
+    async () => rows3(await q('SELECT id, owner, balance FROM accounts WHERE id = ANY($1) ORDER BY id', [[1, 2, 3, 17, 31]])),
+    [1, 2, 3, 17, 31].map(acc3))
   const bal = [...accounts.values()].map((a) => a[1])
   const sum = bal.reduce((a, b) => a + b, 0)
   eq('scatter count/sum/min/max',
@@ -193,7 +272,7 @@ async function run(port, db, pg0) {
   await direct.connect()
   const wantAvg = (await direct.query({ text: 'SELECT avg(x)::text FROM unnest($1::numeric[]) x', values: [bal.map(dec)], rowMode: 'array' })).rows
   await direct.end()
-  eq("scatter avg(balance) equals PostgreSQL's avg over all rows (as text)", await q('SELECT avg(balance)::text FROM accounts'), wantAvg)
+  eq("scatter avg(balance) equals PostgreSQL's avg over all rows (numeric text)", await q('SELECT avg(balance) FROM accounts'), wantAvg)
   const groups = new Map()
   for (const [o, c] of accounts.values()) {
     const g = groups.get(o) || [0, 0]
@@ -222,7 +301,7 @@ async function run(port, db, pg0) {
   accounts.set(new0[0], ['txn', 100])
   const abn = [a, b, new0[0]].sort((x, y) => x - y)
   eq('committed transaction is visible',
-    (await q('SELECT id, balance FROM accounts WHERE id = ANY($1) ORDER BY id', [abn])).map((x) => [Number(x[0]), cents(x[1])]),
+    await balances(abn),
     abn.map((i) => [i, accounts.get(i)[1]]))
 
   await q('BEGIN')
@@ -231,7 +310,7 @@ async function run(port, db, pg0) {
   eq('transaction reads its own uncommitted update', (await q('SELECT balance FROM accounts WHERE id = $1', [d])).map((x) => cents(x[0])), [0])
   await q('ROLLBACK')
   eq('rolled-back transaction left nothing',
-    (await q('SELECT id, balance FROM accounts WHERE id = ANY($1) ORDER BY id', [[d, new1[0]]])).map((x) => [Number(x[0]), cents(x[1])]),
+    await balances([d, new1[0]]),
     [[d, accounts.get(d)[1]]])
 
   await q('BEGIN')
@@ -241,7 +320,7 @@ async function run(port, db, pg0) {
   await q('ROLLBACK')
   const ad = [a, d].sort((x, y) => x - y)
   eq('after SPT01 and ROLLBACK neither write is there',
-    (await q('SELECT id, balance FROM accounts WHERE id = ANY($1) ORDER BY id', [ad])).map((x) => [Number(x[0]), cents(x[1])]),
+    await balances(ad),
     ad.map((i) => [i, accounts.get(i)[1]]))
 
   // -- errors followed by good statements ---------------------------------------------------
@@ -249,8 +328,22 @@ async function run(port, db, pg0) {
   eq('good statement after the error', await q('SELECT owner FROM accounts WHERE id = $1', [1]), [[accounts.get(1)[0]]])
   await expectError('syntax error', '42601', () => q('SELEC 1'))
   eq('good scatter statement after the syntax error', await q('SELECT count(*) FROM accounts'), [[String(accounts.size)]])
-  await expectError('named statement with a syntax error', '42601',
-    () => client.query({ name: 'broken', text: 'SELEC $1', values: [1] }))
+  // Extended-protocol syntax errors on a connection of their own: the stray second
+  // ErrorResponse of B9 leaves a node-postgres client unusable.
+  for (const [label, named] of [['named', true], ['unnamed', false]]) {
+    const probe = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10000 })
+    const probeStray = []
+    probe.on('error', (e) => probeStray.push(`${e.code}: ${e.message}`))
+    await probe.connect()
+    await expectError(`${label} statement with a syntax error`, '42601',
+      () => probe.query(named ? { name: 'broken', text: 'SELEC $1', values: [1] } : { text: 'SELEC $1', values: [1] }))
+    await new Promise((res) => setTimeout(res, 200))
+    eq(`${label} statement with a syntax error: one ErrorResponse (no stray error event)`, probeStray, [])
+    await eqq(`${label} statement with a syntax error: the connection is still usable`,
+      async () => (await probe.query({ text: 'SELECT owner FROM accounts WHERE id = $1', values: [2], rowMode: 'array' })).rows,
+      [[accounts.get(2)[0]]])
+    await probe.end().catch(() => {})
+  }
   eq('good named statement after it', (await client.query({ name: 'acc_by_id', text: 'SELECT owner, balance FROM accounts WHERE id = $1', values: [2], rowMode: 'array' })).rows.map((x) => x[0]),
     [accounts.get(2)[0]])
   await q('BEGIN')
@@ -287,6 +380,7 @@ async function run(port, db, pg0) {
     [...events.entries()].sort((x, y) => x[0] - y[0]).map(([i, k]) => [String(i), k]))
   eq('final currencies through the proxy', await q('SELECT code, name FROM currencies ORDER BY code'),
     [...currencies.entries()].sort())
+  eq('no stray error event on the connection', stray, [])
   await client.end()
 }
 
@@ -307,6 +401,8 @@ async function main() {
   }
   console.log(`${C}: ${passed} checks passed, ${knownFailures.length} known failure(s)`)
   for (const k of knownFailures) console.log(`  ${k}`)
+  for (const d of new Set([...usedKnown].map((w) => KNOWN[w]))) console.log(`  diagnosis ${d}`)
+  for (const w of Object.keys(KNOWN)) if (!usedKnown.has(w)) console.log(`  note: known failure '${w}' was not reached in this run`)
   process.exit(rc)
 }
 
