@@ -48,24 +48,8 @@ WORK = clients.workdir("client_asyncpg")
 
 # Checks that fail because of the PROXY (reported as KNOWN FAILURE, not fatal); see
 # docs/compatibility.md. Keyed by the check's name, value: the diagnosis.
-B1, B2 = clients.BUG_EXT_MULTI_SHARD_TEXT, clients.BUG_SPLIT_INSERT_PARAMS
-KNOWN = {
-    "multi-row INSERT into reference table (parameters): tag": B1,
-    "multi-row INSERT of 30 accounts on both shards (parameters): RETURNING ids": B2,
-    "multi-row INSERT into range-sharded events (both ranges, parameters): tag": B2,
-    "range read across the bound (BETWEEN $1 AND $2)": B1,
-    "binary scatter ORDER BY balance DESC, id LIMIT 5": B1,
-    "binary scatter ORDER BY id LIMIT $1 OFFSET $2": B1,
-    "binary scatter count/sum/min/max": B1,
-    "binary scatter avg(balance) equals PostgreSQL's avg over all rows": B1,
-    "binary scatter GROUP BY owner ORDER BY owner": B1,
-    "conn.prepare() scatter ORDER BY ... LIMIT $1": B1,
-    "COPYed rows readable through the proxy": B1,
-    "scatter read inside a transaction sees its own insert": B1,
-    "good scatter statement after the syntax error (extended protocol)": B1,
-    "final accounts through the proxy": B1,
-    "final events through the proxy": B1,
-}
+# (none at the moment: B1 and B2 were fixed in 50bcaec)
+KNOWN = {}
 
 
 def dsn(proxy, password="secret"):

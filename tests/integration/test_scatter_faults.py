@@ -9,22 +9,28 @@ instances are never stopped). Table t is range-distributed on id: [..1000) s0,
 [1000, 2000) s1, [2000, 3000) s2, [3000, ..) s3, 300 rows per shard, so the rows of
 the shards that answered are known exactly.
 
+First, with every shard up, a statement that runs 30 s on s2 (pg_sleep): at a 1 s
+deadline s2 is missing (rows of s0/s1 with 01SP1 under allow, SPS01 under deny), its
+statement is cancelled (no longer active on the server) and the connection is usable.
+
 Phase 1, the private instance SIGSTOPped (every process of it): a statement that
-needs s2/s3 waits for its deadline. Deadline sources, checked by the time the
-answer takes (lower bound: the deadline was waited for; upper bound: well below the
-next weaker source's value) and by SHOW splitpoint.last_scatter (s2/s3 status
-timeout, elapsed_ms about the deadline, an error text; s0/s1 ok with their row
-counts): scatter.deadline, SET splitpoint.deadline, SET LOCAL splitpoint.deadline
+needs s2 (and s3) waits for its deadline. Deadline sources, checked by the time the
+answer takes (lower bound: the deadline was waited for; upper bound: below the next
+weaker source in force) and by SHOW splitpoint.last_scatter (columns shard, status,
+rows, elapsed_ms, error; the stopped shards 'timeout' with elapsed_ms about the
+deadline and an error text, s0/s1 'ok' with their row counts, untouched shards
+'skipped'): scatter.deadline, SET splitpoint.deadline, SET LOCAL splitpoint.deadline
 inside BEGIN (gone after COMMIT/ROLLBACK), a /* splitpoint: deadline=300ms */ hint,
 and scatter.max_deadline capping a larger hint and a larger SET. Under
-partial_results deny: SPS01 whose message names s2 and s3 and why; under allow: the
-rows of s0 and s1 exactly (ORDER BY merge, plain concatenation and aggregates),
-preceded by a WARNING 01SP1 naming s2 and s3; hints partial=allow / partial=deny
-override the configuration. Also through the extended protocol. A statement that
-touches only s0/s1 is unaffected. A proxy that had no pooled connection to the
-stopped shards must still answer by the deadline.
-Then SIGCONT: the next statement on every connection works, and a statement
-touching every shard returns all 1200 rows.
+partial_results deny: SPS01 whose message names every missing shard and why, and
+never a healthy one; under allow: exactly the rows of s0 and s1 (ORDER BY merge, plain
+concatenation, DISTINCT, LIMIT and aggregates), preceded by one WARNING 01SP1 naming
+the missing shards; hints partial=allow / partial=deny override the configuration and
+SET splitpoint.partial_results. Also through the extended protocol (text and binary).
+A statement that touches only s0/s1 is unaffected. A proxy that had no pooled
+connection to the stopped server must still answer by the deadline.
+Then SIGCONT: the next statement on every connection works (simple and extended),
+and a statement touching every shard returns all 1200 rows, also on new connections.
 
 Phase 2, the private instance shut down (connection refused) with a 10 s deadline:
 the missing shards are reported at once (within 3 s), SPS01 (deny) or the rows of
@@ -763,7 +769,8 @@ def all_shards_work(cid, c):
     try:
         r = c.query(SQL_ORDERED, timeout=30)
     except Exception as e:  # noqa: BLE001
-        check(False, cid, lambda: f"connection unusable: {e!r}")
+        why = repr(e)
+        check(False, cid, lambda: f"connection unusable: {why}")
         return
     if not check(r.error is None and ids_of(r.rows) == ALL_IDS and not warning_of(r), cid,
                  lambda: f"every shard: {describe(r)}"):
@@ -826,7 +833,12 @@ def restarted_shard_pools_healthy():
 
 # ------------------------------------------------------------------ main
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)  # runs the finally: blocks (teardown) on the runner's timeout
+
+
 def main():
+    signal.signal(signal.SIGTERM, _terminated)
     errors = 0
     t_start = time.monotonic()
     try:

@@ -363,7 +363,6 @@ def warm_up_and_sanity():
     check(r.error is None and len(r.rows) == 200000, "sanity", lambda: f"LIMIT 200000: {r.error or len(r.rows)}")
     rows = [(int(v), int(i)) for i, v in r.rows]
     check(rows == sorted(rows) and len(set(rows)) == len(rows), "sanity", lambda: "LIMIT 200000 not in order")
-    del r, rows
 
 
 @test
@@ -422,7 +421,12 @@ def ordered_merge_extended_binary_memory_flat():
 
 # ------------------------------------------------------------------ main
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)  # runs the finally: blocks (teardown) on the runner's timeout
+
+
 def main():
+    signal.signal(signal.SIGTERM, _terminated)
     errors = 0
     t_start = time.monotonic()
     try:

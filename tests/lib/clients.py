@@ -375,30 +375,17 @@ def verify_placement(db, layout="drivers", quiet=False):
 
 # ------------------------------------------------------------------ known proxy bugs
 # Diagnoses of the checks the tests report as KNOWN FAILURE (docs/compatibility.md).
-# Each test maps its check names to one of these.
+# Each test maps its check names to one of these. B1 (garbage text of extended-protocol
+# multi-shard statements) and B2 (split multi-row INSERT with untyped parameters) were
+# fixed in 50bcaec; their checks are hard again.
 
-BUG_EXT_MULTI_SHARD_TEXT = (
-    "B1 proxy bug: an extended-protocol statement the proxy runs on several shards "
-    "(scatter read, reference-table write, keyless write) reaches the shards with garbage "
-    "SQL text -- 22021 invalid byte sequence / 42601 syntax error / garbage rows. "
-    "Session::handle_bind (server/session_route.cpp) decodes the stored Parse from a "
-    "temporary: `auto parse = proto::Parse::decode(std::string(1, '\\0') + p.parse_rest);` -- "
-    "Parse::query is a string_view into that temporary, so req.sql (ScatterRequest) and "
-    "begin_sql_ copy freed memory")
-BUG_SPLIT_INSERT_PARAMS = (
-    "B2 proxy bug: a multi-row INSERT ... VALUES ($1,$2,$3), ($4,$5,$6), ... with rows on "
-    "both shards is split into per-shard INSERTs that keep the $n numbers, and each shard "
-    "gets the client's whole Bind; the dropped rows' parameters are not referenced, so "
-    "PostgreSQL answers 42P18 'could not determine data type of parameter $n' when the "
-    "client left their type unspecified (OID 0), or 08P01 'bind message supplies 16 "
-    "parameters, but prepared statement \"\" requires 8' when the dropped ones are the "
-    "highest-numbered. Needs renumbered parameters per shard (or explicit types)")
 BUG_PIPELINE_TWO_SHARDS = (
-    "B3 proxy bug: a pipeline of INSERTs (Parse/Bind/Execute each, one Sync at the end) "
-    "whose keys are on both shards is neither refused with SPT01 nor applied whole: the "
-    "client gets 26000 (prepared statement does not exist) and the rows of the first "
-    "shard stay committed (5 of 10) -- a partial multi-shard write")
-BUG_EXECUTEMANY_HANG = (
+    "B3 proxy bug: a psycopg 3 pipeline of INSERTs (its auto-prepared named statement _pg3_N, "
+    "server name sp_<hash>_N) with keys on both shards before one Sync is neither refused with "
+    "SPT01 nor applied whole: 26000 prepared statement \"sp_..._N\" does not exist (not created "
+    "on the second shard's backend before the Binds that switch to it), and the first shard's "
+    "rows stay committed (5 of 10) -- a partial multi-shard write")
+BUG_EXECUTEMANY_HANG = (  # probably B7: psycopg waits for the dropped answers
     "B4 proxy bug: psycopg 3's executemany (pipeline mode: Parse, then Bind/Describe/Execute "
     "per row, one Sync at the end) with keys on both shards is neither applied whole nor "
     "refused with SPT01: the session hangs with no answer (the child running it is killed "
@@ -414,15 +401,17 @@ BUG_SHUTDOWN_HEAP = (
 # B7-B9 are reported by the JDBC and node tests (their own copies of the text), B10 by
 # the pgbench test; listed here so that every id has one home.
 BUG_BATCH_COMMAND_COMPLETE = (
-    "B7 proxy bug: a batch on one named statement (Bind/Execute per row, one Sync) with keys "
-    "on both shards inserts every row, but one Execute gets no CommandComplete (6 "
-    "BindComplete, 5 CommandComplete for 6 rows), so pgjdbc's executeBatch update counts are wrong")
+    "B7 proxy bug: in a pipeline of Bind/Execute on one prepared statement whose keys switch "
+    "shards before the one Sync, the answers (NoData/CommandComplete) of the statements run on "
+    "the shard switched away from are dropped, though every row is inserted (Parse + 4 x "
+    "Bind/Execute on s0,s1,s0,s1 + Sync -> 4 BindComplete, 1 CommandComplete); pgjdbc's "
+    "executeBatch update counts are wrong")
 BUG_BEGIN_IN_BATCH = (
     "B8 proxy bug: BEGIN sent in the same extended-protocol batch (before one Sync) as the "
-    "transaction's first statement -- what pgjdbc does with autocommit off -- does not reliably "
-    "open a transaction: ReadyForQuery says 'I', the statements autocommit, rollback() undoes "
-    "nothing, a second shard's write is accepted instead of SPT01, and after an error in that "
-    "batch the next statement runs instead of failing with 25P02")
+    "transaction's first statement -- what pgjdbc does with autocommit off -- does not make "
+    "that statement part of the transaction: it is committed on its own (still there after "
+    "rollback()), a write to the other shard is then accepted instead of SPT01, and when it "
+    "fails the next statement runs instead of failing with 25P02")
 BUG_PARSE_ERROR_TWICE = (
     "B9 proxy bug: a Parse that fails (syntax error) in the extended protocol is answered with "
     "TWO ErrorResponses before ReadyForQuery (PostgreSQL sends one and skips to Sync); "

@@ -58,40 +58,21 @@ public class ClientTest {
     // ------------------------------------------------------------------ known failures
     // Checks that fail because of the PROXY: still run, reported as "KNOWN FAILURE" and
     // not fatal; a pass prints "KNOWN FAILURE NOW PASSES" (make it a hard check again).
-    // Diagnoses: docs/compatibility.md (B1..B6, same ids as tests/lib/clients.py).
-    static final String B1 = "B1 proxy bug: extended-protocol statement run on several shards reaches them with garbage text "
-            + "(Session::handle_bind decodes the stored Parse from a temporary string; Parse::query dangles)";
-    static final String B7 = "B7 proxy bug: a batch on one named statement (Bind/Execute per row, one Sync) with keys on both "
-            + "shards inserts every row but one Execute gets no CommandComplete, so executeBatch's update counts are wrong";
-    static final String B8 = "B8 proxy bug: BEGIN sent in the same extended-protocol batch (before one Sync) as the transaction's "
-            + "first statement, as pgjdbc does with autocommit off, does not reliably open a transaction: ReadyForQuery 'I', "
-            + "statements autocommit, rollback() undoes nothing, a second shard's write is accepted instead of SPT01, after "
-            + "an error the next statement runs instead of 25P02 (with B1 also the BEGIN text itself is garbage)";
+    // Diagnoses: docs/compatibility.md (same ids as tests/lib/clients.py).
+    static final String B7 = "B7 proxy bug: in a pipeline of Bind/Execute on one prepared statement whose keys switch shards "
+            + "before the one Sync, the answers (NoData/CommandComplete) of the statements run on the shard switched away "
+            + "from are dropped though every row is inserted, so executeBatch's update counts are wrong";
+    static final String B8 = "B8 proxy bug: BEGIN sent in the same extended-protocol batch (before one Sync) as the "
+            + "transaction's first statement, as pgjdbc does with autocommit off, does not make that statement part of the "
+            + "transaction: it is committed on its own (still there after rollback()), so a write to the other shard is "
+            + "accepted instead of SPT01, and when it fails the next statement runs instead of 25P02";
     static final Map<String, String> KNOWN = new HashMap<>();
     static {
-        KNOWN.put("DROP/CREATE TABLE through the proxy (extended protocol)", B1);
-        KNOWN.put("multi-row INSERT into reference table: update count", B1);
-        KNOWN.put("range read across the bound (BETWEEN 990 AND 1010)", B1);
-        KNOWN.put("scatter ORDER BY balance DESC, id LIMIT 5 (simple Statement)", B1);
-        KNOWN.put("scatter ORDER BY id LIMIT ? OFFSET ? (7 executions, server-side prepared from the 6th)", B1);
-        KNOWN.put("scatter count/sum/min/max", B1);
-        KNOWN.put("scatter avg(balance) equals PostgreSQL's avg over all rows (as text)", B1);
-        KNOWN.put("scatter GROUP BY owner ORDER BY owner", B1);
-        KNOWN.put("setFetchSize(7) scatter ORDER BY id: all rows in order", B1);
-        KNOWN.put("scatter read inside a transaction sees its own insert", B1);
-        KNOWN.put("good scatter statement after the syntax error", B1);
-        KNOWN.put("final accounts through the proxy", B1);
-        KNOWN.put("final events through the proxy", B1);
-        KNOWN.put("transaction block: 2 UPDATEs + 1 INSERT on one shard, read of the other shard, commit", B8);
-        KNOWN.put("committed transaction (2 updates + 1 insert on one shard) is visible", B8);
-        KNOWN.put("transaction block: UPDATE + INSERT on one shard, reads, rollback", B8);
-        KNOWN.put("rolled-back transaction left nothing", B8);
-        KNOWN.put("transaction block: write one shard, then a write to the other shard is refused", B8);
         KNOWN.put("a write to a second shard in one transaction: SQLSTATE", B8);
         KNOWN.put("after the refused write and rollback() neither write is there", B8);
-        KNOWN.put("transaction block: an error, then a statement in the aborted transaction", B8);
         KNOWN.put("statement in the aborted transaction: SQLSTATE", B8);
-        KNOWN.put("executeBatch of 16 INSERTs with keys on both shards (one Sync): applied whole or refused with SPT01", B7);    }
+        KNOWN.put("executeBatch of 16 INSERTs with keys on both shards (one Sync): applied whole or refused with SPT01", B7);
+    }
     static final boolean SURVEY = "1".equals(System.getenv("CLIENT_TESTS_SURVEY"));
     static final java.util.Set<String> usedKnown = new java.util.TreeSet<>();
 

@@ -36,10 +36,6 @@ function check(what, cond, detail = '') {
 // Checks that fail because of the PROXY: still run, reported as "KNOWN FAILURE" and not
 // fatal; a pass prints "KNOWN FAILURE NOW PASSES" (make it a hard check again).
 // Diagnoses: docs/compatibility.md (same ids as tests/lib/clients.py).
-const B1 = 'B1 proxy bug: an extended-protocol statement run on several shards reaches them with garbage text ' +
-  '(Session::handle_bind decodes the stored Parse from a temporary string; Parse::query dangles)'
-const B2 = 'B2 proxy bug: a multi-row INSERT split per shard keeps its $n numbers but every shard gets the whole Bind; ' +
-  'the dropped rows\' untyped parameters make PostgreSQL fail with 42P18 / 08P01'
 const B9 = 'B9 proxy bug: a Parse that fails (syntax error) in the extended protocol is answered with TWO ' +
   'ErrorResponses before ReadyForQuery (PostgreSQL sends one and skips to Sync); node-postgres reports the second ' +
   'as an error event outside any query'
@@ -48,11 +44,6 @@ const KNOWN = {
   'unnamed statement with a syntax error: one ErrorResponse (no stray error event)': B9,
   'named statement with a syntax error: the connection is still usable': B9,
   'unnamed statement with a syntax error: the connection is still usable': B9,
-  'multi-row INSERT into reference table (parameters): rowCount': B1,
-  'multi-row INSERT of 30 accounts on both shards (parameters): RETURNING ids': B2,
-  'multi-row INSERT into range-sharded events (both ranges, parameters): rowCount': B2,
-  'range read across the bound (BETWEEN $1 AND $2)': B1,
-  'scatter ORDER BY id LIMIT $1 OFFSET $2 (named statement, 3 executions)': B1,
 }
 const SURVEY = process.env.CLIENT_TESTS_SURVEY === '1'
 const usedKnown = new Set()
