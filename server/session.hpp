@@ -123,6 +123,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void release_shard(std::size_t shard, bool reusable);
   awaitable<void> detach_for_exit();
   Backend* cur() const { return cur_ == kNoShard ? nullptr : held_[cur_].get(); }
+  // Inside a transaction block as the client sees it, including a BEGIN already sent
+  // in this extended batch whose ReadyForQuery has not come back yet.
+  bool in_transaction() const { return client_txn_ != 'I' || !begin_sql_.empty(); }
   void ensure_prepared(const Prepared& p);
   void apply_session_commands();
   void rebuild_state_script();

@@ -73,7 +73,7 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
   auto cls = topo.classify(cs.schema, cs.table);
   const bool sharded = cls.kind == routing::TableClass::Kind::sharded;
   const std::string table = routing::Topology::table_name(cs.schema, cs.table);
-  if (client_txn_ != 'I' && pools_.size() > 1)
+  if (in_transaction() && pools_.size() > 1)
     co_return co_await reject(sqlstate::cross_shard_write,
                               "COPY into \"" + table + "\" may write to several shards, which a transaction may not",
                               false);

@@ -307,7 +307,7 @@ awaitable<bool> Session::attach(std::size_t shard) {
     b->needs_discard = false;
     b->applied_state = state_hash_;
   }
-  if (joined && client_txn_ != 'I') {
+  if (joined && in_transaction()) {
     // The client is inside a transaction: this shard joins it.
     proto::Query{begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_)}.encode(bout_);
     expect_.push_back(Expect{'Z', true});

@@ -98,7 +98,7 @@ std::optional<std::size_t> Session::single_target(const routing::Route& route) {
 // Inside a transaction only one shard may be written (SPEC §5).
 bool Session::check_write(const routing::Route& route, std::size_t shard, std::string& error) {
   if (route.cls != StatementClass::write && route.cls != StatementClass::ddl) return true;
-  if (client_txn_ == 'I') return true;
+  if (!in_transaction()) return true;
   if (write_shard_ && *write_shard_ != shard) {
     error = "transaction would write to shard \"" + pools_[shard]->target().shard + "\" after writing to shard \"" +
             pools_[*write_shard_]->target().shard + "\"; a transaction may write to one shard only";
@@ -197,7 +197,7 @@ awaitable<bool> Session::reject(std::string_view code, std::string message, bool
   auto fields = proto::ErrorFields::make("ERROR", code, message);
   if (position > 0) fields.fields.emplace_back('P', std::to_string(position));
   fields.encode(out, 'E');
-  if (client_txn_ != 'I') {
+  if (in_transaction()) {
     client_txn_ = 'E';
     proxy_failed_txn_ = true;
   }
@@ -463,6 +463,12 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   }
   switch (route.kind) {
     case RouteKind::error:
+      if (route.sqlstate == sqlstate::syntax_error && cur()) {
+        // The Parse went to this backend and fails there too: PostgreSQL reports it
+        // once and skips this Bind.
+        forward_raw(f, '2');
+        co_return true;
+      }
       co_return co_await reject(route.sqlstate, route.message, true, route.position);
     case RouteKind::local:
       co_return co_await reject(sqlstate::feature_not_supported,
@@ -475,8 +481,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   if (!target) {
     // Several shards: answered by the proxy at Execute; BindComplete now, in order.
     if (route.cls != StatementClass::read) {
-      std::string error;
-      if (client_txn_ != 'I')
+      if (in_transaction())
         co_return co_await reject(sqlstate::cross_shard_write,
                                   "statement would write to several shards inside a transaction; a transaction may "
                                   "write to one shard only",
@@ -577,7 +582,7 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
     targets.clear();
     for (std::size_t s = 0; s < pools_.size(); ++s) targets.push_back(s);
   }
-  if (client_txn_ != 'I' && targets.size() > 1)
+  if (in_transaction() && targets.size() > 1)
     co_return co_await reject(sqlstate::cross_shard_write,
                               "statement would write to " + std::to_string(targets.size()) +
                                   " shards inside a transaction; a transaction may write to one shard only",

@@ -177,7 +177,7 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
       b->applied_state = state_hash_;
       ++sh.skip_ready;
     }
-    if (sh.borrowed && client_txn_ != 'I') {
+    if (sh.borrowed && in_transaction()) {
       proto::Query{begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_)}.encode(out);
       ++sh.skip_ready;
     }
@@ -499,7 +499,7 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
     last_scatter_.push_back({pools_[sh.index]->target().shard, sh.status, sh.state == Shard::State::missing ? 0 : sh.rows,
                              std::chrono::duration<double, std::milli>(elapsed).count(), sh.error});
     if (sh.borrowed) {
-      if (client_txn_ != 'I' && reusable) {
+      if (in_transaction() && reusable) {
         held_[sh.index] = std::move(sh.borrowed);  // joined the transaction
       } else {
         pools_[sh.index]->release(std::move(sh.borrowed), reusable);
