@@ -331,7 +331,9 @@ awaitable<void> Session::drain() {
   if (sent_after_sync_) {
     // Close the implicit transaction of an unfinished extended batch so it completes.
     proto::encode_sync(bout_);
-    expect_.push_back(Expect{'Z', true});
+    Expect e{'Z', true};
+    e.is_sync = true;  // only its ReadyForQuery is ours: the batch's answers go to the client
+    expect_.push_back(std::move(e));
     sent_after_sync_ = false;
   }
   co_await flush_to_backend();
@@ -366,7 +368,10 @@ void Session::ensure_prepared(const Prepared& p) {
 
 // Handles one backend message; true if it goes to the client.
 bool Session::process_backend_frame(char type, std::string_view body) {
-  auto in_injected_query = [this] { return !expect_.empty() && expect_.front().type == 'Z' && expect_.front().swallow; };
+  // Output of a Query the proxy sent itself (state replay, BEGIN): never the client's.
+  auto in_injected_query = [this] {
+    return !expect_.empty() && expect_.front().type == 'Z' && expect_.front().swallow && !expect_.front().is_sync;
+  };
   // After an error PostgreSQL skips everything up to the next Sync: those
   // responses never come. A client Parse that was skipped created nothing.
   auto drop_until_sync = [this] {

@@ -975,6 +975,27 @@ def txn_second_write_shard_spt01_extended():
 
 
 @test
+def pipelined_reads_across_shards_one_sync():
+    """One Parse, then Bind/Describe/Execute per key with keys alternating between the
+    shards, one Sync: every Execute is answered, in order, as PostgreSQL would."""
+    keys = [key_on(0, 0), key_on(1, 0), key_on(0, 1), key_on(1, 1), key_on(1, 2), key_on(0, 2)]
+    msgs = [pgwire.parse_msg("SELECT id, name FROM users WHERE id = $1", "pipe_rd")]
+    for k in keys:
+        msgs += [pgwire.bind_msg([k], statement="pipe_rd"), pgwire.describe_msg("P"), pgwire.execute_msg()]
+    msgs.append(pgwire.sync_msg())
+    with proxy_wire() as w:
+        w.send(msgs)
+        got = w.recv_until("Z")
+        types = "".join(t for t, _ in got)
+        want = "1" + "2TDC" * len(keys) + "Z"
+        assert types == want, f"pipelined reads over both shards: got {types!r}, expected {want!r}"
+        ids = [int(pgwire.decode_data_row(b)[0]) for t, b in got if t == "D"]
+        assert ids == keys, f"rows out of order: {ids} vs {keys}"
+        assert got[-1][1] == b"I"
+        assert w.extended("SELECT 1").rows == [["1"]]
+
+
+@test
 def txn_keyless_write_in_transaction_spt01():
     c = proxy_conn()
     cur = c.cursor()
