@@ -23,6 +23,7 @@ inline constexpr const char* internal_error = "XX000";
 inline constexpr const char* no_shard_key = "SPR01";
 inline constexpr const char* no_partition = "SPR02";
 inline constexpr const char* cross_shard_write = "SPT01";
+inline constexpr const char* transaction_resolution_unknown = "08007";
 inline constexpr const char* scatter_incomplete = "SPS01";
 inline constexpr const char* scatter_buffer_limit = "SPS02";
 inline constexpr const char* cannot_merge = "SPC01";

@@ -147,6 +147,66 @@ awaitable<ConnectResult> connect_backend(const BackendTarget& target) {
                                                   target.host + ":" + std::to_string(target.port));
 }
 
+awaitable<QueryResult> simple_query(Backend& b, std::string_view sql, std::chrono::milliseconds timeout) {
+  using namespace asio::experimental::awaitable_operators;
+  QueryResult result;
+  auto run = [&]() -> awaitable<void> {
+    std::string out;
+    proto::Query{sql}.encode(out);
+    if (auto [ec, n] = co_await asio::async_write(b.socket, asio::buffer(out), use_nothrow); ec) {
+      result.lost = true;
+      co_return;
+    }
+    proto::FrameLimits limits;
+    for (;;) {
+      auto r = proto::decode_frame(b.read_buf, proto::Direction::backend, limits);
+      if (r.status == proto::FrameStatus::error) break;
+      if (r.status == proto::FrameStatus::need_more) {
+        if (co_await read_into(b.socket, b.read_buf, 4096)) break;
+        continue;
+      }
+      switch (r.frame.type) {
+        case 'T':
+          result.rows.clear();
+          break;
+        case 'D':
+          if (auto row = proto::DataRow::decode(r.frame.body)) {
+            auto& out_row = result.rows.emplace_back();
+            for (auto& v : row->values) out_row.push_back(v ? std::optional<std::string>(*v) : std::nullopt);
+          }
+          break;
+        case 'C':
+          result.tag.assign(r.frame.body.substr(0, r.frame.body.find('\0')));
+          break;
+        case 'E':
+          if (result.error_code.empty()) {
+            if (auto e = proto::ErrorFields::decode(r.frame.body)) {
+              result.error_code = e->get('C');
+              result.error_message = e->get('M');
+            }
+          }
+          break;
+        case 'Z':
+          b.status = r.frame.body.empty() ? 'E' : r.frame.body[0];
+          b.read_buf.erase(0, r.frame.size);
+          co_return;
+        default:
+          break;
+      }
+      b.read_buf.erase(0, r.frame.size);
+    }
+    result.lost = true;
+  };
+  asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
+  auto done = co_await (run() || timer.async_wait(use_nothrow));
+  if (done.index() == 1) result.lost = true;
+  if (result.lost && result.error_code.empty()) {
+    result.error_code = sqlstate::connection_failure;
+    result.error_message = "connection to the shard lost or timed out";
+  }
+  co_return result;
+}
+
 awaitable<void> send_cancel(std::string host, std::uint16_t port, std::int32_t pid, std::int32_t key,
                             std::chrono::milliseconds timeout) {
   using namespace asio::experimental::awaitable_operators;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -63,6 +64,20 @@ struct ConnectResult {
 // Connects, authenticates (trust, cleartext, md5, scram-sha-256) and reads up to the
 // first ReadyForQuery, all under target.connect_timeout.
 awaitable<ConnectResult> connect_backend(const BackendTarget& target);
+
+// What a simple Query answered: the text rows of its last result, its last
+// CommandComplete tag, the first error.
+struct QueryResult {
+  std::vector<std::vector<std::optional<std::string>>> rows;
+  std::string tag;
+  std::string error_code, error_message;  // empty when it succeeded
+  bool lost = false;                      // connection broke or timed out: close it
+  bool ok() const { return !lost && error_code.empty(); }
+};
+
+// Runs `sql` (one Query message, possibly several statements) on an idle backend and
+// reads up to its ReadyForQuery, all within `timeout`.
+awaitable<QueryResult> simple_query(Backend& b, std::string_view sql, std::chrono::milliseconds timeout);
 
 // Sends a CancelRequest for (pid, key) to host:port on a fresh connection.
 awaitable<void> send_cancel(std::string host, std::uint16_t port, std::int32_t pid, std::int32_t key,

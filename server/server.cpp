@@ -1,4 +1,5 @@
 #include "server/server.hpp"
+#include "server/two_phase.hpp"
 
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
@@ -99,6 +100,7 @@ int Server::run() {
   signals_ = std::make_unique<asio::signal_set>(main_ctx, SIGTERM, SIGINT, SIGHUP);
   asio::co_spawn(main_ctx, handle_signals(), asio::detached);
   asio::co_spawn(main_ctx, accept_loop(), asio::detached);
+  asio::co_spawn(main_ctx, two_phase::recovery_loop(*this), asio::detached);
 
   std::vector<std::thread> threads;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;

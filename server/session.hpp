@@ -112,6 +112,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void arm_idle_timer();
   awaitable<bool> handle_frame(const protocol::Frame& f);
   awaitable<bool> use_shard(std::size_t shard);
+  void leave_batch_shard(std::size_t shard);
   awaitable<bool> attach(std::size_t shard);
   awaitable<void> drain();
   awaitable<void> flush_to_backend();
@@ -164,6 +165,18 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> run_local(const routing::LocalCommand& c);
   void show_last_scatter(std::string& out) const;
   awaitable<bool> finish_transaction(const protocol::Frame& f, routing::TxnCommand txn, std::string_view sql);
+  // The transaction is over on every shard: forget its state.
+  void reset_transaction();
+  // ---- session_two_phase.cpp (transactions.cross_shard_writes: two_phase)
+  bool two_phase() const { return runtime_->config.cross_shard_writes == config::CrossShardWrites::two_phase; }
+  void note_written(std::size_t shard);
+  // Makes `shard` part of the open transaction (held, BEGIN sent). False on failure.
+  awaitable<bool> join_transaction(std::size_t shard);
+  // Commits a transaction that wrote to several shards; "" or the ErrorResponse body.
+  awaitable<std::string> commit_two_phase();
+  // The client's Sync ends an implicit_txn_: commit (or roll back) on every shard,
+  // then one ReadyForQuery 'I'.
+  awaitable<bool> end_implicit_transaction();
   struct ScatterRequest;
   // With `ext`, the statement runs in the extended protocol with its parameters.
   awaitable<bool> run_on_shards(const routing::Route& route, std::string_view sql,
@@ -239,6 +252,13 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<std::pair<std::string, std::string>> local_portal_;
   std::string begin_sql_;            // the client's BEGIN, replayed on each shard joined
   std::optional<std::size_t> write_shard_;
+  std::vector<std::size_t> written_;  // two_phase: every shard this transaction wrote
+  // Extended protocol outside a transaction block: the current backend ran a write
+  // since the client's last Sync.
+  bool batch_wrote_ = false;
+  // That batch moved on to another shard: the proxy turned it into a transaction block
+  // on every shard it touches (BEGIN after the write), finished at the client's Sync.
+  bool implicit_txn_ = false;
   std::size_t next_any_ = 0;
   routing::SessionRouting routing_;
   std::vector<std::pair<std::string, std::string>> local_settings_;      // SET splitpoint.*

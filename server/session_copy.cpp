@@ -73,7 +73,8 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
   auto cls = topo.classify(cs.schema, cs.table);
   const bool sharded = cls.kind == routing::TableClass::Kind::sharded;
   const std::string table = routing::Topology::table_name(cs.schema, cs.table);
-  if (in_transaction() && pools_.size() > 1)
+  const bool in_txn = in_transaction();
+  if (in_txn && pools_.size() > 1 && !two_phase())
     co_return co_await reject(sqlstate::cross_shard_write,
                               "COPY into \"" + table + "\" may write to several shards, which a transaction may not",
                               false);
@@ -108,6 +109,7 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
   if (closing_) co_return false;
   const std::size_t n = pools_.size();
   std::vector<ShardCopy> shards(n);
+  std::vector<bool> joined(n, false);
 
   // Start COPY on every shard; the first CopyInResponse is what the client sees.
   std::string copy_in_response;
@@ -122,6 +124,7 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
         break;
       }
       held_[s] = std::move(r.backend);
+      joined[s] = in_txn;
     }
     Backend* b = held_[s].get();
     std::string out;
@@ -131,6 +134,15 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
       b->needs_discard = false;
       b->applied_state = state_hash_;
       ++swallow;
+    }
+    if (joined[s]) {
+      // The shard joins the client's transaction (two_phase commits them together).
+      proto::Query{begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_)}.encode(out);
+      ++swallow;
+    }
+    if (in_txn) {
+      note_written(s);
+      if (!write_shard_) write_shard_ = s;
     }
     proto::Query{sql}.encode(out);
     if (auto [ec, w] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow); ec) {
@@ -310,7 +322,7 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
         }
       }
     }
-    release_shard(s, !shards[s].lost);
+    if (!in_txn || shards[s].lost) release_shard(s, !shards[s].lost);
   }
 
   // One answer for the client.
@@ -348,6 +360,11 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
     proto::ErrorFields::make("ERROR", sqlstate::protocol_violation, fail_reason).encode(out, 'E');
   } else {
     proto::CommandComplete{"COPY " + std::to_string(total)}.encode(out);
+  }
+  if (in_txn && (out.empty() || out[0] == 'E')) {
+    // Some shards may hold rows of it: only ROLLBACK can end the transaction now.
+    client_txn_ = 'E';
+    proxy_failed_txn_ = true;
   }
   proto::ReadyForQuery{client_txn_}.encode(out);
   if (!closing_) co_await stream_.write(out);

@@ -97,6 +97,8 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     // discard until Sync, then one ReadyForQuery.
     if (f.type == 'S') {
       skip_until_sync_ = false;
+      batch_wrote_ = false;
+      if (implicit_txn_) co_return co_await end_implicit_transaction();
       co_await send_ready();
     }
     co_return true;
@@ -170,6 +172,8 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
           if (!co_await scatter_read(*scatter_route_, std::move(req))) co_return false;
         }
       }
+      batch_wrote_ = false;
+      if (implicit_txn_) co_return co_await end_implicit_transaction();
       if (!cur()) {
         co_await send_ready();
         co_return true;
@@ -259,11 +263,34 @@ awaitable<void> Session::flush_to_backend() {
   }
 }
 
+// The batch wrote on the current shard and goes on to `shard` before its Sync.
+// PostgreSQL runs the whole batch as one transaction: BEGIN makes what ran here a
+// transaction block (the shards joined next get BEGIN too) and the client's Sync ends
+// them together (end_implicit_transaction). After an error here PostgreSQL skips it.
+void Session::leave_batch_shard(std::size_t shard) {
+  if (shard == cur_ || !sent_after_sync_ || !batch_wrote_ || !pump_active_ || in_transaction()) return;
+  // A fence first: the answers to the client's Describe/Execute are not counted in
+  // expect_, and everything before the fence's CloseComplete is theirs, not BEGIN's.
+  proto::Close{'S', "sp_fence"}.encode(bout_);
+  expect_.push_back(Expect{'3', true});
+  proto::Query{"BEGIN"}.encode(bout_);
+  Expect e{'Z', true};
+  e.query_in_batch = true;
+  expect_.push_back(std::move(e));
+  cur()->unnamed_owner = {0, 0};  // a Query drops the unnamed statement
+  begin_sql_ = "BEGIN";
+  implicit_txn_ = true;
+  write_shard_ = cur_;
+  note_written(cur_);
+  batch_wrote_ = false;
+}
+
 // Makes `shard` the current backend: waits until the current one owes nothing,
 // then attaches. False if it failed (the error was reported to the client).
 awaitable<bool> Session::use_shard(std::size_t shard) {
   if (cur_ == shard && pump_active_) co_return true;
   bool mid_batch = sent_after_sync_;
+  leave_batch_shard(shard);
   co_await drain();
   if (closing_) co_return false;
   if (mid_batch && batch_failed_) {
@@ -374,8 +401,10 @@ bool Session::process_backend_frame(char type, std::string_view body) {
   };
   // After an error PostgreSQL skips everything up to the next Sync: those
   // responses never come. A client Parse that was skipped created nothing.
-  auto drop_until_sync = [this] {
-    while (!expect_.empty() && (expect_.front().type != 'Z' || expect_.front().query_in_batch)) {
+  // On an error the Queries sent inside the failed batch are skipped too; on a
+  // ReadyForQuery they are what it answers.
+  auto drop_until_sync = [this](bool error) {
+    while (!expect_.empty() && (expect_.front().type != 'Z' || (error && expect_.front().query_in_batch))) {
       const Expect& e = expect_.front();
       if (e.type == '1' && !e.name.empty()) cur()->prepared.erase(e.name);
       if (e.type == '1' && !e.swallow) {
@@ -404,7 +433,7 @@ bool Session::process_backend_frame(char type, std::string_view body) {
         auto e = proto::ErrorFields::decode(body);
         spdlog::warn("[{}] injected statement failed: {}", id_, e ? std::string(e->get('M')) : "?");
       }
-      drop_until_sync();
+      drop_until_sync(true);
       if (!expect_.empty()) expect_.front().failed = true;
       if (!swallow) {
         batch_failed_ = true;
@@ -414,7 +443,7 @@ bool Session::process_backend_frame(char type, std::string_view body) {
       return !swallow;
     }
     case 'Z': {
-      drop_until_sync();
+      drop_until_sync(false);
       char status = body.size() == 1 ? body[0] : 'E';
       cur()->status = status;
       if (expect_.empty()) {
@@ -433,12 +462,9 @@ bool Session::process_backend_frame(char type, std::string_view body) {
       if (!e.failed)
         for (auto& c : e.commands) pending_commands_.push_back(std::move(c));
       if (status == 'I') {
-        proxy_failed_txn_ = false;
-        local_txn_settings_.clear();
         if (last_tag_rollback_) pending_commands_.clear();
         apply_session_commands();
-        begin_sql_.clear();
-        write_shard_.reset();
+        reset_transaction();
       }
       return true;
     }

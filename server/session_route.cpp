@@ -99,6 +99,11 @@ std::optional<std::size_t> Session::single_target(const routing::Route& route) {
 bool Session::check_write(const routing::Route& route, std::size_t shard, std::string& error) {
   if (route.cls != StatementClass::write && route.cls != StatementClass::ddl) return true;
   if (!in_transaction()) return true;
+  if (two_phase()) {
+    note_written(shard);
+    if (!write_shard_) write_shard_ = shard;
+    return true;
+  }
   if (write_shard_ && *write_shard_ != shard) {
     error = "transaction would write to shard \"" + pools_[shard]->target().shard + "\" after writing to shard \"" +
             pools_[*write_shard_]->target().shard + "\"; a transaction may write to one shard only";
@@ -180,6 +185,10 @@ awaitable<bool> Session::refused_in_failed_transaction(const routing::Route& rou
   if (!proxy_failed_txn_ && pump_active_ && (!expect_.empty() || sent_after_sync_)) {
     auto target = single_target(route);
     if (target && *target == cur_) co_return false;
+    // A Bind of a statement that does not parse goes to the backend that failed its
+    // Parse (handle_bind): PostgreSQL reports the error once, there.
+    if (route.kind == RouteKind::error && route.sqlstate == sqlstate::syntax_error && cur()) co_return false;
+    leave_batch_shard(target ? *target : kNoShard);
     co_await drain();
   }
   if (client_txn_ != 'E') co_return false;
@@ -431,6 +440,25 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, routing_, lookup); });
 
   if (co_await refused_in_failed_transaction(route, true)) co_return !closing_;
+  if (route.txn == TxnCommand::commit && client_txn_ != 'E' && !proxy_failed_txn_ && written_.size() > 1) {
+    // Written on several shards: two-phase commit, answered here.
+    co_await drain();
+    auto error = co_await commit_two_phase();
+    if (error.empty()) apply_session_commands();
+    else pending_commands_.clear();
+    reset_transaction();
+    std::string out;
+    if (error.empty()) {
+      local_portal_.emplace(std::string(bind->portal), "COMMIT");
+      proto::encode_bind_complete(out);
+    } else {
+      proto::Writer w(out, 'E');
+      w.bytes(error).finish();
+      skip_until_sync_ = true;
+    }
+    co_await stream_.write(out);
+    co_return true;
+  }
   if (route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback) {
     // Finish the other shards first; the client's own message ends the last one.
     co_await drain();
@@ -445,11 +473,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     }
     if (proxy_failed_txn_) {
       // Every shard rolled back; the client's COMMIT/ROLLBACK is answered here.
-      client_txn_ = 'I';
-      proxy_failed_txn_ = false;
-      begin_sql_.clear();
-      write_shard_.reset();
-      local_txn_settings_.clear();
+      reset_transaction();
       local_portal_.emplace(std::string(bind->portal), "ROLLBACK");
       std::string out;
       proto::encode_bind_complete(out);
@@ -480,6 +504,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   auto target = single_target(route);
   if (!target) {
     // Several shards: answered by the proxy at Execute; BindComplete now, in order.
+    leave_batch_shard(kNoShard);
     if (route.cls != StatementClass::read) {
       if (in_transaction())
         co_return co_await reject(sqlstate::cross_shard_write,
@@ -505,6 +530,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     co_await stream_.write(out);
     co_return true;
   }
+  leave_batch_shard(*target);
   std::string error;
   if (!check_write(route, *target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, true);
   pending_started_ = std::chrono::steady_clock::now();
@@ -515,6 +541,8 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     co_return !closing_;
   }
   ensure_prepared(p);
+  if (!in_transaction() && (route.cls == StatementClass::write || route.cls == StatementClass::ddl))
+    batch_wrote_ = true;
   if (p.server_name.empty()) {
     bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
   } else {
@@ -539,16 +567,20 @@ awaitable<bool> Session::finish_transaction(const proto::Frame& f, TxnCommand tx
   const char* verb = rollback ? "ROLLBACK" : "COMMIT";
   std::string error, tag = verb;
   std::vector<std::size_t> order;
-  for (std::size_t s = 0; s < held_.size(); ++s)
-    if (held_[s] && (!write_shard_ || s != *write_shard_)) order.push_back(s);
-  if (write_shard_ && held_[*write_shard_]) order.push_back(*write_shard_);
+  if (!rollback && written_.size() > 1) {
+    error = co_await commit_two_phase();
+  } else {
+    for (std::size_t s = 0; s < held_.size(); ++s)
+      if (held_[s] && (!write_shard_ || s != *write_shard_)) order.push_back(s);
+    if (write_shard_ && held_[*write_shard_]) order.push_back(*write_shard_);
+  }
   for (auto s : order) {
     auto reply = co_await run_on(s, verb);
     if (!reply.error.empty() && error.empty()) error = reply.error;
     if (!reply.tag.empty()) tag = reply.tag;
     if (runtime_->config.pool_mode == config::PoolMode::transaction || reply.lost) release_shard(s, !reply.lost);
   }
-  if (client_txn_ == 'I' && order.empty() && !rollback) {
+  if (client_txn_ == 'I' && order.empty() && written_.empty() && !rollback) {
     // PostgreSQL warns about COMMIT outside a transaction; so do we.
     std::string out;
     proto::ErrorFields::make("WARNING", "25P01", "there is no transaction in progress").encode(out, 'N');
@@ -557,11 +589,7 @@ awaitable<bool> Session::finish_transaction(const proto::Frame& f, TxnCommand tx
   // SETs made inside the transaction count once it committed.
   if (!rollback && error.empty()) apply_session_commands();
   else pending_commands_.clear();
-  client_txn_ = 'I';
-  proxy_failed_txn_ = false;
-  begin_sql_.clear();
-  write_shard_.reset();
-  local_txn_settings_.clear();
+  reset_transaction();
   std::string out;
   if (!error.empty()) {
     proto::Writer w(out, 'E');
@@ -574,6 +602,16 @@ awaitable<bool> Session::finish_transaction(const proto::Frame& f, TxnCommand tx
   co_return true;
 }
 
+void Session::reset_transaction() {
+  implicit_txn_ = false;
+  client_txn_ = 'I';
+  proxy_failed_txn_ = false;
+  begin_sql_.clear();
+  write_shard_.reset();
+  written_.clear();
+  local_txn_settings_.clear();
+}
+
 // A write every shard (or several) must apply, outside a transaction: run it on
 // each, then answer with one combined result.
 awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_view sql, const ScatterRequest* ext) {
@@ -582,13 +620,28 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
     targets.clear();
     for (std::size_t s = 0; s < pools_.size(); ++s) targets.push_back(s);
   }
-  if (in_transaction() && targets.size() > 1)
+  const bool in_txn = in_transaction();
+  if (in_txn && targets.size() > 1 && !two_phase())
     co_return co_await reject(sqlstate::cross_shard_write,
                               "statement would write to " + std::to_string(targets.size()) +
                                   " shards inside a transaction; a transaction may write to one shard only",
                               ext != nullptr);
   co_await drain();
   if (closing_) co_return false;
+  if (in_txn) {
+    // two_phase (or one shard): every target joins the transaction, committed together.
+    for (auto s : targets) {
+      if (!co_await join_transaction(s)) {
+        client_txn_ = 'E';
+        proxy_failed_txn_ = true;
+        co_return co_await reject(sqlstate::connection_failure,
+                                  "shard \"" + pools_[s]->target().shard + "\" could not join the transaction",
+                                  ext != nullptr);
+      }
+      note_written(s);
+      if (!write_shard_) write_shard_ = s;
+    }
+  }
   auto started = std::chrono::steady_clock::now();
   count_route(route, label_of(route, route.kind != RouteKind::all_shards));
   std::string rows, first_error, applied, failed;
@@ -648,6 +701,11 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
     proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
     metrics_.error(code);
     if (ext) skip_until_sync_ = true;
+    if (in_txn) {
+      // Applied on some shards, failed on others: only ROLLBACK can end it.
+      client_txn_ = 'E';
+      proxy_failed_txn_ = true;
+    }
   } else {
     out += rows;
     std::string tag = verb;

@@ -5,15 +5,11 @@
 # pgbench_branches and pgbench_tellers reference tables; a fresh database
 # drv_pgbench_<random> on each instance, dropped on exit.
 #
-# 1. `pgbench -i -s 2` THROUGH the proxy (default steps dtgvp: DDL broadcast, then one
-#    transaction with TRUNCATE, INSERTs into the reference tables and COPY of
-#    pgbench_accounts split by key, then VACUUM and primary keys).
-#    If the proxy refuses it, that is reported as a KNOWN FAILURE with pgbench's error,
-#    server-side generation (-I dtGvp) is tried and reported the same way, and the
-#    data is loaded another way that the proxy supports — still through the proxy:
-#    `pgbench -i -I dt` (drop/create), INSERT ... SELECT generate_series into the
-#    reference tables, COPY pgbench_accounts FROM STDIN outside a transaction, then
-#    `pgbench -i -I vp` (vacuum, primary keys).
+# 1. `pgbench -i -s 2` THROUGH the proxy: with the default cross_shard_writes: refuse
+#    its data-generation transaction (TRUNCATE, INSERTs into the reference tables, COPY
+#    of pgbench_accounts split by key) writes to both shards and is refused with SPT01;
+#    through a second proxy with cross_shard_writes: two_phase it loads (two-phase
+#    commit), leaving no prepared transaction behind.
 # 2. Row counts through the proxy (200000 accounts, 2 branches, 20 tellers).
 # 3. pgbench -S and a custom script (SELECT abalance / UPDATE abalance + 1 by aid) in
 #    each of -M simple, extended, prepared with -c 8 -T 5; then a single-shard
@@ -60,84 +56,37 @@ pgbench_error() { # LOG
 }
 
 # ---------------------------------------------------------------- 1. pgbench -i through the proxy
-loaded=0
+# pgbench -i generates its data in ONE transaction (TRUNCATE of all four tables, INSERTs
+# into the reference tables, COPY pgbench_accounts split over both shards): a
+# transaction writing to several shards. With the default
+# transactions.cross_shard_writes: refuse that is SPT01 (SPEC 5).
 rc=0
 timeout -k 5 120 pgbench -i -s "$SCALE" -q "$URL" >"$WORK/init.log" 2>&1 || rc=$?
-if ((rc == 0)); then
-  echo "ok   pgbench -i -s $SCALE through the proxy (steps dtgvp)"
-  loaded=1
-else
+if ((rc == 0)) || ! grep -q "a transaction may write to one shard only" "$WORK/init.log"; then
   cat "$WORK/init.log"
-  known_failure "pgbench -i -s $SCALE through the proxy (steps dtgvp)" "exit 0" "exit $rc" \
-    "$(pgbench_error "$WORK/init.log")"
-  rc=0
-  timeout -k 5 120 pgbench -i -s "$SCALE" -q -I dtGvp "$URL" >"$WORK/init-G.log" 2>&1 || rc=$?
-  if ((rc == 0)); then
-    echo "ok   pgbench -i -s $SCALE -I dtGvp (server-side generation) through the proxy"
-    loaded=1
-  else
-    cat "$WORK/init-G.log"
-    known_failure "pgbench -i -s $SCALE -I dtGvp (server-side generation) through the proxy" "exit 0" "exit $rc" \
-      "$(pgbench_error "$WORK/init-G.log")"
-  fi
+  fail "pgbench -i through a proxy with cross_shard_writes: refuse: exit $rc, expected the SPT01 refusal"
 fi
-
-if ((!loaded)); then
-  # SPEC 5: with transactions.cross_shard_writes: two_phase a transaction may write to
-  # several shards (PostgreSQL two-phase commit). pgbench -i through such a proxy:
-  main_pid=$SP_PID
-  TP_PORT=$(free_port)
-  { "$PYTHON" "$SP_ROOT/tests/lib/clients.py" config "$DRV_DB" "$TP_PORT" "$(free_port)" pgbench
-    printf 'transactions:\n  cross_shard_writes: two_phase\n'; } >"$WORK/splitpoint-2pc.yaml"
-  sp_start "$WORK/splitpoint-2pc.yaml" "$WORK/splitpoint-2pc.log" || fail "splitpoint (two_phase) did not start"
-  rc=0
-  timeout -k 5 120 pgbench -i -s "$SCALE" -q "postgresql://app:secret@127.0.0.1:$TP_PORT/$DRV_DB" \
-    >"$WORK/init-2pc.log" 2>&1 || rc=$?
-  if ((rc == 0)); then
-    echo "ok   pgbench -i -s $SCALE through a proxy with cross_shard_writes: two_phase"
-    loaded=1
-  else
-    cat "$WORK/init-2pc.log"
-    known_failure "pgbench -i -s $SCALE through a proxy with transactions.cross_shard_writes: two_phase" "exit 0" \
-      "exit $rc" "$(pgbench_error "$WORK/init-2pc.log")"
-  fi
-  sp_stop "$SP_PID" || true
-  SP_PID=$main_pid
+echo "ok   pgbench -i through the default proxy (cross_shard_writes: refuse) is refused: $(pgbench_error "$WORK/init.log")"
+# With two_phase the same transaction commits on both shards with PREPARE TRANSACTION.
+main_pid=$SP_PID
+TP_PORT=$(free_port)
+{ "$PYTHON" "$SP_ROOT/tests/lib/clients.py" config "$DRV_DB" "$TP_PORT" "$(free_port)" pgbench
+  printf 'transactions:\n  cross_shard_writes: two_phase\n'; } >"$WORK/splitpoint-2pc.yaml"
+sp_start "$WORK/splitpoint-2pc.yaml" "$WORK/splitpoint-2pc.log" || fail "splitpoint (two_phase) did not start"
+rc=0
+timeout -k 5 120 pgbench -i -s "$SCALE" -q "postgresql://app:secret@127.0.0.1:$TP_PORT/$DRV_DB" \
+  >"$WORK/init-2pc.log" 2>&1 || rc=$?
+if ((rc != 0)); then
+  cat "$WORK/init-2pc.log"
+  fail "pgbench -i -s $SCALE through a proxy with cross_shard_writes: two_phase: exit $rc"
 fi
-
-if ((!loaded)); then
-  # What pgbench -i's data-generation transaction does, one statement at a time, each
-  # in a transaction of its own (ROLLBACK at the end), and what the proxy answers.
-  probe() { # LABEL SQL [STDIN]
-    local out
-    out=$(printf '%s' "${3:-}" | psql -X -q -At -v VERBOSITY=verbose "$URL" -c "BEGIN" -c "$2" -c "ROLLBACK" 2>&1 | grep -E 'ERROR|^[A-Z]+ [0-9]' | head -n 1)
-    echo "     probe: $1: ${out:-ok}"
-  }
-  echo "what the proxy answers to each step of pgbench -i's generation transaction (BEGIN; step; ROLLBACK):"
-  probe "TRUNCATE of all four tables" "TRUNCATE pgbench_accounts, pgbench_branches, pgbench_history, pgbench_tellers"
-  probe "INSERT into the reference table pgbench_branches" "INSERT INTO pgbench_branches (bid, bbalance) VALUES (1, 0)"
-  probe "COPY pgbench_accounts FROM STDIN (rows on both shards)" "COPY pgbench_accounts FROM STDIN" $'1\t1\t0\t\n2\t1\t0\t\n3\t1\t0\t\n4\t1\t0\t\n'
-  probe "INSERT INTO pgbench_accounts SELECT ... generate_series (server-side -I G)" \
-    "INSERT INTO pgbench_accounts (aid, bid, abalance, filler) SELECT aid, 1, 0, '' FROM generate_series(1, 10) aid"
-  echo "loading the pgbench tables another way, still through the proxy"
-  pgbench -i -I dt "$URL" >"$WORK/init-dt.log" 2>&1 ||
-    { cat "$WORK/init-dt.log"; fail "pgbench -i -I dt (drop/create tables) through the proxy"; }
-  echo "ok   pgbench -i -I dt (DROP/CREATE TABLE broadcast) through the proxy"
-  proxy_sql -c "INSERT INTO pgbench_branches (bid, bbalance) SELECT bid, 0 FROM generate_series(1, $SCALE) bid" ||
-    fail "INSERT ... SELECT generate_series into the reference table pgbench_branches"
-  proxy_sql -c "INSERT INTO pgbench_tellers (tid, bid, tbalance)
-                SELECT tid, (tid - 1) / 10 + 1, 0 FROM generate_series(1, $((10 * SCALE))) tid" ||
-    fail "INSERT ... SELECT generate_series into the reference table pgbench_tellers"
-  echo "ok   reference tables filled with INSERT ... SELECT generate_series (every shard)"
-  t0=$SECONDS
-  awk -v n=$((100000 * SCALE)) 'BEGIN { for (i = 1; i <= n; i++) printf "%d\t%d\t0\t\n", i, int((i - 1) / 100000) + 1 }' |
-    proxy_sql -c "COPY pgbench_accounts (aid, bid, abalance, filler) FROM STDIN" ||
-    fail "COPY pgbench_accounts FROM STDIN through the proxy"
-  echo "ok   COPY of $((100000 * SCALE)) pgbench_accounts rows split by key ($((SECONDS - t0))s)"
-  pgbench -i -I vp "$URL" >"$WORK/init-vp.log" 2>&1 ||
-    { cat "$WORK/init-vp.log"; fail "pgbench -i -I vp (vacuum, primary keys) through the proxy"; }
-  echo "ok   pgbench -i -I vp (VACUUM, ALTER TABLE ADD PRIMARY KEY broadcast) through the proxy"
-fi
+echo "ok   pgbench -i -s $SCALE (steps dtgvp) through a proxy with cross_shard_writes: two_phase"
+for s in 0 1; do
+  left=$(shard_sql "$s" -c "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()")
+  ((left == 0)) || fail "shard s$s: $left prepared transaction(s) left after pgbench -i"
+done
+sp_stop "$SP_PID" || true
+SP_PID=$main_pid
 
 # ---------------------------------------------------------------- 2. what was loaded
 counts=""

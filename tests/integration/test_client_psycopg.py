@@ -47,15 +47,10 @@ WORK = clients.workdir("client_psycopg")
 
 # Checks that fail because of the PROXY (reported as KNOWN FAILURE, not fatal); see
 # docs/compatibility.md. Keyed by the check's name, value: the diagnosis.
-B3, B4, B5, B6 = (clients.BUG_PIPELINE_TWO_SHARDS, clients.BUG_EXECUTEMANY_HANG, clients.BUG_COPY_TO_SCATTER,
-                  clients.BUG_SHUTDOWN_HEAP)
+B5 = clients.BUG_COPY_TO_SCATTER
 KNOWN_PSYCOPG2 = {}
 KNOWN_PSYCOPG3 = {
-    "pipeline block with keys on both shards before one Sync: applied whole or refused with SPT01": B3,
-    "pipeline with keys on both shards: all rows or none": B3,
-    "executemany with keys on both shards (pipelined, one Sync): applied whole or refused with SPT01": B4,
     "COPY (scatter SELECT ... ORDER BY) TO STDOUT": B5,
-    "splitpoint exits with status 0 after SIGTERM": B6,  # intermittent
 }
 
 

@@ -996,6 +996,45 @@ def pipelined_reads_across_shards_one_sync():
 
 
 @test
+def pipelined_writes_across_shards_are_one_transaction():
+    """An extended batch is one transaction in PostgreSQL (until its Sync): writes to a
+    second shard in it are SPT01 (cross_shard_writes: refuse) and nothing of the batch
+    stays; a batch that fails on the second shard after writing the first leaves
+    nothing either."""
+    a, b = fresh_keys()
+    msgs = [pgwire.parse_msg("INSERT INTO users (id, name) VALUES ($1, 'pipe')", "pipe_wr")]
+    for k in [a, b]:
+        msgs += [pgwire.bind_msg([k], statement="pipe_wr"), pgwire.describe_msg("P"), pgwire.execute_msg()]
+    msgs.append(pgwire.sync_msg())
+    with proxy_wire() as w:
+        w.send(msgs)
+        got = w.recv_until("Z")
+        types = "".join(t for t, _ in got)
+        assert types == "12nCEZ", f"write batch over both shards: {types!r}"
+        err = pgwire.decode_fields(got[-2][1])
+        assert err["C"] == "SPT01", err
+        assert got[-1][1] == b"I"
+        assert present(0, a) == 0 and present(1, b) == 0, "the refused batch left rows"
+        # Write on s0, then a read failing on s1 (division by zero): nothing stays.
+        w.send([pgwire.parse_msg("INSERT INTO users (id, name) VALUES ($1, 'pipe2')"),
+                pgwire.bind_msg([a]), pgwire.execute_msg(),
+                pgwire.parse_msg("SELECT 1 / (id - id) FROM users WHERE id = $1"),
+                pgwire.bind_msg([key_on(1, 0)]), pgwire.execute_msg(), pgwire.sync_msg()])
+        got = w.recv_until("Z")
+        types = "".join(t for t, _ in got)
+        assert types == "12C12EZ", f"write on s0 then an error on s1 in one batch: {types!r}"
+        assert pgwire.decode_fields(got[-2][1])["C"] == "22012"
+        assert got[-1][1] == b"I"
+        assert present(0, a) == 0, "the failed batch's write on s0 was committed"
+        # A syntax error in a batch is reported once (as PostgreSQL does), then Sync.
+        w.send([pgwire.parse_msg("SELEC 1"), pgwire.bind_msg([]), pgwire.describe_msg("P"),
+                pgwire.execute_msg(), pgwire.sync_msg()])
+        types = "".join(t for t, _ in w.recv_until("Z"))
+        assert types == "EZ", f"syntax error in an extended batch: {types!r}"
+        assert w.extended("SELECT 1").rows == [["1"]]
+
+
+@test
 def txn_keyless_write_in_transaction_spt01():
     c = proxy_conn()
     cur = c.cursor()

@@ -375,53 +375,16 @@ def verify_placement(db, layout="drivers", quiet=False):
 
 # ------------------------------------------------------------------ known proxy bugs
 # Diagnoses of the checks the tests report as KNOWN FAILURE (docs/compatibility.md).
-# Each test maps its check names to one of these. B1 (garbage text of extended-protocol
-# multi-shard statements) and B2 (split multi-row INSERT with untyped parameters) were
-# fixed in 50bcaec; their checks are hard again.
+# Each test maps its check names to one of these. Fixed, and their checks hard again:
+# B1, B2 (50bcaec); B3, B4, B6, B7 (a batch switching shards before its Sync lost the
+# answers of the shard left behind; it is now one transaction: SPT01, or two-phase
+# commit with cross_shard_writes: two_phase); B8 (30ceb22); B9 (a syntax error in a batch
+# was answered twice); B10 (two_phase implemented).
 
-BUG_PIPELINE_TWO_SHARDS = (
-    "B3 proxy bug: a psycopg 3 pipeline of INSERTs (its auto-prepared named statement _pg3_N, "
-    "server name sp_<hash>_N) with keys on both shards before one Sync is neither refused with "
-    "SPT01 nor applied whole: 26000 prepared statement \"sp_..._N\" does not exist (not created "
-    "on the second shard's backend before the Binds that switch to it), and the first shard's "
-    "rows stay committed (5 of 10) -- a partial multi-shard write")
-BUG_EXECUTEMANY_HANG = (  # probably B7: psycopg waits for the dropped answers
-    "B4 proxy bug: psycopg 3's executemany (pipeline mode: Parse, then Bind/Describe/Execute "
-    "per row, one Sync at the end) with keys on both shards is neither applied whole nor "
-    "refused with SPT01: the session hangs with no answer (the child running it is killed "
-    "after 20 s), or the client sees the connection break (error without SQLSTATE)")
 BUG_COPY_TO_SCATTER = (
     "B5 proxy limitation: COPY (SELECT ... FROM a sharded table ... ORDER BY) TO STDOUT "
     "touching several shards is refused with 0A000 'only a single SELECT can be merged across "
     "shards' although docs/routing.md routes COPY (query) TO as the query")
-BUG_SHUTDOWN_HEAP = (
-    "B6 proxy bug: after the hung pipelined session (B4) was abandoned, SIGTERM makes "
-    "splitpoint abort with 'corrupted size vs. prev_size' (glibc heap corruption, SIGABRT, "
-    "exit -6) instead of exiting 0")
-# B7-B9 are reported by the JDBC and node tests (their own copies of the text), B10 by
-# the pgbench test; listed here so that every id has one home.
-BUG_BATCH_COMMAND_COMPLETE = (
-    "B7 proxy bug: in a pipeline of Bind/Execute on one prepared statement whose keys switch "
-    "shards before the one Sync, the answers (NoData/CommandComplete) of the statements run on "
-    "the shard switched away from are dropped, though every row is inserted (Parse + 4 x "
-    "Bind/Execute on s0,s1,s0,s1 + Sync -> 4 BindComplete, 1 CommandComplete); pgjdbc's "
-    "executeBatch update counts are wrong")
-BUG_BEGIN_IN_BATCH = (
-    "B8 proxy bug: BEGIN sent in the same extended-protocol batch (before one Sync) as the "
-    "transaction's first statement -- what pgjdbc does with autocommit off -- does not make "
-    "that statement part of the transaction: it is committed on its own (still there after "
-    "rollback()), a write to the other shard is then accepted instead of SPT01, and when it "
-    "fails the next statement runs instead of failing with 25P02")
-BUG_PARSE_ERROR_TWICE = (
-    "B9 proxy bug: a Parse that fails (syntax error) in the extended protocol is answered with "
-    "TWO ErrorResponses before ReadyForQuery (PostgreSQL sends one and skips to Sync); "
-    "node-postgres reports the second as an error event outside any query and marks the "
-    "connection unusable")
-BUG_TWO_PHASE_NOT_USED = (
-    "B10 proxy gap: with transactions.cross_shard_writes: two_phase a multi-shard write inside a "
-    "transaction (pgbench -i's TRUNCATE) is still refused with SPT01 'statement would write to 2 "
-    "shards inside a transaction'")
-
 
 # ------------------------------------------------------------------ checks
 

@@ -1,0 +1,170 @@
+// Transactions that write to several shards (transactions.cross_shard_writes:
+// two_phase): joining shards and the coordinator side of two-phase commit. The
+// protocol and recovery are described in server/two_phase.hpp.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "protocol/buffer.hpp"
+#include "protocol/messages.hpp"
+#include "protocol/sqlstate.hpp"
+#include "server/session.hpp"
+#include "server/session_util.hpp"
+#include "server/two_phase.hpp"
+
+namespace splitpoint::server {
+
+namespace proto = splitpoint::protocol;
+
+namespace {
+
+std::string error_body(std::string_view code, std::string message) {
+  std::string out;
+  proto::ErrorFields::make("ERROR", code, std::move(message)).encode(out, 'E');
+  return out.substr(5);
+}
+
+}  // namespace
+
+void Session::note_written(std::size_t shard) {
+  if (std::find(written_.begin(), written_.end(), shard) == written_.end()) written_.push_back(shard);
+}
+
+awaitable<bool> Session::join_transaction(std::size_t shard) {
+  if (held_[shard]) co_return true;
+  auto r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
+  if (!r.backend) co_return false;
+  held_[shard] = std::move(r.backend);
+  auto reply = co_await run_on(shard, begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_));
+  if (reply.lost || !reply.error.empty()) {
+    release_shard(shard, false);
+    co_return false;
+  }
+  co_return true;
+}
+
+awaitable<std::string> Session::commit_two_phase() {
+  // Shards the transaction only read from commit on their own.
+  for (std::size_t s = 0; s < held_.size(); ++s) {
+    if (!held_[s] || std::find(written_.begin(), written_.end(), s) != written_.end()) continue;
+    auto r = co_await run_on(s, "COMMIT");
+    release_shard(s, !r.lost && r.error.empty());
+  }
+  const std::string txid = two_phase::new_txid();
+  auto gid = [&](std::size_t s) { return quote_literal(two_phase::gid(txid, s)); };
+  std::vector<std::size_t> prepared;
+  std::string error;
+  // Phase one. PREPARE of a transaction that failed meanwhile rolls it back and
+  // answers ROLLBACK, so the tag is what tells.
+  for (auto s : written_) {
+    const auto& name = pools_[s]->target().shard;
+    if (!held_[s]) {
+      error = error_body(sqlstate::connection_failure, "lost the connection to shard \"" + name + "\"");
+      break;
+    }
+    auto r = co_await run_on(s, "PREPARE TRANSACTION " + gid(s));
+    if (r.lost || !r.error.empty() || r.tag != "PREPARE TRANSACTION") {
+      error = !r.error.empty() ? r.error
+                               : error_body(r.lost ? sqlstate::connection_failure : "40001",
+                                            "shard \"" + name + "\" could not prepare the transaction; it was rolled back");
+      break;
+    }
+    prepared.push_back(s);
+  }
+  // The decision: a 'commit' row on the recorder shard.
+  bool unknown = false;
+  if (error.empty()) {
+    const std::string insert =
+        "INSERT INTO splitpoint_2pc (txid, decision) VALUES (" + quote_literal(txid) + ", 'commit')";
+    auto r = co_await run_on(0, insert);
+    if (!r.lost && r.error.find(std::string("C") + sqlstate::undefined_table) != std::string::npos) {
+      auto created = co_await run_on(0, two_phase::kCreateTable);
+      if (created.error.empty() && !created.lost) r = co_await run_on(0, insert);
+    }
+    if (r.lost) {
+      unknown = true;
+      error = error_body(sqlstate::transaction_resolution_unknown,
+                         "lost the connection to the recorder shard while committing; the transaction is prepared "
+                         "on every shard it wrote and recovery will commit or roll it back");
+    } else if (!r.error.empty()) {
+      auto e = proto::ErrorFields::decode(r.error);
+      error = error_body(e ? e->get('C') : std::string_view("XX000"),
+                         "two-phase commit could not record its decision; the transaction was rolled back: " +
+                             (e ? std::string(e->get('M')) : std::string()));
+    }
+  }
+  if (!error.empty()) {
+    for (auto s : written_) {
+      if (!held_[s]) continue;
+      bool was_prepared = std::find(prepared.begin(), prepared.end(), s) != prepared.end();
+      if (unknown && was_prepared) {
+        release_shard(s, held_[s]->status == 'I');  // left for recovery to decide
+        continue;
+      }
+      // (Not a conditional inside the co_await: GCC 12 destroys its temporary twice.)
+      std::string undo = "ROLLBACK";
+      if (was_prepared) undo += " PREPARED " + gid(s);
+      auto r = co_await run_on(s, undo);
+      release_shard(s, !r.lost && r.error.empty());
+    }
+    co_return error;
+  }
+  // Phase two: decided; a shard that fails here is finished by recovery.
+  bool all = true;
+  for (auto s : prepared) {
+    auto r = co_await run_on(s, "COMMIT PREPARED " + gid(s));
+    if (r.lost || !r.error.empty()) {
+      all = false;
+      spdlog::warn("[{}] COMMIT PREPARED {} on shard {} failed; recovery will finish it", id_, two_phase::gid(txid, s),
+                   pools_[s]->target().shard);
+    }
+    release_shard(s, !r.lost && r.error.empty());
+  }
+  if (all) co_await run_on(0, "DELETE FROM splitpoint_2pc WHERE txid = " + quote_literal(txid));
+  co_return std::string();
+}
+
+awaitable<bool> Session::end_implicit_transaction() {
+  co_await drain();  // the current shard's part of the batch, up to an added Sync
+  if (closing_) co_return false;
+  bool failed = batch_failed_ || proxy_failed_txn_ || client_txn_ == 'E';
+  for (auto& b : held_)
+    if (b && b->status == 'E') failed = true;
+  std::string error;
+  if (!failed && written_.size() > 1) {
+    error = co_await commit_two_phase();
+  } else {
+    std::vector<std::size_t> order;
+    for (std::size_t s = 0; s < held_.size(); ++s)
+      if (held_[s] && (!write_shard_ || s != *write_shard_)) order.push_back(s);
+    if (write_shard_ && held_[*write_shard_]) order.push_back(*write_shard_);
+    for (auto s : order) {
+      if (held_[s]->status == 'I') {  // an error before its BEGIN: PostgreSQL rolled it back
+        release_shard(s, true);
+        continue;
+      }
+      auto reply = co_await run_on(s, failed ? "ROLLBACK" : "COMMIT");
+      if (!failed && error.empty()) {
+        if (!reply.error.empty()) error = reply.error;
+        else if (reply.lost || reply.tag != "COMMIT")
+          error = error_body(reply.lost ? sqlstate::connection_failure : "40000",
+                             "the batch could not commit on shard \"" + pools_[s]->target().shard + "\"");
+      }
+      release_shard(s, !reply.lost && reply.error.empty());
+    }
+  }
+  if (!failed && error.empty()) apply_session_commands();
+  else pending_commands_.clear();
+  reset_transaction();
+  batch_failed_ = false;
+  std::string out;
+  if (!error.empty()) {
+    proto::Writer w(out, 'E');
+    w.bytes(error).finish();
+  }
+  proto::ReadyForQuery{'I'}.encode(out);
+  co_await stream_.write(out);
+  co_return true;
+}
+
+}  // namespace splitpoint::server

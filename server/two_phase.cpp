@@ -1,0 +1,117 @@
+#include "server/two_phase.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <random>
+
+#include "server/server.hpp"
+#include "server/session_util.hpp"
+
+namespace splitpoint::server::two_phase {
+
+std::string new_txid() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id;
+  for (int half = 0; half < 2; ++half) {
+    auto v = rng();
+    for (int i = 0; i < 16; ++i, v >>= 4) id += kHex[v & 15];
+  }
+  return id;
+}
+
+std::string gid(const std::string& txid, std::size_t shard_index) {
+  return std::string(kGidPrefix) + txid + ":" + std::to_string(shard_index);
+}
+
+std::optional<std::string> txid_of(std::string_view g) {
+  if (g.substr(0, kGidPrefix.size()) != kGidPrefix) return std::nullopt;
+  g.remove_prefix(kGidPrefix.size());
+  auto colon = g.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  return std::string(g.substr(0, colon));
+}
+
+namespace {
+
+// A connection of the shard's configured backend user (recovery needs no client).
+awaitable<std::unique_ptr<Backend>> connect(const Runtime& rt, std::size_t shard, std::shared_ptr<Pool>& pool) {
+  const auto& def = rt.shards[shard]->shard();
+  if (def.user.empty()) co_return nullptr;
+  pool = rt.shards[shard]->get(def.user, def.password, def.database);
+  auto r = co_await pool->acquire(rt.config.timeouts.server_connect);
+  co_return std::move(r.backend);
+}
+
+}  // namespace
+
+awaitable<int> recover_once(const Runtime& rt) {
+  const auto timeout = rt.config.timeouts.server_connect;
+  std::shared_ptr<Pool> rec_pool;
+  auto rec = co_await connect(rt, 0, rec_pool);
+  if (!rec) {
+    spdlog::warn("two-phase recovery: no connection to the recorder shard \"{}\" (it needs a configured user)",
+                 rt.shards[0]->shard().name);
+    co_return 0;
+  }
+  int resolved = 0;
+  bool rec_ok = (co_await simple_query(*rec, kCreateTable, timeout)).ok();
+  for (std::size_t s = 0; s < rt.shards.size() && rec_ok; ++s) {
+    std::shared_ptr<Pool> pool;
+    auto b = co_await connect(rt, s, pool);
+    if (!b) continue;
+    auto list = co_await simple_query(
+        *b,
+        "SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE gid LIKE 'splitpoint:%' AND database = "
+        "current_database() AND prepared < now() - interval '" + std::to_string(kRecoverAfter.count()) + " seconds'",
+        timeout);
+    bool ok = list.ok();
+    for (auto& row : list.rows) {
+      if (!ok || row.empty() || !row[0]) break;
+      auto txid = txid_of(*row[0]);
+      if (!txid) continue;
+      auto decided = co_await simple_query(
+          *rec,
+          "INSERT INTO splitpoint_2pc (txid, decision) VALUES (" + quote_literal(*txid) +
+              ", 'abort') ON CONFLICT (txid) DO NOTHING; SELECT decision FROM splitpoint_2pc WHERE txid = " +
+              quote_literal(*txid),
+          timeout);
+      if (!decided.ok() || decided.rows.empty() || !decided.rows[0][0]) {
+        rec_ok = decided.ok();
+        break;
+      }
+      bool commit = *decided.rows[0][0] == "commit";
+      auto done = co_await simple_query(
+          *b, std::string(commit ? "COMMIT PREPARED " : "ROLLBACK PREPARED ") + quote_literal(*row[0]), timeout);
+      ok = done.ok() || done.error_code == "42704";  // 42704: resolved meanwhile by someone else
+      if (done.ok()) {
+        ++resolved;
+        spdlog::warn("two-phase recovery: {} {} on shard \"{}\"", commit ? "committed" : "rolled back", *row[0],
+                     rt.shards[s]->shard().name);
+      }
+    }
+    bool reusable = ok && b->status == 'I';
+    pool->release(std::move(b), reusable);
+  }
+  // A row outlives its transaction only when the coordinator died before deleting it.
+  if (rec_ok)
+    rec_ok = (co_await simple_query(*rec, "DELETE FROM splitpoint_2pc WHERE decided_at < now() - interval '1 hour'",
+                                    timeout))
+                 .ok();
+  bool reusable = rec_ok && rec->status == 'I';
+  rec_pool->release(std::move(rec), reusable);
+  co_return resolved;
+}
+
+awaitable<void> recovery_loop(Server& server) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  while (!server.shutting_down()) {
+    auto rt = server.runtime();
+    if (!rt) co_return;
+    if (rt->config.cross_shard_writes == config::CrossShardWrites::two_phase) co_await recover_once(*rt);
+    timer.expires_after(kRecoverEvery);
+    co_await timer.async_wait(use_nothrow);
+  }
+}
+
+}  // namespace splitpoint::server::two_phase

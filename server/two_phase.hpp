@@ -1,0 +1,53 @@
+// Two-phase commit for transactions that wrote to several shards
+// (transactions.cross_shard_writes: two_phase, SPEC §5).
+//
+// COMMIT runs PREPARE TRANSACTION '<gid>' on every written shard, then records the
+// decision as a row of the table splitpoint_2pc on the first shard of the config (the
+// recorder), then COMMIT PREPARED everywhere and deletes the row. The row is the
+// durable decision record: it lives in PostgreSQL, so it survives the proxy's container
+// being replaced.
+//
+// Recovery resolves prepared transactions whose owner died: a gid prepared longer
+// ago than kRecoverAfter is committed if the recorder holds a 'commit' row for it, else
+// rolled back — after inserting an 'abort' row for it. The table's primary key makes
+// the two writers agree: whichever of the coordinator's 'commit' and recovery's
+// 'abort' is inserted first decides, so a slow coordinator can never commit a
+// transaction that recovery rolled back on another shard.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "server/asio.hpp"
+#include "server/runtime.hpp"
+
+namespace splitpoint::server {
+
+class Server;
+
+namespace two_phase {
+
+inline constexpr std::string_view kGidPrefix = "splitpoint:";
+inline constexpr std::chrono::seconds kRecoverAfter{5};
+inline constexpr std::chrono::seconds kRecoverEvery{5};
+inline constexpr const char* kCreateTable =
+    "CREATE TABLE IF NOT EXISTS splitpoint_2pc (txid text PRIMARY KEY, decision text NOT NULL, "
+    "decided_at timestamptz NOT NULL DEFAULT now())";
+
+// A fresh transaction id (random, unique across proxy processes).
+std::string new_txid();
+// The prepared transaction's identifier on shard `shard_index`.
+std::string gid(const std::string& txid, std::size_t shard_index);
+// The transaction id inside a gid made by gid(); nullopt for any other gid.
+std::optional<std::string> txid_of(std::string_view gid);
+
+// Runs recovery every kRecoverEvery while the server runs and the config asks for
+// two_phase; the first pass at start-up.
+awaitable<void> recovery_loop(Server& server);
+// One pass over every shard; returns how many prepared transactions it resolved.
+awaitable<int> recover_once(const Runtime& rt);
+
+}  // namespace two_phase
+}  // namespace splitpoint::server

@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""transactions.cross_shard_writes: two_phase (SPEC 5): a transaction may write to
+several shards and COMMIT runs PostgreSQL two-phase commit; prepared transactions left
+by a dead coordinator are resolved by recovery.
+
+Two shards (fresh databases tp_<random> on the shared instances), a hash distribution
+(items.id, 8 partitions) and a reference table. Checked by reading the shards directly:
+- a transaction writing both shards (single-row INSERTs, a keyless UPDATE on every
+  shard, a reference-table INSERT) commits everywhere, in the simple and the extended
+  protocol, and through psycopg2's own transaction (executemany over both shards);
+- ROLLBACK, and COMMIT after a failed statement, leave nothing anywhere;
+- a PREPARE TRANSACTION that fails on one shard (a deferred unique constraint checked
+  at PREPARE) rolls the other shard back too and the client gets the error;
+- COPY FROM STDIN split over both shards inside a transaction follows its COMMIT or
+  ROLLBACK;
+- after every commit no prepared transaction and no decision row is left;
+- recovery: prepared transactions named like splitpoint's (with and without a
+  'commit' decision row) are committed / rolled back within seconds; a prepared
+  transaction of someone else is left alone.
+"""
+# test-timeout: 120
+
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import pgwire  # noqa: E402
+import psycopg2  # noqa: E402
+import sptest  # noqa: E402
+
+WORKDIR = sptest.workdir("two-phase")
+DBS = None
+PROXY = None
+OWNER = {}  # key -> shard index
+
+
+def config(db):
+    ports = sptest.PG_PORTS
+    return f"""
+    auth: scram-sha-256
+    users:
+      - {{ name: app, password: secret }}
+    shards:
+      - {{ name: s0, host: 127.0.0.1, port: {ports[0]}, database: {db}, user: app, password: secret, pool_size: 8 }}
+      - {{ name: s1, host: 127.0.0.1, port: {ports[1]}, database: {db}, user: app, password: secret, pool_size: 8 }}
+    distributions:
+      - name: by_item
+        method: hash
+        partitions: 8
+        tables: {{ items: id }}
+    reference_tables: [ref]
+    transactions:
+      cross_shard_writes: two_phase
+    """
+
+
+def on_shard(i, sql, params=None):
+    c = DBS.shard(i)
+    cur = c.cursor()
+    cur.execute(sql, params)
+    rows = cur.fetchall() if cur.description else None
+    c.close()
+    return rows
+
+
+def ids_on(i):
+    return sorted(r[0] for r in on_shard(i, "SELECT id FROM items"))
+
+
+def keys(shard, n, start=1000):
+    """n unused keys >= start owned by `shard` (learned from PostgreSQL's placement)."""
+    out = [k for k in sorted(OWNER) if OWNER[k] == shard and k >= start]
+    assert len(out) >= n, (shard, n, start)
+    return out[:n]
+
+
+def assert_clean(what):
+    for i in range(2):
+        left = on_shard(i, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
+        assert not left, f"{what}: shard s{i} still has prepared transactions {left}"
+    rows = on_shard(0, "SELECT txid, decision FROM splitpoint_2pc")
+    assert not rows, f"{what}: decision rows left on the recorder: {rows}"
+
+
+def setup():
+    global DBS, PROXY
+    DBS = sptest.Databases("tp")
+    PROXY = sptest.Proxy("tp", config(DBS.name), WORKDIR).start()
+    c = PROXY.connect(DBS.name)
+    cur = c.cursor()
+    cur.execute("CREATE TABLE items (id bigint PRIMARY KEY, label text, n int NOT NULL DEFAULT 0)")
+    cur.execute("CREATE TABLE ref (code text PRIMARY KEY)")
+    # Placement of keys 1000..1199 as PostgreSQL's hash partitioning puts them.
+    for k in range(1000, 1200):
+        cur.execute("INSERT INTO items (id) VALUES (%s)", (k,))
+    c.close()
+    for i in range(2):
+        for k in ids_on(i):
+            OWNER[k] = i
+    assert len(OWNER) == 200 and set(OWNER.values()) == {0, 1}
+    for i in range(2):
+        on_shard(i, "DELETE FROM items")
+
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+@test
+def commit_simple_protocol():
+    a, b = keys(0, 1)[0], keys(1, 1)[0]
+    c = PROXY.connect(DBS.name)
+    cur = c.cursor()
+    cur.execute("BEGIN")
+    cur.execute("INSERT INTO items (id, label) VALUES (%s, 'a')", (a,))
+    cur.execute("INSERT INTO items (id, label) VALUES (%s, 'b')", (b,))
+    cur.execute("UPDATE items SET n = n + 5")           # every shard
+    cur.execute("INSERT INTO ref (code) VALUES ('eur')")  # every shard
+    cur.execute("COMMIT")
+    assert cur.statusmessage == "COMMIT", cur.statusmessage
+    c.close()
+    assert on_shard(0, "SELECT id, n FROM items") == [(a, 5)], on_shard(0, "SELECT id, n FROM items")
+    assert on_shard(1, "SELECT id, n FROM items") == [(b, 5)], on_shard(1, "SELECT id, n FROM items")
+    for i in range(2):
+        assert on_shard(i, "SELECT code FROM ref") == [("eur",)]
+    assert_clean("simple COMMIT")
+
+
+@test
+def commit_extended_protocol():
+    a, b = keys(0, 2)[1], keys(1, 2)[1]
+    with pgwire.connect(sptest.HOST, PROXY.port, "app", DBS.name, password="secret", timeout=20) as w:
+        assert w.extended("BEGIN").status == "T"
+        r = w.extended("INSERT INTO items (id, label) VALUES ($1, $2)", [a, "ea"])
+        assert r.error is None, r.error
+        r = w.extended("INSERT INTO items (id, label) VALUES ($1, $2)", [b, "eb"])
+        assert r.error is None, r.error
+        r = w.extended("COMMIT")
+        assert r.error is None and r.tag == "COMMIT" and r.status == "I", (r.error, r.tag, r.status)
+        assert w.extended("SELECT count(*) FROM items WHERE id = ANY($1::bigint[])",
+                          ["{%d,%d}" % (a, b)]).rows == [["2"]]
+    assert a in ids_on(0) and b in ids_on(1)
+    assert_clean("extended COMMIT")
+
+
+@test
+def psycopg2_transaction_executemany():
+    ks = keys(0, 6, 1100)[3:6] + keys(1, 6, 1100)[3:6]
+    c = PROXY.connect(DBS.name, autocommit=False)
+    cur = c.cursor()
+    cur.executemany("INSERT INTO items (id, label) VALUES (%s, %s)", [(k, f"m{k}") for k in ks])
+    c.commit()
+    c.close()
+    got = sorted(set(ids_on(0) + ids_on(1)) & set(ks))
+    assert got == sorted(ks), f"executemany in one transaction over both shards: {got} vs {sorted(ks)}"
+    assert_clean("psycopg2 commit")
+
+
+@test
+def pipelined_batch_over_both_shards_is_atomic():
+    """One Parse, Bind/Execute per key over both shards, one Sync (JDBC executeBatch,
+    psycopg 3 executemany): applied whole; when one statement fails, nothing stays."""
+    ks = keys(0, 12, 1100)[6:9] + keys(1, 12, 1100)[6:9]
+    ks = [ks[0], ks[3], ks[1], ks[4], ks[2], ks[5]]  # alternate shards
+
+    def batch(rows):
+        msgs = [pgwire.parse_msg("INSERT INTO items (id, label) VALUES ($1, $2)", "tp_batch")]
+        for k, label in rows:
+            msgs += [pgwire.bind_msg([k, label], statement="tp_batch"), pgwire.execute_msg()]
+        msgs.append(pgwire.sync_msg())
+        with pgwire.connect(sptest.HOST, PROXY.port, "app", DBS.name, password="secret", timeout=20) as w:
+            w.send(msgs)
+            return w.recv_until("Z")
+
+    got = batch([(k, "batch") for k in ks[:4]] + [(ks[0], "dup")])  # the last one fails on s0
+    types = "".join(t for t, _ in got)
+    assert types == "1" + "2C" * 4 + "2EZ", types
+    assert got[-1][1] == b"I"
+    assert not set(ks) & set(ids_on(0) + ids_on(1)), "a failed batch left rows"
+    got = batch([(k, "batch") for k in ks])
+    types = "".join(t for t, _ in got)
+    assert types == "1" + "2C" * len(ks) + "Z", types
+    assert sorted(set(ks) & set(ids_on(0) + ids_on(1))) == sorted(ks)
+    assert_clean("pipelined batch")
+
+
+@test
+def rollback_and_failed_commit_leave_nothing():
+    a, b = keys(0, 3)[2], keys(1, 3)[2]
+    c = PROXY.connect(DBS.name)
+    cur = c.cursor()
+    cur.execute("BEGIN")
+    cur.execute("INSERT INTO items (id, label) VALUES (%s, 'r')", (a,))
+    cur.execute("INSERT INTO items (id, label) VALUES (%s, 'r')", (b,))
+    cur.execute("ROLLBACK")
+    assert a not in ids_on(0) and b not in ids_on(1)
+    # A statement fails on s1 after s0 was written: COMMIT rolls back everything.
+    existing = keys(1, 1)[0]  # inserted by commit_simple_protocol
+    cur.execute("BEGIN")
+    cur.execute("INSERT INTO items (id, label) VALUES (%s, 'r2')", (a,))
+    try:
+        cur.execute("INSERT INTO items (id, label) VALUES (%s, 'dup')", (existing,))
+        raise AssertionError("duplicate key accepted")
+    except psycopg2.Error as e:
+        assert e.pgcode == "23505", (e.pgcode, e.pgerror)
+    cur.execute("COMMIT")
+    assert cur.statusmessage == "ROLLBACK", cur.statusmessage
+    c.close()
+    assert a not in ids_on(0)
+    assert_clean("rollback")
+
+
+@test
+def prepare_failure_rolls_back_every_shard():
+    # A deferred unique constraint is checked at PREPARE TRANSACTION: s1 fails there.
+    c = PROXY.connect(DBS.name)
+    cur = c.cursor()
+    cur.execute("CREATE TABLE tagged (id bigint PRIMARY KEY, tag text UNIQUE DEFERRABLE INITIALLY DEFERRED)")
+    c.close()
+    # tagged is an unlisted table (a copy on every shard); the hint writes s1's only.
+    a = keys(0, 4)[3]
+    c = PROXY.connect(DBS.name)
+    cur = c.cursor()
+    cur.execute("BEGIN")
+    cur.execute("INSERT INTO items (id, label) VALUES (%s, 'p')", (a,))
+    cur.execute("/* splitpoint: shard=s1 */ INSERT INTO tagged VALUES (1, 'x'), (2, 'x')")
+    try:
+        cur.execute("COMMIT")
+        raise AssertionError("COMMIT succeeded although s1 cannot prepare")
+    except psycopg2.Error as e:
+        assert e.pgcode == "23505", (e.pgcode, e.pgerror)
+    cur.execute("SELECT 1")  # the session goes on
+    c.close()
+    assert a not in ids_on(0), "s0 committed although s1 failed to prepare"
+    assert on_shard(1, "SELECT count(*) FROM tagged") == [(0,)]
+    assert_clean("failed PREPARE")
+
+
+@test
+def copy_in_transaction_follows_commit_and_rollback():
+    ks = keys(0, 12, 1150)[:4] + keys(1, 12, 1150)[:4]
+    data = "".join(f"{k}\tcopy{k}\t0\n" for k in ks).encode()
+    for verb in ["ROLLBACK", "COMMIT"]:
+        with pgwire.connect(sptest.HOST, PROXY.port, "app", DBS.name, password="secret", timeout=20) as w:
+            assert w.query("BEGIN").status == "T"
+            r = w.query("COPY items (id, label, n) FROM STDIN", copy_in=data)
+            assert r.error is None and r.tag == f"COPY {len(ks)}", (r.error, r.tag)
+            r = w.query(verb)
+            assert r.error is None and r.tag == verb, (r.error, r.tag)
+        got = sorted(set(ids_on(0) + ids_on(1)) & set(ks))
+        want = sorted(ks) if verb == "COMMIT" else []
+        assert got == want, f"COPY in a transaction then {verb}: {got}"
+    assert_clean("COPY")
+
+
+@test
+def recovery_resolves_prepared_transactions():
+    a, b, x = keys(0, 5)[4], keys(1, 5)[4], keys(1, 6)[5]
+    other = keys(0, 6)[5]
+
+    def prepare(i, key, gid):
+        c = DBS.shard(i)
+        cur = c.cursor()
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO items (id, label) VALUES (%s, 'rec')", (key,))
+        cur.execute(f"PREPARE TRANSACTION '{gid}'")
+        c.close()
+
+    # A coordinator that died after its decision ('commit' row), and one before it.
+    prepare(0, a, "splitpoint:deadbeef01:0")
+    prepare(1, b, "splitpoint:deadbeef01:1")
+    on_shard(0, "INSERT INTO splitpoint_2pc (txid, decision) VALUES ('deadbeef01', 'commit')")
+    prepare(1, x, "splitpoint:deadbeef02:1")
+    prepare(0, other, "not-ours")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = [r[0] for i in range(2) for r in
+                on_shard(i, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")]
+        if left == ["not-ours"]:
+            break
+        time.sleep(0.5)
+    assert left == ["not-ours"], f"prepared transactions after 30 s: {left}"
+    assert a in ids_on(0) and b in ids_on(1), "decided transaction not committed on both shards"
+    assert x not in ids_on(1), "undecided transaction was committed"
+    decision = on_shard(0, "SELECT decision FROM splitpoint_2pc WHERE txid = 'deadbeef02'")
+    assert decision == [("abort",)], decision
+    on_shard(0, "ROLLBACK PREPARED 'not-ours'")
+    on_shard(0, "DELETE FROM splitpoint_2pc")
+
+
+def main():
+    failed = 0
+    try:
+        setup()
+        for fn in TESTS:
+            t0 = time.monotonic()
+            try:
+                fn()
+                print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
+            except Exception:  # noqa: BLE001
+                failed += 1
+                print(f"FAIL {fn.__name__}", flush=True)
+                traceback.print_exc()
+                if PROXY:
+                    print(f"proxy: {PROXY.state()}\n{PROXY.log_tail()}")
+    finally:
+        if PROXY:
+            PROXY.stop()
+        if DBS:
+            DBS.drop()
+    print(f"{len(TESTS) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
