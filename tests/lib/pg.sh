@@ -409,7 +409,7 @@ sp_stop() {
       if ((SECONDS >= deadline)); then
         _sp_log "splitpoint (pid $pid) still running ${SP_STOP_TIMEOUT}s after SIGTERM; sending SIGKILL"
         kill -KILL "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null || true
         SP_EXIT_STATUS=137
         return 1
       fi
@@ -417,8 +417,9 @@ sp_stop() {
     done
   fi
   # Reap it and keep its exit status (only possible when it is our child).
-  wait "$pid" 2>/dev/null
-  SP_EXIT_STATUS=$?
+  # (`|| ...`: a non-zero exit status must not end a caller running with set -e.)
+  SP_EXIT_STATUS=0
+  wait "$pid" 2>/dev/null || SP_EXIT_STATUS=$?
   return 0
 }
 
