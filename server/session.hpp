@@ -122,6 +122,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool should_release() const;
   void release_all(bool reusable);
   void release_shard(std::size_t shard, bool reusable);
+  // A shard's transaction ended: back to the pool in transaction pooling (or when
+  // broken); session pooling keeps it.
+  void end_shard(std::size_t shard, bool ok);
   awaitable<void> detach_for_exit();
   Backend* cur() const { return cur_ == kNoShard ? nullptr : held_[cur_].get(); }
   // Inside a transaction block as the client sees it, including a BEGIN already sent

@@ -544,6 +544,10 @@ void Session::release_shard(std::size_t shard, bool reusable) {
   pools_[shard]->release(std::move(b), reusable);
 }
 
+void Session::end_shard(std::size_t shard, bool ok) {
+  if (!ok || runtime_->config.pool_mode == config::PoolMode::transaction) release_shard(shard, ok);
+}
+
 void Session::release_all(bool reusable) {
   for (std::size_t s = 0; s < held_.size(); ++s) release_shard(s, reusable);
 }

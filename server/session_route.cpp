@@ -469,7 +469,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     for (std::size_t s = 0; s < held_.size(); ++s) {
       if (!held_[s] || (s == last && !proxy_failed_txn_)) continue;
       auto reply = co_await run_on(s, failed || route.txn == TxnCommand::rollback ? "ROLLBACK" : "COMMIT");
-      release_shard(s, !reply.lost && reply.error.empty());
+      end_shard(s, !reply.lost && reply.error.empty());
     }
     if (proxy_failed_txn_) {
       // Every shard rolled back; the client's COMMIT/ROLLBACK is answered here.
@@ -578,7 +578,7 @@ awaitable<bool> Session::finish_transaction(const proto::Frame& f, TxnCommand tx
     auto reply = co_await run_on(s, verb);
     if (!reply.error.empty() && error.empty()) error = reply.error;
     if (!reply.tag.empty()) tag = reply.tag;
-    if (runtime_->config.pool_mode == config::PoolMode::transaction || reply.lost) release_shard(s, !reply.lost);
+    end_shard(s, !reply.lost);
   }
   if (client_txn_ == 'I' && order.empty() && written_.empty() && !rollback) {
     // PostgreSQL warns about COMMIT outside a transaction; so do we.

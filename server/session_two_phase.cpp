@@ -48,7 +48,7 @@ awaitable<std::string> Session::commit_two_phase() {
   for (std::size_t s = 0; s < held_.size(); ++s) {
     if (!held_[s] || std::find(written_.begin(), written_.end(), s) != written_.end()) continue;
     auto r = co_await run_on(s, "COMMIT");
-    release_shard(s, !r.lost && r.error.empty());
+    end_shard(s, !r.lost && r.error.empty());
   }
   const std::string txid = two_phase::new_txid();
   auto gid = [&](std::size_t s) { return quote_literal(two_phase::gid(txid, s)); };
@@ -98,14 +98,14 @@ awaitable<std::string> Session::commit_two_phase() {
       if (!held_[s]) continue;
       bool was_prepared = std::find(prepared.begin(), prepared.end(), s) != prepared.end();
       if (unknown && was_prepared) {
-        release_shard(s, held_[s]->status == 'I');  // left for recovery to decide
+        end_shard(s, held_[s]->status == 'I');  // left for recovery to decide
         continue;
       }
       // (Not a conditional inside the co_await: GCC 12 destroys its temporary twice.)
       std::string undo = "ROLLBACK";
       if (was_prepared) undo += " PREPARED " + gid(s);
       auto r = co_await run_on(s, undo);
-      release_shard(s, !r.lost && r.error.empty());
+      end_shard(s, !r.lost && r.error.empty());
     }
     co_return error;
   }
@@ -118,7 +118,7 @@ awaitable<std::string> Session::commit_two_phase() {
       spdlog::warn("[{}] COMMIT PREPARED {} on shard {} failed; recovery will finish it", id_, two_phase::gid(txid, s),
                    pools_[s]->target().shard);
     }
-    release_shard(s, !r.lost && r.error.empty());
+    end_shard(s, !r.lost && r.error.empty());
   }
   if (all) co_await run_on(0, "DELETE FROM splitpoint_2pc WHERE txid = " + quote_literal(txid));
   co_return std::string();
@@ -140,7 +140,7 @@ awaitable<bool> Session::end_implicit_transaction() {
     if (write_shard_ && held_[*write_shard_]) order.push_back(*write_shard_);
     for (auto s : order) {
       if (held_[s]->status == 'I') {  // an error before its BEGIN: PostgreSQL rolled it back
-        release_shard(s, true);
+        end_shard(s, true);
         continue;
       }
       auto reply = co_await run_on(s, failed ? "ROLLBACK" : "COMMIT");
@@ -150,7 +150,7 @@ awaitable<bool> Session::end_implicit_transaction() {
           error = error_body(reply.lost ? sqlstate::connection_failure : "40000",
                              "the batch could not commit on shard \"" + pools_[s]->target().shard + "\"");
       }
-      release_shard(s, !reply.lost && reply.error.empty());
+      end_shard(s, !reply.lost && reply.error.empty());
     }
   }
   if (!failed && error.empty()) apply_session_commands();
