@@ -23,105 +23,25 @@ Run by tests/run (PG0_PORT, PG0_DIR, SP_BIN, TEST_TMP, SP_ROOT; PYTHONPATH=tests
 import base64
 import hashlib
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import pgwire  # noqa: E402
 import psycopg2  # noqa: E402
+import sptest  # noqa: E402
+from sptest import HOST  # noqa: E402
 
-HOST = "127.0.0.1"
-PG0 = int(os.environ["PG0_PORT"])
-SP_BIN = os.environ["SP_BIN"]
-SP_ROOT = os.environ.get("SP_ROOT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-WORK = os.environ.get("TEST_WORKDIR") or os.path.join(os.environ.get("TEST_TMP", "/tmp"), "test_auth")
-os.makedirs(WORK, exist_ok=True)
+PG0 = sptest.PG_PORTS[0]
+WORK = sptest.workdir("test_auth")
 
 SCRAM_ROLE, SCRAM_PW = "sp_auth_scram", "scram-pw-1"
 MD5_ROLE, MD5_PW = "sp_auth_md5", "md5-pw-1"
 
 
-# ------------------------------------------------------------------ proxy helpers
-# (tests/lib/pg.sh has sp_start/sp_stop for shell tests; this is the same for Python.)
-
-def free_port() -> int:
-    out = subprocess.run(["bash", os.path.join(SP_ROOT, "tests/lib/pg.sh"), "free_port"],
-                         check=True, capture_output=True, text=True)
-    return int(out.stdout.strip())
-
-
-class Proxy:
-    def __init__(self, name: str, body: str):
-        self.name = name
-        self.port = free_port()
-        self.config = os.path.join(WORK, f"{name}.yaml")
-        self.log = os.path.join(WORK, f"splitpoint-{name}.log")
-        with open(self.config, "w") as f:
-            f.write(f"listen: {HOST}:{self.port}\nmetrics_listen: {HOST}:{free_port()}\n{body}")
-        self.proc = None
-
-    def start(self) -> "Proxy":
-        logf = open(self.log, "ab")
-        self.proc = subprocess.Popen([SP_BIN, "--config", self.config], stdout=logf, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"splitpoint {self.name} exited with {self.proc.returncode}: {self.tail()}")
-            try:
-                socket.create_connection((HOST, self.port), timeout=1).close()
-                return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"splitpoint {self.name} not listening: {self.tail()}")
-                time.sleep(0.05)
-
-    def tail(self, n: int = 20) -> str:
-        try:
-            with open(self.log, errors="replace") as f:
-                return "".join(f.readlines()[-n:])
-        except OSError:
-            return ""
-
-    def stop(self) -> int | None:
-        if not self.proc:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        rc = self.proc.returncode
-        self.proc = None
-        return rc
-
-    def __enter__(self) -> "Proxy":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        rc = self.stop()
-        if rc != 0:
-            # Reported once at the end (test "clean_shutdown"), not as this test's failure.
-            SHUTDOWN_PROBLEMS.append(f"splitpoint {self.name} exited with status {rc} after SIGTERM: "
-                                     f"{self.tail(2).strip()}")
-
-
-SHUTDOWN_PROBLEMS: list[str] = []
-
-
 # ------------------------------------------------------------------ PostgreSQL helpers
 
 def pg_admin():
-    c = psycopg2.connect(host=HOST, port=PG0, user="postgres", password="postgres", dbname="postgres",
-                         connect_timeout=10)
-    c.autocommit = True
-    return c
+    return sptest.superuser(PG0)
 
 
 def create_roles() -> dict[str, str]:
@@ -139,6 +59,10 @@ def create_roles() -> dict[str, str]:
     want_md5 = "md5" + hashlib.md5((MD5_PW + MD5_ROLE).encode()).hexdigest()
     assert verifiers[MD5_ROLE] == want_md5, (verifiers[MD5_ROLE], want_md5)
     return verifiers
+
+
+def setup() -> None:
+    VERIFIERS.update(create_roles())
 
 
 def drop_roles() -> None:
@@ -256,8 +180,8 @@ def users_yaml() -> str:
             f"  - {{ name: {MD5_ROLE}, password: '{VERIFIERS[MD5_ROLE]}' }}\n")
 
 
-def client_proxy(method: str) -> Proxy:
-    return Proxy(f"client-{method}", f"auth: {method}\n{users_yaml()}{BACKEND_APP}")
+def client_proxy(method: str) -> sptest.Proxy:
+    return sptest.Proxy(f"client-{method}", f"auth: {method}\n{users_yaml()}{BACKEND_APP}", WORK)
 
 
 @test
@@ -380,7 +304,7 @@ def backend_auth_explicit_credentials():
         shard = f"{{ name: s0, host: {HOST}, port: {PG0}, database: app, user: {user}"
         shard += f", password: {password} }}" if password else " }"
         body = f"auth: trust\nusers:\n  - {{ name: client, password: clientpw }}\nshards:\n  - {shard}\n"
-        with Proxy(f"backend-{method}", body) as p:
+        with sptest.Proxy(f"backend-{method}", body, WORK) as p:
             for _ in range(3):  # fresh and pooled backend connections
                 assert_login_works(p.port, "client", None, backend_user=user)
 
@@ -391,7 +315,7 @@ def backend_auth_from_client_credentials():
     body = (f"auth: scram-sha-256\nusers:\n  - {{ name: app, password: secret }}\n"
             f"  - {{ name: md5user, password: md5pw }}\n  - {{ name: trustuser, password: tpw }}\n"
             f"shards:\n  - {{ name: s0, host: {HOST}, port: {PG0}, database: app }}\n")
-    with Proxy("backend-defaults", body) as p:
+    with sptest.Proxy("backend-defaults", body, WORK) as p:
         assert_login_works(p.port, "app", "secret", backend_user="app")
         assert_login_works(p.port, "md5user", "md5pw", backend_user="md5user")
         assert_login_works(p.port, "trustuser", "tpw", backend_user="trustuser")
@@ -402,7 +326,7 @@ def backend_auth_from_client_credentials():
 def backend_wrong_password_reported_at_login():
     body = (f"auth: trust\nusers:\n  - {{ name: app, password: secret }}\n"
             f"shards:\n  - {{ name: s0, host: {HOST}, port: {PG0}, database: app, user: app, password: nope }}\n")
-    with Proxy("backend-bad-password", body) as p:
+    with sptest.Proxy("backend-bad-password", body, WORK) as p:
         try:
             pgwire.connect(HOST, p.port, "app", "app", timeout=15).close()
         except pgwire.PgError as e:
@@ -419,30 +343,5 @@ def backend_wrong_password_reported_at_login():
             raise AssertionError("second login succeeded although the shard password is wrong")
 
 
-def clean_shutdown():
-    # Every proxy above must have exited with status 0 on SIGTERM.
-    assert not SHUTDOWN_PROBLEMS, "\n".join(SHUTDOWN_PROBLEMS)
-
-
-def main():
-    failed = 0
-    try:
-        VERIFIERS.update(create_roles())
-        for fn in TESTS + [clean_shutdown]:
-            t0 = time.monotonic()
-            try:
-                fn()
-                print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-            except Exception:  # noqa: BLE001
-                failed += 1
-                print(f"FAIL {fn.__name__}", flush=True)
-                traceback.print_exc()
-                sys.stdout.flush()
-    finally:
-        drop_roles()
-    print(f"{len(TESTS) + 1 - failed} passed, {failed} failed")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(sptest.run_tests(TESTS + [sptest.clean_shutdown], setup, drop_roles))

@@ -11,113 +11,21 @@ Run by tests/run (env: PG0_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
 
 import os
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import pgwire  # noqa: E402
 
-# ------------------------------------------------------------------ local harness helpers
+import sptest  # noqa: E402
+from sptest import HOST  # noqa: E402
 
-HOST = "127.0.0.1"
-SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
-SP_BIN = os.environ.get("SP_BIN") or os.path.join(os.environ.get("BUILD_DIR", os.path.join(SP_ROOT, "build")),
-                                                  "splitpoint")
-PG0 = int(os.environ["PG0_PORT"])
-os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
-WORKDIR = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix="limits_timeouts-",
-                                                             dir=os.environ["TEST_TMP"])
-os.makedirs(WORKDIR, exist_ok=True)
-PROXIES = []
-
-
-def free_port():
-    """A port from tests/lib/pg.sh's registry (never handed out twice in one run)."""
-    out = subprocess.run(["bash", os.path.join(SP_ROOT, "tests", "lib", "pg.sh"), "free_port"],
-                         capture_output=True, text=True, check=True)
-    return int(out.stdout.strip())
-
-
-class Proxy:
-    """One splitpoint process with its own config file and log in WORKDIR."""
-
-    def __init__(self, name, body):
-        self.name = name
-        self.port = free_port()
-        self.metrics_port = free_port()
-        self.config_path = os.path.join(WORKDIR, name + ".yaml")
-        self.log_path = os.path.join(WORKDIR, name + ".log")
-        self.proc = None
-        for path in (self.log_path, self.config_path):
-            if os.path.exists(path):
-                os.unlink(path)
-        self.write_config(body)
-
-    def write_config(self, body):
-        text = (f"listen: {HOST}:{self.port}\nmetrics_listen: {HOST}:{self.metrics_port}\n" +
-                textwrap.dedent(body).strip() + "\n")
-        tmp = self.config_path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, self.config_path)
-
-    def start(self):
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([SP_BIN, "--config", self.config_path], stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
-        PROXIES.append(self)
-        deadline = time.monotonic() + 15
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{self.name}: splitpoint exited with {self.proc.returncode} before "
-                                     f"listening; log:\n{self.log_tail()}")
-            try:
-                socket.create_connection((HOST, self.port), timeout=1).close()
-                return self
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.name}: not listening on {self.port} after 15s")
-            time.sleep(0.05)
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, timeout=20):
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"{self.name}: still running {timeout}s after SIGTERM; killed")
-
-    def log_text(self):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
-    def log_tail(self, n=40):
-        return "\n".join(self.log_text().splitlines()[-n:])
-
-
-def kill_all_proxies():
-    for p in PROXIES:
-        if p.proc is not None and p.proc.poll() is None:
-            p.proc.kill()
-            p.proc.wait()
+PG0 = sptest.PG_PORTS[0]
+WORKDIR = sptest.workdir("limits_timeouts")
 
 
 TESTS = []
@@ -126,30 +34,6 @@ TESTS = []
 def test(fn):
     TESTS.append(fn)
     return fn
-
-
-def main():
-    failed = 0
-    try:
-        setup()
-        for fn in TESTS:
-            t0 = time.monotonic()
-            try:
-                fn()
-                print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-            except Exception:  # noqa: BLE001
-                failed += 1
-                print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-                traceback.print_exc()
-                for p in PROXIES:
-                    print(f"--- {p.name} log tail:\n{p.log_tail()}\n---", flush=True)
-    finally:
-        try:
-            teardown()
-        finally:
-            kill_all_proxies()
-    print(f"{len(TESTS) - failed}/{len(TESTS)} passed")
-    return 1 if failed else 0
 
 
 # ------------------------------------------------------------------ fixtures
@@ -164,13 +48,13 @@ HOLE = None  # the listener that accepts and never speaks
 
 
 def proxy(name, extra, shard=SHARD):
-    p = Proxy(name, f"""
+    p = sptest.Proxy(name, f"""
 auth: scram-sha-256
 {textwrap.dedent(extra).strip()}
 {USERS.strip()}
 shards:
   - {shard}
-""").start()
+""", WORKDIR).start()
     STARTED.append(p)
     return p
 
@@ -181,7 +65,7 @@ class BlackHole:
     def __init__(self):
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.port = free_port()
+        self.port = sptest.free_port()
         self.sock.bind((HOST, self.port))
         self.sock.listen(64)
         self.conns = []
@@ -213,7 +97,7 @@ def teardown():
     errors = []
     for p in STARTED:
         if p.alive():
-            rc = p.stop()
+            rc = p.stop(check=True)
             if rc != 0:
                 errors.append(f"{p.name} exited with {rc}")
     if HOLE:
@@ -501,4 +385,4 @@ def shard_that_never_speaks_gives_an_error_not_a_hang():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(sptest.run_tests(TESTS, setup, teardown))

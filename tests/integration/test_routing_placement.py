@@ -28,13 +28,8 @@ import io
 import os
 import random
 import secrets
-import signal
-import socket
 import struct
-import subprocess
 import sys
-import tempfile
-import textwrap
 import time
 import traceback
 import uuid
@@ -42,16 +37,10 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import pgwire  # noqa: E402
-import psycopg2  # noqa: E402
+import sptest  # noqa: E402
+from sptest import HOST, PG_PORTS, superuser  # noqa: E402
 
-HOST = "127.0.0.1"
-SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
-SP_BIN = os.environ.get("SP_BIN") or os.path.join(os.environ.get("BUILD_DIR", os.path.join(SP_ROOT, "build")),
-                                                  "splitpoint")
-PG_PORTS = [int(os.environ["PG0_PORT"]), int(os.environ["PG1_PORT"])]
-os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
-WORKDIR = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix="rt-place-", dir=os.environ["TEST_TMP"])
-os.makedirs(WORKDIR, exist_ok=True)
+WORKDIR = sptest.workdir("rt-place")
 DB = "rt_" + secrets.token_hex(4)
 P = 16  # hash partitions
 N = 2   # shards
@@ -61,86 +50,16 @@ rng = random.Random(SEED)
 # ------------------------------------------------------------------ harness
 
 
-def free_port():
-    out = subprocess.run(["bash", os.path.join(SP_ROOT, "tests", "lib", "pg.sh"), "free_port"],
-                         capture_output=True, text=True, check=True)
-    return int(out.stdout.strip())
-
-
-class Proxy:
-    def __init__(self, name, body):
-        self.name = name
-        self.port = free_port()
-        self.metrics_port = free_port()
-        self.config_path = os.path.join(WORKDIR, name + ".yaml")
-        self.log_path = os.path.join(WORKDIR, name + ".log")
-        self.proc = None
-        with open(self.config_path, "w") as f:
-            f.write(f"listen: {HOST}:{self.port}\nmetrics_listen: {HOST}:{self.metrics_port}\n" +
-                    textwrap.dedent(body).strip() + "\n")
-
-    def start(self):
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([SP_BIN, "--config", self.config_path], stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{self.name}: splitpoint exited with {self.proc.returncode}; log:\n"
-                                     f"{self.log_tail()}")
-            try:
-                socket.create_connection((HOST, self.port), timeout=1).close()
-                return self
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.name}: not listening on {self.port} after 15s")
-            time.sleep(0.05)
-
-    def stop(self):
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def state(self):
-        rc = None if self.proc is None else self.proc.poll()
-        if rc is None:
-            return "running"
-        return f"DIED: killed by signal {-rc}" if rc < 0 else f"DIED: exited with status {rc}"
-
-    def log_tail(self, n=40):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "\n".join(f.read().splitlines()[-n:])
-        except OSError:
-            return ""
-
-
-def superuser(port, db="postgres"):
-    c = psycopg2.connect(host=HOST, port=port, user="postgres", password="postgres", dbname=db, connect_timeout=10)
-    c.autocommit = True
-    return c
-
-
 def shard_conn(i):
     """A direct connection to shard i's test database (not through the proxy)."""
-    c = psycopg2.connect(host=HOST, port=PG_PORTS[i], user="app", password="secret", dbname=DB, connect_timeout=10)
-    c.autocommit = True
-    return c
+    return sptest.connect(PG_PORTS[i], DB)
 
 
 PROXY = None
 
 
 def proxy_conn():
-    c = psycopg2.connect(host=HOST, port=PROXY.port, user="app", password="secret", dbname="app", connect_timeout=10)
-    c.autocommit = True
-    return c
+    return sptest.connect(PROXY.port, "app")
 
 
 def proxy_wire():
@@ -273,7 +192,7 @@ def setup():
         c.cursor().execute(f"CREATE DATABASE {DB} OWNER app")
         c.close()
     global PROXY
-    PROXY = Proxy("placement", f"""
+    PROXY = sptest.Proxy("placement", f"""
         auth: scram-sha-256
         users:
           - {{ name: app, password: secret }}
@@ -306,7 +225,7 @@ def setup():
             default: s0
             tables: {{ ls: region }}
         reference_tables: [ref]
-        """).start()
+        """, WORKDIR).start()
 
 
 def teardown():

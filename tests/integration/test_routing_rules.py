@@ -39,13 +39,8 @@ import itertools
 import os
 import re
 import secrets
-import signal
-import socket
 import struct
-import subprocess
 import sys
-import tempfile
-import textwrap
 import time
 import traceback
 
@@ -53,87 +48,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import pgwire  # noqa: E402
 import psycopg2  # noqa: E402
+import sptest  # noqa: E402
+from sptest import HOST, PG_PORTS, superuser  # noqa: E402
 
-HOST = "127.0.0.1"
-SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
-SP_BIN = os.environ.get("SP_BIN") or os.path.join(os.environ.get("BUILD_DIR", os.path.join(SP_ROOT, "build")),
-                                                  "splitpoint")
-PG_PORTS = [int(os.environ["PG0_PORT"]), int(os.environ["PG1_PORT"])]
-os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
-WORKDIR = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix="rt-rules-", dir=os.environ["TEST_TMP"])
-os.makedirs(WORKDIR, exist_ok=True)
+WORKDIR = sptest.workdir("rt-rules")
 DB = "rr_" + secrets.token_hex(4)
 P = 16
 N = 2
 SHARDS = ["s0", "s1"]
 
 # ------------------------------------------------------------------ harness
-
-
-def free_port():
-    out = subprocess.run(["bash", os.path.join(SP_ROOT, "tests", "lib", "pg.sh"), "free_port"],
-                         capture_output=True, text=True, check=True)
-    return int(out.stdout.strip())
-
-
-class Proxy:
-    def __init__(self, name, body):
-        self.name = name
-        self.port = free_port()
-        self.metrics_port = free_port()
-        self.config_path = os.path.join(WORKDIR, name + ".yaml")
-        self.log_path = os.path.join(WORKDIR, name + ".log")
-        self.proc = None
-        with open(self.config_path, "w") as f:
-            f.write(f"listen: {HOST}:{self.port}\nmetrics_listen: {HOST}:{self.metrics_port}\n" +
-                    textwrap.dedent(body).strip() + "\n")
-
-    def start(self):
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([SP_BIN, "--config", self.config_path], stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{self.name}: splitpoint exited with {self.proc.returncode}; log:\n"
-                                     f"{self.log_tail()}")
-            try:
-                socket.create_connection((HOST, self.port), timeout=1).close()
-                return self
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.name}: not listening on {self.port} after 15s")
-            time.sleep(0.05)
-
-    def stop(self):
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def state(self):
-        rc = None if self.proc is None else self.proc.poll()
-        if rc is None:
-            return "running"
-        return f"DIED: killed by signal {-rc}" if rc < 0 else f"DIED: exited with status {rc}"
-
-    def log_tail(self, n=40):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "\n".join(f.read().splitlines()[-n:])
-        except OSError:
-            return ""
-
-
-def superuser(port, db="postgres"):
-    c = psycopg2.connect(host=HOST, port=port, user="postgres", password="postgres", dbname=db, connect_timeout=10)
-    c.autocommit = True
-    return c
 
 
 SHARD = []  # direct autocommit connections to each shard's test database
@@ -147,9 +71,7 @@ def shard_query(i, sql, params=None):
 
 
 def proxy_conn():
-    c = psycopg2.connect(host=HOST, port=PROXY.port, user="app", password="secret", dbname="app", connect_timeout=10)
-    c.autocommit = True
-    return c
+    return sptest.connect(PROXY.port, "app")
 
 
 def proxy_wire():
@@ -370,7 +292,7 @@ def setup():
         cur.execute(f"""CREATE FUNCTION hit(tag text) RETURNS bool LANGUAGE plpgsql VOLATILE AS $$
                         BEGIN INSERT INTO hits (shard, tag) VALUES ('{SHARDS[i]}', tag); RETURN true; END $$""")
     OWNER = compute_owners()
-    PROXY = Proxy("rules", f"""
+    PROXY = sptest.Proxy("rules", f"""
         auth: scram-sha-256
         users:
           - {{ name: app, password: secret }}
@@ -398,7 +320,7 @@ def setup():
             tables:
               stores: region
         reference_tables: [countries]
-        """).start()
+        """, WORKDIR).start()
     c = proxy_conn()
     cur = c.cursor()
     for stmt in [

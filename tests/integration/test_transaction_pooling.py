@@ -30,117 +30,48 @@ Run by tests/run (PG0_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR; PYTHONPATH=
 
 import faulthandler
 import os
-import signal
 import socket
 import struct
 import subprocess
 import sys
 import threading
 import time
-import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import pgwire  # noqa: E402
 import psycopg2  # noqa: E402
+import sptest  # noqa: E402
+from sptest import HOST  # noqa: E402
 
-HOST = "127.0.0.1"
-PG0 = int(os.environ["PG0_PORT"])
-SP_BIN = os.environ["SP_BIN"]
-SP_ROOT = os.environ.get("SP_ROOT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-PG_SH = os.path.join(SP_ROOT, "tests/lib/pg.sh")
-WORK = os.environ.get("TEST_WORKDIR") or os.path.join(os.environ.get("TEST_TMP", "/tmp"), "test_transaction_pooling")
-os.makedirs(WORK, exist_ok=True)
+PG0 = sptest.PG_PORTS[0]
+PG_SH = os.path.join(sptest.SP_ROOT, "tests/lib/pg.sh")
+WORK = sptest.workdir("test_transaction_pooling")
 
 
 # ------------------------------------------------------------------ helpers: proxy and PostgreSQL
-# (tests/lib/pg.sh has sp_start/sp_stop for shell tests; this is the same for Python.)
 
-def free_port() -> int:
-    out = subprocess.run(["bash", PG_SH, "free_port"], check=True, capture_output=True, text=True)
-    return int(out.stdout.strip())
+class Proxy(sptest.Proxy):
+    """splitpoint in front of one PostgreSQL, users app/secret; used with `with`."""
 
-
-SHUTDOWN_PROBLEMS: list[str] = []
-
-
-class Proxy:
     def __init__(self, name: str, pg_port: int = PG0, pool_size: int = 2, mode: str = "transaction",
                  extra: str = ""):
-        self.name = name
-        self.port = free_port()
-        self.config = os.path.join(WORK, f"{name}.yaml")
-        self.log = os.path.join(WORK, f"splitpoint-{name}.log")
-        with open(self.config, "w") as f:
-            f.write(f"listen: {HOST}:{self.port}\nmetrics_listen: {HOST}:{free_port()}\n"
-                    f"pool_mode: {mode}\nauth: scram-sha-256\n"
-                    "users:\n  - { name: app, password: secret }\n"
-                    f"shards:\n  - {{ name: s0, host: {HOST}, port: {pg_port}, database: app, "
-                    f"pool_size: {pool_size} }}\n{extra}")
-        self.proc = None
-
-    def start(self) -> "Proxy":
-        logf = open(self.log, "ab")
-        self.proc = subprocess.Popen([SP_BIN, "--config", self.config], stdout=logf, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"splitpoint {self.name} exited with {self.proc.returncode}: {self.tail()}")
-            try:
-                socket.create_connection((HOST, self.port), timeout=1).close()
-                return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"splitpoint {self.name} not listening: {self.tail()}")
-                time.sleep(0.05)
-
-    def tail(self, n: int = 20) -> str:
-        try:
-            with open(self.log, errors="replace") as f:
-                return "".join(f.readlines()[-n:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if not self.proc:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                SHUTDOWN_PROBLEMS.append(f"splitpoint {self.name} did not stop within 20s of SIGTERM")
-        if self.proc.returncode != 0:
-            SHUTDOWN_PROBLEMS.append(f"splitpoint {self.name} exited with status {self.proc.returncode} "
-                                     f"after SIGTERM: {self.tail(2).strip()}")
-        self.proc = None
+        super().__init__(name, f"pool_mode: {mode}\nauth: scram-sha-256\n"
+                               "users:\n  - { name: app, password: secret }\n"
+                               f"shards:\n  - {{ name: s0, host: {HOST}, port: {pg_port}, database: app, "
+                               f"pool_size: {pool_size} }}\n{extra}", WORK)
 
     # clients
     def psql(self, **kw):
         """A psycopg2 connection through the proxy (autocommit: explicit BEGIN/COMMIT)."""
-        c = psycopg2.connect(host=HOST, port=self.port, user="app", password="secret", dbname="app",
-                             connect_timeout=10, sslmode="disable", **kw)
-        c.autocommit = True
-        return c
+        return self.connect("app", sslmode="disable", **kw)
 
     def raw(self, **params) -> pgwire.Connection:
         return pgwire.connect(HOST, self.port, "app", "app", password="secret", timeout=15, **params)
 
-    def __enter__(self) -> "Proxy":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
 
 def direct(port: int = PG0, dbname: str = "app"):
     """A superuser connection straight to PostgreSQL, to see what the proxy really did."""
-    c = psycopg2.connect(host=HOST, port=port, user="postgres", password="postgres", dbname=dbname,
-                         connect_timeout=10)
-    c.autocommit = True
-    return c
+    return sptest.superuser(port, dbname)
 
 
 def q(conn, sql, params=None):
@@ -753,7 +684,7 @@ def client_vanishes_mid_transaction_or_copy():
 @test
 def backend_restart_without_proxy_restart():
     pgdir = os.path.join(WORK, "private-pg")
-    pgport = free_port()
+    pgport = sptest.free_port()
     subprocess.run(["bash", PG_SH, "pg_start", pgdir, str(pgport)], check=True, timeout=120,
                    stdout=subprocess.DEVNULL)
     try:
@@ -871,26 +802,9 @@ def session_mode_one_backend_per_session():
             s.close()
 
 
-def clean_shutdown():
-    # Every proxy above must have exited with status 0 on SIGTERM.
-    assert not SHUTDOWN_PROBLEMS, "\n".join(SHUTDOWN_PROBLEMS)
-
-
 def main():
     faulthandler.dump_traceback_later(280, exit=True)  # a hang shows where it hung
-    failed = 0
-    for fn in TESTS + [clean_shutdown]:
-        t0 = time.monotonic()
-        try:
-            fn()
-            print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-        except Exception:  # noqa: BLE001
-            failed += 1
-            print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-            traceback.print_exc()
-            sys.stdout.flush()
-    print(f"{len(TESTS) + 1 - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return sptest.run_tests(TESTS + [sptest.clean_shutdown])
 
 
 if __name__ == "__main__":

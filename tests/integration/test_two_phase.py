@@ -23,7 +23,6 @@ Two shards (fresh databases tp_<random> on the shared instances), a hash distrib
 import os
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
@@ -295,29 +294,12 @@ def recovery_resolves_prepared_transactions():
     on_shard(0, "DELETE FROM splitpoint_2pc")
 
 
-def main():
-    failed = 0
-    try:
-        setup()
-        for fn in TESTS:
-            t0 = time.monotonic()
-            try:
-                fn()
-                print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-            except Exception:  # noqa: BLE001
-                failed += 1
-                print(f"FAIL {fn.__name__}", flush=True)
-                traceback.print_exc()
-                if PROXY:
-                    print(f"proxy: {PROXY.state()}\n{PROXY.log_tail()}")
-    finally:
-        if PROXY:
-            PROXY.stop()
-        if DBS:
-            DBS.drop()
-    print(f"{len(TESTS) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+def teardown():
+    if PROXY:
+        PROXY.stop()
+    if DBS:
+        DBS.drop()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(sptest.run_tests(TESTS, setup, teardown))
