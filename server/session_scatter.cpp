@@ -11,7 +11,9 @@
 #include "protocol/buffer.hpp"
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
+#include "routing/copy_out.hpp"
 #include "routing/merger.hpp"
+#include "routing/session_command.hpp"
 #include "server/scatter_io.hpp"
 #include "server/session.hpp"
 #include "server/session_util.hpp"
@@ -84,7 +86,23 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
     shapes_used.push_back(s);
     return &s->columns;
   };
-  auto planned = routing::plan_merge(req.sql, mopts);
+  // COPY (query) TO STDOUT and COPY table TO STDOUT: the rows of the query, merged as
+  // the SELECT would be, written in the COPY format the statement asks for.
+  std::optional<routing::CopyStatement> copy_out;
+  std::string source_sql;
+  if (routing::first_keyword(req.sql) == "copy") {
+    std::string why;
+    copy_out = routing::parse_copy(req.sql, &why);
+    std::optional<std::string> source;
+    if (copy_out && !copy_out->to_stdout) why = "COPY to a file or program cannot run on several shards";
+    if (copy_out && copy_out->to_stdout) source = routing::copy_source_query(req.sql, &why);
+    if (!source)
+      co_return co_await reject(copy_out ? sqlstate::cannot_merge : sqlstate::feature_not_supported,
+                                "cannot copy from several shards: " + why, req.extended);
+    source_sql = std::move(*source);
+  }
+  const bool copy_binary = copy_out && copy_out->format == routing::CopyStatement::Format::binary;
+  auto planned = routing::plan_merge(copy_out ? std::string_view(source_sql) : std::string_view(req.sql), mopts);
   if (auto* err = std::get_if<routing::MergeError>(&planned))
     co_return co_await reject(err->sqlstate, err->message, req.extended);
   const auto& plan = std::get<routing::MergePlan>(planned);
@@ -127,6 +145,10 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
   //    deadline is missing as timed out.
   std::vector<std::int16_t> shard_formats;
   bool any_binary = std::any_of(req.result_formats.begin(), req.result_formats.end(), [](auto f) { return f != 0; });
+  // A binary COPY needs the shards' values in binary: its statement goes out in the
+  // extended protocol, every visible column in binary.
+  const bool shard_extended = req.extended || copy_binary;
+  std::vector<std::int16_t> result_formats = copy_binary ? std::vector<std::int16_t>(1, 1) : req.result_formats;
   bool prepared = false;
   std::string prepare_error;
   // Once, on the first backend: the shards' result formats (the client's for visible
@@ -134,13 +156,13 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
   // and the database's collation.
   auto prepare = [&](Backend& b) -> awaitable<void> {
     prepared = true;
-    if (req.extended && any_binary) {
+    if ((req.extended && any_binary) || copy_binary) {
       auto ncols = co_await describe_columns(plan.shard_sql, req.param_types, &b);
       if (!ncols) {
         prepare_error = "cannot describe the multi-shard statement";
         co_return;
       }
-      shard_formats = plan.shard_result_formats(req.result_formats, *ncols);
+      shard_formats = plan.shard_result_formats(result_formats, *ncols);
     }
     if (runtime_->shapes->collation().empty()) {
       auto row = co_await first_row_on(b, kDatabaseCollationQuery, limits_);
@@ -160,7 +182,7 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
       proto::Query{begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_)}.encode(out);
       ++sh.skip_ready;
     }
-    if (!req.extended) {
+    if (!shard_extended) {
       proto::Query{plan.shard_sql}.encode(out);
     } else {
       proto::Parse parse{"", plan.shard_sql, req.param_types};
@@ -357,6 +379,7 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
   std::string failure;  // SQLSTATE + message when the statement fails as a whole
   std::string failure_code;
   std::unique_ptr<routing::Merger> merger;
+  std::optional<routing::CopyOutFormatter> copy_formatter;
   auto missing_text = [&] {
     std::string m;
     for (auto& sh : shards)
@@ -414,6 +437,24 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
       if (!described) {
         failure_code = sqlstate::cannot_merge;
         failure = "cannot describe the merged result";
+      } else if (copy_out) {
+        std::vector<std::string> names;
+        for (auto& f : *described) names.emplace_back(f.name);
+        copy_formatter.emplace(*copy_out, names);
+        if (!copy_formatter->error().empty()) {
+          failure_code = sqlstate::invalid_column_reference;
+          failure = copy_formatter->error();
+        } else {
+          if (req.extended && req.describe) proto::encode_no_data(out);  // a COPY's portal returns no rows
+          if (req.emit_rows) {
+            proto::CopyResponse cr;
+            cr.type = 'H';
+            cr.format = copy_binary ? 1 : 0;
+            cr.column_formats.assign(names.size(), copy_binary ? 1 : 0);
+            cr.encode(out);
+            if (auto h = copy_formatter->header(); !h.empty()) proto::CopyData{h}.encode(out);
+          }
+        }
       } else if (req.describe) {
         proto::RowDescription rd;
         rd.fields = *described;
@@ -437,7 +478,15 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
       auto step = merger->next();
       switch (step.kind) {
         case routing::Merger::Step::Kind::emit: {
-          if (req.emit_rows) {
+          if (req.emit_rows && copy_formatter) {
+            proto::Writer w(out, 'd');  // one CopyData per row, as PostgreSQL sends them
+            if (!copy_formatter->row(step.row, out)) {
+              failure_code = sqlstate::internal_error;
+              failure = "malformed merged row";
+              running = false;
+            }
+            w.finish();
+          } else if (req.emit_rows) {
             proto::Writer w(out, 'D');
             w.bytes(step.row).finish();
           }
@@ -514,6 +563,10 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
     proto::ErrorFields::make("ERROR", failure_code, failure).encode(out, 'E');
     if (client_txn_ != 'I') client_txn_ = 'E';
     if (req.extended) skip_until_sync_ = true;
+  } else if (req.emit_rows && copy_formatter) {
+    if (auto t = copy_formatter->trailer(); !t.empty()) proto::CopyData{t}.encode(out);
+    proto::encode_copy_done(out);
+    proto::CommandComplete{"COPY " + std::to_string(merger->rows_emitted())}.encode(out);
   } else if (req.emit_rows) {
     proto::CommandComplete{"SELECT " + std::to_string(merger->rows_emitted())}.encode(out);
   }

@@ -54,7 +54,6 @@ KNOWN_PSYCOPG3 = {
     "pipeline block with keys on both shards before one Sync: applied whole or refused with SPT01": B3,
     "pipeline with keys on both shards: all rows or none": B3,
     "executemany with keys on both shards (pipelined, one Sync): applied whole or refused with SPT01": B4,
-    "COPY (scatter SELECT ... ORDER BY) TO STDOUT": B5,
     "splitpoint exits with status 0 after SIGTERM": B6,  # intermittent
 }
 

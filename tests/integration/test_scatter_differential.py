@@ -38,7 +38,10 @@ returns every row exactly once. Statements that cannot be answered exactly
 (count(DISTINCT x), percentile_cont, window functions, ...) must fail with SPC01.
 Every statement must count as multi-shard in /metrics (it was merged, not forwarded),
 and for the key IN lists / ranges SHOW splitpoint.last_scatter must show the shards
-that own no key as skipped. Last, a small table in ICU (en-US) databases: text order,
+that own no key as skipped. COPY (query) TO STDOUT and COPY table TO STDOUT (text, csv
+with every option that changes the bytes, binary; ordered, aggregated, LIMIT/OFFSET,
+unordered) through both protocols must send the very messages plain PostgreSQL sends
+(unordered ones: the same CopyData messages as a multiset). Last, a small table in ICU (en-US) databases: text order,
 min/max, GROUP BY and DISTINCT must match plain PostgreSQL (merged with the ICU collator).
 
 A check that fails because of a known proxy bug is listed in KNOWN (printed as
@@ -1160,6 +1163,83 @@ def session_settings_do_not_change_results():
     check(r.error is None, "set-03", "simple", lambda: f"SET splitpoint.deadline: {r.error}")
     run_statement("set-03", "SELECT qty, sum(price) FROM orders GROUP BY qty ORDER BY qty", (), "exact")
     run_simple(PROXY_T, "RESET splitpoint.deadline")
+
+
+# ------------------------------------------------------------------ COPY ... TO STDOUT
+
+_ORD_COLS = ("order_id, customer_id, created_at, shipped_at, amount, weight, qty, price, ratio, status, note, paid, "
+             "ship_date, token, country")
+# (id, statement, how: 'exact' = every message identical, in order; 'rows' = the same
+# CopyData messages as a multiset, everything else identical)
+COPY_OUT = [
+    ("copy-01", f"COPY (SELECT {_ORD_COLS} FROM orders ORDER BY order_id) TO STDOUT", "exact"),
+    ("copy-02", f"COPY (SELECT {_ORD_COLS} FROM orders ORDER BY created_at DESC, order_id) TO STDOUT "
+                "(FORMAT csv, HEADER)", "exact"),
+    ("copy-03", "COPY (SELECT name, city, score, born, vip, balance FROM customers ORDER BY score DESC NULLS LAST, "
+                "name LIMIT 500) TO STDOUT WITH (FORMAT csv, DELIMITER ';', NULL 'NULL', FORCE_QUOTE (city), "
+                "QUOTE '''', ESCAPE '\\')", "exact"),
+    ("copy-04", "COPY (SELECT status, count(*), sum(amount), avg(qty), min(note), max(created_at), bool_or(paid) "
+                "FROM orders GROUP BY status ORDER BY status) TO STDOUT WITH CSV HEADER", "exact"),
+    ("copy-05", "COPY (SELECT order_id, E'a\\tb\\nc\\\\d\\re\\x01f\\x0bg\\x08h\\x0c|' || coalesce(note, '') AS s "
+                "FROM orders ORDER BY order_id LIMIT 400) TO STDOUT (DELIMITER '|', HEADER)", "exact"),
+    ("copy-06", "COPY (SELECT CASE WHEN order_id % 7 = 0 THEN '\\.' WHEN order_id % 7 = 1 THEN '' "
+                "WHEN order_id % 7 = 2 THEN E'x\\ny\"z' ELSE note END AS v FROM orders ORDER BY order_id LIMIT 300) "
+                "TO STDOUT (FORMAT csv, HEADER)", "exact"),
+    ("copy-07", "COPY (SELECT * FROM events ORDER BY id) TO STDOUT (FORMAT binary)", "exact"),
+    ("copy-08", "COPY (SELECT count(*), sum(amount), min(created_at), max(status) FROM orders) TO STDOUT "
+                "(FORMAT binary)", "exact"),
+    ("copy-09", "COPY (SELECT order_id FROM orders WHERE order_id < 0 AND order_id > 0) TO STDOUT (FORMAT binary)",
+     "exact"),
+    ("copy-10", "COPY (SELECT DISTINCT country FROM orders ORDER BY 1) TO STDOUT (FORMAT text, HEADER, NULL '-')",
+     "exact"),
+    ("copy-11", "COPY orders TO STDOUT", "rows"),
+    ("copy-12", "COPY events (id, kind, val) TO STDOUT (FORMAT csv, FORCE_QUOTE *)", "rows"),
+    ("copy-13", "COPY (SELECT o.order_id, c.name FROM orders o JOIN countries c ON c.code = o.country) TO STDOUT",
+     "rows"),
+    ("copy-14", "COPY (SELECT order_id, amount FROM orders ORDER BY amount DESC NULLS LAST, order_id "
+                "LIMIT 25 OFFSET 10) TO STDOUT (FORMAT csv)", "exact"),
+]
+
+
+def copy_messages(t, mode, sql):
+    """The messages of one COPY TO STDOUT, without ParameterStatus and notices."""
+    r = t.wire.query(sql) if mode == "simple" else t.wire.extended(sql)
+    return [(ty, body) for ty, body in r.messages if ty not in ("S", "N")], r.error
+
+
+@test
+def copy_to_stdout_matches_plain_postgresql():
+    """COPY (query) TO STDOUT and COPY table TO STDOUT over three shards: the bytes
+    (CopyOutResponse, every CopyData message, CopyDone, tag) must be those plain
+    PostgreSQL sends, in text, csv and binary, through both protocols."""
+    for sid, sql, how in COPY_OUT:
+        for mode in ("simple", "extended"):
+            exp, exp_err = copy_messages(PLAIN_T, mode, sql)
+            got, got_err = copy_messages(PROXY_T, mode, sql)
+            check(exp_err is None, sid, mode, lambda: f"plain PostgreSQL failed (test bug): {sql}: {exp_err}")
+            if how == "rows":
+                def key(msgs):
+                    return [m for m in msgs if m[0] != "d"], sorted(m[1] for m in msgs if m[0] == "d")
+                same = key(exp) == key(got)
+            else:
+                same = exp == got
+            n = sum(1 for m in exp if m[0] == "d")
+            check(same, sid, mode, lambda: f"{sql}\n    {n} CopyData expected; got error {got_err}" if got_err else
+                  f"{sql}\n    {first_diff(exp, got)}")
+    r = run_simple(PROXY_T, "SELECT count(*) FROM orders")
+    check(not r.error and r.rows == [("20000",)], "copy-after", "simple", lambda: f"count after COPY: {r}")
+
+
+@test
+def copy_to_stdout_refusals():
+    """What cannot be merged is refused before any COPY data, with a clear SQLSTATE."""
+    for sid, sql, code in [
+        ("copy-r1", "COPY (SELECT count(DISTINCT status) FROM orders) TO STDOUT", "SPC01"),
+        ("copy-r2", "COPY (SELECT order_id FROM orders) TO STDOUT (FORMAT csv, FORCE_QUOTE (nope))", "42P10"),
+    ]:
+        got, err = copy_messages(PROXY_T, "simple", sql)
+        check(err is not None and err.get("C") == code and not any(m[0] in ("H", "d") for m in got), sid, "simple",
+              lambda: f"{sql}\n    expected {code} before any COPY data, got {err} / {got[:3]}")
 
 
 # ------------------------------------------------------------------ ICU database collation
