@@ -114,6 +114,7 @@ std::string take_option(const PgQuery__DefElem* d, bool is_from, CopyStatement& 
     // The splitter reads bytes as ASCII-compatible UTF8; another encoding could hide a
     // delimiter or quote inside a multibyte character.
     if (!is_utf8(arg_text(arg).value_or(""))) return "COPY through splitpoint supports only ENCODING 'UTF8'";
+    st.encoding_given = true;
   } else if (name == "force_quote") {
     if (once(g.force_quote)) return redundant;
     if (is(arg, PG_QUERY__NODE__NODE_A_STAR)) {

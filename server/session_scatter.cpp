@@ -95,7 +95,9 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
     copy_out = routing::parse_copy(req.sql, &why);
     std::optional<std::string> source;
     if (copy_out && !copy_out->to_stdout) why = "COPY to a file or program cannot run on several shards";
-    if (copy_out && copy_out->to_stdout) source = routing::copy_source_query(req.sql, &why);
+    // The merged values arrive in the client's encoding; ENCODING would ask for another.
+    if (copy_out && copy_out->encoding_given) why = "the ENCODING option is not supported for a merged COPY";
+    if (copy_out && copy_out->to_stdout && why.empty()) source = routing::copy_source_query(req.sql, &why);
     if (!source)
       co_return co_await reject(copy_out ? sqlstate::cannot_merge : sqlstate::feature_not_supported,
                                 "cannot copy from several shards: " + why, req.extended);
@@ -166,6 +168,10 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
     }
     if (runtime_->shapes->collation().empty()) {
       auto row = co_await first_row_on(b, kDatabaseCollationQuery, limits_);
+      if (!row) {
+        prepare_error = "cannot read the database's collation";
+        co_return;
+      }
       runtime_->shapes->set_collation(database_collation(row));
     }
   };
@@ -255,7 +261,7 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
   if (!prepare_error.empty()) {
     for (auto& sh : shards)
       if (sh.borrowed) pools_[sh.index]->release(std::move(sh.borrowed), true);
-    co_return co_await reject(sqlstate::cannot_merge, prepare_error, true);
+    co_return co_await reject(sqlstate::cannot_merge, prepare_error, req.extended);
   }
 
   // 4. The deadline cancels whatever is still running.

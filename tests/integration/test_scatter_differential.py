@@ -1236,6 +1236,7 @@ def copy_to_stdout_refusals():
     for sid, sql, code in [
         ("copy-r1", "COPY (SELECT count(DISTINCT status) FROM orders) TO STDOUT", "SPC01"),
         ("copy-r2", "COPY (SELECT order_id FROM orders) TO STDOUT (FORMAT csv, FORCE_QUOTE (nope))", "42P10"),
+        ("copy-r3", "COPY (SELECT order_id FROM orders) TO STDOUT (ENCODING 'UTF8')", "SPC01"),
     ]:
         got, err = copy_messages(PROXY_T, "simple", sql)
         check(err is not None and err.get("C") == code and not any(m[0] in ("H", "d") for m in got), sid, "simple",
