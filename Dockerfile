@@ -28,7 +28,7 @@ FROM debian:12-slim
 # for the HEALTHCHECK. Keep this one apt-get line: the deploy test reads it.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      curl libc6 libfmt9 libgcc-s1 libprometheus-cpp-core1.0 libspdlog1.10 libssl3 libstdc++6 libyaml-cpp0.7 \
+      curl libc6 libfmt9 libgcc-s1 libicu72 libprometheus-cpp-core1.0 libspdlog1.10 libssl3 libstdc++6 libyaml-cpp0.7 \
  && rm -rf /var/lib/apt/lists/*
 # A fixed numeric uid, so Kubernetes' runAsNonRoot can verify it without runAsUser.
 RUN groupadd --system --gid 10001 splitpoint \

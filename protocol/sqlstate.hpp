@@ -18,6 +18,7 @@ inline constexpr const char* invalid_parameter_value = "22023";
 inline constexpr const char* insufficient_privilege = "42501";
 inline constexpr const char* syntax_error = "42601";
 inline constexpr const char* undefined_table = "42P01";
+inline constexpr const char* invalid_column_reference = "42P10";
 inline constexpr const char* internal_error = "XX000";
 
 inline constexpr const char* no_shard_key = "SPR01";

@@ -114,8 +114,16 @@ std::string take_option(const PgQuery__DefElem* d, bool is_from, CopyStatement& 
     // The splitter reads bytes as ASCII-compatible UTF8; another encoding could hide a
     // delimiter or quote inside a multibyte character.
     if (!is_utf8(arg_text(arg).value_or(""))) return "COPY through splitpoint supports only ENCODING 'UTF8'";
+    st.encoding_given = true;
   } else if (name == "force_quote") {
     if (once(g.force_quote)) return redundant;
+    if (is(arg, PG_QUERY__NODE__NODE_A_STAR)) {
+      st.force_quote_all = true;
+    } else {
+      auto cols = arg_columns(arg);
+      if (!cols) return "argument to option \"force_quote\" must be a list of column names";
+      st.force_quote = std::move(*cols);
+    }
   } else if (name == "force_not_null" || name == "force_null") {
     bool& seen = name == "force_null" ? g.force_null : g.force_not_null;
     if (once(seen)) return redundant;

@@ -29,6 +29,10 @@ struct CopyStatement {
   // which decides whether a key is NULL.
   std::vector<std::string> force_not_null;
   std::vector<std::string> force_null;
+  bool encoding_given = false;        // ENCODING (UTF8 only, see parse_copy)
+  // csv TO: FORCE_QUOTE * / FORCE_QUOTE (columns)
+  bool force_quote_all = false;
+  std::vector<std::string> force_quote;
 };
 
 // Parses a COPY statement: nullopt if `sql` is not a single COPY statement, or has

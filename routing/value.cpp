@@ -1,6 +1,7 @@
 #include "routing/value.hpp"
 
 #include <locale.h>
+#include <unicode/ucol.h>
 
 #include <charconv>
 #include <cmath>
@@ -63,9 +64,11 @@ std::string type_label(std::uint32_t type_oid) {
 // Collation
 
 struct Collation::Locale {
-  locale_t loc = nullptr;
+  locale_t loc = nullptr;       // libc
+  UCollator* icu = nullptr;     // or ICU
   ~Locale() {
     if (loc != nullptr) freelocale(loc);
+    if (icu != nullptr) ucol_close(icu);
   }
 };
 
@@ -73,6 +76,28 @@ Collation Collation::bytewise() { return Collation{}; }
 
 std::optional<Collation> Collation::named(std::string_view name) {
   if (name == "C" || name == "POSIX" || name == "C.UTF-8" || name == "C.utf8" || name == "ucs_basic") return bytewise();
+  // ICU: "icu:<locale>" (a database whose provider is ICU) or a pg_collation name
+  // "<locale>-x-icu". PostgreSQL 15 opens the collator with ucol_open(locale) and
+  // compares with ucol_strcollUTF8 (a UTF-8 database); so does this.
+  std::string icu_locale;
+  if (name.starts_with("icu:")) {
+    icu_locale = std::string(name.substr(4));
+  } else if (name.ends_with("-x-icu")) {
+    icu_locale = std::string(name.substr(0, name.size() - 6));
+  }
+  if (!icu_locale.empty() || name == "icu:") {
+    UErrorCode status = U_ZERO_ERROR;
+    UCollator* coll = ucol_open(icu_locale == "und" ? "" : icu_locale.c_str(), &status);
+    if (U_FAILURE(status)) {
+      if (coll != nullptr) ucol_close(coll);
+      return std::nullopt;
+    }
+    auto l = std::make_shared<Locale>();
+    l->icu = coll;
+    Collation c;
+    c.locale_ = std::move(l);
+    return c;
+  }
   // PostgreSQL names a UTF-8 libc collation both "en_US.utf8" and "en_US"; a bare name
   // on this host may be another encoding's locale, so it is tried with a UTF-8 codeset.
   locale_t loc = nullptr;
@@ -103,6 +128,13 @@ int compare_bytes(std::string_view a, std::string_view b) {
 int Collation::compare(std::string_view a, std::string_view b) const {
   if (locale_ == nullptr || (a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0))
     return compare_bytes(a, b);
+  if (locale_->icu != nullptr) {
+    UErrorCode status = U_ZERO_ERROR;
+    UCollationResult r = ucol_strcollUTF8(locale_->icu, a.data(), static_cast<int32_t>(a.size()), b.data(),
+                                          static_cast<int32_t>(b.size()), &status);
+    if (U_FAILURE(status) || r == UCOL_EQUAL) return compare_bytes(a, b);  // deterministic: ties by bytes
+    return r == UCOL_LESS ? -1 : 1;
+  }
   // strcoll_l wants NUL-terminated strings (text never contains NUL).
   thread_local std::string x, y;
   x.assign(a);

@@ -54,8 +54,9 @@ std::string type_label(std::uint32_t type_oid);
 // (glibc's C.UTF-8 orders by code point, which for UTF-8 is byte order); any other
 // name is a libc locale compared with strcoll_l, equal results broken by byte order as
 // PostgreSQL does for deterministic collations. A name without a codeset ("en_US", as
-// pg_collation aliases "en_US.utf8") is looked up with a UTF-8 codeset. ICU collations
-// are not available (named() fails).
+// pg_collation aliases "en_US.utf8") is looked up with a UTF-8 codeset. ICU: a name
+// "icu:<locale>" (a database whose default provider is ICU) or "<locale>-x-icu" (a
+// pg_collation name) compares with the ICU collator for <locale>, ties by bytes.
 class Collation {
  public:
   static Collation bytewise();

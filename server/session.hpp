@@ -156,7 +156,8 @@ class Session : public std::enable_shared_from_this<Session> {
     std::vector<std::int32_t> param_types;
   };
   awaitable<bool> scatter_read(const routing::Route& route, ScatterRequest req);
-  awaitable<std::optional<std::size_t>> describe_columns(const std::string& sql, const std::vector<std::int32_t>& types);
+  awaitable<std::optional<std::size_t>> describe_columns(const std::string& sql, const std::vector<std::int32_t>& types,
+                                                         Backend* on = nullptr);
   std::chrono::milliseconds scatter_deadline(const routing::Route& route) const;
   bool scatter_allows_partial(const routing::Route& route) const;
   std::optional<std::string> local_setting(std::string_view name) const;

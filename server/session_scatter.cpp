@@ -11,7 +11,10 @@
 #include "protocol/buffer.hpp"
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
+#include "routing/copy_out.hpp"
 #include "routing/merger.hpp"
+#include "routing/session_command.hpp"
+#include "server/scatter_io.hpp"
 #include "server/session.hpp"
 #include "server/session_util.hpp"
 
@@ -83,7 +86,25 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
     shapes_used.push_back(s);
     return &s->columns;
   };
-  auto planned = routing::plan_merge(req.sql, mopts);
+  // COPY (query) TO STDOUT and COPY table TO STDOUT: the rows of the query, merged as
+  // the SELECT would be, written in the COPY format the statement asks for.
+  std::optional<routing::CopyStatement> copy_out;
+  std::string source_sql;
+  if (routing::first_keyword(req.sql) == "copy") {
+    std::string why;
+    copy_out = routing::parse_copy(req.sql, &why);
+    std::optional<std::string> source;
+    if (copy_out && !copy_out->to_stdout) why = "COPY to a file or program cannot run on several shards";
+    // The merged values arrive in the client's encoding; ENCODING would ask for another.
+    if (copy_out && copy_out->encoding_given) why = "the ENCODING option is not supported for a merged COPY";
+    if (copy_out && copy_out->to_stdout && why.empty()) source = routing::copy_source_query(req.sql, &why);
+    if (!source)
+      co_return co_await reject(copy_out ? sqlstate::cannot_merge : sqlstate::feature_not_supported,
+                                "cannot copy from several shards: " + why, req.extended);
+    source_sql = std::move(*source);
+  }
+  const bool copy_binary = copy_out && copy_out->format == routing::CopyStatement::Format::binary;
+  auto planned = routing::plan_merge(copy_out ? std::string_view(source_sql) : std::string_view(req.sql), mopts);
   if (auto* err = std::get_if<routing::MergeError>(&planned))
     co_return co_await reject(err->sqlstate, err->message, req.extended);
   const auto& plan = std::get<routing::MergePlan>(planned);
@@ -111,64 +132,50 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
     bool merger_ended = false;  // end_of_shard() was given to the merger
     bool described = false;
     bool finished = false;      // ReadyForQuery seen
+    bool sent = false;          // the statement was sent
+    std::size_t consumed = 0;   // bytes of b->read_buf already read as messages
     Clock::time_point done_at{};
     std::optional<proto::RowDescription> fields;
     std::string fields_body;
   };
   std::vector<Shard> shards(targets.size());
 
-  // 2. Backends for every shard, acquired in shard order so two scatters never wait on
-  //    each other's pools. A shard that cannot be reached is missing at once.
-  for (std::size_t i = 0; i < targets.size(); ++i) {
-    auto& sh = shards[i];
-    sh.index = targets[i];
-    if (held_[sh.index]) {
-      sh.b = held_[sh.index].get();
-      continue;
-    }
-    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    auto waited_from = Clock::now();
-    auto r = co_await pools_[sh.index]->acquire(std::max(wait, std::chrono::milliseconds(1)));
-    if (sh.index < kMaxShards) metrics.shards[sh.index].pool_wait.observe_since(waited_from);
-    if (!r.backend) {
-      sh.state = Shard::State::missing;
-      sh.status = "error";
-      sh.error = "unreachable: " + r.message;
-      if (sh.index < kMaxShards) metrics.shards[sh.index].missing[static_cast<std::size_t>(MissingReason::unreachable)].add();
-      continue;
-    }
-    sh.borrowed = std::move(r.backend);
-    sh.b = sh.borrowed.get();
-  }
-
-  // Result formats for the shards: the client's for visible columns, text for hidden
-  // ones; with binary results that needs the column count, from one Describe.
+  // 2. Backends for every shard, acquired all at once, each bounded by the deadline
+  //    (ParallelAcquire gives back what arrives too late, so two scatters cannot hold
+  //    each other's pools). Each shard gets the statement as soon as its connection is
+  //    there; one that cannot be reached is missing at once, one still waiting at the
+  //    deadline is missing as timed out.
   std::vector<std::int16_t> shard_formats;
   bool any_binary = std::any_of(req.result_formats.begin(), req.result_formats.end(), [](auto f) { return f != 0; });
-  if (req.extended && any_binary) {
-    auto ncols = co_await describe_columns(plan.shard_sql, req.param_types);
-    if (!ncols) co_return co_await reject(sqlstate::cannot_merge, "cannot describe the multi-shard statement", true);
-    shard_formats = plan.shard_result_formats(req.result_formats, *ncols);
-  }
-  if (runtime_->shapes->collation().empty()) {
-    auto reply = co_await run_on(targets.front(),
-                                 "SELECT datcollate FROM pg_catalog.pg_database WHERE datname = current_database()");
-    std::string collation = "C";
-    proto::Reader all(reply.messages);
-    while (all.remaining() >= 5) {
-      char type = static_cast<char>(all.u8());
-      auto len = all.i32();
-      auto body = all.bytes(static_cast<std::size_t>(len) - 4);
-      if (!all.ok()) break;
-      if (auto row = proto::DataRow::decode(body); type == 'D' && row && row->values.size() == 1 && row->values[0])
-        collation = std::string(*row->values[0]);
+  // A binary COPY needs the shards' values in binary: its statement goes out in the
+  // extended protocol, every visible column in binary.
+  const bool shard_extended = req.extended || copy_binary;
+  std::vector<std::int16_t> result_formats = copy_binary ? std::vector<std::int16_t>(1, 1) : req.result_formats;
+  bool prepared = false;
+  std::string prepare_error;
+  // Once, on the first backend: the shards' result formats (the client's for visible
+  // columns, text for hidden ones; with binary results that needs the column count)
+  // and the database's collation.
+  auto prepare = [&](Backend& b) -> awaitable<void> {
+    prepared = true;
+    if ((req.extended && any_binary) || copy_binary) {
+      auto ncols = co_await describe_columns(plan.shard_sql, req.param_types, &b);
+      if (!ncols) {
+        prepare_error = "cannot describe the multi-shard statement";
+        co_return;
+      }
+      shard_formats = plan.shard_result_formats(result_formats, *ncols);
     }
-    runtime_->shapes->set_collation(collation);
-  }
-
-  // 3. Send the shard statement to every reachable shard.
-  for (auto& sh : shards) {
-    if (sh.state != Shard::State::running) continue;
+    if (runtime_->shapes->collation().empty()) {
+      auto row = co_await first_row_on(b, kDatabaseCollationQuery, limits_);
+      if (!row) {
+        prepare_error = "cannot read the database's collation";
+        co_return;
+      }
+      runtime_->shapes->set_collation(database_collation(row));
+    }
+  };
+  auto send_statement = [&](Shard& sh) -> awaitable<void> {
     Backend* b = sh.b;
     std::string out;
     if (b->needs_discard || b->applied_state != state_hash_) {
@@ -181,7 +188,7 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
       proto::Query{begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_)}.encode(out);
       ++sh.skip_ready;
     }
-    if (!req.extended) {
+    if (!shard_extended) {
       proto::Query{plan.shard_sql}.encode(out);
     } else {
       proto::Parse parse{"", plan.shard_sql, req.param_types};
@@ -195,12 +202,66 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
       proto::Execute{"", 0}.encode(out);
       proto::encode_sync(out);
     }
+    sh.sent = true;
     auto [ec, n] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow);
     if (ec) {
       sh.state = Shard::State::missing;
       sh.status = "error";
       sh.error = "unreachable: " + ec.message();
+      sh.finished = true;  // nothing to drain
     }
+  };
+  {
+    ParallelAcquire acquiring(co_await asio::this_coro::executor, deadline);
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      auto& sh = shards[i];
+      sh.index = targets[i];
+      if (held_[sh.index]) {
+        sh.b = held_[sh.index].get();
+      } else {
+        acquiring.start(i, pools_[sh.index]);
+      }
+    }
+    for (;;) {
+      const bool all_acquired = acquiring.pending() == 0;  // before the pass below takes them
+      for (std::size_t i = 0; i < shards.size(); ++i) {
+        auto& sh = shards[i];
+        Clock::duration waited{};
+        if (auto r = acquiring.take(i, waited)) {
+          if (sh.index < kMaxShards)
+            metrics.shards[sh.index].pool_wait.observe(std::chrono::duration<double>(waited).count());
+          if (!r->backend) {
+            sh.state = Shard::State::missing;
+            sh.status = "error";
+            sh.error = "unreachable: " + r->message;
+            sh.done_at = Clock::now();
+            if (sh.index < kMaxShards)
+              metrics.shards[sh.index].missing[static_cast<std::size_t>(MissingReason::unreachable)].add();
+            continue;
+          }
+          sh.borrowed = std::move(r->backend);
+          sh.b = sh.borrowed.get();
+        }
+        if (sh.state != Shard::State::running || !sh.b || sh.sent || !prepare_error.empty()) continue;
+        if (!prepared) co_await prepare(*sh.b);
+        if (prepare_error.empty()) co_await send_statement(sh);
+      }
+      if (all_acquired || Clock::now() >= deadline || !prepare_error.empty()) break;
+      co_await acquiring.wait();
+    }
+    for (auto& sh : shards) {
+      if (sh.state != Shard::State::running || sh.b) continue;
+      sh.state = Shard::State::missing;
+      sh.status = "timeout";
+      sh.error = "no connection within the deadline";
+      sh.done_at = Clock::now();
+      if (sh.index < kMaxShards) metrics.shards[sh.index].missing[static_cast<std::size_t>(MissingReason::timeout)].add();
+    }
+  }  // connections acquired after this point go back to their pools
+  if (!prepare_error.empty()) {
+    for (auto& sh : shards)
+      if (sh.borrowed) pools_[sh.index]->release(std::move(sh.borrowed), true);
+    co_return co_await reject(sqlstate::cannot_merge, prepare_error, req.extended);
   }
 
   // 4. The deadline cancels whatever is still running.
@@ -222,28 +283,50 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
   // Reads the next message of a shard that matters to the merge: RowDescription,
   // DataRow, CommandComplete or ErrorResponse (others are consumed here).
   std::string frame_body;
+  // At the deadline, a shard that has already sent its whole answer has finished (SPEC
+  // §4) even if the merge has not consumed it yet: once, what the sockets of the shards
+  // still running already hold is read (up to scatter.max_buffered_rows rows each);
+  // after that nothing more is read and a shard whose answer is incomplete is missing.
+  bool settled = false;
+  auto settle_running = [&]() -> awaitable<void> {
+    settled = true;
+    for (auto& o : shards)
+      if (o.state == Shard::State::running && o.b && o.sent && !o.finished)
+        co_await read_finished_response(*o.b, o.consumed, o.skip_ready + 1,
+                                        runtime_->config.scatter.max_buffered_rows, limits_);
+  };
   auto next_message = [&](Shard& sh, char& type) -> awaitable<bool> {
     Backend* b = sh.b;
     for (;;) {
-      auto r = proto::decode_frame(b->read_buf, proto::Direction::backend, limits_);
+      auto r = proto::decode_frame(std::string_view(b->read_buf).substr(sh.consumed), proto::Direction::backend,
+                                   limits_);
       if (r.status == proto::FrameStatus::error) co_return false;
       if (r.status == proto::FrameStatus::need_more) {
-        // Past the deadline a shard still running is missing, even if it is not the
-        // one whose read the timer interrupted.
-        if (timed_out && !stream_done) co_return false;
+        if (timed_out && !stream_done) {
+          if (settled) co_return false;
+          co_await settle_running();
+          continue;
+        }
+        b->read_buf.erase(0, sh.consumed);
+        sh.consumed = 0;
         if (b->read_buf.size() > 0 && b->read_buf.capacity() > (1u << 20)) b->read_buf.shrink_to_fit();
-        if (co_await read_into(b->socket, b->read_buf, 65536)) co_return false;
+        if (co_await read_into(b->socket, b->read_buf, 65536)) {
+          if (timed_out && !stream_done) continue;  // the timer interrupted this read
+          co_return false;
+        }
         continue;
       }
       type = r.frame.type;
       frame_body.assign(r.frame.body);
-      b->read_buf.erase(0, r.frame.size);
+      sh.consumed += r.frame.size;
       if (type == 'Z') {
         b->status = frame_body.empty() ? 'E' : frame_body[0];
         if (sh.skip_ready > 0) {
           --sh.skip_ready;  // an injected statement finished
           continue;
         }
+        b->read_buf.erase(0, sh.consumed);
+        sh.consumed = 0;
         sh.finished = true;
         co_return true;
       }
@@ -302,6 +385,7 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
   std::string failure;  // SQLSTATE + message when the statement fails as a whole
   std::string failure_code;
   std::unique_ptr<routing::Merger> merger;
+  std::optional<routing::CopyOutFormatter> copy_formatter;
   auto missing_text = [&] {
     std::string m;
     for (auto& sh : shards)
@@ -359,6 +443,24 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
       if (!described) {
         failure_code = sqlstate::cannot_merge;
         failure = "cannot describe the merged result";
+      } else if (copy_out) {
+        std::vector<std::string> names;
+        for (auto& f : *described) names.emplace_back(f.name);
+        copy_formatter.emplace(*copy_out, names);
+        if (!copy_formatter->error().empty()) {
+          failure_code = sqlstate::invalid_column_reference;
+          failure = copy_formatter->error();
+        } else {
+          if (req.extended && req.describe) proto::encode_no_data(out);  // a COPY's portal returns no rows
+          if (req.emit_rows) {
+            proto::CopyResponse cr;
+            cr.type = 'H';
+            cr.format = copy_binary ? 1 : 0;
+            cr.column_formats.assign(names.size(), copy_binary ? 1 : 0);
+            cr.encode(out);
+            if (auto h = copy_formatter->header(); !h.empty()) proto::CopyData{h}.encode(out);
+          }
+        }
       } else if (req.describe) {
         proto::RowDescription rd;
         rd.fields = *described;
@@ -382,7 +484,15 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
       auto step = merger->next();
       switch (step.kind) {
         case routing::Merger::Step::Kind::emit: {
-          if (req.emit_rows) {
+          if (req.emit_rows && copy_formatter) {
+            proto::Writer w(out, 'd');  // one CopyData per row, as PostgreSQL sends them
+            if (!copy_formatter->row(step.row, out)) {
+              failure_code = sqlstate::internal_error;
+              failure = "malformed merged row";
+              running = false;
+            }
+            w.finish();
+          } else if (req.emit_rows) {
             proto::Writer w(out, 'D');
             w.bytes(step.row).finish();
           }
@@ -459,6 +569,10 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
     proto::ErrorFields::make("ERROR", failure_code, failure).encode(out, 'E');
     if (client_txn_ != 'I') client_txn_ = 'E';
     if (req.extended) skip_until_sync_ = true;
+  } else if (req.emit_rows && copy_formatter) {
+    if (auto t = copy_formatter->trailer(); !t.empty()) proto::CopyData{t}.encode(out);
+    proto::encode_copy_done(out);
+    proto::CommandComplete{"COPY " + std::to_string(merger->rows_emitted())}.encode(out);
   } else if (req.emit_rows) {
     proto::CommandComplete{"SELECT " + std::to_string(merger->rows_emitted())}.encode(out);
   }
@@ -516,12 +630,12 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
   co_return !closing_;
 }
 
-// Number of result columns of `sql` (one Parse + Describe on any shard).
+// Number of result columns of `sql` (one Parse + Describe on `on`, else on any shard).
 awaitable<std::optional<std::size_t>> Session::describe_columns(const std::string& sql,
-                                                                const std::vector<std::int32_t>& types) {
+                                                                const std::vector<std::int32_t>& types, Backend* on) {
   std::size_t shard = pick_any_shard();
   std::unique_ptr<Backend> borrowed;
-  Backend* b = held_[shard].get();
+  Backend* b = on != nullptr ? on : held_[shard].get();
   if (!b) {
     auto r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
     if (!r.backend) co_return std::nullopt;

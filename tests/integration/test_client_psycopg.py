@@ -47,11 +47,8 @@ WORK = clients.workdir("client_psycopg")
 
 # Checks that fail because of the PROXY (reported as KNOWN FAILURE, not fatal); see
 # docs/compatibility.md. Keyed by the check's name, value: the diagnosis.
-B5 = clients.BUG_COPY_TO_SCATTER
 KNOWN_PSYCOPG2 = {}
-KNOWN_PSYCOPG3 = {
-    "COPY (scatter SELECT ... ORDER BY) TO STDOUT": B5,
-}
+KNOWN_PSYCOPG3 = {}
 
 
 def url(proxy, password="secret"):

@@ -11,6 +11,7 @@ thoroughly. A raw protocol client reads the answer of
     SELECT id, v FROM big ORDER BY v, id          (simple protocol, text)
     SELECT id, v FROM big                          (plain concatenation)
     SELECT id, v FROM big WHERE id > $1 ORDER BY v, id   (extended protocol, binary)
+    COPY (SELECT id, v FROM big ORDER BY v, id) TO STDOUT  (the rows as COPY text)
 
 message by message, checking the order and counting while it streams (nothing is kept),
 while a thread samples the proxy's VmRSS every 100 ms. Checks: the row count, strictly
@@ -193,19 +194,24 @@ class Stream:
         self.on_progress = None  # called every 200,000 rows (an RSS sample)
 
     def row(self, body):
-        if self.rows % 200_000 == 0 and self.on_progress is not None:
-            self.on_progress()
         # Int16 count, then (Int32 len, bytes) per column: id, v
         n1 = struct.unpack_from("!i", body, 2)[0]
         a = body[6:6 + n1]
         n2 = struct.unpack_from("!i", body, 6 + n1)[0]
         b = body[10 + n1:10 + n1 + n2]
         if self.binary:
-            i = struct.unpack("!q", a)[0]
-            v = struct.unpack("!i", b)[0]
+            self.take(struct.unpack("!q", a)[0], struct.unpack("!i", b)[0])
         else:
-            i = int(a)
-            v = int(b)
+            self.take(int(a), int(b))
+
+    def copy_row(self, body):
+        # COPY text: one CopyData message per row, "id<TAB>v<LF>"
+        a, b = body.rstrip(b"\n").split(b"\t")
+        self.take(int(a), int(b))
+
+    def take(self, i, v):
+        if self.rows % 200_000 == 0 and self.on_progress is not None:
+            self.on_progress()
         self.rows += 1
         self.id_sum += i
         if self.ordered:
@@ -233,6 +239,8 @@ class Stream:
                 pos += 1 + length
                 if t == 0x44:  # 'D'
                     self.row(body)
+                elif t == 0x64:  # 'd' CopyData
+                    self.copy_row(body)
                 elif t == 0x54:  # 'T'
                     self.columns = pgwire.decode_row_description(body)
                 elif t == 0x43:  # 'C'
@@ -252,7 +260,7 @@ class Stream:
             buf += chunk
 
 
-def run_stream(cid, conn, send, ordered, binary):
+def run_stream(cid, conn, send, ordered, binary, verb="SELECT"):
     before = PROXY.rss_kb()
     sampler = Sampler(PROXY)
     st = Stream(conn, ordered, binary)
@@ -273,7 +281,7 @@ def run_stream(cid, conn, send, ordered, binary):
     check(st.error is None, cid, lambda: f"error: {st.error}")
     check(st.rows == N, cid, lambda: f"rows: expected {N}, got {st.rows}")
     check(st.id_sum == EXPECTED_ID_SUM, cid, lambda: f"sum of ids: expected {EXPECTED_ID_SUM}, got {st.id_sum}")
-    check(st.tag == f"SELECT {N}", cid, lambda: f"command tag: {st.tag!r}")
+    check(st.tag == f"{verb} {N}", cid, lambda: f"command tag: {st.tag!r}")
     if ordered:
         check(st.order_errors == 0, cid,
               lambda: f"{st.order_errors} rows out of (v, id) order; first at row {st.first_order_error}")
@@ -398,6 +406,14 @@ def ordered_merge_simple_protocol_memory_flat():
     c = CONN["c"]
     run_stream("order-by-simple", c, lambda: c.send(pgwire.query_msg("SELECT id, v FROM big ORDER BY v, id")),
                ordered=True, binary=False)
+
+
+@test
+def ordered_copy_to_stdout_memory_flat():
+    c = CONN["c"]
+    run_stream("copy-order-by", c,
+               lambda: c.send(pgwire.query_msg("COPY (SELECT id, v FROM big ORDER BY v, id) TO STDOUT")),
+               ordered=True, binary=False, verb="COPY")
 
 
 @test

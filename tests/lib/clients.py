@@ -374,17 +374,12 @@ def verify_placement(db, layout="drivers", quiet=False):
 
 
 # ------------------------------------------------------------------ known proxy bugs
-# Diagnoses of the checks the tests report as KNOWN FAILURE (docs/compatibility.md).
-# Each test maps its check names to one of these. Fixed, and their checks hard again:
-# B1, B2 (50bcaec); B3, B4, B6, B7 (a batch switching shards before its Sync lost the
-# answers of the shard left behind; it is now one transaction: SPT01, or two-phase
-# commit with cross_shard_writes: two_phase); B8 (30ceb22); B9 (a syntax error in a batch
-# was answered twice); B10 (two_phase implemented).
-
-BUG_COPY_TO_SCATTER = (
-    "B5 proxy limitation: COPY (SELECT ... FROM a sharded table ... ORDER BY) TO STDOUT "
-    "touching several shards is refused with 0A000 'only a single SELECT can be merged across "
-    "shards' although docs/routing.md routes COPY (query) TO as the query")
+# Diagnoses of the checks the tests report as KNOWN FAILURE (docs/compatibility.md)
+# would live here; none is left. Fixed, and their checks hard again: B1, B2 (50bcaec);
+# B3, B4, B6, B7 (a batch switching shards before its Sync lost the answers of the shard
+# left behind; it is now one transaction: SPT01, or two-phase commit with
+# cross_shard_writes: two_phase); B5 (COPY (query) TO merged across shards); B8
+# (30ceb22); B9 (a syntax error in a batch was answered twice); B10 (two_phase).
 
 # ------------------------------------------------------------------ checks
 

@@ -174,7 +174,23 @@ TEST_CASE("collations: bytes, or the libc locale with a byte tie-break", "[merge
     REQUIRE(Collation::named("en_US"));  // pg_collation's alias of en_US.utf8
     CHECK_FALSE(Collation::named("en_US")->is_bytewise());
   }
-  CHECK_FALSE(Collation::named("und-x-icu"));
+}
+
+TEST_CASE("ICU collations order text as PostgreSQL's ICU provider does", "[merge]") {
+  // en-US: 'a' < 'A' < 'b' < 'é' < 'Z'; by bytes 'A' < 'Z' < 'a' < 'b' < 'é'.
+  auto en = Collation::named("icu:en-US");
+  REQUIRE(en);
+  CHECK_FALSE(en->is_bytewise());
+  CHECK(en->compare("a", "A") < 0);
+  CHECK(en->compare("A", "b") < 0);
+  CHECK(en->compare("b", "é") < 0);
+  CHECK(en->compare("é", "Z") < 0);
+  CHECK(en->compare("Z", "é") > 0);
+  CHECK(en->compare("x", "x") == 0);
+  auto und = Collation::named("und-x-icu");  // pg_collation's name for the root locale
+  REQUIRE(und);
+  CHECK(und->compare("b", "B") < 0);
+  CHECK(und->compare("B", "c") < 0);
 }
 
 TEST_CASE("DataRow bodies are split safely", "[merge]") {
