@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "routing/router.hpp"
+#include "routing/topology.hpp"
 
 namespace splitpoint::server {
 
@@ -86,6 +88,18 @@ class HotKeys {
   std::unordered_map<std::string, Entry> entries_;
 };
 
+// Where the rows one shard reports for a write are counted (partition_writes_total,
+// SHOW PARTITIONS rows_written): flat partition indexes and their weights.
+struct RowShare {
+  std::size_t index = 0;
+  std::uint64_t weight = 1;
+};
+using RowShares = std::vector<RowShare>;
+
+// Rows a CommandComplete tag reports written ("INSERT 0 n", "UPDATE n", "DELETE n",
+// "MERGE n", "COPY n"); 0 for any other tag. A trailing NUL is ignored.
+std::uint64_t rows_written_by(std::string_view tag);
+
 struct WorkerMetrics {
   explicit WorkerMetrics(std::size_t partitions, std::size_t distributions)
       : partition_queries(partitions), partition_writes(partitions), hot(distributions) {}
@@ -100,6 +114,9 @@ struct WorkerMetrics {
 
   void error(std::string_view sqlstate);
   void hot_key(std::size_t distribution, std::string_view key);
+  // Adds `rows` to the shares' partitions in proportion to their weights (largest
+  // remainder, ties to the earlier share): the partitions' counts sum to `rows`.
+  void add_rows(const RowShares& shares, std::uint64_t rows);
 
   // SQLSTATE -> count; guarded because the scrape reads the map.
   mutable std::mutex errors_mu;
@@ -119,6 +136,12 @@ class Metrics {
   Metrics(std::size_t workers, const config::Config& config);
   WorkerMetrics& worker(std::size_t i) { return *workers_[i]; }
   std::size_t partition_index(std::size_t distribution, std::uint32_t partition) const;
+  // The partitions of a write statement on `shard` its rows are counted in (docs/metrics.md):
+  // the partitions its keys mapped to on that shard, weighted by their INSERT ... VALUES
+  // rows when every one is known, else evenly; a keyless UPDATE/DELETE of one
+  // distribution: every partition of that distribution on the shard, evenly. Empty for
+  // reads, reference-table writes and writes no distribution owns.
+  RowShares row_shares(const routing::Route& route, std::size_t shard, const routing::Topology& topo) const;
 
   void config_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).fetch_add(1, std::memory_order_relaxed); }
 

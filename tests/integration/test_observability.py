@@ -5,9 +5,10 @@ CONFIG, RELOAD, PAUSE / RESUME, and a real Prometheus scrape.
 
 Two shards (the shared instances PG0 and PG1, each with a fresh database obs_<random>
 made for this run and dropped at the end). One hash distribution `by_user` over 16
-partitions (default placement: partitions 0-7 on s0, 8-15 on s1) for the table
-users(id bigint primary key, v int); a reference table countries. Client users: app
-(plain) and admin (admin: true), auth scram-sha-256; the shards are reached as app/secret.
+partitions (default placement: partitions 0-7 on s0, 8-15 on s1) for the tables
+users(id bigint primary key, v int) and ledger(id, seq, v) (several rows per key); a
+reference table countries. Client users: app (plain) and admin (admin: true), auth
+scram-sha-256; the shards are reached as app/secret.
 
 The expected partition of every key comes from PostgreSQL itself: a scratch table
 `PARTITION BY HASH (k)` with MODULUS 16 on shard PG0 (each key's tableoid gives its
@@ -24,6 +25,11 @@ Checks:
     the main proxy's value after an even workload.
  4. SHOW PARTITIONS: 16 rows with the default placement; queries equal the metrics;
     rows_written equal the rows loaded per partition.
+ 4b. rows written per partition (fresh proxy, table ledger with several rows per key):
+    COPY text/csv, split INSERT, ON CONFLICT DO NOTHING, UPDATE/DELETE of 3 / 0 rows,
+    extended protocol (two portals in one batch), several partitions of one shard, two
+    shards, keyless UPDATE, commit and rollback, reads and reference writes: SHOW
+    PARTITIONS rows_written and splitpoint_partition_writes_total equal the workload.
  5. SHOW ROUTE for each routing case, and the shown statements are not executed.
  6. Admin access: app refused with 42501, wrong admin password 28P01; SHOW SHARDS /
     POOLS / CLIENTS / CONFIG (no password), RELOAD good and broken file, PAUSE / RESUME.
@@ -35,6 +41,7 @@ Run by tests/run (env: PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKD
 # test-timeout: 240
 
 import http.client
+import io
 import json
 import os
 import random
@@ -229,6 +236,7 @@ distributions:
     partitions: {PARTS}
     tables:
       users: id
+      ledger: id
 reference_tables: [countries]
 """
 
@@ -395,6 +403,7 @@ def setup():
         with c.cursor() as cur:
             cur.execute("CREATE TABLE users (id bigint PRIMARY KEY, v int)")
             cur.execute("CREATE TABLE countries (code text PRIMARY KEY, name text)")
+            cur.execute("CREATE TABLE ledger (id bigint NOT NULL, seq int NOT NULL, v int, PRIMARY KEY (id, seq))")
             cur.execute("INSERT INTO countries (code, name) VALUES ('jp', 'Japan'), ('us', 'United States')")
             for start in range(1, ROWS + 1, 500):
                 values = ", ".join(f"({k}, {10 * k})" for k in range(start, min(start + 500, ROWS + 1)))
@@ -599,6 +608,181 @@ def show_partitions_rows_written():
     got = [int(r["rows_written"]) for r in rows]
     assert got == want, (f"SHOW PARTITIONS rows_written after loading {ROWS} rows with 4 multi-row INSERTs: "
                          f"got {got} (sum {sum(got)}), expected rows per partition {want} (sum {sum(want)})")
+
+
+# ------------------------------------------------------------------ 4b. rows written per partition
+
+def rows_written(p):
+    """(SHOW PARTITIONS rows_written, splitpoint_partition_writes_total) per partition."""
+    shown = [int(r["rows_written"]) for r in admin_dicts(p, "SHOW PARTITIONS") if r["distribution"] == DIST]
+    return shown, [int(x) for x in partition_counts(metrics(p), "splitpoint_partition_writes_total")]
+
+
+def spread(n, parts):
+    """docs/metrics.md: rows a shard reports for several partitions, evenly, the
+    remainder one each to the lowest-numbered partitions."""
+    parts = sorted(parts)
+    base, extra = divmod(n, len(parts))
+    return {q: base + (1 if i < extra else 0) for i, q in enumerate(parts)}
+
+
+def ledger_rows(k):
+    """Rows of key k loaded by the text COPY below (seq 1..n)."""
+    return k % 3 + 1
+
+
+@test
+def rows_written_count_real_rows():
+    """SPEC §7 SHOW PARTITIONS rows written: the rows the shards report (CommandComplete),
+    per partition: COPY rows split by key, UPDATE/DELETE rows (several per key here, or
+    none), INSERT ... ON CONFLICT DO NOTHING only the rows inserted, extended protocol
+    (two portals in one batch), multi-shard writes, transactions; reads and reference
+    writes count nothing. Table ledger(id, seq) has several rows per key. A fresh proxy,
+    so every counter starts at 0; after each step the counters must equal the workload
+    exactly (the documented even split where one shard's count covers several partitions)."""
+    w = Proxy("rows", proxy_config()).start()
+    expect = [0] * PARTS
+    used = {5, 8, 9, 11}
+
+    def check(what):
+        shown, metric = rows_written(w)
+        assert shown == expect, f"after {what}: SHOW PARTITIONS rows_written\n {shown}, expected\n {expect}"
+        assert metric == expect, f"after {what}: splitpoint_partition_writes_total\n {metric}, expected\n {expect}"
+
+    def add(k, n):
+        expect[PARTITION_OF[k]] += n
+
+    def pick(pred=lambda k: True, lo=1, hi=200):
+        k = next(k for k in range(lo, hi + 1) if k not in used and pred(k))
+        used.add(k)
+        return k
+
+    c = app_conn(w)
+    cur = c.cursor()
+    try:
+        check("start")
+        # COPY text: keys 1..200, k % 3 + 1 rows each
+        data = "".join(f"{k}\t{s}\t{10 * k}\n" for k in range(1, 201) for s in range(1, ledger_rows(k) + 1))
+        cur.copy_expert("COPY ledger (id, seq, v) FROM STDIN", io.StringIO(data))
+        assert cur.rowcount == sum(ledger_rows(k) for k in range(1, 201)), cur.rowcount
+        for k in range(1, 201):
+            add(k, ledger_rows(k))
+        check("COPY text of 200 keys")
+        # COPY csv with a header: keys 201..260, one row each
+        data = "id,seq,v\n" + "".join(f"{k},1,{10 * k}\n" for k in range(201, 261))
+        cur.copy_expert("COPY ledger (id, seq, v) FROM STDIN WITH (FORMAT csv, HEADER true)", io.StringIO(data))
+        assert cur.rowcount == 60, cur.rowcount
+        for k in range(201, 261):
+            add(k, 1)
+        check("COPY csv of 60 keys")
+        # multi-row INSERT split over both shards
+        cur.execute("INSERT INTO ledger (id, seq, v) VALUES " +
+                    ", ".join(f"({k}, 1, {10 * k})" for k in range(261, 301)))
+        assert cur.rowcount == 40
+        for k in range(261, 301):
+            add(k, 1)
+        check("INSERT of 40 rows over both shards")
+        # ON CONFLICT DO NOTHING: 4 rows in the statement, 2 inserted
+        cur.execute("INSERT INTO ledger (id, seq, v) VALUES (5, 1, 0), (5, 2, 0), (5, 10, 0), (5, 11, 0) "
+                    "ON CONFLICT DO NOTHING")
+        assert cur.rowcount == 2, cur.rowcount
+        add(5, 2)
+        check("INSERT ... ON CONFLICT DO NOTHING inserting 2 of 4 rows")
+        # UPDATE / DELETE by key: the rows the shard reports, 3 / 0 / 3
+        cur.execute("UPDATE ledger SET v = v + 1 WHERE id = 8")
+        assert cur.rowcount == 3
+        add(8, 3)
+        cur.execute("UPDATE ledger SET v = 0 WHERE id = 9 AND v < 0")
+        assert cur.rowcount == 0
+        cur.execute("DELETE FROM ledger WHERE id = 11")
+        assert cur.rowcount == 3
+        add(11, 3)
+        check("UPDATE of 3 rows, UPDATE of 0 rows, DELETE of 3 rows, each by key")
+
+        # extended protocol: one portal, then two portals in one batch (same shard)
+        x = pgwire.connect(HOST, w.port, "app", DB, password=APP_PW, timeout=10)
+        try:
+            k = pick(lambda k: ledger_rows(k) == 3)
+            r = x.extended("UPDATE ledger SET v = v + 1 WHERE id = $1", [k]).raise_error()
+            assert r.results[-1].tag == "UPDATE 3", r.results[-1].tag
+            add(k, 3)
+            new = pick(lo=2501, hi=3000)
+            r = x.extended("INSERT INTO ledger (id, seq, v) VALUES ($1, 1, 0)", [new]).raise_error()
+            assert r.results[-1].tag == "INSERT 0 1", r.results[-1].tag
+            add(new, 1)
+            a = pick(lambda k: ledger_rows(k) == 2)
+            b = pick(lambda k: ledger_rows(k) == 1 and shard_of_key(k) == shard_of_key(a))
+            x.send([pgwire.parse_msg("DELETE FROM ledger WHERE id = $1"), pgwire.bind_msg([a]), pgwire.execute_msg(),
+                    pgwire.bind_msg([b]), pgwire.execute_msg(), pgwire.sync_msg()])
+            r = x.query_collect().raise_error()
+            assert [s.tag for s in r.results] == ["DELETE 2", "DELETE 1"], [s.tag for s in r.results]
+            add(a, 2)
+            add(b, 1)
+        finally:
+            x.close()
+        check("extended-protocol UPDATE (3 rows), INSERT (1 row), two DELETE portals in one batch (2 + 1 rows)")
+
+        # several partitions on one shard: the shard's count spread evenly (docs/metrics.md)
+        a = pick(lambda k: ledger_rows(k) == 3)
+        b = pick(lambda k: ledger_rows(k) == 2 and shard_of_key(k) == shard_of_key(a)
+                 and PARTITION_OF[k] != PARTITION_OF[a])
+        cur.execute(f"DELETE FROM ledger WHERE id IN ({a}, {b})")
+        assert cur.rowcount == 5
+        for q, n in spread(5, [PARTITION_OF[a], PARTITION_OF[b]]).items():
+            expect[q] += n
+        check(f"DELETE of 3 + 2 rows in partitions {PARTITION_OF[a]} and {PARTITION_OF[b]} of one shard")
+
+        # keys on both shards: each shard's count goes to its own partition, exactly
+        d0 = pick(lambda k: shard_of_key(k) == "s0" and ledger_rows(k) == 2)
+        d1 = pick(lambda k: shard_of_key(k) == "s1" and ledger_rows(k) == 3)
+        cur.execute(f"UPDATE ledger SET v = -1 WHERE id IN ({d0}, {d1})")
+        assert cur.rowcount == 5
+        add(d0, 2)
+        add(d1, 3)
+        e0 = pick(lambda k: shard_of_key(k) == "s0", 2501, 3000)
+        e1 = pick(lambda k: shard_of_key(k) == "s1", 2501, 3000)
+        cur.execute(f"INSERT INTO ledger (id, seq, v) VALUES ({e0}, 1, 0), ({e1}, 1, 0), ({e1}, 2, 0)")
+        assert cur.rowcount == 3
+        add(e0, 1)
+        add(e1, 2)
+        check("UPDATE of 2 + 3 rows on two shards, INSERT of 1 + 2 rows on two shards")
+
+        # without the key: every shard, each shard's count over its partitions
+        keyless = list(range(261, 301))
+        cur.execute("UPDATE ledger SET v = v + 1 WHERE id BETWEEN 261 AND 300")
+        assert cur.rowcount == 40
+        for shard, parts in (("s0", range(0, PARTS // 2)), ("s1", range(PARTS // 2, PARTS))):
+            n = sum(1 for k in keyless if shard_of_key(k) == shard)
+            for q, m in spread(n, parts).items():
+                expect[q] += m
+        check("keyless UPDATE of 40 rows")
+
+        # transactions: committed rows count; rolled-back ones too (as PostgreSQL's n_tup_*)
+        t = pick(lambda k: ledger_rows(k) == 3)
+        u = pick(lambda k: ledger_rows(k) == 2)
+        c.autocommit = False
+        cur.execute(f"UPDATE ledger SET v = 1 WHERE id = {t}")
+        c.commit()
+        add(t, 3)
+        cur.execute(f"DELETE FROM ledger WHERE id = {u}")
+        c.rollback()
+        add(u, 2)
+        c.autocommit = True
+        check("committed UPDATE of 3 rows, rolled-back DELETE of 2 rows")
+
+        # reads and reference-table writes write no partition's rows
+        cur.execute("SELECT count(*) FROM ledger")
+        cur.fetchall()
+        cur.execute("SELECT * FROM ledger WHERE id = 7")
+        cur.fetchall()
+        cur.execute("UPDATE countries SET name = name WHERE code = 'jp'")
+        assert cur.rowcount == 1
+        check("reads and a reference-table UPDATE")
+        assert sum(expect) > 500, expect
+        print(f"     rows written per partition: {expect}")
+    finally:
+        c.close()
+        assert w.stop() == 0
 
 
 # ------------------------------------------------------------------ 5. SHOW ROUTE
