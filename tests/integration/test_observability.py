@@ -20,6 +20,10 @@ Checks:
  2. 1000 single-shard SELECTs and 10 scatter count(*): exact deltas of
     splitpoint_queries_total per route, splitpoint_partition_queries_total per partition,
     splitpoint_query_duration_seconds_count.
+ 2b. Every SPEC §8 metric on a fresh proxy: queries_total for all / reference / admin,
+    shard_query_duration_seconds and pool_wait_seconds per shard, client_connections and
+    server_connections while a statement runs, errors_total from a shard and from the
+    proxy, scatter_missing_total for a timeout and an unreachable shard.
  3. A skewed workload on a fresh proxy: SHOW HOT KEYS lists the hot key first and
     splitpoint_partition_skew is what the partition counters say (>= 8 here), well above
     the main proxy's value after an even workload.
@@ -32,7 +36,8 @@ Checks:
     PARTITIONS rows_written and splitpoint_partition_writes_total equal the workload.
  5. SHOW ROUTE for each routing case, and the shown statements are not executed.
  6. Admin access: app refused with 42501, wrong admin password 28P01; SHOW SHARDS /
-    POOLS / CLIENTS / CONFIG (no password), RELOAD good and broken file, PAUSE / RESUME.
+    POOLS / CLIENTS / CONFIG (no password), RELOAD good and broken file, PAUSE / RESUME
+    of one shard and of all, PAUSE of an unknown shard (22023).
  7. A real Prometheus (/usr/bin/prometheus) scrapes the proxy; its value of
     splitpoint_queries_total{route="single"} matches /metrics.
 
@@ -536,6 +541,122 @@ def counters_match_known_workload():
         partition_counts(m0, "splitpoint_partition_writes_total")
 
 
+# ------------------------------------------------------------------ 2b. every SPEC §8 metric moves as it should
+
+@test
+def spec_metrics_follow_the_workload():
+    """SPEC §8, each metric against what was done, on a fresh proxy: queries_total for
+    the routes all / reference / admin too; shard_query_duration_seconds and
+    pool_wait_seconds per shard; client_connections and server_connections while a
+    statement runs and after; errors_total from a shard and from the proxy;
+    scatter_missing_total for a shard past the deadline and one that is down."""
+    q = Proxy("spec8", proxy_config()).start()
+    k0, k1 = key_on("s0"), key_on("s1")
+    conns = []
+    try:
+        conns = [app_conn(q) for _ in range(3)]
+        cur = conns[0].cursor()
+        dur = "splitpoint_query_duration_seconds_count"
+        m0 = settled_metrics(q)
+        cur.execute("SELECT * FROM countries WHERE code = 'jp'")  # reference
+        cur.fetchall()
+        cur.execute("CREATE TABLE obs_spec8 (a int)")  # all
+        cur.execute("DROP TABLE obs_spec8")  # all
+        cur.execute("UPDATE users SET v = v WHERE v < 0")  # all (no key)
+        admin(q, "SHOW SHARDS")  # admin
+        admin(q, "SHOW POOLS")  # admin
+        m1 = settled_metrics(q, lambda m: mv(m, dur, route="all") - mv(m0, dur, route="all") >= 3)
+        d = {r: routes(m1)[r] - routes(m0)[r] for r in ROUTES}
+        assert d == {"single": 0, "multi": 0, "all": 3, "reference": 1, "admin": 2}, f"queries_total deltas: {d}"
+
+        # per shard: 5 statements on s0, 3 on s1, each taking a backend from the pool
+        for k in [k0] * 5 + [k1] * 3:
+            cur.execute("SELECT v FROM users WHERE id = %s", (k,))
+            assert cur.fetchall() == [(10 * k,)]
+        sq, pw = "splitpoint_shard_query_duration_seconds_count", "splitpoint_pool_wait_seconds_count"
+        m2 = settled_metrics(q, lambda m: mv(m, sq, shard="s1") - mv(m1, sq, shard="s1") >= 3
+                             and mv(m, sq, shard="s0") - mv(m1, sq, shard="s0") >= 5)
+        for name in (sq, pw):
+            got = {s: mv(m2, name, shard=s) - mv(m1, name, shard=s) for s in ("s0", "s1")}
+            assert got == {"s0": 5, "s1": 3}, f"{name} deltas after 5 statements on s0 and 3 on s1: {got}"
+
+        # clients and backends: 3 idle clients; one statement running on s0
+        m = settled_metrics(q, lambda m: mv(m, "splitpoint_client_connections", state="idle") == 3)
+        assert (mv(m, "splitpoint_client_connections", state="idle"),
+                mv(m, "splitpoint_client_connections", state="active")) == (3, 0), "3 idle app clients"
+        assert mv(m, "splitpoint_server_connections", shard="s0", state="active") == 0
+        done = threading.Event()
+
+        def sleeper():
+            with conns[1].cursor() as c1:
+                c1.execute(f"SELECT pg_sleep(2) FROM users WHERE id = {k0}")
+            done.set()
+
+        t = threading.Thread(target=sleeper, daemon=True)
+        t.start()
+        m = settled_metrics(q, lambda m: mv(m, "splitpoint_client_connections", state="active") == 1, within=1.5)
+        assert not done.is_set(), "pg_sleep(2) ended before the check"
+        got = (mv(m, "splitpoint_client_connections", state="active"),
+               mv(m, "splitpoint_client_connections", state="idle"),
+               mv(m, "splitpoint_server_connections", shard="s0", state="active"),
+               mv(m, "splitpoint_server_connections", shard="s1", state="active"))
+        assert got == (1, 2, 1, 0), f"while one client runs a statement on s0: (active, idle clients, s0 active, " \
+                                    f"s1 active backends) = {got}"
+        t.join(10)
+        assert done.is_set()
+        m = settled_metrics(q, lambda m: mv(m, "splitpoint_client_connections", state="active") == 0)
+        assert mv(m, "splitpoint_client_connections", state="idle") == 3
+        assert mv(m, "splitpoint_server_connections", shard="s0", state="active") == 0
+        assert mv(m, "splitpoint_server_connections", shard="s0", state="idle") >= 1
+
+        # errors_total: one from a shard (22012), one from the proxy (SPR01)
+        def errors(m, code):
+            return m.get(("splitpoint_errors_total", frozenset({("sqlstate", code)})), 0)
+        e0 = metrics(q)
+        for sql in ("SELECT 1 / 0", "INSERT INTO users (v) VALUES (1)"):
+            try:
+                cur.execute(sql)
+                raise AssertionError(f"{sql} succeeded")
+            except psycopg2.Error:
+                pass
+        e1 = metrics(q)
+        assert (errors(e1, "22012") - errors(e0, "22012"), errors(e1, "SPR01") - errors(e0, "SPR01")) == (1, 1), \
+            "errors_total deltas for a division by zero (shard) and an INSERT without key (proxy)"
+
+        # scatter_missing_total{reason="timeout"}: the shard holding id 1 sleeps past the deadline
+        slow = shard_of_key(1)
+        miss = "splitpoint_scatter_missing_total"
+        before = {(s, r): mv(metrics(q), miss, shard=s, reason=r)
+                  for s in ("s0", "s1") for r in ("timeout", "error", "unreachable")}
+        cur.execute("/* splitpoint: deadline=300ms, partial=allow */ SELECT id, pg_sleep(1.5) FROM users WHERE v = 10")
+        cur.fetchall()
+        after = {(s, r): mv(metrics(q), miss, shard=s, reason=r) for (s, r) in before}
+        delta = {k: after[k] - before[k] for k in before if after[k] != before[k]}
+        assert delta == {(slow, "timeout"): 1}, f"scatter_missing_total deltas after {slow} missed the deadline: {delta}"
+    finally:
+        for c in conns:
+            c.close()
+        assert q.stop() == 0
+
+    # reason="unreachable": s1 is a closed port
+    bad = Proxy("spec8-down", proxy_config(s1_port=free_port())).start()
+    try:
+        c = app_conn(bad)
+        try:
+            with c.cursor() as cur:
+                cur.execute("/* splitpoint: partial=allow */ SELECT count(*) FROM users")
+                n = cur.fetchall()[0][0]
+                assert 0 < n < ROWS, n
+        finally:
+            c.close()
+        m = metrics(bad)
+        got = {(s, r): mv(m, "splitpoint_scatter_missing_total", shard=s, reason=r)
+               for s in ("s0", "s1") for r in ("timeout", "error", "unreachable")}
+        assert {k: v for k, v in got.items() if v} == {("s1", "unreachable"): 1}, got
+    finally:
+        assert bad.stop() == 0
+
+
 # ------------------------------------------------------------------ 3. hot keys and skew
 
 @test
@@ -933,6 +1054,17 @@ def admin_show_commands():
         app.close()
 
 
+def serves_reads(p):
+    """The proxy still answers a single-shard read correctly."""
+    c = app_conn(p)
+    try:
+        with c.cursor() as cur:
+            cur.execute("SELECT v FROM users WHERE id = 5")
+            assert cur.fetchall() == [(50,)]
+    finally:
+        c.close()
+
+
 def config_value(p, key):
     for r in admin_dicts(p, "SHOW CONFIG"):
         if r["key"] == key:
@@ -971,13 +1103,7 @@ def admin_reload_good_and_broken():
     P.write_raw(good_text)  # leave a valid file on disk
 
     assert P.alive()
-    c = app_conn(P)
-    try:
-        with c.cursor() as cur:
-            cur.execute("SELECT v FROM users WHERE id = 5")
-            assert cur.fetchall() == [(50,)]
-    finally:
-        c.close()
+    serves_reads(P)
     assert config_value(P, "scatter.deadline") in ("4000ms", "4s"), "old config not kept after a broken RELOAD"
     m2 = metrics(P)
     assert mv(m2, "splitpoint_config_reloads_total", result="failure") == bad0 + 2, \
@@ -1034,6 +1160,40 @@ def admin_pause_resume():
             t.join(10)
         for c in (waiting, other, adm):
             c.close()
+
+
+@test
+def admin_pause_resume_all_and_unknown_shard():
+    """SPEC §7 PAUSE / RESUME without a shard act on every shard; an unknown shard is an
+    error (22023) that pauses nothing."""
+    adm = admin_conn(P)
+    try:
+        cur = adm.cursor()
+        try:
+            cur.execute("PAUSE nosuch")
+            raise AssertionError("PAUSE of an unknown shard succeeded")
+        except psycopg2.Error as e:
+            assert e.pgcode == "22023" and "nosuch" in e.pgerror, (e.pgcode, e.pgerror)
+        cur.execute("SHOW SHARDS")
+        assert [r[6] for r in cur.fetchall()] == ["no", "no"]
+        cur.execute("PAUSE")
+        assert cur.statusmessage == "PAUSE", cur.statusmessage
+        cur.execute("SHOW SHARDS")
+        assert [r[6] for r in cur.fetchall()] == ["yes", "yes"]
+        cur.execute("SHOW POOLS")
+        cols = [d.name for d in cur.description]
+        assert all(dict(zip(cols, r))["paused"] == "yes" for r in cur.fetchall())
+        cur.execute("RESUME")
+        assert cur.statusmessage == "RESUME", cur.statusmessage
+        cur.execute("SHOW SHARDS")
+        assert [r[6] for r in cur.fetchall()] == ["no", "no"]
+    finally:
+        try:
+            adm.cursor().execute("RESUME")
+        except Exception:  # noqa: BLE001
+            pass
+        adm.close()
+    serves_reads(P)
 
 
 # ------------------------------------------------------------------ 7. Prometheus scrape
