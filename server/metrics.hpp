@@ -72,6 +72,11 @@ struct ShardCounters {
 
 // Approximate top-k of a stream of keys (space-saving): bounded memory, the heavy
 // hitters are always among the k entries, counts over-estimate by at most `error`.
+// Flat arrays, because a key is offered for every keyed statement: a key is found by
+// its hash; a smallest counter is looked for from where the last one was found (counts
+// only grow, so the smallest value is rescanned only once none is left at it); an
+// offer allocates nothing once the k entries exist (for keys short enough for
+// std::string's inline buffer).
 class HotKeys {
  public:
   explicit HotKeys(std::size_t capacity = 64) : capacity_(capacity) {}
@@ -85,7 +90,11 @@ class HotKeys {
 
  private:
   std::size_t capacity_;
-  std::unordered_map<std::string, Entry> entries_;
+  std::vector<std::size_t> hashes_;  // parallel arrays, one slot per counter
+  std::vector<std::string> keys_;
+  std::vector<std::uint64_t> counts_, errors_;
+  std::uint64_t min_ = 0;   // no counter is below it
+  std::size_t cursor_ = 0;  // where the next smallest counter is looked for
 };
 
 // Where the rows one shard reports for a write are counted (partition_writes_total,
