@@ -14,14 +14,17 @@ RowShares Session::row_shares(const routing::Route& route, std::size_t shard) co
   return server_.metrics().row_shares(route, shard, *runtime_->topology);
 }
 
-// A CommandComplete from the current backend. A simple Query's tags count for the Query
-// (all its statements); an Execute's for the portal whose BindComplete came last.
+// A CommandComplete from the current backend. An Execute's tag counts for the write
+// portal whose BindComplete came last (an Execute follows its Bind); a simple Query's
+// tags for the Query (all its statements).
 void Session::count_written(std::string_view tag) {
-  const bool query = !expect_.empty() && expect_.front().type == 'Z' && !expect_.front().is_sync;
-  RowShares& shares = query ? expect_.front().rows : portal_rows_;
-  if (shares.empty()) return;
-  metrics_.add_rows(shares, rows_written_by(tag));
-  if (!query) shares.clear();  // a portal completes once
+  if (!portal_rows_.empty()) {
+    metrics_.add_rows(portal_rows_, rows_written_by(tag));
+    portal_rows_.clear();  // a portal completes once
+    return;
+  }
+  if (!expect_.empty() && expect_.front().type == 'Z' && !expect_.front().is_sync && !expect_.front().rows.empty())
+    metrics_.add_rows(expect_.front().rows, rows_written_by(tag));
 }
 
 // A statement the proxy ran on one shard of several (run_on): every tag it answered.
