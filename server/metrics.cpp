@@ -4,6 +4,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -27,26 +28,42 @@ void LocalHistogram::observe_since(std::chrono::steady_clock::time_point start) 
 }
 
 void HotKeys::add(std::string_view key) {
-  auto it = entries_.find(std::string(key));
-  if (it != entries_.end()) {
-    ++it->second.count;
+  const std::size_t h = std::hash<std::string_view>{}(key);
+  const std::size_t n = keys_.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (hashes_[i] == h && keys_[i] == key) {
+      ++counts_[i];
+      return;
+    }
+  }
+  if (n < capacity_) {
+    hashes_.push_back(h);
+    keys_.emplace_back(key);
+    counts_.push_back(1);
+    errors_.push_back(0);
     return;
   }
-  if (entries_.size() < capacity_) {
-    entries_.emplace(std::string(key), Entry{std::string(key), 1, 0});
-    return;
+  if (n == 0) return;
+  // Replace a smallest counter; the newcomer inherits its count as possible error.
+  std::size_t m = n;
+  for (int pass = 0; pass < 2 && m == n; ++pass) {
+    for (std::size_t k = 0; k < n; ++k, cursor_ = cursor_ + 1 == n ? 0 : cursor_ + 1) {
+      if (counts_[cursor_] == min_) {
+        m = cursor_;
+        break;
+      }
+    }
+    if (m == n) min_ = *std::min_element(counts_.begin(), counts_.end());
   }
-  // Replace the smallest entry; the newcomer inherits its count as possible error.
-  auto min = std::min_element(entries_.begin(), entries_.end(),
-                              [](auto& a, auto& b) { return a.second.count < b.second.count; });
-  Entry e{std::string(key), min->second.count + 1, min->second.count};
-  entries_.erase(min);
-  entries_.emplace(e.key, std::move(e));
+  hashes_[m] = h;
+  keys_[m].assign(key);
+  errors_[m] = counts_[m];
+  ++counts_[m];
 }
 
 std::vector<HotKeys::Entry> HotKeys::top() const {
   std::vector<Entry> v;
-  for (auto& [k, e] : entries_) v.push_back(e);
+  for (std::size_t i = 0; i < keys_.size(); ++i) v.push_back({keys_[i], counts_[i], errors_[i]});
   std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.count > b.count; });
   return v;
 }
@@ -60,6 +77,45 @@ void WorkerMetrics::error(std::string_view sqlstate) {
 void WorkerMetrics::hot_key(std::size_t distribution, std::string_view key) {
   std::lock_guard lock(hot_mu);
   if (distribution < hot.size()) hot[distribution].add(key);
+}
+
+std::uint64_t rows_written_by(std::string_view tag) {
+  tag = tag.substr(0, tag.find('\0'));
+  auto sp = tag.rfind(' ');
+  if (sp == std::string_view::npos) return 0;
+  auto verb = tag.substr(0, tag.find(' '));
+  if (verb != "INSERT" && verb != "UPDATE" && verb != "DELETE" && verb != "MERGE" && verb != "COPY") return 0;
+  std::uint64_t n = 0;
+  auto digits = tag.substr(sp + 1);
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  return ec == std::errc() && end == digits.data() + digits.size() ? n : 0;
+}
+
+void WorkerMetrics::add_rows(const RowShares& shares, std::uint64_t rows) {
+  if (rows == 0 || shares.empty()) return;
+  if (shares.size() == 1) {
+    if (shares[0].index < partition_writes.size()) partition_writes[shares[0].index].add(rows);
+    return;
+  }
+  unsigned __int128 total = 0;
+  for (auto& s : shares) total += s.weight;
+  if (total == 0) return;
+  std::vector<std::uint64_t> part(shares.size());
+  std::vector<std::uint64_t> rest(shares.size());
+  std::uint64_t given = 0;
+  for (std::size_t i = 0; i < shares.size(); ++i) {
+    unsigned __int128 x = static_cast<unsigned __int128>(rows) * shares[i].weight;
+    part[i] = static_cast<std::uint64_t>(x / total);
+    rest[i] = static_cast<std::uint64_t>(x % total);
+    given += part[i];
+  }
+  // The rows left by rounding down go to the largest remainders, earlier shares first.
+  std::vector<std::size_t> order(shares.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return rest[a] > rest[b]; });
+  for (std::size_t k = 0; given < rows && k < order.size(); ++k, ++given) ++part[order[k]];
+  for (std::size_t i = 0; i < shares.size(); ++i)
+    if (part[i] && shares[i].index < partition_writes.size()) partition_writes[shares[i].index].add(part[i]);
 }
 
 Metrics::Metrics(std::size_t workers, const config::Config& config) {
@@ -78,6 +134,33 @@ std::size_t Metrics::partition_index(std::size_t distribution, std::uint32_t par
   // Distributions changed by a reload beyond what was sized at start are not counted.
   if (distribution >= offsets_.size() || partition >= counts_[distribution]) return ~std::size_t{0};
   return offsets_[distribution] + partition;
+}
+
+RowShares Metrics::row_shares(const routing::Route& route, std::size_t shard, const routing::Topology& topo) const {
+  RowShares shares;
+  // Tables of two distributions: which one was written is not known here.
+  if (route.cls != routing::StatementClass::write || route.reference_write || !route.distribution) return shares;
+  bool weighted = true;
+  for (auto& hit : route.partitions) {
+    if (hit.distribution >= topo.config().distributions.size() || topo.shard_of(hit.distribution, hit.partition) != shard)
+      continue;
+    auto i = partition_index(hit.distribution, hit.partition);
+    if (i == ~std::size_t{0}) continue;
+    shares.push_back({i, hit.rows});
+    weighted = weighted && hit.rows > 0;
+  }
+  if (!weighted)
+    for (auto& s : shares) s.weight = 1;
+  if (shares.empty() && route.partitions.empty() && route.kind == routing::RouteKind::all_shards &&
+      *route.distribution < topo.config().distributions.size()) {
+    // UPDATE/DELETE without the key: its rows are somewhere in the shard's partitions.
+    auto d = *route.distribution;
+    for (std::uint32_t p = 0; p < topo.partition_count(d); ++p) {
+      auto i = partition_index(d, p);
+      if (topo.shard_of(d, p) == shard && i != ~std::size_t{0}) shares.push_back({i, 1});
+    }
+  }
+  return shares;
 }
 
 namespace {

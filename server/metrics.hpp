@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "routing/router.hpp"
+#include "routing/topology.hpp"
 
 namespace splitpoint::server {
 
@@ -70,6 +72,11 @@ struct ShardCounters {
 
 // Approximate top-k of a stream of keys (space-saving): bounded memory, the heavy
 // hitters are always among the k entries, counts over-estimate by at most `error`.
+// Flat arrays, because a key is offered for every keyed statement: a key is found by
+// its hash; a smallest counter is looked for from where the last one was found (counts
+// only grow, so the smallest value is rescanned only once none is left at it); an
+// offer allocates nothing once the k entries exist (for keys short enough for
+// std::string's inline buffer).
 class HotKeys {
  public:
   explicit HotKeys(std::size_t capacity = 64) : capacity_(capacity) {}
@@ -83,8 +90,24 @@ class HotKeys {
 
  private:
   std::size_t capacity_;
-  std::unordered_map<std::string, Entry> entries_;
+  std::vector<std::size_t> hashes_;  // parallel arrays, one slot per counter
+  std::vector<std::string> keys_;
+  std::vector<std::uint64_t> counts_, errors_;
+  std::uint64_t min_ = 0;   // no counter is below it
+  std::size_t cursor_ = 0;  // where the next smallest counter is looked for
 };
+
+// Where the rows one shard reports for a write are counted (partition_writes_total,
+// SHOW PARTITIONS rows_written): flat partition indexes and their weights.
+struct RowShare {
+  std::size_t index = 0;
+  std::uint64_t weight = 1;
+};
+using RowShares = std::vector<RowShare>;
+
+// Rows a CommandComplete tag reports written ("INSERT 0 n", "UPDATE n", "DELETE n",
+// "MERGE n", "COPY n"); 0 for any other tag. A trailing NUL is ignored.
+std::uint64_t rows_written_by(std::string_view tag);
 
 struct WorkerMetrics {
   explicit WorkerMetrics(std::size_t partitions, std::size_t distributions)
@@ -100,6 +123,9 @@ struct WorkerMetrics {
 
   void error(std::string_view sqlstate);
   void hot_key(std::size_t distribution, std::string_view key);
+  // Adds `rows` to the shares' partitions in proportion to their weights (largest
+  // remainder, ties to the earlier share): the partitions' counts sum to `rows`.
+  void add_rows(const RowShares& shares, std::uint64_t rows);
 
   // SQLSTATE -> count; guarded because the scrape reads the map.
   mutable std::mutex errors_mu;
@@ -119,6 +145,12 @@ class Metrics {
   Metrics(std::size_t workers, const config::Config& config);
   WorkerMetrics& worker(std::size_t i) { return *workers_[i]; }
   std::size_t partition_index(std::size_t distribution, std::uint32_t partition) const;
+  // The partitions of a write statement on `shard` its rows are counted in (docs/metrics.md):
+  // the partitions its keys mapped to on that shard, weighted by their INSERT ... VALUES
+  // rows when every one is known, else evenly; a keyless UPDATE/DELETE of one
+  // distribution: every partition of that distribution on the shard, evenly. Empty for
+  // reads, reference-table writes and writes no distribution owns.
+  RowShares row_shares(const routing::Route& route, std::size_t shard, const routing::Topology& topo) const;
 
   void config_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).fetch_add(1, std::memory_order_relaxed); }
 

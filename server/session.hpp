@@ -83,6 +83,8 @@ class Session : public std::enable_shared_from_this<Session> {
     // Sync/Query: when the statement started and how it was routed (metrics).
     std::chrono::steady_clock::time_point started{};
     RouteLabel route = RouteLabel::single;
+    // A write's Query 'Z' or Bind '2': the partitions its rows are counted in.
+    RowShares rows;
   };
 
   // A client's prepared statement, kept across backends under a server-side name.
@@ -134,6 +136,12 @@ class Session : public std::enable_shared_from_this<Session> {
   void apply_session_commands();
   void rebuild_state_script();
 
+  // ---- session_rows.cpp: rows written per partition, from the shards' CommandComplete
+  RowShares row_shares(const routing::Route& route, std::size_t shard) const;
+  void count_written(std::string_view tag);
+  void count_reply_rows(const routing::Route& route, std::size_t shard, const Reply& reply);
+  void count_copy_rows(std::size_t distribution, std::size_t shard, const std::vector<std::uint64_t>& partition_rows,
+                       std::uint64_t rows);
   // ---- session_route.cpp
   void count_route(const routing::Route& route, RouteLabel label);
   static RouteLabel label_of(const routing::Route& route, bool multi);
@@ -239,6 +247,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string bout_;                 // bytes for the current backend, written once per batch
   std::string cout_;                 // bytes for the client when responses are filtered
   std::deque<Expect> expect_;
+  RowShares portal_rows_;            // the write portal whose BindComplete came last
   bool sent_after_sync_ = false;     // messages sent since the last Sync/Query
   bool pump_active_ = false;
   bool stop_pump_ = false;           // drain(): the pump must stop once nothing is owed

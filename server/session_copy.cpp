@@ -186,6 +186,8 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
   }
 
   routing::CopySplitter splitter(cs, key_index, cls.key_column);
+  // Rows sent per partition, for rows_written once a shard's COPY is done.
+  std::vector<std::uint64_t> partition_rows(sharded ? topo.partition_count(cls.distribution) : 0);
   std::string fail_reason;  // set: abort with CopyFail on every shard
   std::string fail_code;
   bool client_failed = false;
@@ -214,6 +216,7 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
         return;
       }
       proto::CopyData{row.bytes}.encode(shards[topo.shard_of(cls.distribution, part.partition)].out);
+      if (part.partition < partition_rows.size()) ++partition_rows[part.partition];
     }
   };
   if (!start_error.empty()) {
@@ -341,6 +344,7 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
       if (sp != std::string::npos) std::from_chars(shards[s].tag.data() + sp + 1, shards[s].tag.data() + shards[s].tag.size(), rows);
       // A reference table's copies each took every row: one shard's count is the answer.
       if (sharded || applied.find(',') == std::string::npos) total += rows;
+      if (sharded) count_copy_rows(cls.distribution, s, partition_rows, static_cast<std::uint64_t>(rows));
     }
   }
   if (!fail_reason.empty() && !client_failed && !fail_code.empty()) {

@@ -424,6 +424,7 @@ bool Session::process_backend_frame(char type, std::string_view body) {
         return true;
       }
       bool swallow = expect_.front().swallow;
+      if (type == '2') portal_rows_ = std::move(expect_.front().rows);
       expect_.pop_front();
       return !swallow;
     }
@@ -434,6 +435,7 @@ bool Session::process_backend_frame(char type, std::string_view body) {
         spdlog::warn("[{}] injected statement failed: {}", id_, e ? std::string(e->get('M')) : "?");
       }
       drop_until_sync(true);
+      portal_rows_.clear();
       if (!expect_.empty()) expect_.front().failed = true;
       if (!swallow) {
         batch_failed_ = true;
@@ -444,6 +446,7 @@ bool Session::process_backend_frame(char type, std::string_view body) {
     }
     case 'Z': {
       drop_until_sync(false);
+      portal_rows_.clear();
       char status = body.size() == 1 ? body[0] : 'E';
       cur()->status = status;
       if (expect_.empty()) {
@@ -471,6 +474,7 @@ bool Session::process_backend_frame(char type, std::string_view body) {
     case 'C':
       if (in_injected_query()) return false;
       last_tag_rollback_ = body.rfind("ROLLBACK", 0) == 0;
+      count_written(body);
       return true;
     case 'A':
       return true;

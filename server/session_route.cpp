@@ -62,10 +62,7 @@ void Session::count_route(const routing::Route& route, RouteLabel label) {
   for (auto& hit : route.partitions) {
     auto i = m.partition_index(hit.distribution, hit.partition);
     if (i == ~std::size_t{0}) continue;
-    metrics_.partition_queries[i].add();
-    // Rows for INSERT ... VALUES; one per UPDATE/DELETE statement (its row count is
-    // only known to the shard).
-    if (route.cls == StatementClass::write) metrics_.partition_writes[i].add(hit.rows ? hit.rows : 1);
+    metrics_.partition_queries[i].add();  // rows written: from the shards' tags (session_rows.cpp)
   }
   if (route.distribution)
     for (auto& key : route.key_values) metrics_.hot_key(*route.distribution, key);
@@ -308,6 +305,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   e.started = started;
   e.route = label;
   e.query_in_batch = sent_after_sync_;
+  e.rows = row_shares(route, *target);
   // Each SET/RESET statement is recorded with its own text (never the whole Query:
   // replaying `SET ...; INSERT ...` would run the INSERT again on the next backend).
   if (routing::may_contain_session_command(sql)) {
@@ -554,6 +552,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     w.cstr(portal).cstr(p.server_name).bytes(rest).finish();
   }
   expect_.push_back(Expect{'2'});
+  expect_.back().rows = row_shares(route, *target);
   sent_after_sync_ = true;
   co_return true;
 }
@@ -662,6 +661,7 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
       continue;
     }
     bool first_copy = applied.empty();
+    count_reply_rows(route, s, reply);
     applied += (applied.empty() ? "" : ", ") + name;
     // A reference table's copies all hold the same rows: one shard's answer is the answer.
     if (route.reference_write && !first_copy) continue;

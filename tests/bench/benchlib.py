@@ -10,6 +10,10 @@
                                           open N idle client connections (psycopg2, full
                                           startup + authentication), measure PID's RSS
                                           before and after, append one row to FILE
+  benchlib.py scrape PORT INTERVAL STOPFILE OUT
+                                          GET http://127.0.0.1:PORT/metrics every INTERVAL
+                                          seconds until STOPFILE exists; write "scrapes
+                                          mean_ms bytes errors" to OUT
   benchlib.py report DIR                  aggregate DIR/*.csv into results.csv, summary.md
                                           and plot.dat; print the tables
 """
@@ -197,6 +201,35 @@ def cmd_idle(args):
           + (f"; {len(errors)} failed, first: {errors[0]}" if errors else ""))
 
 
+# ---------------------------------------------------------------- metrics scraper
+
+def cmd_scrape(port, interval, stopfile, out):
+    import http.client
+    n = errors = size = 0
+    total = 0.0
+    due = time.monotonic()
+    while not os.path.exists(stopfile):
+        t0 = time.monotonic()
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/metrics")
+            r = c.getresponse()
+            body = r.read()
+            c.close()
+            if r.status == 200:
+                n += 1
+                size = len(body)
+                total += time.monotonic() - t0
+            else:
+                errors += 1
+        except OSError:
+            errors += 1
+        due += interval
+        time.sleep(max(0.0, due - time.monotonic()))
+    with open(out, "w") as f:
+        f.write(f"{n} {total / n * 1000 if n else 0:.3f} {size} {errors}\n")
+
+
 # ---------------------------------------------------------------- report
 
 def read_csv(path):
@@ -348,6 +381,33 @@ def cmd_report(d):
                 r["rss_after_kb"], r["kb_per_connection"], r["rss_after_close_kb"],
                 r["serving_while_full"], r["first_error"]] for r in idle]
 
+    # ---- metrics scrape cost
+    mrows = read_csv(os.path.join(d, "metrics.csv"))
+    me_rows = []
+    me_tps = {}
+    for scraped in ("no", "yes"):
+        rs = [r for r in mrows if r["scraped"] == scraped]
+        if not rs:
+            continue
+        ok = [r for r in rs if r["status"] == "ok"]
+        me_tps[scraped] = median_of(ok, "tps")
+        me_rows.append([scraped, rs[0]["mode"], rs[0]["clients"], len(rs), fmt(me_tps[scraped], 0),
+                        fmt(median_of(ok, "lat_mean_ms"), 3), fmt(median_of(ok, "scrapes"), 0) if scraped == "yes" else "",
+                        fmt(median_of(ok, "scrape_ms_mean"), 2) if scraped == "yes" else "",
+                        ", ".join(sorted({r["status"] for r in rs}))])
+    me_header = ["scraped", "mode", "clients", "rounds", "tps", "mean ms", "scrapes per run", "scrape ms", "status"]
+    me_ratio = ratio(me_tps.get("yes"), me_tps.get("no"))
+    # The two runs of a round are back to back: their ratio cancels load that drifts
+    # between rounds (other work on the machine).
+    pairs = []
+    for rnd in sorted({r["round"] for r in mrows}, key=int):
+        tps = {r["scraped"]: float(r["tps"]) for r in mrows
+               if r["round"] == rnd and r["status"] == "ok" and r.get("tps")}
+        if tps.get("no") and "yes" in tps:
+            pairs.append(tps["yes"] / tps["no"])
+    me_pairs = ", ".join(f"{x:.2f}" for x in pairs)
+    me_pair_median = f"{statistics.median(pairs):.2f}" if pairs else ""
+
     problems = []
     ppath = os.path.join(d, "problems.txt")
     if os.path.exists(ppath):
@@ -355,11 +415,18 @@ def cmd_report(d):
             problems = [line.rstrip("\n") for line in f if line.strip()]
 
     # ---- stdout
-    print("\n== pgbench -S (select only), median of rounds ==")
-    print(text_table(main_header, main_rows))
+    if runs:
+        print("\n== pgbench -S (select only), median of rounds ==")
+        print(text_table(main_header, main_rows))
     if sc_rows:
         print("\n== scatter statements (pgbench custom scripts) ==")
         print(text_table(sc_header, sc_rows))
+    if me_rows:
+        print(f"\n== metrics: splitpoint pgbench -S with /metrics scraped every {meta.get('metrics_interval', '?')} s "
+              "vs not scraped (median of rounds) ==")
+        print(text_table(me_header, me_rows))
+        print(f"tps ratio scraped / not scraped: per round {me_pairs or '?'}; median of those "
+              f"{me_pair_median or '?'}; ratio of the medians {me_ratio or '?'}")
     if st_rows:
         print("\n== ordered stream through 3 shards ==")
         print(text_table(st_header, st_rows))
@@ -410,6 +477,14 @@ def cmd_report(d):
                   "`result vs direct` compares the statement's output through the proxy with the "
                   "direct instance's.", "",
                   md_table(sc_header, sc_rows), ""]
+    if me_rows:
+        lines += ["## Metrics scrape cost", "",
+                  f"`pgbench -n -S -M {m('metrics_mode')} -c {m('metrics_clients')} -T {m('duration')}` through "
+                  f"splitpoint while a client GETs /metrics every {m('metrics_interval')} s, and while nothing "
+                  "scrapes it, alternating (the first of the two changes every round); median of rounds.", "",
+                  md_table(me_header, me_rows), "",
+                  f"tps ratio scraped / not scraped, per round: {me_pairs or '?'}; median of the rounds' "
+                  f"ratios **{me_pair_median or '?'}**; ratio of the medians {me_ratio or '?'}.", ""]
     if st_rows:
         lines += ["## Ordered stream", "",
                   f"`stream_t(id bigint, v int)`, {m('stream_rows')} rows, hashed by id over 3 shards "
@@ -446,6 +521,8 @@ def main(argv):
         cmd_sample_rss(int(args[0]), args[1], args[2])
     elif cmd == "idle":
         cmd_idle(args)
+    elif cmd == "scrape":
+        cmd_scrape(int(args[0]), float(args[1]), args[2], args[3])
     elif cmd == "report":
         cmd_report(args[0])
     else:

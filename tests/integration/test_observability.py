@@ -5,9 +5,10 @@ CONFIG, RELOAD, PAUSE / RESUME, and a real Prometheus scrape.
 
 Two shards (the shared instances PG0 and PG1, each with a fresh database obs_<random>
 made for this run and dropped at the end). One hash distribution `by_user` over 16
-partitions (default placement: partitions 0-7 on s0, 8-15 on s1) for the table
-users(id bigint primary key, v int); a reference table countries. Client users: app
-(plain) and admin (admin: true), auth scram-sha-256; the shards are reached as app/secret.
+partitions (default placement: partitions 0-7 on s0, 8-15 on s1) for the tables
+users(id bigint primary key, v int) and ledger(id, seq, v) (several rows per key); a
+reference table countries. Client users: app (plain) and admin (admin: true), auth
+scram-sha-256; the shards are reached as app/secret.
 
 The expected partition of every key comes from PostgreSQL itself: a scratch table
 `PARTITION BY HASH (k)` with MODULUS 16 on shard PG0 (each key's tableoid gives its
@@ -19,14 +20,24 @@ Checks:
  2. 1000 single-shard SELECTs and 10 scatter count(*): exact deltas of
     splitpoint_queries_total per route, splitpoint_partition_queries_total per partition,
     splitpoint_query_duration_seconds_count.
+ 2b. Every SPEC §8 metric on a fresh proxy: queries_total for all / reference / admin,
+    shard_query_duration_seconds and pool_wait_seconds per shard, client_connections and
+    server_connections while a statement runs, errors_total from a shard and from the
+    proxy, scatter_missing_total for a timeout and an unreachable shard.
  3. A skewed workload on a fresh proxy: SHOW HOT KEYS lists the hot key first and
     splitpoint_partition_skew is what the partition counters say (>= 8 here), well above
     the main proxy's value after an even workload.
  4. SHOW PARTITIONS: 16 rows with the default placement; queries equal the metrics;
     rows_written equal the rows loaded per partition.
+ 4b. rows written per partition (fresh proxy, table ledger with several rows per key):
+    COPY text/csv, split INSERT, ON CONFLICT DO NOTHING, UPDATE/DELETE of 3 / 0 rows,
+    extended protocol (two portals in one batch), several partitions of one shard, two
+    shards, keyless UPDATE, commit and rollback, reads and reference writes: SHOW
+    PARTITIONS rows_written and splitpoint_partition_writes_total equal the workload.
  5. SHOW ROUTE for each routing case, and the shown statements are not executed.
  6. Admin access: app refused with 42501, wrong admin password 28P01; SHOW SHARDS /
-    POOLS / CLIENTS / CONFIG (no password), RELOAD good and broken file, PAUSE / RESUME.
+    POOLS / CLIENTS / CONFIG (no password), RELOAD good and broken file, PAUSE / RESUME
+    of one shard and of all, PAUSE of an unknown shard (22023).
  7. A real Prometheus (/usr/bin/prometheus) scrapes the proxy; its value of
     splitpoint_queries_total{route="single"} matches /metrics.
 
@@ -35,6 +46,7 @@ Run by tests/run (env: PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKD
 # test-timeout: 240
 
 import http.client
+import io
 import json
 import os
 import random
@@ -229,6 +241,7 @@ distributions:
     partitions: {PARTS}
     tables:
       users: id
+      ledger: id
 reference_tables: [countries]
 """
 
@@ -395,6 +408,7 @@ def setup():
         with c.cursor() as cur:
             cur.execute("CREATE TABLE users (id bigint PRIMARY KEY, v int)")
             cur.execute("CREATE TABLE countries (code text PRIMARY KEY, name text)")
+            cur.execute("CREATE TABLE ledger (id bigint NOT NULL, seq int NOT NULL, v int, PRIMARY KEY (id, seq))")
             cur.execute("INSERT INTO countries (code, name) VALUES ('jp', 'Japan'), ('us', 'United States')")
             for start in range(1, ROWS + 1, 500):
                 values = ", ".join(f"({k}, {10 * k})" for k in range(start, min(start + 500, ROWS + 1)))
@@ -527,6 +541,127 @@ def counters_match_known_workload():
         partition_counts(m0, "splitpoint_partition_writes_total")
 
 
+# ------------------------------------------------------------------ 2b. every SPEC §8 metric moves as it should
+
+@test
+def spec_metrics_follow_the_workload():
+    """SPEC §8, each metric against what was done, on a fresh proxy: queries_total for
+    the routes all / reference / admin too; shard_query_duration_seconds and
+    pool_wait_seconds per shard; client_connections and server_connections while a
+    statement runs and after; errors_total from a shard and from the proxy;
+    scatter_missing_total for shards past the deadline and one that is down."""
+    q = Proxy("spec8", proxy_config()).start()
+    k0, k1 = key_on("s0"), key_on("s1")
+    conns = []
+    try:
+        conns = [app_conn(q) for _ in range(3)]
+        cur = conns[0].cursor()
+        dur = "splitpoint_query_duration_seconds_count"
+        m0 = settled_metrics(q)
+        cur.execute("SELECT * FROM countries WHERE code = 'jp'")  # reference
+        cur.fetchall()
+        cur.execute("CREATE TABLE obs_spec8 (a int)")  # all
+        cur.execute("DROP TABLE obs_spec8")  # all
+        cur.execute("UPDATE users SET v = v WHERE v < 0")  # all (no key)
+        admin(q, "SHOW SHARDS")  # admin
+        admin(q, "SHOW POOLS")  # admin
+        m1 = settled_metrics(q, lambda m: mv(m, dur, route="all") - mv(m0, dur, route="all") >= 3)
+        d = {r: routes(m1)[r] - routes(m0)[r] for r in ROUTES}
+        assert d == {"single": 0, "multi": 0, "all": 3, "reference": 1, "admin": 2}, f"queries_total deltas: {d}"
+
+        # per shard: 5 statements on s0, 3 on s1, each taking a backend from the pool
+        for k in [k0] * 5 + [k1] * 3:
+            cur.execute("SELECT v FROM users WHERE id = %s", (k,))
+            assert cur.fetchall() == [(10 * k,)]
+        sq, pw = "splitpoint_shard_query_duration_seconds_count", "splitpoint_pool_wait_seconds_count"
+        m2 = settled_metrics(q, lambda m: mv(m, sq, shard="s1") - mv(m1, sq, shard="s1") >= 3
+                             and mv(m, sq, shard="s0") - mv(m1, sq, shard="s0") >= 5)
+        for name in (sq, pw):
+            got = {s: mv(m2, name, shard=s) - mv(m1, name, shard=s) for s in ("s0", "s1")}
+            assert got == {"s0": 5, "s1": 3}, f"{name} deltas after 5 statements on s0 and 3 on s1: {got}"
+
+        # clients and backends: 3 idle clients; one statement running on s0
+        m = settled_metrics(q, lambda m: mv(m, "splitpoint_client_connections", state="idle") == 3)
+        assert (mv(m, "splitpoint_client_connections", state="idle"),
+                mv(m, "splitpoint_client_connections", state="active")) == (3, 0), "3 idle app clients"
+        assert mv(m, "splitpoint_server_connections", shard="s0", state="active") == 0
+        done = threading.Event()
+
+        def sleeper():
+            with conns[1].cursor() as c1:
+                c1.execute(f"SELECT pg_sleep(2) FROM users WHERE id = {k0}")
+            done.set()
+
+        t = threading.Thread(target=sleeper, daemon=True)
+        t.start()
+        m = settled_metrics(q, lambda m: mv(m, "splitpoint_client_connections", state="active") == 1, within=1.5)
+        assert not done.is_set(), "pg_sleep(2) ended before the check"
+        got = (mv(m, "splitpoint_client_connections", state="active"),
+               mv(m, "splitpoint_client_connections", state="idle"),
+               mv(m, "splitpoint_server_connections", shard="s0", state="active"),
+               mv(m, "splitpoint_server_connections", shard="s1", state="active"))
+        assert got == (1, 2, 1, 0), f"while one client runs a statement on s0: (active, idle clients, s0 active, " \
+                                    f"s1 active backends) = {got}"
+        t.join(10)
+        assert done.is_set()
+        m = settled_metrics(q, lambda m: mv(m, "splitpoint_client_connections", state="active") == 0)
+        assert mv(m, "splitpoint_client_connections", state="idle") == 3
+        assert mv(m, "splitpoint_server_connections", shard="s0", state="active") == 0
+        assert mv(m, "splitpoint_server_connections", shard="s0", state="idle") >= 1
+
+        # errors_total: one from a shard (22012), one from the proxy (SPR01)
+        def errors(m, code):
+            return m.get(("splitpoint_errors_total", frozenset({("sqlstate", code)})), 0)
+        e0 = metrics(q)
+        for sql in ("SELECT 1 / 0", "INSERT INTO users (v) VALUES (1)"):
+            try:
+                cur.execute(sql)
+                raise AssertionError(f"{sql} succeeded")
+            except psycopg2.Error:
+                pass
+        e1 = metrics(q)
+        assert (errors(e1, "22012") - errors(e0, "22012"), errors(e1, "SPR01") - errors(e0, "SPR01")) == (1, 1), \
+            "errors_total deltas for a division by zero (shard) and an INSERT without key (proxy)"
+
+        # scatter_missing_total{reason="timeout"}: both shards sleep past the deadline. (Only
+        # one slow shard would also hit the known scatter bug that marks a finished shard
+        # whose rows the merge has not read yet as timed out: test_scatter_faults [allow-wide].)
+        miss = "splitpoint_scatter_missing_total"
+        before = {(s, r): mv(metrics(q), miss, shard=s, reason=r)
+                  for s in ("s0", "s1") for r in ("timeout", "error", "unreachable")}
+        try:
+            cur.execute(f"/* splitpoint: deadline=300ms */ SELECT id, pg_sleep(1.5) FROM users WHERE id IN ({k0}, {k1})")
+            raise AssertionError("a scatter past its deadline succeeded")
+        except psycopg2.Error as e:
+            assert e.pgcode == "SPS01", (e.pgcode, e.pgerror)
+        after = {(s, r): mv(metrics(q), miss, shard=s, reason=r) for (s, r) in before}
+        delta = {k: after[k] - before[k] for k in before if after[k] != before[k]}
+        assert delta == {("s0", "timeout"): 1, ("s1", "timeout"): 1}, \
+            f"scatter_missing_total deltas after both shards missed the deadline: {delta}"
+    finally:
+        for c in conns:
+            c.close()
+        assert q.stop() == 0
+
+    # reason="unreachable": s1 is a closed port
+    bad = Proxy("spec8-down", proxy_config(s1_port=free_port())).start()
+    try:
+        c = app_conn(bad)
+        try:
+            with c.cursor() as cur:
+                cur.execute("/* splitpoint: partial=allow */ SELECT count(*) FROM users")
+                n = cur.fetchall()[0][0]
+                assert 0 < n < ROWS, n
+        finally:
+            c.close()
+        m = metrics(bad)
+        got = {(s, r): mv(m, "splitpoint_scatter_missing_total", shard=s, reason=r)
+               for s in ("s0", "s1") for r in ("timeout", "error", "unreachable")}
+        assert {k: v for k, v in got.items() if v} == {("s1", "unreachable"): 1}, got
+    finally:
+        assert bad.stop() == 0
+
+
 # ------------------------------------------------------------------ 3. hot keys and skew
 
 @test
@@ -599,6 +734,189 @@ def show_partitions_rows_written():
     got = [int(r["rows_written"]) for r in rows]
     assert got == want, (f"SHOW PARTITIONS rows_written after loading {ROWS} rows with 4 multi-row INSERTs: "
                          f"got {got} (sum {sum(got)}), expected rows per partition {want} (sum {sum(want)})")
+
+
+# ------------------------------------------------------------------ 4b. rows written per partition
+
+def rows_written(p):
+    """(SHOW PARTITIONS rows_written, splitpoint_partition_writes_total) per partition."""
+    shown = [int(r["rows_written"]) for r in admin_dicts(p, "SHOW PARTITIONS") if r["distribution"] == DIST]
+    return shown, [int(x) for x in partition_counts(metrics(p), "splitpoint_partition_writes_total")]
+
+
+def spread(n, parts):
+    """docs/metrics.md: rows a shard reports for several partitions, evenly, the
+    remainder one each to the lowest-numbered partitions."""
+    parts = sorted(parts)
+    base, extra = divmod(n, len(parts))
+    return {q: base + (1 if i < extra else 0) for i, q in enumerate(parts)}
+
+
+def ledger_rows(k):
+    """Rows of key k loaded by the text COPY below (seq 1..n)."""
+    return k % 3 + 1
+
+
+@test
+def rows_written_count_real_rows():
+    """SPEC §7 SHOW PARTITIONS rows written: the rows the shards report (CommandComplete),
+    per partition: COPY rows split by key, UPDATE/DELETE rows (several per key here, or
+    none), INSERT ... ON CONFLICT DO NOTHING only the rows inserted, extended protocol
+    (two portals in one batch), multi-shard writes, transactions; reads and reference
+    writes count nothing. Table ledger(id, seq) has several rows per key. A fresh proxy,
+    so every counter starts at 0; after each step the counters must equal the workload
+    exactly (the documented even split where one shard's count covers several partitions)."""
+    w = Proxy("rows", proxy_config()).start()
+    expect = [0] * PARTS
+    used = {5, 8, 9, 11}
+
+    def check(what):
+        shown, metric = rows_written(w)
+        assert shown == expect, f"after {what}: SHOW PARTITIONS rows_written\n {shown}, expected\n {expect}"
+        assert metric == expect, f"after {what}: splitpoint_partition_writes_total\n {metric}, expected\n {expect}"
+
+    def add(k, n):
+        expect[PARTITION_OF[k]] += n
+
+    def pick(pred=lambda k: True, lo=1, hi=200):
+        k = next(k for k in range(lo, hi + 1) if k not in used and pred(k))
+        used.add(k)
+        return k
+
+    c = app_conn(w)
+    cur = c.cursor()
+    try:
+        check("start")
+        # COPY text: keys 1..200, k % 3 + 1 rows each
+        data = "".join(f"{k}\t{s}\t{10 * k}\n" for k in range(1, 201) for s in range(1, ledger_rows(k) + 1))
+        cur.copy_expert("COPY ledger (id, seq, v) FROM STDIN", io.StringIO(data))
+        assert cur.rowcount == sum(ledger_rows(k) for k in range(1, 201)), cur.rowcount
+        for k in range(1, 201):
+            add(k, ledger_rows(k))
+        check("COPY text of 200 keys")
+        # COPY csv with a header: keys 201..260, one row each
+        data = "id,seq,v\n" + "".join(f"{k},1,{10 * k}\n" for k in range(201, 261))
+        cur.copy_expert("COPY ledger (id, seq, v) FROM STDIN WITH (FORMAT csv, HEADER true)", io.StringIO(data))
+        assert cur.rowcount == 60, cur.rowcount
+        for k in range(201, 261):
+            add(k, 1)
+        check("COPY csv of 60 keys")
+        # multi-row INSERT split over both shards
+        cur.execute("INSERT INTO ledger (id, seq, v) VALUES " +
+                    ", ".join(f"({k}, 1, {10 * k})" for k in range(261, 301)))
+        assert cur.rowcount == 40
+        for k in range(261, 301):
+            add(k, 1)
+        check("INSERT of 40 rows over both shards")
+        # ON CONFLICT DO NOTHING: 4 rows in the statement, 2 inserted
+        cur.execute("INSERT INTO ledger (id, seq, v) VALUES (5, 1, 0), (5, 2, 0), (5, 10, 0), (5, 11, 0) "
+                    "ON CONFLICT DO NOTHING")
+        assert cur.rowcount == 2, cur.rowcount
+        add(5, 2)
+        check("INSERT ... ON CONFLICT DO NOTHING inserting 2 of 4 rows")
+        # UPDATE / DELETE by key: the rows the shard reports, 3 / 0 / 3
+        cur.execute("UPDATE ledger SET v = v + 1 WHERE id = 8")
+        assert cur.rowcount == 3
+        add(8, 3)
+        cur.execute("UPDATE ledger SET v = 0 WHERE id = 9 AND v < 0")
+        assert cur.rowcount == 0
+        cur.execute("DELETE FROM ledger WHERE id = 11")
+        assert cur.rowcount == 3
+        add(11, 3)
+        check("UPDATE of 3 rows, UPDATE of 0 rows, DELETE of 3 rows, each by key")
+
+        # extended protocol: one portal, then two portals in one batch (same shard)
+        x = pgwire.connect(HOST, w.port, "app", DB, password=APP_PW, timeout=10)
+        try:
+            k = pick(lambda k: ledger_rows(k) == 3)
+            r = x.extended("UPDATE ledger SET v = v + 1 WHERE id = $1", [k]).raise_error()
+            assert r.results[-1].tag == "UPDATE 3", r.results[-1].tag
+            add(k, 3)
+            new = pick(lo=2501, hi=3000)
+            r = x.extended("INSERT INTO ledger (id, seq, v) VALUES ($1, 1, 0)", [new]).raise_error()
+            assert r.results[-1].tag == "INSERT 0 1", r.results[-1].tag
+            add(new, 1)
+            a = pick(lambda k: ledger_rows(k) == 2)
+            b = pick(lambda k: ledger_rows(k) == 1 and shard_of_key(k) == shard_of_key(a))
+            x.send([pgwire.parse_msg("DELETE FROM ledger WHERE id = $1"), pgwire.bind_msg([a]), pgwire.execute_msg(),
+                    pgwire.bind_msg([b]), pgwire.execute_msg(), pgwire.sync_msg()])
+            r = x.query_collect().raise_error()
+            assert [s.tag for s in r.results] == ["DELETE 2", "DELETE 1"], [s.tag for s in r.results]
+            add(a, 2)
+            add(b, 1)
+            # an Execute followed by a simple Query before any Sync: the rows are the portal's
+            k = pick(lambda k: ledger_rows(k) == 2 and shard_of_key(k) == shard_of_key(a))
+            x.send([pgwire.parse_msg("UPDATE ledger SET v = v + 1 WHERE id = $1"), pgwire.bind_msg([k]),
+                    pgwire.execute_msg(), pgwire.query_msg(f"SELECT v FROM ledger WHERE id = {a}")])
+            r = x.query_collect().raise_error()
+            assert [s.tag for s in r.results] == ["UPDATE 2", "SELECT 0"], [s.tag for s in r.results]
+            add(k, 2)
+        finally:
+            x.close()
+        check("extended-protocol UPDATE (3 rows), INSERT (1 row), two DELETE portals in one batch (2 + 1 rows), "
+              "an UPDATE portal (2 rows) then a Query before Sync")
+
+        # several partitions on one shard: the shard's count spread evenly (docs/metrics.md)
+        a = pick(lambda k: ledger_rows(k) == 3)
+        b = pick(lambda k: ledger_rows(k) == 2 and shard_of_key(k) == shard_of_key(a)
+                 and PARTITION_OF[k] != PARTITION_OF[a])
+        cur.execute(f"DELETE FROM ledger WHERE id IN ({a}, {b})")
+        assert cur.rowcount == 5
+        for q, n in spread(5, [PARTITION_OF[a], PARTITION_OF[b]]).items():
+            expect[q] += n
+        check(f"DELETE of 3 + 2 rows in partitions {PARTITION_OF[a]} and {PARTITION_OF[b]} of one shard")
+
+        # keys on both shards: each shard's count goes to its own partition, exactly
+        d0 = pick(lambda k: shard_of_key(k) == "s0" and ledger_rows(k) == 2)
+        d1 = pick(lambda k: shard_of_key(k) == "s1" and ledger_rows(k) == 3)
+        cur.execute(f"UPDATE ledger SET v = -1 WHERE id IN ({d0}, {d1})")
+        assert cur.rowcount == 5
+        add(d0, 2)
+        add(d1, 3)
+        e0 = pick(lambda k: shard_of_key(k) == "s0", 2501, 3000)
+        e1 = pick(lambda k: shard_of_key(k) == "s1", 2501, 3000)
+        cur.execute(f"INSERT INTO ledger (id, seq, v) VALUES ({e0}, 1, 0), ({e1}, 1, 0), ({e1}, 2, 0)")
+        assert cur.rowcount == 3
+        add(e0, 1)
+        add(e1, 2)
+        check("UPDATE of 2 + 3 rows on two shards, INSERT of 1 + 2 rows on two shards")
+
+        # without the key: every shard, each shard's count over its partitions
+        keyless = list(range(261, 301))
+        cur.execute("UPDATE ledger SET v = v + 1 WHERE id BETWEEN 261 AND 300")
+        assert cur.rowcount == 40
+        for shard, parts in (("s0", range(0, PARTS // 2)), ("s1", range(PARTS // 2, PARTS))):
+            n = sum(1 for k in keyless if shard_of_key(k) == shard)
+            for q, m in spread(n, parts).items():
+                expect[q] += m
+        check("keyless UPDATE of 40 rows")
+
+        # transactions: committed rows count; rolled-back ones too (as PostgreSQL's n_tup_*)
+        t = pick(lambda k: ledger_rows(k) == 3)
+        u = pick(lambda k: ledger_rows(k) == 2)
+        c.autocommit = False
+        cur.execute(f"UPDATE ledger SET v = 1 WHERE id = {t}")
+        c.commit()
+        add(t, 3)
+        cur.execute(f"DELETE FROM ledger WHERE id = {u}")
+        c.rollback()
+        add(u, 2)
+        c.autocommit = True
+        check("committed UPDATE of 3 rows, rolled-back DELETE of 2 rows")
+
+        # reads and reference-table writes write no partition's rows
+        cur.execute("SELECT count(*) FROM ledger")
+        cur.fetchall()
+        cur.execute("SELECT * FROM ledger WHERE id = 7")
+        cur.fetchall()
+        cur.execute("UPDATE countries SET name = name WHERE code = 'jp'")
+        assert cur.rowcount == 1
+        check("reads and a reference-table UPDATE")
+        assert sum(expect) > 500, expect
+        print(f"     rows written per partition: {expect}")
+    finally:
+        c.close()
+        assert w.stop() == 0
 
 
 # ------------------------------------------------------------------ 5. SHOW ROUTE
@@ -749,6 +1067,17 @@ def admin_show_commands():
         app.close()
 
 
+def serves_reads(p):
+    """The proxy still answers a single-shard read correctly."""
+    c = app_conn(p)
+    try:
+        with c.cursor() as cur:
+            cur.execute("SELECT v FROM users WHERE id = 5")
+            assert cur.fetchall() == [(50,)]
+    finally:
+        c.close()
+
+
 def config_value(p, key):
     for r in admin_dicts(p, "SHOW CONFIG"):
         if r["key"] == key:
@@ -787,13 +1116,7 @@ def admin_reload_good_and_broken():
     P.write_raw(good_text)  # leave a valid file on disk
 
     assert P.alive()
-    c = app_conn(P)
-    try:
-        with c.cursor() as cur:
-            cur.execute("SELECT v FROM users WHERE id = 5")
-            assert cur.fetchall() == [(50,)]
-    finally:
-        c.close()
+    serves_reads(P)
     assert config_value(P, "scatter.deadline") in ("4000ms", "4s"), "old config not kept after a broken RELOAD"
     m2 = metrics(P)
     assert mv(m2, "splitpoint_config_reloads_total", result="failure") == bad0 + 2, \
@@ -850,6 +1173,40 @@ def admin_pause_resume():
             t.join(10)
         for c in (waiting, other, adm):
             c.close()
+
+
+@test
+def admin_pause_resume_all_and_unknown_shard():
+    """SPEC §7 PAUSE / RESUME without a shard act on every shard; an unknown shard is an
+    error (22023) that pauses nothing."""
+    adm = admin_conn(P)
+    try:
+        cur = adm.cursor()
+        try:
+            cur.execute("PAUSE nosuch")
+            raise AssertionError("PAUSE of an unknown shard succeeded")
+        except psycopg2.Error as e:
+            assert e.pgcode == "22023" and "nosuch" in e.pgerror, (e.pgcode, e.pgerror)
+        cur.execute("SHOW SHARDS")
+        assert [r[6] for r in cur.fetchall()] == ["no", "no"]
+        cur.execute("PAUSE")
+        assert cur.statusmessage == "PAUSE", cur.statusmessage
+        cur.execute("SHOW SHARDS")
+        assert [r[6] for r in cur.fetchall()] == ["yes", "yes"]
+        cur.execute("SHOW POOLS")
+        cols = [d.name for d in cur.description]
+        assert all(dict(zip(cols, r))["paused"] == "yes" for r in cur.fetchall())
+        cur.execute("RESUME")
+        assert cur.statusmessage == "RESUME", cur.statusmessage
+        cur.execute("SHOW SHARDS")
+        assert [r[6] for r in cur.fetchall()] == ["no", "no"]
+    finally:
+        try:
+            adm.cursor().execute("RESUME")
+        except Exception:  # noqa: BLE001
+            pass
+        adm.close()
+    serves_reads(P)
 
 
 # ------------------------------------------------------------------ 7. Prometheus scrape
