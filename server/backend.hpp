@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/asio.hpp"
+#include "server/input_buffer.hpp"
 
 namespace splitpoint::server {
 
@@ -32,7 +33,7 @@ class Backend {
   explicit Backend(tcp::socket socket) : socket(std::move(socket)) {}
 
   tcp::socket socket;
-  std::string read_buf;              // bytes read but not yet consumed
+  InputBuffer read_buf;              // bytes read but not yet consumed
   std::int32_t process_id = 0;       // BackendKeyData, for CancelRequest
   std::int32_t secret_key = 0;
   ParameterList parameters;          // ParameterStatus seen at start-up

@@ -48,12 +48,13 @@ awaitable<void> Session::serve() {
       cbuf_.erase(0, cpos_);
       cpos_ = 0;
     }
+    if (cbuf_.empty() && cbuf_.capacity() > kIdleInputBytes) cbuf_.shrink_to_fit();  // frees it
     bool timed = idle_timeout.count() > 0;
     if (timed) {
       if (!idle_timer_) idle_timer_ = std::make_unique<asio::steady_timer>(ex);
       arm_idle_timer();
     }
-    auto ec = co_await stream_.read_some(cbuf_);
+    auto ec = co_await stream_.read_some(cbuf_, cbuf_.empty() ? kIdleInputBytes : 16384);
     if (timed) idle_timer_->cancel();
     if (idle_timed_out_) {
       spdlog::info("[{}] closed: idle timeout", id_);
@@ -521,7 +522,7 @@ awaitable<void> Session::pump() {
   auto self = shared_from_this();
   const std::size_t shard = cur_;
   Backend* b = held_[shard].get();
-  std::string& in = b->read_buf;
+  InputBuffer& in = b->read_buf;
   bool lost = false;
   for (;;) {
     auto ec = co_await read_into(b->socket, in, 16384);

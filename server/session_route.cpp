@@ -717,7 +717,7 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
   }
   auto [wec, n] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow);
   reply.lost = static_cast<bool>(wec);
-  std::string& in = b->read_buf;
+  InputBuffer& in = b->read_buf;
   while (!reply.lost && queries > 0) {
     auto r = proto::decode_frame(in, proto::Direction::backend, limits_);
     if (r.status == proto::FrameStatus::error) {

@@ -8,7 +8,7 @@ awaitable<error_code> ClientStream::start_tls(asio::ssl::context& ctx) {
   co_return ec;
 }
 
-awaitable<error_code> ClientStream::read_some(std::string& buf, std::size_t min_chunk) {
+awaitable<error_code> ClientStream::read_some(InputBuffer& buf, std::size_t min_chunk) {
   auto before = buf.size();
   auto ec = tls_ ? co_await read_into(*tls_, buf, min_chunk) : co_await read_into(socket_, buf, min_chunk);
   if (bytes_in_) bytes_in_->add(buf.size() - before);
