@@ -96,6 +96,8 @@ class Router {
 
   // Analyses a statement (one Parse, or a simple-protocol cache miss). Never null;
   // a statement that does not parse gives a plan that routes to its syntax error.
+  // The same text with the same parameter types gets the same plan from a bounded
+  // cache, without being parsed again.
   std::shared_ptr<const Plan> plan(std::string_view sql, std::span<const std::int32_t> param_types) const;
 
   // Routes one execution of a planned statement with its bound parameters.
