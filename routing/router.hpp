@@ -72,6 +72,9 @@ struct Route {
   std::vector<std::string> missing_tables;  // kind == need_shapes
   // Hints found in the statement text (SPEC §1): deadline=, partial=, ...
   std::vector<std::pair<std::string, std::string>> hints;
+  // A statement of the text is SET/RESET, DISCARD, DEALLOCATE or LISTEN: session state
+  // the caller carries over to other backends (routing/session_command.hpp says which).
+  bool session_command = false;
 };
 
 // Session-level routing inputs.

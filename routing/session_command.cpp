@@ -80,18 +80,6 @@ std::vector<std::string_view> split_statements(std::string_view sql) {
   return out;
 }
 
-bool may_contain_session_command(std::string_view sql) {
-  auto has = [&](std::string_view word) {
-    for (std::size_t i = 0; i + word.size() <= sql.size(); ++i) {
-      std::size_t k = 0;
-      while (k < word.size() && std::tolower(static_cast<unsigned char>(sql[i + k])) == word[k]) ++k;
-      if (k == word.size()) return true;
-    }
-    return false;
-  };
-  return has("set") || has("discard") || has("deallocate") || has("listen");
-}
-
 SessionCommandInfo classify_session_command(std::string_view sql) {
   Words words(sql);
   std::string first = words.next();

@@ -262,7 +262,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
       break;
   }
   if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
-  if (auto cmd = routing::classify_session_command(sql); cmd.kind == SessionCommand::deallocate) {
+  if (auto cmd = route.session_command ? routing::classify_session_command(sql) : routing::SessionCommandInfo{};
+      cmd.kind == SessionCommand::deallocate) {
     // DEALLOCATE of a protocol-level prepared statement (libpq/libpqxx unprepare):
     // on the backends it lives under another name, so forget it here and answer.
     if (auto it = prepared_.find(cmd.name); it != prepared_.end() && !it->second.server_name.empty()) {
@@ -301,7 +302,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   e.query_in_batch = sent_after_sync_;
   // Each SET/RESET statement is recorded with its own text (never the whole Query:
   // replaying `SET ...; INSERT ...` would run the INSERT again on the next backend).
-  if (routing::may_contain_session_command(sql)) {
+  // The router's plan says whether the text has any (no scan of other texts).
+  if (route.session_command) {
     for (auto stmt : routing::split_statements(sql)) {
       auto cmd = routing::classify_session_command(stmt);
       switch (cmd.kind) {
