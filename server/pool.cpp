@@ -15,23 +15,30 @@ struct Pool::Waiter {
   bool done = false;
 };
 
+std::unique_ptr<Backend> Pool::take_idle() {
+  std::unique_lock lock(mu_);
+  while (!paused_ && !idle_.empty()) {
+    auto b = std::move(idle_.back());
+    idle_.pop_back();
+    lock.unlock();
+    if (b->looks_healthy()) return b;
+    b.reset();  // closed by the server (restart, idle timeout): drop it
+    lock.lock();
+    --open_;
+  }
+  return nullptr;
+}
+
 awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
   auto ex = co_await asio::this_coro::executor;
   auto deadline = std::chrono::steady_clock::now() + wait_timeout;
   for (;;) {
+    if (auto b = take_idle()) co_return AcquireResult{std::move(b), {}, {}};
     std::shared_ptr<Waiter> waiter;
     bool may_open = false;
     {
       std::unique_lock lock(mu_);
-      while (!paused_ && !idle_.empty()) {
-        auto b = std::move(idle_.back());
-        idle_.pop_back();
-        lock.unlock();
-        if (b->looks_healthy()) co_return AcquireResult{std::move(b), {}, {}};
-        b.reset();  // closed by the server (restart, idle timeout): drop it
-        lock.lock();
-        --open_;
-      }
+      if (!paused_ && !idle_.empty()) continue;  // released since take_idle() looked
       if (!paused_ && open_ < max_size_) {
         ++open_;
         ++opening_;

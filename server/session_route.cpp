@@ -222,9 +222,12 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   auto lookup = shape_lookup(keep);
   auto& router = *runtime_->router;
   auto route = router.route_simple(sql, routing_, lookup);
-  co_await route_with_shapes(route, [&] { return router.route_simple(sql, routing_, lookup); });
+  // The checks before these calls spare most statements two coroutine frames.
+  if (route.kind == RouteKind::need_shapes)
+    co_await route_with_shapes(route, [&] { return router.route_simple(sql, routing_, lookup); });
 
-  if (co_await refused_in_failed_transaction(route, false)) co_return !closing_;
+  if ((pump_active_ || client_txn_ == 'E') && co_await refused_in_failed_transaction(route, false))
+    co_return !closing_;
   if (routing::first_keyword(sql) == "copy") {
     // COPY FROM STDIN into a sharded table is split by key; into a reference table
     // it goes to every shard.
@@ -430,9 +433,11 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   routing::BoundParams params{bind->params, bind->param_formats, types};
   auto& router = *runtime_->router;
   auto route = router.route(*p.plan, params, routing_, lookup);
-  co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, routing_, lookup); });
+  if (route.kind == RouteKind::need_shapes)
+    co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, routing_, lookup); });
 
-  if (co_await refused_in_failed_transaction(route, true)) co_return !closing_;
+  if ((pump_active_ || client_txn_ == 'E') && co_await refused_in_failed_transaction(route, true))
+    co_return !closing_;
   if (route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback) {
     // Finish the other shards first; the client's own message ends the last one.
     co_await drain();
