@@ -47,6 +47,8 @@ class Backend {
   std::unordered_set<std::string> prepared;
   // Which session's unnamed statement is currently parsed here: (session id, parse seq).
   std::pair<std::uint64_t, std::uint64_t> unnamed_owner{0, 0};
+  // When it last went back to its pool (Pool::take_idle).
+  std::chrono::steady_clock::time_point released_at{};
   // A CancelRequest was sent while a session held it: never give it to another
   // session, the cancel could still land on that session's query.
   std::atomic<bool> cancel_sent{false};

@@ -15,13 +15,19 @@ struct Pool::Waiter {
   bool done = false;
 };
 
+// A connection released this recently is handed out without the peek (a system call
+// per transaction under load); one that broke in between is reported as lost, as one
+// that breaks between the peek and the query always was.
+constexpr std::chrono::milliseconds kPeekAfter{10};
+
 std::unique_ptr<Backend> Pool::take_idle() {
+  const auto now = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
   while (!paused_ && !idle_.empty()) {
     auto b = std::move(idle_.back());
     idle_.pop_back();
     lock.unlock();
-    if (b->looks_healthy()) return b;
+    if (now - b->released_at < kPeekAfter || b->looks_healthy()) return b;
     b.reset();  // closed by the server (restart, idle timeout): drop it
     lock.lock();
     --open_;
@@ -107,6 +113,7 @@ void Pool::release(std::unique_ptr<Backend> backend, bool reusable) {
     hand_over(std::move(w), std::move(backend));
     return;
   }
+  backend->released_at = std::chrono::steady_clock::now();
   idle_.push_back(std::move(backend));
 }
 
