@@ -369,8 +369,21 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
   }
   Analyzer analyzer(topo, *plan);
   const std::size_t n = tree.tree()->n_stmts;
-  for (std::size_t i = 0; i < n; ++i)
-    if (tree.tree()->stmts[i]->stmt != nullptr) analyzer.statement(tree.tree()->stmts[i]->stmt, n == 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    const PgQuery__Node* stmt = tree.tree()->stmts[i]->stmt;
+    if (stmt == nullptr) continue;
+    switch (stmt->node_case) {
+      case PG_QUERY__NODE__NODE_VARIABLE_SET_STMT:
+      case PG_QUERY__NODE__NODE_DISCARD_STMT:
+      case PG_QUERY__NODE__NODE_DEALLOCATE_STMT:
+      case PG_QUERY__NODE__NODE_LISTEN_STMT:
+        plan->session_command = true;
+        break;
+      default:
+        break;
+    }
+    analyzer.statement(stmt, n == 1);
+  }
   analyzer.finish(n);
   for (const InsertRows& rows : plan->inserts)
     if (rows.splittable && rows.rows.size() > 1) plan->packed_tree = tree.packed();

@@ -85,6 +85,7 @@ Route Evaluator::run(bool* needs_exact_plan) {
   }
   for (const auto& [k, v] : in_.hints)
     if (k != "shard" && k != "key") r.hints.emplace_back(k, v);
+  r.session_command = plan_.session_command;
   return r;
 }
 

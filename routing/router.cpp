@@ -22,14 +22,28 @@ struct Router::Impl {
 
   config::Config config;  // a copy: the router must not depend on the caller keeping its config
   Topology topo;
-  PlanCache cache;
+  PlanCache cache;           // route_simple: by normalised text
+  PlanCache exact_cache;     // plan(): by the very text and parameter types
 };
 
 Router::Router(const config::Config& config) : impl_(std::make_unique<Impl>(config)) {}
 Router::~Router() = default;
 
 std::shared_ptr<const Plan> Router::plan(std::string_view sql, std::span<const std::int32_t> param_types) const {
-  return analyze(sql, param_types, impl_->topo);
+  // A plan depends only on the text, the parameter types and the topology, so a Parse
+  // of a text seen before (an unnamed statement re-parsed for each execution, as
+  // pgbench -M extended and many drivers do) is not analysed again. The key is the
+  // text, a NUL (no query text holds one) and the types' bytes; per-thread so a hit
+  // allocates nothing.
+  thread_local std::string key;
+  key.assign(sql);
+  key.push_back('\0');
+  key.append(reinterpret_cast<const char*>(param_types.data()), param_types.size_bytes());
+  const std::size_t hash = std::hash<std::string_view>{}(key);
+  if (std::shared_ptr<const Plan> cached = impl_->exact_cache.find(key, hash)) return cached;
+  std::shared_ptr<const Plan> p = analyze(sql, param_types, impl_->topo);
+  impl_->exact_cache.insert(key, hash, p);
+  return p;
 }
 
 Route Router::route(const Plan& plan, const BoundParams& params, const SessionRouting& session,

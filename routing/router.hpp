@@ -72,6 +72,9 @@ struct Route {
   std::vector<std::string> missing_tables;  // kind == need_shapes
   // Hints found in the statement text (SPEC §1): deadline=, partial=, ...
   std::vector<std::pair<std::string, std::string>> hints;
+  // A statement of the text is SET/RESET, DISCARD, DEALLOCATE or LISTEN: session state
+  // the caller carries over to other backends (routing/session_command.hpp says which).
+  bool session_command = false;
 };
 
 // Session-level routing inputs.
@@ -96,6 +99,8 @@ class Router {
 
   // Analyses a statement (one Parse, or a simple-protocol cache miss). Never null;
   // a statement that does not parse gives a plan that routes to its syntax error.
+  // The same text with the same parameter types gets the same plan from a bounded
+  // cache, without being parsed again.
   std::shared_ptr<const Plan> plan(std::string_view sql, std::span<const std::int32_t> param_types) const;
 
   // Routes one execution of a planned statement with its bound parameters.

@@ -2,11 +2,17 @@
 
 #include <pg_query.h>
 
-#include <cctype>
-
 namespace splitpoint::routing {
 
 namespace {
+
+// ASCII only, as PostgreSQL's keywords, and inline: the first word of every Query is
+// read (the <cctype> calls cost a function call per byte).
+bool is_word_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
+}
+char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 class Words {
  public:
@@ -24,8 +30,8 @@ class Words {
     }
     while (pos_ < s_.size()) {
       char c = s_[pos_];
-      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.')) break;
-      w.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+      if (!is_word_char(c)) break;
+      w.push_back(ascii_lower(c));
       ++pos_;
     }
     return w;
@@ -35,7 +41,7 @@ class Words {
   void skip_space() {
     while (pos_ < s_.size()) {
       char c = s_[pos_];
-      if (std::isspace(static_cast<unsigned char>(c))) {
+      if (is_space(c)) {
         ++pos_;
       } else if (c == '-' && pos_ + 1 < s_.size() && s_[pos_ + 1] == '-') {
         while (pos_ < s_.size() && s_[pos_] != '\n') ++pos_;
@@ -78,18 +84,6 @@ std::vector<std::string_view> split_statements(std::string_view sql) {
     }
   pg_query_free_split_result(r);
   return out;
-}
-
-bool may_contain_session_command(std::string_view sql) {
-  auto has = [&](std::string_view word) {
-    for (std::size_t i = 0; i + word.size() <= sql.size(); ++i) {
-      std::size_t k = 0;
-      while (k < word.size() && std::tolower(static_cast<unsigned char>(sql[i + k])) == word[k]) ++k;
-      if (k == word.size()) return true;
-    }
-    return false;
-  };
-  return has("set") || has("discard") || has("deallocate") || has("listen");
 }
 
 SessionCommandInfo classify_session_command(std::string_view sql) {

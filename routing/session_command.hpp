@@ -1,6 +1,7 @@
 // Recognises the statements that change session state a pooled backend must carry
 // over (SET, RESET, DISCARD ALL, DEALLOCATE ALL) or that pin a session (LISTEN).
-// Only the leading keywords are looked at; statement routing uses libpg_query.
+// Only the leading keywords are looked at; statement routing uses libpg_query, and
+// its Route::session_command says whether a text holds such a statement at all.
 #pragma once
 
 #include <string>
@@ -21,9 +22,6 @@ SessionCommandInfo classify_session_command(std::string_view sql);
 // The statements of a query text, as PostgreSQL's scanner splits it (empty if it
 // cannot be scanned).
 std::vector<std::string_view> split_statements(std::string_view sql);
-
-// Cheap pre-check: false when the text cannot contain a session command.
-bool may_contain_session_command(std::string_view sql);
 
 // The statement's first keyword, lower-cased ("" if it does not start with a word).
 std::string first_keyword(std::string_view sql);

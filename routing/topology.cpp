@@ -18,7 +18,9 @@ bool parse_int(std::string_view s, long long& out) {
 
 }  // namespace
 
-ColumnType column_type(std::string_view t) {
+namespace {
+
+ColumnType parse_column_type(std::string_view t) {
   ColumnType out;
   std::string name(t);
   // "character varying(20)" -> "character varying" and a length of 20.
@@ -33,6 +35,23 @@ ColumnType column_type(std::string_view t) {
   out.hash_type = key_type_from_name(name);
   out.base = name;
   out.integer = out.hash_type == KeyType::int2 || out.hash_type == KeyType::int4 || out.hash_type == KeyType::int8;
+  return out;
+}
+
+}  // namespace
+
+ColumnType column_type(std::string_view t) {
+  // Routing reads the key column's type for every execution of a statement; the few
+  // type names a deployment has are parsed once per thread.
+  struct Known {
+    std::string text;
+    ColumnType type;
+  };
+  thread_local std::vector<Known> known;
+  for (const Known& k : known)
+    if (k.text == t) return k.type;
+  ColumnType out = parse_column_type(t);
+  if (known.size() < 32) known.push_back({std::string(t), out});
   return out;
 }
 

@@ -32,7 +32,7 @@ ConnectResult failure(std::string_view sqlstate, std::string message) {
 }
 
 // Reads one backend frame into `frame` (body copied into `body`).
-awaitable<bool> read_frame(tcp::socket& s, std::string& buf, char& type, std::string& body) {
+awaitable<bool> read_frame(tcp::socket& s, InputBuffer& buf, char& type, std::string& body) {
   proto::FrameLimits limits;
   for (;;) {
     auto r = proto::decode_frame(buf, proto::Direction::backend, limits);

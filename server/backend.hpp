@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "server/asio.hpp"
+#include "server/input_buffer.hpp"
 
 namespace splitpoint::server {
 
@@ -33,7 +34,7 @@ class Backend {
   explicit Backend(tcp::socket socket) : socket(std::move(socket)) {}
 
   tcp::socket socket;
-  std::string read_buf;              // bytes read but not yet consumed
+  InputBuffer read_buf;              // bytes read but not yet consumed
   std::int32_t process_id = 0;       // BackendKeyData, for CancelRequest
   std::int32_t secret_key = 0;
   ParameterList parameters;          // ParameterStatus seen at start-up
@@ -47,6 +48,8 @@ class Backend {
   std::unordered_set<std::string> prepared;
   // Which session's unnamed statement is currently parsed here: (session id, parse seq).
   std::pair<std::uint64_t, std::uint64_t> unnamed_owner{0, 0};
+  // When it last went back to its pool (Pool::take_idle).
+  std::chrono::steady_clock::time_point released_at{};
   // A CancelRequest was sent while a session held it: never give it to another
   // session, the cancel could still land on that session's query.
   std::atomic<bool> cancel_sent{false};

@@ -15,23 +15,36 @@ struct Pool::Waiter {
   bool done = false;
 };
 
+// A connection released this recently is handed out without the peek (a system call
+// per transaction under load); one that broke in between is reported as lost, as one
+// that breaks between the peek and the query always was.
+constexpr std::chrono::milliseconds kPeekAfter{10};
+
+std::unique_ptr<Backend> Pool::take_idle() {
+  const auto now = std::chrono::steady_clock::now();
+  std::unique_lock lock(mu_);
+  while (!paused_ && !idle_.empty()) {
+    auto b = std::move(idle_.back());
+    idle_.pop_back();
+    lock.unlock();
+    if (now - b->released_at < kPeekAfter || b->looks_healthy()) return b;
+    b.reset();  // closed by the server (restart, idle timeout): drop it
+    lock.lock();
+    --open_;
+  }
+  return nullptr;
+}
+
 awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
   auto ex = co_await asio::this_coro::executor;
   auto deadline = std::chrono::steady_clock::now() + wait_timeout;
   for (;;) {
+    if (auto b = take_idle()) co_return AcquireResult{std::move(b), {}, {}};
     std::shared_ptr<Waiter> waiter;
     bool may_open = false;
     {
       std::unique_lock lock(mu_);
-      while (!paused_ && !idle_.empty()) {
-        auto b = std::move(idle_.back());
-        idle_.pop_back();
-        lock.unlock();
-        if (b->looks_healthy()) co_return AcquireResult{std::move(b), {}, {}};
-        b.reset();  // closed by the server (restart, idle timeout): drop it
-        lock.lock();
-        --open_;
-      }
+      if (!paused_ && !idle_.empty()) continue;  // released since take_idle() looked
       if (!paused_ && open_ < max_size_) {
         ++open_;
         ++opening_;
@@ -100,6 +113,7 @@ void Pool::release(std::unique_ptr<Backend> backend, bool reusable) {
     hand_over(std::move(w), std::move(backend));
     return;
   }
+  backend->released_at = std::chrono::steady_clock::now();
   idle_.push_back(std::move(backend));
 }
 

@@ -34,6 +34,9 @@ class Pool : public std::enable_shared_from_this<Pool> {
   // Takes an idle connection, opens a new one if below max_size, or waits for one
   // to be released, up to `wait_timeout`. Runs on the caller's executor.
   awaitable<AcquireResult> acquire(std::chrono::milliseconds wait_timeout);
+  // An idle connection that looks healthy, or nullptr: acquire()'s first step
+  // without a coroutine frame, for the hot path (one per transaction).
+  std::unique_ptr<Backend> take_idle();
   // Returns a connection. `reusable` false (dirty, broken, cancelled) closes it.
   void release(std::unique_ptr<Backend> backend, bool reusable);
 

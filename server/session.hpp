@@ -233,8 +233,10 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<std::pair<std::string, std::string>> startup_params_;  // replayed as SET
   std::vector<std::shared_ptr<Pool>> pools_;                         // per shard
 
-  // Client input.
-  std::string cbuf_;
+  // Client input. Waiting for the next message, an empty buffer keeps at most
+  // kIdleInputBytes (an idle client costs little memory); a longer message grows it.
+  static constexpr std::size_t kIdleInputBytes = 2048;
+  InputBuffer cbuf_;
   std::size_t cpos_ = 0;
   bool skip_until_sync_ = false;  // after an error found by the proxy in an extended batch
   bool batch_failed_ = false;     // an error went to the client since its last Sync

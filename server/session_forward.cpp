@@ -48,12 +48,13 @@ awaitable<void> Session::serve() {
       cbuf_.erase(0, cpos_);
       cpos_ = 0;
     }
+    if (cbuf_.empty() && cbuf_.capacity() > kIdleInputBytes) cbuf_.shrink_to_fit();  // frees it
     bool timed = idle_timeout.count() > 0;
     if (timed) {
       if (!idle_timer_) idle_timer_ = std::make_unique<asio::steady_timer>(ex);
       arm_idle_timer();
     }
-    auto ec = co_await stream_.read_some(cbuf_);
+    auto ec = co_await stream_.read_some(cbuf_, cbuf_.empty() ? kIdleInputBytes : 16384);
     if (timed) idle_timer_->cancel();
     if (idle_timed_out_) {
       spdlog::info("[{}] closed: idle timeout", id_);
@@ -291,7 +292,8 @@ awaitable<bool> Session::use_shard(std::size_t shard) {
   if (cur_ == shard && pump_active_) co_return true;
   bool mid_batch = sent_after_sync_;
   leave_batch_shard(shard);
-  co_await drain();
+  if (pump_active_) co_await drain();
+  else bout_.clear();  // what drain() does then, without a coroutine frame
   if (closing_) co_return false;
   if (mid_batch && batch_failed_) {
     // The previous shard failed inside this extended batch: discard until Sync.
@@ -306,7 +308,8 @@ awaitable<bool> Session::attach(std::size_t shard) {
   if (!held_[shard]) {
     // Wait for a connection as long as a login may take.
     auto waited_from = std::chrono::steady_clock::now();
-    auto r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
+    AcquireResult r{pools_[shard]->take_idle(), {}, {}};
+    if (!r.backend) r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
     if (shard < kMaxShards) metrics_.shards[shard].pool_wait.observe_since(waited_from);
     if (!r.backend) {
       if (shard < kMaxShards) metrics_.shards[shard].connect_errors.add();
@@ -537,6 +540,7 @@ bool Session::should_release() const {
 }
 
 void Session::release_shard(std::size_t shard, bool reusable) {
+  if (!held_[shard]) return;  // (held_ changes on this thread only)
   std::unique_ptr<Backend> b;
   {
     std::lock_guard lock(cancel_mu_);
@@ -560,10 +564,13 @@ awaitable<void> Session::pump() {
   auto self = shared_from_this();
   const std::size_t shard = cur_;
   Backend* b = held_[shard].get();
-  std::string& in = b->read_buf;
+  InputBuffer& in = b->read_buf;
   bool lost = false;
   for (;;) {
-    auto ec = co_await read_into(b->socket, in, 16384);
+    // read_into() inline: one coroutine frame less per response.
+    std::span<char> space = in.prepare(16384);
+    auto [ec, n] = co_await b->socket.async_read_some(asio::buffer(space.data(), space.size()), use_nothrow);
+    in.commit(n);
     if (ec) {
       lost = !(ec == asio::error::operation_aborted && (stop_pump_ || closing_));
       break;

@@ -228,9 +228,12 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   auto lookup = shape_lookup(keep);
   auto& router = *runtime_->router;
   auto route = router.route_simple(sql, routing_, lookup);
-  co_await route_with_shapes(route, [&] { return router.route_simple(sql, routing_, lookup); });
+  // The checks before these calls spare most statements two coroutine frames.
+  if (route.kind == RouteKind::need_shapes)
+    co_await route_with_shapes(route, [&] { return router.route_simple(sql, routing_, lookup); });
 
-  if (co_await refused_in_failed_transaction(route, false)) co_return !closing_;
+  if ((pump_active_ || client_txn_ == 'E') && co_await refused_in_failed_transaction(route, false))
+    co_return !closing_;
   if (routing::first_keyword(sql) == "copy") {
     // COPY FROM STDIN into a sharded table is split by key; into a reference table
     // it goes to every shard.
@@ -268,7 +271,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
       break;
   }
   if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
-  if (auto cmd = routing::classify_session_command(sql); cmd.kind == SessionCommand::deallocate) {
+  if (auto cmd = route.session_command ? routing::classify_session_command(sql) : routing::SessionCommandInfo{};
+      cmd.kind == SessionCommand::deallocate) {
     // DEALLOCATE of a protocol-level prepared statement (libpq/libpqxx unprepare):
     // on the backends it lives under another name, so forget it here and answer.
     if (auto it = prepared_.find(cmd.name); it != prepared_.end() && !it->second.server_name.empty()) {
@@ -308,7 +312,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   e.rows = row_shares(route, *target);
   // Each SET/RESET statement is recorded with its own text (never the whole Query:
   // replaying `SET ...; INSERT ...` would run the INSERT again on the next backend).
-  if (routing::may_contain_session_command(sql)) {
+  // The router's plan says whether the text has any (no scan of other texts).
+  if (route.session_command) {
     for (auto stmt : routing::split_statements(sql)) {
       auto cmd = routing::classify_session_command(stmt);
       switch (cmd.kind) {
@@ -435,9 +440,11 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   routing::BoundParams params{bind->params, bind->param_formats, types};
   auto& router = *runtime_->router;
   auto route = router.route(*p.plan, params, routing_, lookup);
-  co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, routing_, lookup); });
+  if (route.kind == RouteKind::need_shapes)
+    co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, routing_, lookup); });
 
-  if (co_await refused_in_failed_transaction(route, true)) co_return !closing_;
+  if ((pump_active_ || client_txn_ == 'E') && co_await refused_in_failed_transaction(route, true))
+    co_return !closing_;
   if (route.txn == TxnCommand::commit && client_txn_ != 'E' && !proxy_failed_txn_ && written_.size() > 1) {
     // Written on several shards: two-phase commit, answered here.
     co_await drain();
@@ -775,7 +782,7 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
   }
   auto [wec, n] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow);
   reply.lost = static_cast<bool>(wec);
-  std::string& in = b->read_buf;
+  InputBuffer& in = b->read_buf;
   while (!reply.lost && queries > 0) {
     auto r = proto::decode_frame(in, proto::Direction::backend, limits_);
     if (r.status == proto::FrameStatus::error) {

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "server/asio.hpp"
+#include "server/input_buffer.hpp"
 #include "server/metrics.hpp"
 
 namespace splitpoint::server {
@@ -17,9 +18,9 @@ class ClientStream {
   // Switches to TLS; the handshake must complete before any further read.
   awaitable<error_code> start_tls(asio::ssl::context& ctx);
 
-  // Reads what is available (at least one byte) into the free tail of `buf`,
-  // growing it by at least `min_chunk`.
-  awaitable<error_code> read_some(std::string& buf, std::size_t min_chunk = 16384);
+  // Reads what is available (at least one byte) into the free tail of `buf`, which
+  // offers at least `min_chunk` bytes.
+  awaitable<error_code> read_some(InputBuffer& buf, std::size_t min_chunk = 16384);
   awaitable<error_code> write(std::string_view data);
 
   tcp::socket& socket() { return socket_; }
@@ -39,14 +40,13 @@ class ClientStream {
   LocalCounter* bytes_out_ = nullptr;
 };
 
-// Appends up to one read's worth of bytes from any stream to `buf`.
+// Appends up to one read's worth of bytes from any stream to `buf` (into at least
+// `min_chunk` bytes of free space, as much as is there).
 template <class Stream>
-awaitable<error_code> read_into(Stream& s, std::string& buf, std::size_t min_chunk) {
-  std::size_t old = buf.size();
-  if (buf.capacity() - old < min_chunk) buf.reserve(old + min_chunk);
-  buf.resize(buf.capacity());
-  auto [ec, n] = co_await s.async_read_some(asio::buffer(buf.data() + old, buf.size() - old), use_nothrow);
-  buf.resize(old + n);
+awaitable<error_code> read_into(Stream& s, InputBuffer& buf, std::size_t min_chunk) {
+  std::span<char> space = buf.prepare(min_chunk);
+  auto [ec, n] = co_await s.async_read_some(asio::buffer(space.data(), space.size()), use_nothrow);
+  buf.commit(n);
   co_return ec;
 }
 
