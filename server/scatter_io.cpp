@@ -149,10 +149,10 @@ awaitable<bool> read_finished_response(Backend& b, std::size_t from, int ready_f
     }
     bool got = false;
     for (;;) {
-      char chunk[65536];
-      ssize_t n = ::recv(b.socket.native_handle(), chunk, sizeof chunk, MSG_DONTWAIT);
+      auto space = b.read_buf.prepare(65536);
+      ssize_t n = ::recv(b.socket.native_handle(), space.data(), space.size(), MSG_DONTWAIT);
       if (n <= 0) break;  // nothing more now, closed, or an error: the scan decides
-      b.read_buf.append(chunk, static_cast<std::size_t>(n));
+      b.read_buf.commit(static_cast<std::size_t>(n));
       got = true;
     }
     if (got) {
