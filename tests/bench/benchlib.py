@@ -460,7 +460,8 @@ def cmd_report(d):
         "branches/tellers as reference tables",
         f"- PgBouncer {m('pgbouncer_version', '')}: transaction pooling, default_pool_size {m('pool_size')}, "
         "in front of the direct instance",
-        f"- splitpoint: transaction pooling, pool_size {m('pool_size')} per shard, workers default, "
+        f"- splitpoint: transaction pooling, pool_size {m('pool_size')} per shard, workers "
+        f"{m('sp_workers', '0')} (0 = one per hardware thread), "
         f"auth {m('auth')} (same for PgBouncer and PostgreSQL)",
         f"- `pgbench -n -S -T {m('duration')} -c C -j min(C,4) -M MODE`, {m('rounds')} round(s), "
         "targets alternating within each round; tps, mean and p99 latency from per-transaction "
