@@ -298,6 +298,14 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t state_hash_ = 0;
 
   std::unordered_map<std::string, Prepared> prepared_;  // "" = the unnamed statement
+  // The route handle_parse computed for the Bind right after its Parse (to prepare the
+  // statement on that Bind's shard); handle_bind reuses it instead of routing again.
+  struct Lookahead {
+    std::uint64_t parse_seq = 0;
+    std::string bind_body;
+    routing::Route route;
+  };
+  std::optional<Lookahead> lookahead_;
   std::uint64_t unnamed_seq_ = 0;
   std::uint64_t parse_seq_ = 0;
 

@@ -217,6 +217,7 @@ awaitable<bool> Session::reject(std::string_view code, std::string message, bool
 }
 
 awaitable<bool> Session::handle_query(const proto::Frame& f) {
+  lookahead_.reset();  // (a Query may change how the next Bind routes: SET splitpoint.*)
   auto q = proto::Query::decode(f.body);
   if (!q) {
     co_await detach_for_exit();
@@ -376,6 +377,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
           routing::BoundParams params{bind->params, bind->param_formats, parse->param_types};
           auto route = runtime_->router->route(*slot.plan, params, routing_, shape_lookup(keep));
           if (auto t = single_target(route)) shard = *t;
+          lookahead_.emplace(Lookahead{slot.parse_seq, std::string(next.frame.body), std::move(route)});
         }
         break;
       }
@@ -439,7 +441,13 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   auto lookup = shape_lookup(keep);
   routing::BoundParams params{bind->params, bind->param_formats, types};
   auto& router = *runtime_->router;
-  auto route = router.route(*p.plan, params, routing_, lookup);
+  // The Parse just before routed this very Bind to choose its shard: reuse that.
+  routing::Route route;
+  if (lookahead_ && lookahead_->parse_seq == p.parse_seq && lookahead_->bind_body == f.body)
+    route = std::move(lookahead_->route);
+  else
+    route = router.route(*p.plan, params, routing_, lookup);
+  lookahead_.reset();
   if (route.kind == RouteKind::need_shapes)
     co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, routing_, lookup); });
 
