@@ -326,6 +326,15 @@ std::string Metrics::render(const config::Config& config, const std::vector<Pool
   add_counter(reloads, {label("result", "failure")}, double(reloads_failed_.load()));
   out.push_back(std::move(reloads));
 
+  auto tpc = family("splitpoint_two_phase_total",
+                    "Two-phase commits by outcome; recovered_*: prepared transactions resolved by recovery.",
+                    pm::MetricType::Counter);
+  static const char* const kOutcomes[kTwoPhaseOutcomes] = {"committed", "rolled_back", "unknown",
+                                                            "recovered_committed", "recovered_rolled_back"};
+  for (std::size_t i = 0; i < kTwoPhaseOutcomes; ++i)
+    add_counter(tpc, {label("outcome", kOutcomes[i])}, double(two_phase_[i].load()));
+  out.push_back(std::move(tpc));
+
   std::ostringstream text;
   pm::TextSerializer().Serialize(text, out);
   return text.str();

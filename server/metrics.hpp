@@ -154,6 +154,12 @@ class Metrics {
 
   void config_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).fetch_add(1, std::memory_order_relaxed); }
 
+  // Two-phase commits (transactions.cross_shard_writes: two_phase), by outcome; the
+  // recovered ones count prepared transactions (one per shard), the others commits.
+  enum class TwoPhase { committed, rolled_back, unknown, recovered_committed, recovered_rolled_back };
+  static constexpr std::size_t kTwoPhaseOutcomes = 5;
+  void two_phase(TwoPhase o) { two_phase_[static_cast<std::size_t>(o)].fetch_add(1, std::memory_order_relaxed); }
+
   // Prometheus text exposition; `config` names shards and distributions.
   std::string render(const config::Config& config, const std::vector<PoolGauge>& pools) const;
 
@@ -179,6 +185,7 @@ class Metrics {
   std::vector<std::size_t> offsets_;  // per distribution, into the flat partition arrays
   std::vector<std::uint32_t> counts_;
   std::atomic<std::uint64_t> reloads_ok_{0}, reloads_failed_{0};
+  std::atomic<std::uint64_t> two_phase_[kTwoPhaseOutcomes] = {};
 };
 
 }  // namespace splitpoint::server

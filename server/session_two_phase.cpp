@@ -8,6 +8,7 @@
 #include "protocol/buffer.hpp"
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
+#include "server/server.hpp"
 #include "server/session.hpp"
 #include "server/session_util.hpp"
 #include "server/two_phase.hpp"
@@ -107,6 +108,7 @@ awaitable<std::string> Session::commit_two_phase() {
       auto r = co_await run_on(s, undo);
       end_shard(s, !r.lost && r.error.empty());
     }
+    server_.metrics().two_phase(unknown ? Metrics::TwoPhase::unknown : Metrics::TwoPhase::rolled_back);
     co_return error;
   }
   // Phase two: decided; a shard that fails here is finished by recovery.
@@ -121,6 +123,7 @@ awaitable<std::string> Session::commit_two_phase() {
     end_shard(s, !r.lost && r.error.empty());
   }
   if (all) co_await run_on(0, "DELETE FROM splitpoint_2pc WHERE txid = " + quote_literal(txid));
+  server_.metrics().two_phase(Metrics::TwoPhase::committed);
   co_return std::string();
 }
 

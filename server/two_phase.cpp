@@ -45,7 +45,7 @@ awaitable<std::unique_ptr<Backend>> connect(const Runtime& rt, std::size_t shard
 
 }  // namespace
 
-awaitable<int> recover_once(const Runtime& rt) {
+awaitable<int> recover_once(const Runtime& rt, Metrics& metrics) {
   const auto timeout = rt.config.timeouts.server_connect;
   std::shared_ptr<Pool> rec_pool;
   auto rec = co_await connect(rt, 0, rec_pool);
@@ -86,6 +86,7 @@ awaitable<int> recover_once(const Runtime& rt) {
       ok = done.ok() || done.error_code == "42704";  // 42704: resolved meanwhile by someone else
       if (done.ok()) {
         ++resolved;
+        metrics.two_phase(commit ? Metrics::TwoPhase::recovered_committed : Metrics::TwoPhase::recovered_rolled_back);
         spdlog::warn("two-phase recovery: {} {} on shard \"{}\"", commit ? "committed" : "rolled back", *row[0],
                      rt.shards[s]->shard().name);
       }
@@ -108,7 +109,7 @@ awaitable<void> recovery_loop(Server& server) {
   while (!server.shutting_down()) {
     auto rt = server.runtime();
     if (!rt) co_return;
-    if (rt->config.cross_shard_writes == config::CrossShardWrites::two_phase) co_await recover_once(*rt);
+    if (rt->config.cross_shard_writes == config::CrossShardWrites::two_phase) co_await recover_once(*rt, server.metrics());
     timer.expires_after(kRecoverEvery);
     co_await timer.async_wait(use_nothrow);
   }

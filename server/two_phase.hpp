@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "server/asio.hpp"
+#include "server/metrics.hpp"
 #include "server/runtime.hpp"
 
 namespace splitpoint::server {
@@ -47,7 +48,7 @@ std::optional<std::string> txid_of(std::string_view gid);
 // two_phase; the first pass at start-up.
 awaitable<void> recovery_loop(Server& server);
 // One pass over every shard; returns how many prepared transactions it resolved.
-awaitable<int> recover_once(const Runtime& rt);
+awaitable<int> recover_once(const Runtime& rt, Metrics& metrics);
 
 }  // namespace two_phase
 }  // namespace splitpoint::server

@@ -23,6 +23,7 @@ Two shards (fresh databases tp_<random> on the shared instances), a hash distrib
 import os
 import sys
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
@@ -292,6 +293,21 @@ def recovery_resolves_prepared_transactions():
     assert decision == [("abort",)], decision
     on_shard(0, "ROLLBACK PREPARED 'not-ours'")
     on_shard(0, "DELETE FROM splitpoint_2pc")
+
+
+@test
+def metrics_count_outcomes():
+    """splitpoint_two_phase_total after the tests above: five two-phase commits
+    (simple, extended, psycopg2, the pipelined batch, COPY), one rolled back by a failed
+    PREPARE; recovery committed two prepared transactions and rolled back one."""
+    text = urllib.request.urlopen(f"http://{sptest.HOST}:{PROXY.metrics_port}/metrics", timeout=10).read().decode()
+    got = {}
+    for line in text.splitlines():
+        if line.startswith("splitpoint_two_phase_total{"):
+            outcome = line.split('outcome="')[1].split('"')[0]
+            got[outcome] = float(line.rsplit(" ", 1)[1])
+    want = {"committed": 5, "rolled_back": 1, "unknown": 0, "recovered_committed": 2, "recovered_rolled_back": 1}
+    assert got == want, f"splitpoint_two_phase_total: {got}, expected {want}"
 
 
 def teardown():
