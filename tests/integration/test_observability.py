@@ -66,6 +66,7 @@ import urllib.parse
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import pgwire  # noqa: E402
+import sptest  # noqa: E402
 import psycopg2  # noqa: E402
 
 # ------------------------------------------------------------------ local harness helpers
@@ -85,84 +86,32 @@ PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
 
 
-def free_port():
-    """A port from tests/lib/pg.sh's registry (never handed out twice in one run)."""
-    out = subprocess.run(["bash", os.path.join(SP_ROOT, "tests", "lib", "pg.sh"), "free_port"],
-                         capture_output=True, text=True, check=True)
-    return int(out.stdout.strip())
-
-
-class Proxy:
-    """One splitpoint process with its own config file and log in WORKDIR."""
+free_port = sptest.free_port
+class Proxy(sptest.Proxy):
+    """One splitpoint process (tests/lib/sptest.py) with its config and log in WORKDIR."""
 
     def __init__(self, name, body):
-        self.name = name
-        self.port = free_port()
-        self.metrics_port = free_port()
-        self.config_path = os.path.join(WORKDIR, name + ".yaml")
-        self.log_path = os.path.join(WORKDIR, name + ".log")
-        self.proc = None
-        for path in (self.log_path, self.config_path):
-            if os.path.exists(path):
-                os.unlink(path)
-        self.write_config(body)
-
-    def write_config(self, body):
-        text = (f"listen: {HOST}:{self.port}\nmetrics_listen: {HOST}:{self.metrics_port}\n" +
-                textwrap.dedent(body).strip() + "\n")
-        self.write_raw(text)
+        super().__init__(name, body, WORKDIR)
 
     def write_raw(self, text):
-        tmp = self.config_path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, self.config_path)
+        self.write_config(text, raw=True)
 
-    def start(self):
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([SP_BIN, "--config", self.config_path], stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
+    def start(self, timeout=15):
+        """Also waits for the metrics port."""
         PROXIES.append(self)
-        deadline = time.monotonic() + 15
+        super().start(timeout)
+        deadline = time.monotonic() + timeout
         while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{self.name}: splitpoint exited with {self.proc.returncode} before "
-                                     f"listening; log:\n{self.log_tail()}")
             try:
-                socket.create_connection((HOST, self.port), timeout=1).close()
                 socket.create_connection((HOST, self.metrics_port), timeout=1).close()
                 return self
             except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.name}: not listening on {self.port}/{self.metrics_port} after 15s")
-            time.sleep(0.05)
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{self.name}: metrics not listening on {self.metrics_port}") from None
+                time.sleep(0.05)
 
     def stop(self, timeout=20):
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"{self.name}: still running {timeout}s after SIGTERM; killed")
-
-    def log_text(self):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
-    def log_tail(self, n=40):
-        return "\n".join(self.log_text().splitlines()[-n:])
-
-
+        return super().stop(timeout, check=True)
 def kill_all_proxies():
     for p in PROXIES:
         if p.proc is not None and p.proc.poll() is None:

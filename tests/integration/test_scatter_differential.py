@@ -58,11 +58,8 @@ import random
 import re
 import secrets
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import traceback
 import urllib.request
@@ -72,6 +69,7 @@ from decimal import Decimal
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import pgwire  # noqa: E402
+import sptest  # noqa: E402
 import psycopg2  # noqa: E402
 import psycopg2.extensions  # noqa: E402
 
@@ -108,65 +106,12 @@ KNOWN = {}
 # ------------------------------------------------------------------ harness
 
 
-def free_port():
-    out = subprocess.run(["bash", os.path.join(SP_ROOT, "tests", "lib", "pg.sh"), "free_port"],
-                         capture_output=True, text=True, check=True)
-    return int(out.stdout.strip())
-
-
-class Proxy:
-    """One splitpoint process with its own config file and log in WORKDIR."""
+free_port = sptest.free_port
+class Proxy(sptest.Proxy):
+    """One splitpoint process (tests/lib/sptest.py) with its config and log in WORKDIR."""
 
     def __init__(self, name, body):
-        self.name = name
-        self.port = free_port()
-        self.metrics_port = free_port()
-        self.config_path = os.path.join(WORKDIR, name + ".yaml")
-        self.log_path = os.path.join(WORKDIR, name + ".log")
-        self.proc = None
-        with open(self.config_path, "w") as f:
-            f.write(f"listen: {HOST}:{self.port}\nmetrics_listen: {HOST}:{self.metrics_port}\n" +
-                    textwrap.dedent(body).strip() + "\n")
-
-    def start(self):
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([SP_BIN, "--config", self.config_path], stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{self.name}: splitpoint exited with {self.proc.returncode}; log:\n"
-                                     f"{self.log_tail()}")
-            try:
-                socket.create_connection((HOST, self.port), timeout=1).close()
-                return self
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.name}: not listening on {self.port} after 15s")
-            time.sleep(0.05)
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self):
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def log_tail(self, n=40):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "\n".join(f.read().splitlines()[-n:])
-        except OSError:
-            return ""
-
-
+        super().__init__(name, body, WORKDIR)
 def superuser(port):
     c = psycopg2.connect(host=HOST, port=port, user="postgres", password="postgres", dbname="postgres",
                          connect_timeout=10)

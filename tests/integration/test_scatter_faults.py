@@ -48,17 +48,16 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import pgwire  # noqa: E402
+import sptest  # noqa: E402
 
 HOST = "127.0.0.1"
 SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -95,69 +94,21 @@ def sh(*args, check=True):
     return r.stdout.strip()
 
 
-def free_port():
-    return int(sh("free_port"))
-
-
-class Proxy:
-    """One splitpoint process with its own config file and log in WORKDIR."""
+free_port = sptest.free_port
+class Proxy(sptest.Proxy):
+    """One splitpoint process (tests/lib/sptest.py) with its config and log in WORKDIR."""
 
     def __init__(self, name, body):
-        self.name = name
-        self.port = free_port()
-        self.metrics_port = free_port()
-        self.config_path = os.path.join(WORKDIR, name + ".yaml")
-        self.log_path = os.path.join(WORKDIR, name + ".log")
-        self.proc = None
-        with open(self.config_path, "w") as f:
-            f.write(f"listen: {HOST}:{self.port}\nmetrics_listen: {HOST}:{self.metrics_port}\n" +
-                    textwrap.dedent(body).strip() + "\n")
+        super().__init__(name, body, WORKDIR)
 
-    def start(self):
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([SP_BIN, "--config", self.config_path], stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
+    def start(self, timeout=15):
         PROXIES.append(self)
-        deadline = time.monotonic() + 15
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{self.name}: splitpoint exited with {self.proc.returncode}; log:\n"
-                                     f"{self.log_tail()}")
-            try:
-                socket.create_connection((HOST, self.port), timeout=1).close()
-                return self
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.name}: not listening on {self.port} after 15s")
-            time.sleep(0.05)
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self):
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def log_tail(self, n=30):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "\n".join(f.read().splitlines()[-n:])
-        except OSError:
-            return ""
+        return super().start(timeout)
 
     def connect(self):
         c = pgwire.connect(HOST, self.port, "app", "app", password="secret", timeout=30)
         CONNS.append((self, c))
         return c
-
-
 PROXIES = []
 CONNS = []  # (proxy, connection): every client connection, checked after the faults
 
