@@ -193,7 +193,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // With `ext`, the statement runs in the extended protocol with its parameters.
   awaitable<bool> run_on_shards(const routing::Route& route, std::string_view sql,
                                 const ScatterRequest* ext = nullptr);
-  awaitable<Reply> run_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext = nullptr);
+  // `metered`: a client's statement (its wait for a connection is a metric), not the
+  // proxy's own (catalog reads, COMMIT, two-phase commit).
+  awaitable<Reply> run_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext = nullptr,
+                          bool metered = false);
   awaitable<bool> refused_in_failed_transaction(const routing::Route& route, bool extended);
   awaitable<bool> reject(std::string_view sqlstate, std::string message, bool extended, int position = 0);
   std::size_t pick_any_shard();

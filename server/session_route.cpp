@@ -668,8 +668,16 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
     std::string_view stmt = sql;
     for (auto& [shard, text] : route.per_shard_sql)
       if (shard == s) stmt = text;
-    auto reply = co_await run_on(s, stmt, ext);
+    const auto shard_started = std::chrono::steady_clock::now();
+    auto reply = co_await run_on(s, stmt, ext, true);
     const std::string& name = pools_[s]->target().shard;
+    if (s < kMaxShards) {
+      metrics_.shards[s].query.observe_since(shard_started);
+      if (!reply.error.empty() || reply.lost) {
+        auto reason = reply.lost ? MissingReason::unreachable : MissingReason::error;
+        metrics_.shards[s].missing[static_cast<std::size_t>(reason)].add();
+      }
+    }
     if (!reply.error.empty() || reply.lost) {
       if (first_error.empty()) first_error = reply.lost ? std::string() : reply.error;
       failed += (failed.empty() ? "" : ", ") + name;
@@ -736,13 +744,17 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
 
 // Runs one simple-protocol statement on a shard outside the pump (which must not
 // be reading that backend) and collects what it answered.
-awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext) {
+awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext,
+                                          bool metered) {
   Reply reply;
   std::unique_ptr<Backend> borrowed;
   Backend* b = held_[shard].get();
   if (!b) {
+    auto waited_from = std::chrono::steady_clock::now();
     auto r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
+    if (metered && shard < kMaxShards) metrics_.shards[shard].pool_wait.observe_since(waited_from);
     if (!r.backend) {
+      if (metered && shard < kMaxShards) metrics_.shards[shard].connect_errors.add();
       reply.lost = true;
       std::string body;
       proto::ErrorFields::make("ERROR", r.sqlstate, r.message).encode(body, 'E');

@@ -517,12 +517,17 @@ def spec_metrics_follow_the_workload():
         m1 = settled_metrics(q, lambda m: mv(m, dur, route="all") - mv(m0, dur, route="all") >= 3)
         d = {r: routes(m1)[r] - routes(m0)[r] for r in ROUTES}
         assert d == {"single": 0, "multi": 0, "all": 3, "reference": 1, "admin": 2}, f"queries_total deltas: {d}"
+        # the statements on every shard are timed per shard too, with their pool waits
+        sq, pw = "splitpoint_shard_query_duration_seconds_count", "splitpoint_pool_wait_seconds_count"
+        for name in (sq, pw):
+            got = {s: mv(m1, name, shard=s) - mv(m0, name, shard=s) for s in ("s0", "s1")}
+            assert sum(got.values()) == 7 and min(got.values()) >= 3, \
+                f"{name} deltas after 3 statements on every shard and a reference read on one: {got}"
 
         # per shard: 5 statements on s0, 3 on s1, each taking a backend from the pool
         for k in [k0] * 5 + [k1] * 3:
             cur.execute("SELECT v FROM users WHERE id = %s", (k,))
             assert cur.fetchall() == [(10 * k,)]
-        sq, pw = "splitpoint_shard_query_duration_seconds_count", "splitpoint_pool_wait_seconds_count"
         m2 = settled_metrics(q, lambda m: mv(m, sq, shard="s1") - mv(m1, sq, shard="s1") >= 3
                              and mv(m, sq, shard="s0") - mv(m1, sq, shard="s0") >= 5)
         for name in (sq, pw):
@@ -576,17 +581,27 @@ def spec_metrics_follow_the_workload():
         # one slow shard would also hit the known scatter bug that marks a finished shard
         # whose rows the merge has not read yet as timed out: test_scatter_faults [allow-wide].)
         miss = "splitpoint_scatter_missing_total"
-        before = {(s, r): mv(metrics(q), miss, shard=s, reason=r)
-                  for s in ("s0", "s1") for r in ("timeout", "error", "unreachable")}
-        try:
-            cur.execute(f"/* splitpoint: deadline=300ms */ SELECT id, pg_sleep(1.5) FROM users WHERE id IN ({k0}, {k1})")
-            raise AssertionError("a scatter past its deadline succeeded")
-        except psycopg2.Error as e:
-            assert e.pgcode == "SPS01", (e.pgcode, e.pgerror)
-        after = {(s, r): mv(metrics(q), miss, shard=s, reason=r) for (s, r) in before}
-        delta = {k: after[k] - before[k] for k in before if after[k] != before[k]}
+
+        def missing_after_failure(sql, code):
+            """scatter_missing_total deltas over a statement that must fail with `code`."""
+            keys = [(s, r) for s in ("s0", "s1") for r in ("timeout", "error", "unreachable")]
+            before = {k: mv(metrics(q), miss, shard=k[0], reason=k[1]) for k in keys}
+            try:
+                cur.execute(sql)
+                raise AssertionError(f"{sql} succeeded")
+            except psycopg2.Error as e:
+                assert e.pgcode == code, (sql, e.pgcode, e.pgerror)
+            after = {k: mv(metrics(q), miss, shard=k[0], reason=k[1]) for k in keys}
+            return {k: after[k] - before[k] for k in keys if after[k] != before[k]}
+
+        delta = missing_after_failure(
+            f"/* splitpoint: deadline=300ms */ SELECT id, pg_sleep(1.5) FROM users WHERE id IN ({k0}, {k1})", "SPS01")
         assert delta == {("s0", "timeout"): 1, ("s1", "timeout"): 1}, \
             f"scatter_missing_total deltas after both shards missed the deadline: {delta}"
+        # reason="error": a keyless UPDATE that fails on s1 only (division by zero at k1's
+        # row; on s0 it adds 1 / (a multiple of 10) = 0)
+        delta = missing_after_failure(f"UPDATE users SET v = v + 1 / (v - {10 * k1})", "22012")
+        assert delta == {("s1", "error"): 1}, f"scatter_missing_total deltas after a write failed on s1: {delta}"
     finally:
         for c in conns:
             c.close()
