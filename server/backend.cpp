@@ -147,6 +147,25 @@ awaitable<ConnectResult> connect_backend(const BackendTarget& target) {
                                                   target.host + ":" + std::to_string(target.port));
 }
 
+awaitable<bool> read_until_ready(Backend& b, int readies, const proto::FrameLimits& limits,
+                                 const FrameHandler& on_frame) {
+  while (readies > 0) {
+    auto r = proto::decode_frame(b.read_buf, proto::Direction::backend, limits);
+    if (r.status == proto::FrameStatus::error) co_return false;
+    if (r.status == proto::FrameStatus::need_more) {
+      if (co_await read_into(b.socket, b.read_buf, 16384)) co_return false;
+      continue;
+    }
+    if (r.frame.type == 'Z') {
+      b.status = r.frame.body.empty() ? 'E' : r.frame.body[0];
+      --readies;
+    }
+    on_frame(r.frame.type, std::string_view(b.read_buf).substr(0, r.frame.size), r.frame.body);
+    b.read_buf.erase(0, r.frame.size);
+  }
+  co_return true;
+}
+
 awaitable<QueryResult> simple_query(Backend& b, std::string_view sql, std::chrono::milliseconds timeout) {
   using namespace asio::experimental::awaitable_operators;
   QueryResult result;
@@ -158,44 +177,32 @@ awaitable<QueryResult> simple_query(Backend& b, std::string_view sql, std::chron
       co_return;
     }
     proto::FrameLimits limits;
-    for (;;) {
-      auto r = proto::decode_frame(b.read_buf, proto::Direction::backend, limits);
-      if (r.status == proto::FrameStatus::error) break;
-      if (r.status == proto::FrameStatus::need_more) {
-        if (co_await read_into(b.socket, b.read_buf, 4096)) break;
-        continue;
-      }
-      switch (r.frame.type) {
+    result.lost = !co_await read_until_ready(b, 1, limits, [&](char type, std::string_view, std::string_view body) {
+      switch (type) {
         case 'T':
           result.rows.clear();
           break;
         case 'D':
-          if (auto row = proto::DataRow::decode(r.frame.body)) {
+          if (auto row = proto::DataRow::decode(body)) {
             auto& out_row = result.rows.emplace_back();
             for (auto& v : row->values) out_row.push_back(v ? std::optional<std::string>(*v) : std::nullopt);
           }
           break;
         case 'C':
-          result.tag.assign(r.frame.body.substr(0, r.frame.body.find('\0')));
+          result.tag.assign(body.substr(0, body.find('\0')));
           break;
         case 'E':
           if (result.error_code.empty()) {
-            if (auto e = proto::ErrorFields::decode(r.frame.body)) {
+            if (auto e = proto::ErrorFields::decode(body)) {
               result.error_code = e->get('C');
               result.error_message = e->get('M');
             }
           }
           break;
-        case 'Z':
-          b.status = r.frame.body.empty() ? 'E' : r.frame.body[0];
-          b.read_buf.erase(0, r.frame.size);
-          co_return;
         default:
           break;
       }
-      b.read_buf.erase(0, r.frame.size);
-    }
-    result.lost = true;
+    });
   };
   asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
   auto done = co_await (run() || timer.async_wait(use_nothrow));

@@ -4,13 +4,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "protocol/framing.hpp"
 #include "server/asio.hpp"
 #include "server/input_buffer.hpp"
 
@@ -77,6 +80,13 @@ struct QueryResult {
   bool lost = false;                      // connection broke or timed out: close it
   bool ok() const { return !lost && error_code.empty(); }
 };
+
+// Reads a backend's answers up to its `readies`-th ReadyForQuery (whose status it
+// records), handing every message to `on_frame` as (type, whole message, body) before it
+// is consumed. False if the connection broke or sent a malformed message.
+using FrameHandler = std::function<void(char type, std::string_view message, std::string_view body)>;
+awaitable<bool> read_until_ready(Backend& b, int readies, const protocol::FrameLimits& limits,
+                                 const FrameHandler& on_frame);
 
 // Runs `sql` (one Query message, possibly several statements) on an idle backend and
 // reads up to its ReadyForQuery, all within `timeout`.

@@ -94,24 +94,15 @@ awaitable<std::optional<std::vector<std::optional<std::string>>>> first_row_on(B
   proto::Query{sql}.encode(out);
   std::optional<std::vector<std::optional<std::string>>> row;
   if (std::get<0>(co_await asio::async_write(b.socket, asio::buffer(out), use_nothrow))) co_return std::nullopt;
-  for (;;) {
-    auto r = proto::decode_frame(b.read_buf, proto::Direction::backend, limits);
-    if (r.status == proto::FrameStatus::error) co_return std::nullopt;
-    if (r.status == proto::FrameStatus::need_more) {
-      if (co_await read_into(b.socket, b.read_buf, 16384)) co_return std::nullopt;
-      continue;
+  bool ok = co_await read_until_ready(b, 1, limits, [&](char type, std::string_view, std::string_view body) {
+    if (type != 'D' || row) return;
+    if (auto d = proto::DataRow::decode(body)) {
+      row.emplace();
+      for (auto& v : d->values) row->push_back(v ? std::optional<std::string>(std::string(*v)) : std::nullopt);
     }
-    const char type = r.frame.type;
-    if (type == 'D' && !row) {
-      if (auto d = proto::DataRow::decode(r.frame.body)) {
-        row.emplace();
-        for (auto& v : d->values) row->push_back(v ? std::optional<std::string>(std::string(*v)) : std::nullopt);
-      }
-    }
-    if (type == 'Z') b.status = r.frame.body.empty() ? 'E' : r.frame.body[0];
-    b.read_buf.erase(0, r.frame.size);
-    if (type == 'Z') co_return row;
-  }
+  });
+  if (!ok) co_return std::nullopt;
+  co_return row;
 }
 
 const char* const kDatabaseCollationQuery =

@@ -301,29 +301,11 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
         shards[s].lost = true;
         continue;
       }
-      for (;;) {
-        auto r = proto::decode_frame(b->read_buf, proto::Direction::backend, limits_);
-        if (r.status == proto::FrameStatus::error) {
-          shards[s].lost = true;
-          break;
-        }
-        if (r.status == proto::FrameStatus::need_more) {
-          if (co_await read_into(b->socket, b->read_buf, 16384)) {
-            shards[s].lost = true;
-            break;
-          }
-          continue;
-        }
-        char type = r.frame.type;
-        std::string body(r.frame.body);
-        b->read_buf.erase(0, r.frame.size);
-        if (type == 'E' && shards[s].error.empty()) shards[s].error = body;
-        if (type == 'C') shards[s].tag = body.substr(0, body.find('\0'));
-        if (type == 'Z') {
-          b->status = body.empty() ? 'E' : body[0];
-          break;
-        }
-      }
+      auto& sc = shards[s];
+      sc.lost = !co_await read_until_ready(*b, 1, limits_, [&](char type, std::string_view, std::string_view body) {
+        if (type == 'E' && sc.error.empty()) sc.error = body;
+        if (type == 'C') sc.tag = body.substr(0, body.find('\0'));
+      });
     }
     if (!in_txn || shards[s].lost) release_shard(s, !shards[s].lost);
   }

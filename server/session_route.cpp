@@ -802,28 +802,19 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
   }
   auto [wec, n] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow);
   reply.lost = static_cast<bool>(wec);
-  InputBuffer& in = b->read_buf;
-  while (!reply.lost && queries > 0) {
-    auto r = proto::decode_frame(in, proto::Direction::backend, limits_);
-    if (r.status == proto::FrameStatus::error) {
-      reply.lost = true;
-      break;
-    }
-    if (r.status == proto::FrameStatus::need_more) {
-      if (co_await read_into(b->socket, in, 16384)) reply.lost = true;
-      continue;
-    }
-    char type = r.frame.type;
-    if (type == 'Z') {
-      --queries;
-      b->status = r.frame.body.empty() ? 'E' : r.frame.body[0];
-    } else if (queries == 1) {
-      if (type == 'E') reply.error.assign(r.frame.body);
-      if (type == 'C') reply.tag.assign(r.frame.body.substr(0, r.frame.body.find('\0')));
-      if (type != 'A' && type != 'S' && type != '1' && type != '2') reply.messages.append(in, 0, r.frame.size);
-    }
-    in.erase(0, r.frame.size);
-  }
+  // Only the last Query's answer is the statement's (the first may replay session state).
+  if (!reply.lost)
+    reply.lost = !co_await read_until_ready(*b, queries, limits_, [&](char type, std::string_view message,
+                                                                      std::string_view body) {
+      if (type == 'Z') {
+        --queries;
+        return;
+      }
+      if (queries != 1) return;
+      if (type == 'E') reply.error.assign(body);
+      if (type == 'C') reply.tag.assign(body.substr(0, body.find('\0')));
+      if (type != 'A' && type != 'S' && type != '1' && type != '2') reply.messages.append(message);
+    });
   if (borrowed) pools_[shard]->release(std::move(borrowed), !reply.lost);
   if (reply.lost && held_[shard]) {
     error_code ignored;

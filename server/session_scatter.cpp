@@ -648,23 +648,11 @@ awaitable<std::optional<std::size_t>> Session::describe_columns(const std::strin
   proto::encode_sync(out);
   std::optional<std::size_t> columns;
   bool ok = !std::get<0>(co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow));
-  while (ok) {
-    auto r = proto::decode_frame(b->read_buf, proto::Direction::backend, limits_);
-    if (r.status == proto::FrameStatus::error) {
-      ok = false;
-      break;
-    }
-    if (r.status == proto::FrameStatus::need_more) {
-      if (co_await read_into(b->socket, b->read_buf, 16384)) ok = false;
-      continue;
-    }
-    char type = r.frame.type;
-    if (type == 'T')
-      if (auto rd = proto::RowDescription::decode(r.frame.body)) columns = rd->fields.size();
-    if (type == 'Z') b->status = r.frame.body.empty() ? 'E' : r.frame.body[0];
-    b->read_buf.erase(0, r.frame.size);
-    if (type == 'Z') break;
-  }
+  if (ok)
+    ok = co_await read_until_ready(*b, 1, limits_, [&](char type, std::string_view, std::string_view body) {
+      if (type == 'T')
+        if (auto rd = proto::RowDescription::decode(body)) columns = rd->fields.size();
+    });
   if (borrowed) pools_[shard]->release(std::move(borrowed), ok);
   co_return columns;
 }
