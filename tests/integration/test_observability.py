@@ -56,7 +56,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -71,16 +70,9 @@ import psycopg2  # noqa: E402
 
 # ------------------------------------------------------------------ local harness helpers
 
-HOST = "127.0.0.1"
-SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
-SP_BIN = os.environ.get("SP_BIN") or os.path.join(os.environ.get("BUILD_DIR", os.path.join(SP_ROOT, "build")),
-                                                  "splitpoint")
-PG0 = int(os.environ["PG0_PORT"])
-PG1 = int(os.environ["PG1_PORT"])
-os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
-WORKDIR = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix="observability-",
-                                                             dir=os.environ["TEST_TMP"])
-os.makedirs(WORKDIR, exist_ok=True)
+HOST = sptest.HOST
+PG0, PG1 = sptest.PG_PORTS
+WORKDIR = sptest.workdir("observability")
 PROXIES = []
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"

@@ -59,7 +59,6 @@ import re
 import secrets
 import signal
 import sys
-import tempfile
 import time
 import traceback
 import urllib.request
@@ -73,15 +72,9 @@ import sptest  # noqa: E402
 import psycopg2  # noqa: E402
 import psycopg2.extensions  # noqa: E402
 
-HOST = "127.0.0.1"
-SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
-SP_BIN = os.environ.get("SP_BIN") or os.path.join(os.environ.get("BUILD_DIR", os.path.join(SP_ROOT, "build")),
-                                                  "splitpoint")
-PG0 = int(os.environ["PG0_PORT"])
-PG1 = int(os.environ["PG1_PORT"])
-os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
-WORKDIR = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix="sc-diff-", dir=os.environ["TEST_TMP"])
-os.makedirs(WORKDIR, exist_ok=True)
+HOST = sptest.HOST
+PG0, PG1 = sptest.PG_PORTS
+WORKDIR = sptest.workdir("sc-diff")
 SEED = int(os.environ.get("SC_SEED", "424242"))  # fixed: every run loads the same data
 rng = random.Random(SEED)
 SUFFIX = secrets.token_hex(4)

@@ -50,7 +50,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 
@@ -59,16 +58,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import pgwire  # noqa: E402
 import sptest  # noqa: E402
 
-HOST = "127.0.0.1"
-SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
-SP_BIN = os.environ.get("SP_BIN") or os.path.join(os.environ.get("BUILD_DIR", os.path.join(SP_ROOT, "build")),
-                                                  "splitpoint")
+HOST = sptest.HOST
+SP_ROOT = sptest.SP_ROOT
 PG_SH = os.path.join(SP_ROOT, "tests", "lib", "pg.sh")
-PG0 = int(os.environ["PG0_PORT"])
-PG1 = int(os.environ["PG1_PORT"])
-os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
-WORKDIR = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix="sc-faults-", dir=os.environ["TEST_TMP"])
-os.makedirs(WORKDIR, exist_ok=True)
+PG0, PG1 = sptest.PG_PORTS
+WORKDIR = sptest.workdir("sc-faults")
 SUFFIX = secrets.token_hex(4)
 PRIV_DIR = os.path.join(WORKDIR, "pgpriv")
 PRIV_PORT = None

@@ -28,7 +28,6 @@ import secrets
 import signal
 import struct
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -38,15 +37,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import pgwire  # noqa: E402
 import sptest  # noqa: E402
 
-HOST = "127.0.0.1"
-SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
-SP_BIN = os.environ.get("SP_BIN") or os.path.join(os.environ.get("BUILD_DIR", os.path.join(SP_ROOT, "build")),
-                                                  "splitpoint")
-PG0 = int(os.environ["PG0_PORT"])
-PG1 = int(os.environ["PG1_PORT"])
-os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
-WORKDIR = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix="sc-stream-", dir=os.environ["TEST_TMP"])
-os.makedirs(WORKDIR, exist_ok=True)
+HOST = sptest.HOST
+PG0, PG1 = sptest.PG_PORTS
+WORKDIR = sptest.workdir("sc-stream")
 SUFFIX = secrets.token_hex(4)
 
 PER_SHARD = 700_000
