@@ -14,6 +14,13 @@
                                           GET http://127.0.0.1:PORT/metrics every INTERVAL
                                           seconds until STOPFILE exists; write "scrapes
                                           mean_ms bytes errors" to OUT
+  benchlib.py cpu --round N --target NAME --proxy-pid PID --pg-data DIR [--pg-data DIR]
+                  --csv FILE -- PGBENCH-COMMAND...
+                                          run the pgbench command and append to FILE the CPU
+                                          time per transaction (us, user and system) of the
+                                          proxy PID (0: none), of every process of the
+                                          PostgreSQL instances in the data directories, and
+                                          of pgbench itself
   benchlib.py report DIR                  aggregate DIR/*.csv into results.csv, summary.md
                                           and plot.dat; print the tables
 """
@@ -21,7 +28,9 @@ import csv
 import glob
 import math
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -199,6 +208,89 @@ def cmd_idle(args):
     print(f"{target}: {opened}/{n} idle connections in {open_secs:.1f}s, RSS {rss_before or '?'} -> "
           f"{rss_after or '?'} kB ({per_conn or '?'} kB per connection), {rss_closed or '?'} kB after close"
           + (f"; {len(errors)} failed, first: {errors[0]}" if errors else ""))
+
+
+# ---------------------------------------------------------------- CPU per transaction
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_times(pid, children=False):
+    """(user, system) CPU seconds of a process, plus those of its reaped children."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0, 0.0
+    # fields[0] is the state (field 3 of stat): utime is field 14, stime 15, cutime 16, cstime 17.
+    u, s, cu, cs = (int(x) for x in fields[11:15])
+    if children:
+        u, s = u + cu, s + cs
+    return u / TICK, s / TICK
+
+
+def instance_times(datadir):
+    """CPU seconds of a PostgreSQL instance: the postmaster with its reaped children
+    (backends that exited) and every live child."""
+    with open(os.path.join(datadir, "postmaster.pid")) as f:
+        postmaster = int(f.readline())
+    u, s = proc_times(postmaster, children=True)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == postmaster:
+            cu, cs = proc_times(int(entry))
+            u, s = u + cu, s + cs
+    return u, s
+
+
+def cmd_cpu(args):
+    opts = {"--pg-data": []}
+    i = 0
+    while args[i] != "--":
+        if args[i] == "--pg-data":
+            opts["--pg-data"].append(args[i + 1])
+        else:
+            opts[args[i]] = args[i + 1]
+        i += 2
+    command = args[i + 1:]
+    pid = int(opts["--proxy-pid"])
+
+    def sample():
+        pg = [instance_times(d) for d in opts["--pg-data"]]
+        return (proc_times(pid) if pid else (0.0, 0.0), (sum(x[0] for x in pg), sum(x[1] for x in pg)),
+                resource.getrusage(resource.RUSAGE_CHILDREN))
+
+    before = sample()
+    run = subprocess.run(command, capture_output=True, text=True)
+    time.sleep(0.5)  # backends of closed direct connections: until the postmaster reaps them
+    after = sample()
+    out = run.stdout + run.stderr
+    tps = txns = None
+    for line in out.splitlines():
+        if line.startswith("tps = "):
+            tps = float(line.split()[2])
+        elif line.startswith("number of transactions actually processed:"):
+            txns = int(line.split(":")[1].split("/")[0])
+    status = "ok" if run.returncode == 0 and txns else f"exit {run.returncode}"
+    per = (1e6 / txns) if txns else 0.0
+    row = [opts["--round"], opts["--target"], fmt(tps, 1) if tps else "", txns or "",
+           f"{(after[0][0] - before[0][0]) * per:.2f}", f"{(after[0][1] - before[0][1]) * per:.2f}",
+           f"{(after[1][0] - before[1][0]) * per:.2f}", f"{(after[1][1] - before[1][1]) * per:.2f}",
+           f"{(after[2].ru_utime - before[2].ru_utime) * per:.2f}",
+           f"{(after[2].ru_stime - before[2].ru_stime) * per:.2f}", status]
+    with open(opts["--csv"], "a", newline="") as f:
+        csv.writer(f).writerow(row)
+    print("  " + " ".join(str(x) for x in row))
+    if status != "ok":
+        sys.stderr.write(out[-2000:])
+        return 1
+    return 0
 
 
 # ---------------------------------------------------------------- metrics scraper
@@ -408,6 +500,22 @@ def cmd_report(d):
     me_pairs = ", ".join(f"{x:.2f}" for x in pairs)
     me_pair_median = f"{statistics.median(pairs):.2f}" if pairs else ""
 
+    # ---- CPU per transaction
+    crows = read_csv(os.path.join(d, "cpu.csv"))
+    cpu_cols = ["proxy_user_us", "proxy_sys_us", "postgres_user_us", "postgres_sys_us",
+                "pgbench_user_us", "pgbench_sys_us"]
+    cpu_rows = []
+    for t in ["direct", "pgbouncer", "splitpoint", "splitpoint_one_pg"]:
+        ok = [r for r in crows if r["target"] == t and r["status"] == "ok"]
+        if not ok:
+            continue
+        med = {k: median_of(ok, k) for k in cpu_cols}
+        total = sum(v for v in med.values() if v is not None)
+        cpu_rows.append([t, len(ok), fmt(median_of(ok, "tps"), 0)] + [fmt(med[k], 1) for k in cpu_cols]
+                        + [fmt(total, 1)])
+    cpu_header = ["target", "rounds", "tps", "proxy user", "proxy sys", "postgres user", "postgres sys",
+                  "pgbench user", "pgbench sys", "total"]
+
     problems = []
     ppath = os.path.join(d, "problems.txt")
     if os.path.exists(ppath):
@@ -427,6 +535,10 @@ def cmd_report(d):
         print(text_table(me_header, me_rows))
         print(f"tps ratio scraped / not scraped: per round {me_pairs or '?'}; median of those "
               f"{me_pair_median or '?'}; ratio of the medians {me_ratio or '?'}")
+    if cpu_rows:
+        print(f"\n== CPU per transaction (us), pgbench -S -M {meta.get('cpu_mode', '?')} "
+              f"-c {meta.get('cpu_clients', '?')}, median of rounds ==")
+        print(text_table(cpu_header, cpu_rows))
     if st_rows:
         print("\n== ordered stream through 3 shards ==")
         print(text_table(st_header, st_rows))
@@ -486,6 +598,14 @@ def cmd_report(d):
                   md_table(me_header, me_rows), "",
                   f"tps ratio scraped / not scraped, per round: {me_pairs or '?'}; median of the rounds' "
                   f"ratios **{me_pair_median or '?'}**; ratio of the medians {me_ratio or '?'}.", ""]
+    if cpu_rows:
+        lines += ["## CPU per transaction", "",
+                  f"`pgbench -n -S -M {m('cpu_mode')} -c {m('cpu_clients')} -T {m('duration')}` against each "
+                  "target; CPU time (microseconds per transaction, user and system) of the proxy, of all "
+                  "processes of the PostgreSQL instances behind it, and of pgbench; median of rounds. "
+                  "`splitpoint_one_pg` is splitpoint with both shards on the direct instance: the same "
+                  "proxy work against one PostgreSQL instead of two.", "",
+                  md_table(cpu_header, cpu_rows), ""]
     if st_rows:
         lines += ["## Ordered stream", "",
                   f"`stream_t(id bigint, v int)`, {m('stream_rows')} rows, hashed by id over 3 shards "
@@ -524,6 +644,8 @@ def main(argv):
         cmd_idle(args)
     elif cmd == "scrape":
         cmd_scrape(int(args[0]), float(args[1]), args[2], args[3])
+    elif cmd == "cpu":
+        return cmd_cpu(args)
     elif cmd == "report":
         cmd_report(args[0])
     else:
