@@ -1,6 +1,7 @@
 #include "server/backend.hpp"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
@@ -20,6 +21,28 @@ bool Backend::looks_healthy() {
   char c;
   ssize_t n = ::recv(socket.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+bool Backend::runs_on(const asio::any_io_executor& ex) {
+  return &asio::query(socket.get_executor(), asio::execution::context) == &asio::query(ex, asio::execution::context);
+}
+
+bool Backend::move_to(const asio::any_io_executor& ex) {
+  if (runs_on(ex)) return true;
+  error_code ec;
+  auto fd = socket.release(ec);
+  if (ec) {
+    socket.close(ec);
+    return false;
+  }
+  tcp::socket moved(ex);
+  moved.assign(protocol, fd, ec);
+  if (ec) {
+    ::close(fd);
+    return false;
+  }
+  socket = std::move(moved);
+  return true;
 }
 
 namespace {
@@ -58,7 +81,7 @@ awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
     co_return failure(sqlstate::cannot_connect, "could not connect to shard \"" + t.shard + "\" at " +
                                                     t.host + ":" + std::to_string(t.port) + ": " + cec.message());
   socket.set_option(tcp::no_delay(true));
-  auto conn = std::make_unique<Backend>(std::move(socket));
+  auto conn = std::make_unique<Backend>(std::move(socket), ep.protocol());
 
   std::string out;
   proto::StartupMessage startup;

@@ -34,9 +34,10 @@ using ParameterList = std::vector<std::pair<std::string, std::string>>;
 
 class Backend {
  public:
-  explicit Backend(tcp::socket socket) : socket(std::move(socket)) {}
+  Backend(tcp::socket socket, tcp protocol) : socket(std::move(socket)), protocol(protocol) {}
 
   tcp::socket socket;
+  tcp protocol;                      // of the socket, to re-create it on another thread
   InputBuffer read_buf;              // bytes read but not yet consumed
   std::int32_t process_id = 0;       // BackendKeyData, for CancelRequest
   std::int32_t secret_key = 0;
@@ -59,6 +60,14 @@ class Backend {
 
   // No pending bytes and not closed by the server (a cheap non-blocking peek).
   bool looks_healthy();
+
+  // Whether its socket is driven by the event loop of `ex` (the worker thread whose
+  // session uses it), and moving it there (two epoll_ctl calls). A socket read on one
+  // worker but registered with another's loop has every completion posted across
+  // threads: a wake-up of the other thread and back, per read. No operation may be
+  // pending on it. False if the socket could not be moved (then it is closed).
+  bool runs_on(const asio::any_io_executor& ex);
+  bool move_to(const asio::any_io_executor& ex);
 };
 
 struct ConnectResult {

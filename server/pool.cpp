@@ -13,21 +13,43 @@ struct Pool::Waiter {
   bool slot = false;
   bool retry = false;  // resumed after PAUSE: try again
   bool done = false;
+  int passed_over = 0;  // times a later waiter got a connection first (next_waiter)
 };
+
+// Which waiter gets a released connection: among the first few, the first one on the
+// connection's own thread (no move of the socket, no wake-up of another thread);
+// else, or once the first waiter has been passed over twice, the first.
+std::deque<std::shared_ptr<Pool::Waiter>>::iterator Pool::next_waiter(Backend& b) {
+  constexpr std::size_t kLookAhead = 4;
+  auto first = waiters_.begin();
+  if ((*first)->passed_over >= 2) return first;
+  for (auto it = first; it != waiters_.end() && it - first < static_cast<std::ptrdiff_t>(kLookAhead); ++it) {
+    if (b.runs_on((*it)->executor)) {
+      for (auto p = first; p != it; ++p) ++(*p)->passed_over;
+      return it;
+    }
+  }
+  return first;
+}
 
 // A connection released this recently is handed out without the peek (a system call
 // per transaction under load); one that broke in between is reported as lost, as one
 // that breaks between the peek and the query always was.
 constexpr std::chrono::milliseconds kPeekAfter{10};
 
-std::unique_ptr<Backend> Pool::take_idle() {
+std::unique_ptr<Backend> Pool::take_idle(const asio::any_io_executor& ex) {
   const auto now = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
   while (!paused_ && !idle_.empty()) {
-    auto b = std::move(idle_.back());
-    idle_.pop_back();
+    // The most recently used connection already on the caller's thread, else the most
+    // recently used one, moved there.
+    auto it = idle_.end();
+    while (it != idle_.begin() && !(*std::prev(it))->runs_on(ex)) --it;
+    it = it == idle_.begin() ? std::prev(idle_.end()) : std::prev(it);
+    auto b = std::move(*it);
+    idle_.erase(it);
     lock.unlock();
-    if (now - b->released_at < kPeekAfter || b->looks_healthy()) return b;
+    if ((now - b->released_at < kPeekAfter || b->looks_healthy()) && b->move_to(ex)) return b;
     b.reset();  // closed by the server (restart, idle timeout): drop it
     lock.lock();
     --open_;
@@ -39,7 +61,7 @@ awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
   auto ex = co_await asio::this_coro::executor;
   auto deadline = std::chrono::steady_clock::now() + wait_timeout;
   for (;;) {
-    if (auto b = take_idle()) co_return AcquireResult{std::move(b), {}, {}};
+    if (auto b = take_idle(ex)) co_return AcquireResult{std::move(b), {}, {}};
     std::shared_ptr<Waiter> waiter;
     bool may_open = false;
     {
@@ -75,7 +97,13 @@ awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
                                 "timeout waiting for a connection to shard \"" + target_.shard + "\""};
       }
     }
-    if (waiter->backend) co_return AcquireResult{std::move(waiter->backend), {}, {}};
+    if (waiter->backend) {
+      if (waiter->backend->move_to(ex)) co_return AcquireResult{std::move(waiter->backend), {}, {}};
+      waiter->backend.reset();
+      std::lock_guard lock(mu_);
+      --open_;
+      continue;
+    }
     if (waiter->retry) continue;
     // Granted a slot: loop to open a connection (open_ was already counted for us).
     {
@@ -108,8 +136,9 @@ void Pool::release(std::unique_ptr<Backend> backend, bool reusable) {
     return;
   }
   if (!paused_ && !waiters_.empty()) {
-    auto w = waiters_.front();
-    waiters_.pop_front();
+    auto it = next_waiter(*backend);
+    auto w = std::move(*it);
+    waiters_.erase(it);
     hand_over(std::move(w), std::move(backend));
     return;
   }

@@ -35,8 +35,10 @@ class Pool : public std::enable_shared_from_this<Pool> {
   // to be released, up to `wait_timeout`. Runs on the caller's executor.
   awaitable<AcquireResult> acquire(std::chrono::milliseconds wait_timeout);
   // An idle connection that looks healthy, or nullptr: acquire()'s first step
-  // without a coroutine frame, for the hot path (one per transaction).
-  std::unique_ptr<Backend> take_idle();
+  // without a coroutine frame, for the hot path (one per transaction). Its socket
+  // runs on `ex` (the caller's worker): one already there is preferred, another is
+  // moved (Backend::move_to).
+  std::unique_ptr<Backend> take_idle(const asio::any_io_executor& ex);
   // Returns a connection. `reusable` false (dirty, broken, cancelled) closes it.
   void release(std::unique_ptr<Backend> backend, bool reusable);
 
@@ -55,6 +57,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
  private:
   struct Waiter;
   void hand_over(std::shared_ptr<Waiter> w, std::unique_ptr<Backend> backend);
+  std::deque<std::shared_ptr<Waiter>>::iterator next_waiter(Backend& b);
 
   const BackendTarget target_;
   const int max_size_;

@@ -118,6 +118,7 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> attach(std::size_t shard);
   awaitable<void> drain();
   awaitable<void> flush_to_backend();
+  void start_pump();
   awaitable<void> pump();
   void forward_raw(const protocol::Frame& f, char expect);
   bool process_backend_frame(char type, std::string_view body);
@@ -255,6 +256,7 @@ class Session : public std::enable_shared_from_this<Session> {
   RowShares portal_rows_;            // the write portal whose BindComplete came last
   bool sent_after_sync_ = false;     // messages sent since the last Sync/Query
   bool pump_active_ = false;
+  bool pump_pending_ = false;        // attached, pump not started yet (start_pump())
   bool stop_pump_ = false;           // drain(): the pump must stop once nothing is owed
   std::unique_ptr<asio::steady_timer> pump_exit_;
   bool pinned_ = false;              // LISTEN: keeps its backend until the end

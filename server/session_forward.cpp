@@ -252,6 +252,7 @@ void Session::forward_raw(const proto::Frame& f, char expect) {
 awaitable<void> Session::flush_to_backend() {
   if (bout_.empty() || !cur()) {
     bout_.clear();
+    start_pump();
     co_return;
   }
   auto [ec, n] = co_await asio::async_write(cur()->socket, asio::buffer(bout_), use_nothrow);
@@ -262,6 +263,18 @@ awaitable<void> Session::flush_to_backend() {
     error_code ignored;
     cur()->socket.close(ignored);
   }
+  start_pump();
+}
+
+// The pump of a backend attach() made current starts once its first request is out.
+// Started before, its first read would always find nothing (the request is not even
+// sent) and cost a failed recv plus a turn of the event loop; started after, it finds
+// the answer already there whenever the server answered while the proxy was busy or
+// preempted (on a loaded machine, often).
+void Session::start_pump() {
+  if (!pump_pending_) return;
+  pump_pending_ = false;
+  asio::co_spawn(stream_.socket().get_executor(), pump(), asio::detached);
 }
 
 // The batch wrote on the current shard and goes on to `shard` before its Sync.
@@ -308,7 +321,7 @@ awaitable<bool> Session::attach(std::size_t shard) {
   if (!held_[shard]) {
     // Wait for a connection as long as a login may take.
     auto waited_from = std::chrono::steady_clock::now();
-    AcquireResult r{pools_[shard]->take_idle(), {}, {}};
+    AcquireResult r{pools_[shard]->take_idle(stream_.socket().get_executor()), {}, {}};
     if (!r.backend) r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
     if (shard < kMaxShards) metrics_.shards[shard].pool_wait.observe_since(waited_from);
     if (!r.backend) {
@@ -347,7 +360,7 @@ awaitable<bool> Session::attach(std::size_t shard) {
   metrics_.clients_active.add(1);
   stop_pump_ = false;
   pump_exit_->expires_at(asio::steady_timer::time_point::max());
-  asio::co_spawn(co_await asio::this_coro::executor, pump(), asio::detached);
+  pump_pending_ = true;  // started by flush_to_backend()
   co_return true;
 }
 
@@ -636,6 +649,7 @@ awaitable<void> Session::pump() {
 awaitable<void> Session::detach_for_exit() {
   closing_ = true;
   bool clean = expect_.empty() && !sent_after_sync_ && !pinned_ && !backend_lost_;
+  start_pump();
   if (pump_active_) {
     error_code ignored;
     cur()->socket.cancel(ignored);

@@ -213,6 +213,54 @@ def interleaved_clients_move_between_backends():
 
 
 @test
+def one_backend_shared_by_every_worker_thread():
+    # Clients are spread over the worker threads; a pooled connection is moved to the
+    # thread of the session that takes it (Backend::move_to) and handed to waiters on
+    # any thread. With pool_size 1 and four workers, the one backend moves between
+    # threads on almost every transaction, and eight clients queue for it at once.
+    with Proxy("workers", pool_size=1, extra="workers: 4\n") as p:
+        clients = [p.psql(application_name=f"tp_worker_{i}") for i in range(8)]
+        pids = {one(c, "SELECT pg_backend_pid()") for c in clients}
+        assert len(pids) == 1, f"pool_size 1 but backends {pids}"
+        errors = []
+
+        def work(i, conn, n):
+            try:
+                for k in range(n):
+                    if k % 3 == 2:
+                        q(conn, "BEGIN")
+                        assert one(conn, "SELECT %s::int * 2", (k,)) == 2 * k
+                        assert one(conn, "SHOW application_name") == f"tp_worker_{i}"
+                        q(conn, "COMMIT")
+                    else:
+                        assert one(conn, "SELECT %s::int + %s::int", (i, k)) == i + k
+                    pids.add(one(conn, "SELECT pg_backend_pid()"))
+            except Exception as e:  # noqa: BLE001
+                errors.append(f"client {i}: {e!r}")
+
+        threads = [threading.Thread(target=work, args=(i, c, 150)) for i, c in enumerate(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert len(pids) == 1, f"pool_size 1 but backends {pids}"
+        # Protocol-level statements too, from a raw client on yet another thread.
+        r = p.raw()
+        r.send([pgwire.parse_msg("SELECT $1::int + 1", "s1"), pgwire.sync_msg()])
+        assert r.query_collect().error is None
+        for k in range(20):
+            q(clients[k % 8], "SELECT 1")  # the backend was just on another thread
+            r.send([pgwire.bind_msg([k], statement="s1"), pgwire.execute_msg(), pgwire.sync_msg()])
+            res = r.query_collect()
+            assert res.error is None, res.error
+            assert res.rows == [[str(k + 1)]], res.rows
+        assert len([b for b in app_backends() if b[0] in pids]) == 1
+        for c in clients:
+            c.close()
+
+
+@test
 def protocol_named_prepared_statements():
     with Proxy("prepared") as p:
         others = [p.psql() for _ in range(3)]
