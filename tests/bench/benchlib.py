@@ -29,6 +29,8 @@ import glob
 import math
 import os
 import resource
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -266,10 +268,30 @@ def cmd_cpu(args):
         return (proc_times(pid) if pid else (0.0, 0.0), (sum(x[0] for x in pg), sum(x[1] for x in pg)),
                 resource.getrusage(resource.RUSAGE_CHILDREN))
 
+    # System calls and context switches of the proxy, where perf can count them (root,
+    # or kernel.perf_event_paranoid <= -1).
+    perf_out = os.path.join(os.path.dirname(os.path.abspath(opts["--csv"])), f"perf-{os.getpid()}.txt")
+    perf = None
+    if pid and shutil.which("perf"):
+        perf = subprocess.Popen(["perf", "stat", "-x", ",", "-o", perf_out, "-e",
+                                 "raw_syscalls:sys_enter,context-switches", "-p", str(pid)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.2)
     before = sample()
     run = subprocess.run(command, capture_output=True, text=True)
+    if perf:
+        perf.send_signal(signal.SIGINT)
+        perf.wait()
     time.sleep(0.5)  # backends of closed direct connections: until the postmaster reaps them
     after = sample()
+    counts = {}
+    if perf and os.path.exists(perf_out):
+        with open(perf_out) as f:
+            for line in f:
+                parts = line.strip().split(",")
+                if len(parts) > 2 and parts[0].replace(".", "").isdigit():
+                    counts[parts[2]] = float(parts[0])
+        os.unlink(perf_out)
     out = run.stdout + run.stderr
     tps = txns = None
     for line in out.splitlines():
@@ -283,7 +305,9 @@ def cmd_cpu(args):
            f"{(after[0][0] - before[0][0]) * per:.2f}", f"{(after[0][1] - before[0][1]) * per:.2f}",
            f"{(after[1][0] - before[1][0]) * per:.2f}", f"{(after[1][1] - before[1][1]) * per:.2f}",
            f"{(after[2].ru_utime - before[2].ru_utime) * per:.2f}",
-           f"{(after[2].ru_stime - before[2].ru_stime) * per:.2f}", status]
+           f"{(after[2].ru_stime - before[2].ru_stime) * per:.2f}",
+           f"{counts['raw_syscalls:sys_enter'] / txns:.2f}" if txns and "raw_syscalls:sys_enter" in counts else "",
+           f"{counts['context-switches'] / txns:.2f}" if txns and "context-switches" in counts else "", status]
     with open(opts["--csv"], "a", newline="") as f:
         csv.writer(f).writerow(row)
     print("  " + " ".join(str(x) for x in row))
@@ -504,6 +528,7 @@ def cmd_report(d):
     crows = read_csv(os.path.join(d, "cpu.csv"))
     cpu_cols = ["proxy_user_us", "proxy_sys_us", "postgres_user_us", "postgres_sys_us",
                 "pgbench_user_us", "pgbench_sys_us"]
+    count_cols = ["proxy_syscalls", "proxy_context_switches"]
     cpu_rows = []
     for t in ["direct", "pgbouncer", "splitpoint", "splitpoint_one_pg"]:
         ok = [r for r in crows if r["target"] == t and r["status"] == "ok"]
@@ -512,9 +537,9 @@ def cmd_report(d):
         med = {k: median_of(ok, k) for k in cpu_cols}
         total = sum(v for v in med.values() if v is not None)
         cpu_rows.append([t, len(ok), fmt(median_of(ok, "tps"), 0)] + [fmt(med[k], 1) for k in cpu_cols]
-                        + [fmt(total, 1)])
+                        + [fmt(total, 1)] + [fmt(median_of(ok, k), 2) for k in count_cols])
     cpu_header = ["target", "rounds", "tps", "proxy user", "proxy sys", "postgres user", "postgres sys",
-                  "pgbench user", "pgbench sys", "total"]
+                  "pgbench user", "pgbench sys", "total", "proxy syscalls", "proxy ctx switches"]
 
     problems = []
     ppath = os.path.join(d, "problems.txt")
@@ -604,7 +629,8 @@ def cmd_report(d):
                   "target; CPU time (microseconds per transaction, user and system) of the proxy, of all "
                   "processes of the PostgreSQL instances behind it, and of pgbench; median of rounds. "
                   "`splitpoint_one_pg` is splitpoint with both shards on the direct instance: the same "
-                  "proxy work against one PostgreSQL instead of two.", "",
+                  "proxy work against one PostgreSQL instead of two. The last two columns are the proxy's "
+                  "system calls and context switches per transaction (`perf stat`; empty without perf).", "",
                   md_table(cpu_header, cpu_rows), ""]
     if st_rows:
         lines += ["## Ordered stream", "",
