@@ -54,6 +54,24 @@ def proc_status(pid):
     return out["VmRSS"], out["VmHWM"]
 
 
+def options(args, repeated=()):
+    """`--name value` pairs (a name in `repeated` may come again: its values make a list),
+    up to a `--` whose following arguments are returned as they are."""
+    opts = {name: [] for name in repeated}
+    rest = []
+    it = iter(args)
+    for a in it:
+        if a == "--":
+            rest = list(it)
+        elif a.startswith("--"):
+            name, value = a[2:], next(it)
+            if name in repeated:
+                opts[name].append(value)
+            else:
+                opts[name] = value
+    return opts, rest
+
+
 def percentile(sorted_values, q):
     """Nearest-rank percentile of an already sorted list."""
     if not sorted_values:
@@ -114,11 +132,7 @@ def cmd_sample_rss(pid, stopfile, out):
 def cmd_idle(args):
     import psycopg2  # only this command needs it
 
-    opts = {}
-    it = iter(args)
-    for a in it:
-        if a.startswith("--"):
-            opts[a[2:]] = next(it)
+    opts, _ = options(args)
     port = int(opts["port"])
     pid = int(opts["pid"])
     n = int(opts["connections"])
@@ -217,14 +231,21 @@ def cmd_idle(args):
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def proc_times(pid, children=False):
-    """(user, system) CPU seconds of a process, plus those of its reaped children."""
+def stat_fields(pid):
+    """The fields of /proc/PID/stat after the command name (fields[0] is the state,
+    field 3 of stat), or None when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
+            return f.read().rpartition(")")[2].split()
     except OSError:
+        return None
+
+
+def cpu_seconds(fields, children=False):
+    """(user, system) CPU seconds from stat_fields(), plus those of the reaped children."""
+    if not fields:
         return 0.0, 0.0
-    # fields[0] is the state (field 3 of stat): utime is field 14, stime 15, cutime 16, cstime 17.
+    # utime is field 14 of stat, stime 15, cutime 16, cstime 17.
     u, s, cu, cs = (int(x) for x in fields[11:15])
     if children:
         u, s = u + cu, s + cs
@@ -236,41 +257,29 @@ def instance_times(datadir):
     (backends that exited) and every live child."""
     with open(os.path.join(datadir, "postmaster.pid")) as f:
         postmaster = int(f.readline())
-    u, s = proc_times(postmaster, children=True)
+    u, s = cpu_seconds(stat_fields(postmaster), children=True)
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rpartition(")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == postmaster:
-            cu, cs = proc_times(int(entry))
+        fields = stat_fields(entry)
+        if fields and len(fields) > 14 and int(fields[1]) == postmaster:  # fields[1]: the parent's pid
+            cu, cs = cpu_seconds(fields)
             u, s = u + cu, s + cs
     return u, s
 
 
 def cmd_cpu(args):
-    opts = {"--pg-data": []}
-    i = 0
-    while args[i] != "--":
-        if args[i] == "--pg-data":
-            opts["--pg-data"].append(args[i + 1])
-        else:
-            opts[args[i]] = args[i + 1]
-        i += 2
-    command = args[i + 1:]
-    pid = int(opts["--proxy-pid"])
+    opts, command = options(args, repeated=("pg-data",))
+    pid = int(opts["proxy-pid"])
 
     def sample():
-        pg = [instance_times(d) for d in opts["--pg-data"]]
-        return (proc_times(pid) if pid else (0.0, 0.0), (sum(x[0] for x in pg), sum(x[1] for x in pg)),
+        pg = [instance_times(d) for d in opts["pg-data"]]
+        return (cpu_seconds(stat_fields(pid)) if pid else (0.0, 0.0), (sum(x[0] for x in pg), sum(x[1] for x in pg)),
                 resource.getrusage(resource.RUSAGE_CHILDREN))
 
     # System calls and context switches of the proxy, where perf can count them (root,
     # or kernel.perf_event_paranoid <= -1).
-    perf_out = os.path.join(os.path.dirname(os.path.abspath(opts["--csv"])), f"perf-{os.getpid()}.txt")
+    perf_out = os.path.join(os.path.dirname(os.path.abspath(opts["csv"])), f"perf-{os.getpid()}.txt")
     perf = None
     if pid and shutil.which("perf"):
         perf = subprocess.Popen(["perf", "stat", "-x", ",", "-o", perf_out, "-e",
@@ -301,14 +310,14 @@ def cmd_cpu(args):
             txns = int(line.split(":")[1].split("/")[0])
     status = "ok" if run.returncode == 0 and txns else f"exit {run.returncode}"
     per = (1e6 / txns) if txns else 0.0
-    row = [opts["--round"], opts["--target"], fmt(tps, 1) if tps else "", txns or "",
+    row = [opts["round"], opts["target"], fmt(tps, 1) if tps else "", txns or "",
            f"{(after[0][0] - before[0][0]) * per:.2f}", f"{(after[0][1] - before[0][1]) * per:.2f}",
            f"{(after[1][0] - before[1][0]) * per:.2f}", f"{(after[1][1] - before[1][1]) * per:.2f}",
            f"{(after[2].ru_utime - before[2].ru_utime) * per:.2f}",
            f"{(after[2].ru_stime - before[2].ru_stime) * per:.2f}",
            f"{counts['raw_syscalls:sys_enter'] / txns:.2f}" if txns and "raw_syscalls:sys_enter" in counts else "",
            f"{counts['context-switches'] / txns:.2f}" if txns and "context-switches" in counts else "", status]
-    with open(opts["--csv"], "a", newline="") as f:
+    with open(opts["csv"], "a", newline="") as f:
         csv.writer(f).writerow(row)
     print("  " + " ".join(str(x) for x in row))
     if status != "ok":
