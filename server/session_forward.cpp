@@ -250,19 +250,16 @@ void Session::forward_raw(const proto::Frame& f, char expect) {
 }
 
 awaitable<void> Session::flush_to_backend() {
-  if (bout_.empty() || !cur()) {
-    bout_.clear();
-    start_pump();
-    co_return;
+  if (!bout_.empty() && cur()) {
+    auto [ec, n] = co_await asio::async_write(cur()->socket, asio::buffer(bout_), use_nothrow);
+    if (ec) {
+      // The pump sees the broken connection too and tells the client.
+      spdlog::warn("[{}] write to server failed: {}", id_, ec.message());
+      error_code ignored;
+      cur()->socket.close(ignored);
+    }
   }
-  auto [ec, n] = co_await asio::async_write(cur()->socket, asio::buffer(bout_), use_nothrow);
   bout_.clear();
-  if (ec) {
-    // The pump sees the broken connection too and tells the client.
-    spdlog::warn("[{}] write to server failed: {}", id_, ec.message());
-    error_code ignored;
-    cur()->socket.close(ignored);
-  }
   start_pump();
 }
 
