@@ -59,7 +59,6 @@ import sys
 import textwrap
 import threading
 import time
-import traceback
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -73,7 +72,7 @@ import psycopg2  # noqa: E402
 HOST = sptest.HOST
 PG0, PG1 = sptest.PG_PORTS
 WORKDIR = sptest.workdir("observability")
-PROXIES = []
+PROXIES = sptest.PROXIES  # every proxy started (sptest.Proxy.start adds it)
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
 
@@ -90,7 +89,6 @@ class Proxy(sptest.Proxy):
 
     def start(self, timeout=15):
         """Also waits for the metrics port."""
-        PROXIES.append(self)
         super().start(timeout)
         deadline = time.monotonic() + timeout
         while True:
@@ -104,51 +102,12 @@ class Proxy(sptest.Proxy):
 
     def stop(self, timeout=20):
         return super().stop(timeout, check=True)
-def kill_all_proxies():
-    for p in PROXIES:
-        if p.proc is not None and p.proc.poll() is None:
-            p.proc.kill()
-            p.proc.wait()
-
-
 TESTS = []
 
 
 def test(fn):
     TESTS.append(fn)
     return fn
-
-
-def main():
-    failed = 0
-    t_start = time.monotonic()
-    try:
-        setup()
-        for fn in TESTS:
-            t0 = time.monotonic()
-            try:
-                fn()
-                print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-            except Exception:  # noqa: BLE001
-                failed += 1
-                print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-                traceback.print_exc()
-                for p in PROXIES:
-                    if p.alive():
-                        print(f"--- {p.name} log tail:\n{p.log_tail()}\n---", flush=True)
-    except Exception:  # noqa: BLE001
-        failed = len(TESTS) or 1
-        print("FAIL setup", flush=True)
-        traceback.print_exc()
-        for p in PROXIES:
-            print(f"--- {p.name} log tail:\n{p.log_tail()}\n---", flush=True)
-    finally:
-        try:
-            teardown()
-        finally:
-            kill_all_proxies()
-    print(f"{len(TESTS) - failed}/{len(TESTS)} passed in {time.monotonic() - t_start:.1f}s")
-    return 1 if failed else 0
 
 
 # ------------------------------------------------------------------ fixtures
@@ -1235,4 +1194,4 @@ def prometheus_scrapes_the_proxy():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(sptest.run_tests(TESTS, setup, teardown))
