@@ -82,6 +82,64 @@ void collect_ddl_tables(const PgQuery__Node* stmt, std::vector<std::string>& out
   }
 }
 
+// A constant argument's text as PostgreSQL would read it; nullopt if not a constant.
+std::optional<std::optional<std::string>> constant_text(const PgQuery__Node* n) {
+  if (is(n, PG_QUERY__NODE__NODE_TYPE_CAST)) n = n->type_cast->arg;
+  if (!is(n, PG_QUERY__NODE__NODE_A_CONST)) return std::nullopt;
+  const PgQuery__AConst* c = n->a_const;
+  if (c->isnull) return std::optional<std::string>{};
+  switch (c->val_case) {
+    case PG_QUERY__A__CONST__VAL_IVAL: return std::optional<std::string>(std::to_string(c->ival->ival));
+    case PG_QUERY__A__CONST__VAL_FVAL: return std::optional<std::string>(sv(c->fval->fval));
+    case PG_QUERY__A__CONST__VAL_SVAL: return std::optional<std::string>(sv(c->sval->sval));
+    case PG_QUERY__A__CONST__VAL_BOOLVAL: return std::optional<std::string>(c->boolval->boolval ? "true" : "false");
+    default: return std::nullopt;
+  }
+}
+
+Route sql_prepared_route(const PgQuery__Node* stmt) {
+  Route r = make_route(RouteKind::any_shard, StatementClass::utility);
+  if (is(stmt, PG_QUERY__NODE__NODE_PREPARE_STMT)) {
+    r.sql_prepared = Route::SqlPrepared::prepare;
+    r.prepared_name = sv(stmt->prepare_stmt->name);
+    PgQuery__RawStmt raw = PG_QUERY__RAW_STMT__INIT;
+    raw.stmt = stmt->prepare_stmt->query;
+    PgQuery__RawStmt* stmts[1] = {&raw};
+    PgQuery__ParseResult tree = PG_QUERY__PARSE_RESULT__INIT;
+    tree.n_stmts = 1;
+    tree.stmts = stmts;
+    if (auto text = deparse(&tree)) r.prepared_query = std::move(*text);
+    return r;
+  }
+  const PgQuery__ExecuteStmt* e = stmt->execute_stmt;
+  r.sql_prepared = Route::SqlPrepared::execute;
+  r.prepared_name = sv(e->name);
+  std::vector<std::optional<std::string>> args;
+  for (std::size_t i = 0; i < e->n_params; ++i) {
+    auto v = constant_text(e->params[i]);
+    if (!v) return r;
+    args.push_back(std::move(*v));
+  }
+  r.execute_args = std::move(args);
+  return r;
+}
+
+// CREATE TEMP TABLE / VIEW / SEQUENCE, SELECT INTO TEMP, CREATE TEMP TABLE AS: a
+// temporary object (RangeVar with relpersistence 't'), unless it is dropped at commit;
+// DECLARE CURSOR WITH HOLD: a cursor that outlives its transaction.
+bool creates_lasting_temp(const PgQuery__Node* stmt) {
+  constexpr std::int32_t kCursorOptHold = 0x0020;  // DECLARE ... WITH HOLD (parsenodes.h)
+  if (is(stmt, PG_QUERY__NODE__NODE_DECLARE_CURSOR_STMT)) return (stmt->declare_cursor_stmt->options & kCursorOptHold) != 0;
+  if (is(stmt, PG_QUERY__NODE__NODE_CREATE_STMT) && stmt->create_stmt->oncommit == PG_QUERY__ON_COMMIT_ACTION__ONCOMMIT_DROP)
+    return false;
+  if (is(stmt, PG_QUERY__NODE__NODE_CREATE_TABLE_AS_STMT) && stmt->create_table_as_stmt->into != nullptr &&
+      stmt->create_table_as_stmt->into->on_commit == PG_QUERY__ON_COMMIT_ACTION__ONCOMMIT_DROP)
+    return false;
+  bool temp = false;
+  for_each_range_var(&stmt->base, [&](const PgQuery__RangeVar* rv) { temp = temp || sv(rv->relpersistence) == "t"; });
+  return temp;
+}
+
 }  // namespace
 
 void Analyzer::fixed(Route route) { fixed_routes_.push_back(std::move(route)); }
@@ -128,11 +186,12 @@ void Analyzer::statement(const PgQuery__Node* stmt, bool alone) {
       return variable_show(stmt->variable_show_stmt);
     case PG_QUERY__NODE__NODE_COPY_STMT:
       return copy(stmt->copy_stmt);
+    // SQL-level prepared statements: any backend; the caller carries them over and
+    // routes each EXECUTE by the prepared query with its arguments.
     case PG_QUERY__NODE__NODE_PREPARE_STMT:
     case PG_QUERY__NODE__NODE_EXECUTE_STMT:
-      return error("0A000",
-                   "SQL-level PREPARE/EXECUTE is not supported through splitpoint; use the extended query protocol",
-                   false);
+      plan_.cacheable = false;  // the name, the query and the arguments are all in the text
+      return fixed(alone ? sql_prepared_route(stmt) : make_route(RouteKind::any_shard, SC::utility));
     // Session-level utilities: any backend; the caller carries session state over.
     case PG_QUERY__NODE__NODE_DEALLOCATE_STMT:
     case PG_QUERY__NODE__NODE_DISCARD_STMT:
@@ -205,11 +264,15 @@ void Analyzer::transaction(const PgQuery__TransactionStmt* s) {
     case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_SAVEPOINT: r.txn = TxnCommand::savepoint; break;
     case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_RELEASE: r.txn = TxnCommand::release_savepoint; break;
     case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_ROLLBACK_TO: r.txn = TxnCommand::rollback_to_savepoint; break;
-    default:
-      // The proxy runs two-phase commit itself (SPEC §5); clients' own would bypass it.
-      return error("0A000", "PREPARE TRANSACTION, COMMIT PREPARED and ROLLBACK PREPARED are not supported through splitpoint",
-                   false);
+    // A client's own two-phase commit (XA): the session finds the shard (SPEC §5).
+    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_PREPARE: r.txn = TxnCommand::prepare; break;
+    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_COMMIT_PREPARED:
+    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_ROLLBACK_PREPARED: r.txn = TxnCommand::finish_prepared; break;
+    default: break;
   }
+  r.gid = sv(s->gid);
+  if (!r.gid.empty()) plan_.cacheable = false;  // the gid is a literal
+  r.txn_chain = s->chain;
   plan_.shard_override = false;
   fixed(std::move(r));
 }
@@ -350,11 +413,12 @@ std::size_t plan_bytes(const Plan& p) {
 
 }  // namespace
 
-std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t> param_types, const Topology& topo) {
+std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t> param_types, const Topology& topo,
+                              bool standard_strings) {
   auto plan = std::make_shared<Plan>();
   plan->param_types.assign(param_types.begin(), param_types.end());
   plan->hints = scan_hints(sql);
-  ParseTree tree = ParseTree::parse(sql);
+  ParseTree tree = ParseTree::parse(sql, standard_strings);
   if (!tree.ok()) {
     // PostgreSQL's own message and position (SPEC §6).
     Route& r = plan->fixed;
@@ -363,6 +427,7 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
     r.sqlstate = tree.error().sqlstate;
     r.message = tree.error().message;
     r.position = tree.error().position;
+    r.syntax_error = true;
     plan->cacheable = false;
     plan->shard_override = false;
     return plan;
@@ -377,11 +442,13 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
       case PG_QUERY__NODE__NODE_DISCARD_STMT:
       case PG_QUERY__NODE__NODE_DEALLOCATE_STMT:
       case PG_QUERY__NODE__NODE_LISTEN_STMT:
+      case PG_QUERY__NODE__NODE_PREPARE_STMT:
         plan->session_command = true;
         break;
       default:
         break;
     }
+    if (creates_lasting_temp(stmt)) plan->pins_session = true;
     analyzer.statement(stmt, n == 1);
   }
   analyzer.finish(n);

@@ -23,7 +23,8 @@
 namespace splitpoint::routing {
 
 // Analyses `sql` (which may hold several statements) into a plan. Never null.
-std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t> param_types, const Topology& topo);
+std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t> param_types, const Topology& topo,
+                              bool standard_strings = true);
 
 class Analyzer {
  public:

@@ -86,6 +86,7 @@ Route Evaluator::run(bool* needs_exact_plan) {
   for (const auto& [k, v] : in_.hints)
     if (k != "shard" && k != "key") r.hints.emplace_back(k, v);
   r.session_command = plan_.session_command;
+  r.pins_session = plan_.pins_session;
   return r;
 }
 

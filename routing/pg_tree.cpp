@@ -8,10 +8,16 @@ namespace splitpoint::routing {
 
 void ParseTree::Free::operator()(PgQuery__ParseResult* p) const { pg_query__parse_result__free_unpacked(p, nullptr); }
 
-ParseTree ParseTree::parse(std::string_view sql) {
+StringSyntax::StringSyntax(bool standard) : saved_(standard_conforming_strings) {
+  standard_conforming_strings = standard;
+}
+StringSyntax::~StringSyntax() { standard_conforming_strings = saved_; }
+
+ParseTree ParseTree::parse(std::string_view sql, bool standard_strings) {
   ParseTree out;
   // libpg_query wants a NUL-terminated string; PostgreSQL texts never contain NUL.
   std::string text(sql);
+  StringSyntax syntax(standard_strings);
   PgQueryProtobufParseResult r = pg_query_parse_protobuf(text.c_str());
   if (r.error != nullptr) {
     out.error_.message = r.error->message != nullptr ? r.error->message : "syntax error";

@@ -21,10 +21,26 @@ struct SyntaxError {
   int position = 0;  // 1-based, as in ErrorResponse 'P'; 0 = none
 };
 
+// libpg_query's scanner reads string literals as the session's
+// standard_conforming_strings says ('a\'b' is a string when it is off): set for this
+// thread while the object lives.
+extern "C" __thread bool standard_conforming_strings;
+class StringSyntax {
+ public:
+  explicit StringSyntax(bool standard);
+  ~StringSyntax();
+  StringSyntax(const StringSyntax&) = delete;
+  StringSyntax& operator=(const StringSyntax&) = delete;
+
+ private:
+  bool saved_;
+};
+
 class ParseTree {
  public:
-  // Parses `sql` (one or several statements). Never throws for bad SQL.
-  static ParseTree parse(std::string_view sql);
+  // Parses `sql` (one or several statements), with standard_conforming_strings as
+  // `standard_strings`. Never throws for bad SQL.
+  static ParseTree parse(std::string_view sql, bool standard_strings = true);
 
   bool ok() const { return tree_ != nullptr; }
   const SyntaxError& error() const { return error_; }

@@ -95,6 +95,7 @@ class Plan {
   std::vector<std::string> ddl_tables;  // tables_changed_by
   Hints hints;                          // from the statement's comments
   bool session_command = false;         // Route::session_command
+  bool pins_session = false;            // Route::pins_session
   bool cacheable = true;                // may be shared by texts differing only in literals
   bool uses_slots = false;              // constants were turned into literal slots
   std::vector<int> slots_used;          // the literal indices those slots read

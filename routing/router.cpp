@@ -16,7 +16,7 @@ struct Router::Impl {
 
   // Routes `sql` from a plan of its own (no cache).
   Route exact(std::string_view sql, const SessionRouting& session, const ShapeLookup& shapes) const {
-    std::shared_ptr<Plan> p = analyze(sql, {}, topo);
+    std::shared_ptr<Plan> p = analyze(sql, {}, topo, session.standard_conforming_strings);
     return evaluate(*p, EvalInput{topo, nullptr, {}, p->hints, session, shapes, true}, nullptr);
   }
 
@@ -29,7 +29,11 @@ struct Router::Impl {
 Router::Router(const config::Config& config) : impl_(std::make_unique<Impl>(config)) {}
 Router::~Router() = default;
 
-std::shared_ptr<const Plan> Router::plan(std::string_view sql, std::span<const std::int32_t> param_types) const {
+std::shared_ptr<const Plan> Router::plan(std::string_view sql, std::span<const std::int32_t> param_types,
+                                         bool standard_strings) const {
+  // Texts read with standard_conforming_strings off (legacy clients) are not cached:
+  // the same text can mean another statement.
+  if (!standard_strings) return analyze(sql, param_types, impl_->topo, false);
   // A plan depends only on the text, the parameter types and the topology, so a Parse
   // of a text seen before (an unnamed statement re-parsed for each execution, as
   // pgbench -M extended and many drivers do) is not analysed again. The key is the
@@ -56,7 +60,9 @@ Route Router::route_simple(std::string_view sql, const SessionRouting& session, 
   thread_local ScannedText scan;
   thread_local std::vector<std::optional<std::string>> slots;
   Impl& im = *impl_;
-  if (!scan_text(sql, scan)) return im.exact(sql, session, shapes);  // unterminated: PostgreSQL's error
+  // Unterminated (PostgreSQL's error), or standard_conforming_strings off, which the
+  // cache's scan does not follow: a plan of its own.
+  if (!session.standard_conforming_strings || !scan_text(sql, scan)) return im.exact(sql, session, shapes);
   const std::size_t hash = std::hash<std::string_view>{}(scan.key);
   if (std::shared_ptr<const Plan> cached = im.cache.find(scan.key, hash)) {
     if (read_slots(*cached, sql, scan, slots)) {

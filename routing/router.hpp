@@ -37,7 +37,11 @@ enum class RouteKind {
 
 enum class StatementClass { read, write, ddl, transaction, utility };
 
-enum class TxnCommand { none, begin, commit, rollback, savepoint, release_savepoint, rollback_to_savepoint };
+// prepare: PREPARE TRANSACTION; finish_prepared: COMMIT PREPARED / ROLLBACK PREPARED
+// (Route::gid says which transaction).
+enum class TxnCommand {
+  none, begin, commit, rollback, savepoint, release_savepoint, rollback_to_savepoint, prepare, finish_prepared
+};
 
 // SET/RESET/SHOW of splitpoint.<name> (SPEC §1), never sent to a shard.
 struct LocalCommand {
@@ -58,6 +62,8 @@ struct Route {
   StatementClass cls = StatementClass::read;
   bool reference_write = false;  // a write to a reference table: every shard applies the same rows
   TxnCommand txn = TxnCommand::none;
+  bool txn_chain = false;  // COMMIT AND CHAIN / ROLLBACK AND CHAIN
+  std::string gid;         // PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED
   std::vector<std::size_t> shards;          // sorted, unique; set for kind == shards
   std::vector<PartitionHit> partitions;     // partitions the key(s) mapped to
   std::vector<std::string> key_values;      // key values seen (text form), for hot-key stats
@@ -75,11 +81,28 @@ struct Route {
   // A statement of the text is SET/RESET, DISCARD, DEALLOCATE or LISTEN: session state
   // the caller carries over to other backends (routing/session_command.hpp says which).
   bool session_command = false;
+  // The text creates a temporary object or a WITH HOLD cursor that outlives its
+  // transaction: it lives on the backend, so the session keeps that backend (as after
+  // LISTEN).
+  bool pins_session = false;
+  // The statement does not parse: PostgreSQL's own error (with every field) comes from
+  // running it on one shard, where it fails before doing anything.
+  bool syntax_error = false;
+  // SQL-level PREPARE name AS query / EXECUTE name (args), each alone in its text: the
+  // statement's name, PREPARE's query (deparsed, to route its EXECUTEs) and EXECUTE's
+  // arguments (nullopt when one of them is not a constant).
+  enum class SqlPrepared : std::uint8_t { none, prepare, execute };
+  SqlPrepared sql_prepared = SqlPrepared::none;
+  std::string prepared_name;
+  std::string prepared_query;
+  std::optional<std::vector<std::optional<std::string>>> execute_args;
 };
 
 // Session-level routing inputs.
 struct SessionRouting {
   std::optional<std::size_t> shard;  // SET splitpoint.shard
+  // The session's standard_conforming_strings (off: backslashes escape in '...').
+  bool standard_conforming_strings = true;
 };
 
 // Bound parameters of an extended-protocol Bind.
@@ -101,7 +124,8 @@ class Router {
   // a statement that does not parse gives a plan that routes to its syntax error.
   // The same text with the same parameter types gets the same plan from a bounded
   // cache, without being parsed again.
-  std::shared_ptr<const Plan> plan(std::string_view sql, std::span<const std::int32_t> param_types) const;
+  std::shared_ptr<const Plan> plan(std::string_view sql, std::span<const std::int32_t> param_types,
+                                   bool standard_strings = true) const;
 
   // Routes one execution of a planned statement with its bound parameters.
   Route route(const Plan& plan, const BoundParams& params, const SessionRouting& session,

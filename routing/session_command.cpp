@@ -2,6 +2,8 @@
 
 #include <pg_query.h>
 
+#include "routing/pg_tree.hpp"
+
 namespace splitpoint::routing {
 
 namespace {
@@ -35,6 +37,19 @@ class Words {
       ++pos_;
     }
     return w;
+  }
+
+  // After the next word: whether the rest is `TO DEFAULT` / `= DEFAULT` (SET x TO
+  // DEFAULT is RESET x).
+  bool rest_is_to_default() {
+    skip_space();
+    if (pos_ < s_.size() && s_[pos_] == '=') ++pos_;
+    else if (next() != "to") return false;
+    if (next() != "default") return false;
+    skip_space();
+    while (pos_ < s_.size() && s_[pos_] == ';') ++pos_;
+    skip_space();
+    return pos_ == s_.size();
   }
 
  private:
@@ -72,8 +87,9 @@ class Words {
 
 std::string first_keyword(std::string_view sql) { return Words(sql).next(); }
 
-std::vector<std::string_view> split_statements(std::string_view sql) {
+std::vector<std::string_view> split_statements(std::string_view sql, bool standard_strings) {
   std::string text(sql);
+  StringSyntax syntax(standard_strings);
   PgQuerySplitResult r = pg_query_split_with_scanner(text.c_str());
   std::vector<std::string_view> out;
   if (!r.error)
@@ -100,6 +116,7 @@ SessionCommandInfo classify_session_command(std::string_view sql) {
     }
     if (w == "transaction" || w == "constraints" || w.empty()) return {};
     if (w == "time") return {SessionCommand::set, "timezone"};  // SET TIME ZONE
+    if (words.rest_is_to_default()) return {SessionCommand::reset, w};
     return {SessionCommand::set, w};
   }
   if (first == "reset") {

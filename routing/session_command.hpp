@@ -21,7 +21,7 @@ SessionCommandInfo classify_session_command(std::string_view sql);
 
 // The statements of a query text, as PostgreSQL's scanner splits it (empty if it
 // cannot be scanned).
-std::vector<std::string_view> split_statements(std::string_view sql);
+std::vector<std::string_view> split_statements(std::string_view sql, bool standard_strings = true);
 
 // The statement's first keyword, lower-cased ("" if it does not start with a word).
 std::string first_keyword(std::string_view sql);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -50,6 +51,9 @@ class Backend {
   bool needs_discard = false;
   // Server-side names of the prepared statements this connection holds.
   std::unordered_set<std::string> prepared;
+  // SQL-level prepared statements here (PREPARE name): name -> which PREPARE it was
+  // (Session's token), so another session's statement of the same name is replaced.
+  std::unordered_map<std::string, std::uint64_t> sql_prepared;
   // Which session's unnamed statement is currently parsed here: (session id, parse seq).
   std::pair<std::uint64_t, std::uint64_t> unnamed_owner{0, 0};
   // When it last went back to its pool (Pool::take_idle).

@@ -27,6 +27,44 @@ bool is_guc_name(std::string_view n) {
   return true;
 }
 
+// PostgreSQL's reading of the startup `options` (pg_split_opts, then the -c / --
+// switches): words split at unescaped whitespace, a backslash takes the next byte
+// literally; `-c name=value`, `-cname=value` and `--name=value`, dashes in the name
+// read as underscores. Other switches are ignored.
+std::vector<std::pair<std::string, std::string>> parse_startup_options(std::string_view options) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  for (std::size_t i = 0; i < options.size(); ++i) {
+    char c = options[i];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+      continue;
+    }
+    if (c == '\\' && i + 1 < options.size()) c = options[++i];
+    word.push_back(c);
+    in_word = true;
+  }
+  if (in_word) words.push_back(std::move(word));
+  std::vector<std::pair<std::string, std::string>> out;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    std::string setting;
+    if (words[i] == "-c" && i + 1 < words.size()) setting = words[++i];
+    else if (words[i].rfind("-c", 0) == 0 && words[i].size() > 2) setting = words[i].substr(2);
+    else if (words[i].rfind("--", 0) == 0) setting = words[i].substr(2);
+    else continue;
+    auto eq = setting.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    std::string name = setting.substr(0, eq);
+    for (char& ch : name)
+      if (ch == '-') ch = '_';
+    out.emplace_back(std::move(name), setting.substr(eq + 1));
+  }
+  return out;
+}
+
 // Per-process secret for the fake SCRAM salt of unknown users.
 const std::string& fake_scram_secret() {
   static const std::string secret = [] {
@@ -184,10 +222,14 @@ awaitable<bool> Session::login() {
       co_await send_error("FATAL", sqlstate::feature_not_supported, "splitpoint does not support replication connections",
                           false);
       co_return false;
-    } else if (k == "options" || k.rfind("_pq_.", 0) == 0) {
-      // -c options are not replayed; a driver's protocol options are declined above.
+    } else if (k == "options") {
+      // `-c name=value` / `--name=value` (PGOPTIONS): applied as PostgreSQL applies them.
+      for (auto& [name, value] : parse_startup_options(v))
+        if (is_guc_name(name)) set_startup_param(name, value);
+    } else if (k.rfind("_pq_.", 0) == 0) {
+      // A driver's protocol options are declined above.
     } else if (is_guc_name(k)) {
-      startup_params_.emplace_back(k, v);
+      set_startup_param(k, v);
     }
   }
   if (user_.empty()) {
@@ -227,16 +269,18 @@ awaitable<bool> Session::login() {
   }
 
   rebuild_state_script();
+  // The client's own settings: a bad value fails the login as PostgreSQL fails it, and
+  // the reported values are the server's spelling of them ("sql,dmy" -> "SQL, DMY").
+  ParameterList reported = *params;
+  if (!startup_params_.empty() && !co_await apply_startup_params(reported)) co_return false;
   cancel_pid_ = server_.cancels().add(shared_from_this());
   RAND_bytes(reinterpret_cast<unsigned char*>(&cancel_secret_), sizeof cancel_secret_);
 
   std::string out;
   proto::Authentication{}.encode(out);  // AuthenticationOk
-  for (auto& [name, value] : *params) {
-    std::string_view v = value;
-    for (auto& [k, cv] : startup_params_)
-      if (k == name) v = cv;
-    proto::ParameterStatus{name, v}.encode(out);
+  for (auto& [name, value] : reported) {
+    proto::ParameterStatus{name, value}.encode(out);
+    if (name == "standard_conforming_strings") routing_.standard_conforming_strings = value != "off";
   }
   proto::BackendKeyData{cancel_pid_, cancel_secret_}.encode(out);
   proto::ReadyForQuery{'I'}.encode(out);
@@ -245,6 +289,59 @@ awaitable<bool> Session::login() {
   logged_in_ = true;
   metrics_.clients.add(1);
   server_.register_session(id_, shared_from_this());
+  co_return true;
+}
+
+// A parameter from the startup packet; a later one of the same name wins, as in
+// PostgreSQL (options are read after the packet's own parameters).
+void Session::set_startup_param(std::string name, std::string value) {
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (auto& [k, v] : startup_params_)
+    if (k == name) {
+      v = std::move(value);
+      return;
+    }
+  startup_params_.emplace_back(std::move(name), std::move(value));
+}
+
+// Runs the startup parameters on a backend and reads back the values of those the
+// server reports (ParameterStatus), in its spelling. False: the login failed (sent).
+awaitable<bool> Session::apply_startup_params(ParameterList& reported) {
+  std::string sql = "RESET ALL;" + state_script_ + "SELECT ";
+  std::vector<std::size_t> read;  // indices into `reported`
+  for (std::size_t i = 0; i < reported.size(); ++i) {
+    std::string lower = reported[i].first;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (auto& kv : startup_params_)
+      if (kv.first == lower) {
+        sql += (read.empty() ? "" : ", ") + std::string("pg_catalog.current_setting(") +
+               quote_literal(reported[i].first) + ")";
+        read.push_back(i);
+      }
+  }
+  if (read.empty()) sql += "1";
+  auto reply = co_await run_on(0, sql);
+  if (reply.lost || !reply.error.empty()) {
+    auto e = proto::ErrorFields::decode(reply.error);
+    std::string out;
+    if (e && !reply.lost) {
+      for (auto& [code, value] : e->fields)
+        if (code == 'S' || code == 'V') value = "FATAL";
+      e->encode(out, 'E');
+      metrics_.error(e->get('C'));
+      spdlog::info("[{}] closed: startup parameter refused: {}", id_, e->get('M'));
+      co_await stream_.write(out);
+    } else {
+      co_await send_error("FATAL", sqlstate::connection_failure, "cannot apply the startup parameters", false);
+    }
+    co_return false;
+  }
+  for_each_message(reply.messages, [&](char type, std::string_view body, std::string_view) {
+    auto row = type == 'D' ? proto::DataRow::decode(body) : std::nullopt;
+    if (!row || row->values.size() != read.size()) return;
+    for (std::size_t j = 0; j < read.size(); ++j)
+      if (row->values[j]) reported[read[j]].second = std::string(*row->values[j]);
+  });
   co_return true;
 }
 

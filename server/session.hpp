@@ -66,6 +66,15 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string text;  // the statement itself
   };
 
+  // A SQL-level prepared statement (PREPARE name AS ...), re-prepared on each backend
+  // an EXECUTE of it lands on.
+  struct SqlPrepared {
+    std::string name;
+    std::string text;  // the client's PREPARE statement
+    std::shared_ptr<const routing::Plan> plan;  // of its query, to route EXECUTE
+    std::uint64_t token = 0;  // unique per PREPARE in the process
+  };
+
   // One response the current backend owes us, in order: ParseComplete '1',
   // BindComplete '2', CloseComplete '3', or ReadyForQuery 'Z' (for a Sync or a Query).
   struct Expect {
@@ -85,6 +94,8 @@ class Session : public std::enable_shared_from_this<Session> {
     RouteLabel route = RouteLabel::single;
     // A write's Query 'Z' or Bind '2': the partitions its rows are counted in.
     RowShares rows;
+    // Query 'Z' of a PREPARE: the statement, kept once it succeeded.
+    std::optional<SqlPrepared> sql_prepare;
   };
 
   // A client's prepared statement, kept across backends under a server-side name.
@@ -108,6 +119,8 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<std::optional<protocol::Frame>> read_startup_frame();
   awaitable<bool> authenticate();
   awaitable<std::optional<std::string>> read_password_message(std::string_view expected);
+  void set_startup_param(std::string name, std::string value);
+  awaitable<bool> apply_startup_params(ParameterList& reported);
 
   // ---- session_forward.cpp
   awaitable<void> serve();
@@ -123,6 +136,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void forward_raw(const protocol::Frame& f, char expect);
   bool process_backend_frame(char type, std::string_view body);
   bool should_release() const;
+  // Transaction pooling: the session keeps its backend to the end (LISTEN, temp tables:
+  // state that lives on that backend). Session pooling keeps it anyway.
+  void pin_backend() { pinned_ = pinned_ || runtime_->config.pool_mode == config::PoolMode::transaction; }
   void release_all(bool reusable);
   void release_shard(std::size_t shard, bool reusable);
   // A shard's transaction ended: back to the pool in transaction pooling (or when
@@ -134,6 +150,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // in this extended batch whose ReadyForQuery has not come back yet.
   bool in_transaction() const { return client_txn_ != 'I' || !begin_sql_.empty(); }
   void ensure_prepared(const Prepared& p);
+  // Appends the Queries that bring backend `b` to this client's state before its
+  // statement; returns how many (each owes a ReadyForQuery the client never sees).
+  int sync_backend_state(Backend& b, std::string& out, bool join_transaction);
+  // The shard takes part in the client's open transaction (BEGIN reached it).
+  bool in_transaction_on(std::size_t shard) const { return held_[shard] && held_[shard]->status != 'I'; }
+  void note_parameter_status(std::string_view body);     // one ParameterStatus body
+  void note_parameter_statuses(std::string_view messages);  // whole messages, others skipped
   void apply_session_commands();
   void rebuild_state_script();
 
@@ -147,6 +170,12 @@ class Session : public std::enable_shared_from_this<Session> {
   void count_route(const routing::Route& route, RouteLabel label);
   static RouteLabel label_of(const routing::Route& route, bool multi);
   awaitable<bool> handle_query(const protocol::Frame& f);
+  // EXECUTE name (...): routed as the prepared query with those arguments. False: refused.
+  awaitable<bool> route_execute(routing::Route& route);
+  // Before a PREPARE or EXECUTE on the current backend: replaces another session's
+  // statement of that name there, and prepares this session's where it is missing.
+  void sync_sql_prepared(const routing::Route& route);
+  std::string note_session_commands(std::string_view sql, std::vector<SessionCmd>& into);
   awaitable<bool> handle_parse(const protocol::Frame& f);
   awaitable<bool> handle_bind(const protocol::Frame& f);
   // ---- session_admin.cpp: the admin console (database "splitpoint", SPEC §7)
@@ -177,7 +206,12 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> fetch_shapes(const std::vector<std::string>& tables);
   awaitable<bool> run_local(const routing::LocalCommand& c);
   void show_last_scatter(std::string& out) const;
-  awaitable<bool> finish_transaction(const protocol::Frame& f, routing::TxnCommand txn, std::string_view sql);
+  awaitable<bool> finish_transaction(const routing::Route& route, std::string_view sql);
+  awaitable<void> answer(std::string messages, std::string_view error, std::string_view tag);
+  awaitable<bool> prepare_transaction(std::string_view sql);
+  awaitable<bool> finish_prepared(std::string_view sql);
+  // Rolls the transaction back on every shard it reached and forgets it.
+  awaitable<void> roll_back_everywhere();
   // The transaction is over on every shard: forget its state.
   void reset_transaction();
   // ---- session_two_phase.cpp (transactions.cross_shard_writes: two_phase)
@@ -186,7 +220,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Makes `shard` part of the open transaction (held, BEGIN sent). False on failure.
   awaitable<bool> join_transaction(std::size_t shard);
   // Commits a transaction that wrote to several shards; "" or the ErrorResponse body.
-  awaitable<std::string> commit_two_phase();
+  // Notices the shards raised while committing are appended to `notices`.
+  awaitable<std::string> commit_two_phase(std::string* notices = nullptr);
   // The client's Sync ends an implicit_txn_: commit (or roll back) on every shard,
   // then one ReadyForQuery 'I'.
   awaitable<bool> end_implicit_transaction();
@@ -298,11 +333,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // Session state carried across backends.
   std::vector<std::pair<std::string, std::string>> sets_;  // parameter -> SET statement
   std::vector<SessionCmd> pending_commands_;                // completed inside a transaction
+  std::vector<SessionCmd> batch_commands_;                  // Bound in this extended batch, for its Sync
   bool last_tag_rollback_ = false;
   std::string state_script_;
   std::uint64_t state_hash_ = 0;
 
   std::unordered_map<std::string, Prepared> prepared_;  // "" = the unnamed statement
+  std::unordered_map<std::string, SqlPrepared> sql_prepared_;  // PREPARE name
   // The route handle_parse computed for the Bind right after its Parse (to prepare the
   // statement on that Bind's shard); handle_bind reuses it instead of routing again.
   struct Lookahead {

@@ -109,7 +109,6 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
   if (closing_) co_return false;
   const std::size_t n = pools_.size();
   std::vector<ShardCopy> shards(n);
-  std::vector<bool> joined(n, false);
 
   // Start COPY on every shard; the first CopyInResponse is what the client sees.
   std::string copy_in_response;
@@ -124,22 +123,11 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
         break;
       }
       held_[s] = std::move(r.backend);
-      joined[s] = in_txn;
     }
     Backend* b = held_[s].get();
     std::string out;
-    int swallow = 0;
-    if (b->needs_discard || b->applied_state != state_hash_) {
-      proto::Query{(b->needs_discard ? "DISCARD ALL;" : "RESET ALL;") + state_script_}.encode(out);
-      b->needs_discard = false;
-      b->applied_state = state_hash_;
-      ++swallow;
-    }
-    if (joined[s]) {
-      // The shard joins the client's transaction (two_phase commits them together).
-      proto::Query{begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_)}.encode(out);
-      ++swallow;
-    }
+    // A shard outside the client's transaction joins it (two_phase commits them together).
+    int swallow = sync_backend_state(*b, out, true);
     if (in_txn) {
       note_written(s);
       if (!write_shard_) write_shard_ = s;
@@ -307,7 +295,7 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
         if (type == 'C') sc.tag = body.substr(0, body.find('\0'));
       });
     }
-    if (!in_txn || shards[s].lost) release_shard(s, !shards[s].lost);
+    if (!in_txn || shards[s].lost) end_shard(s, !shards[s].lost);
   }
 
   // One answer for the client.

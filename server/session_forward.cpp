@@ -99,6 +99,7 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     if (f.type == 'S') {
       skip_until_sync_ = false;
       batch_wrote_ = false;
+      batch_commands_.clear();  // the batch failed: its SETs did not happen
       if (implicit_txn_) co_return co_await end_implicit_transaction();
       co_await send_ready();
     }
@@ -174,8 +175,13 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
         }
       }
       batch_wrote_ = false;
-      if (implicit_txn_) co_return co_await end_implicit_transaction();
+      if (implicit_txn_) {
+        for (auto& c : batch_commands_) pending_commands_.push_back(std::move(c));
+        batch_commands_.clear();
+        co_return co_await end_implicit_transaction();
+      }
       if (!cur()) {
+        batch_commands_.clear();
         co_await send_ready();
         co_return true;
       }
@@ -188,6 +194,8 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       forward_raw(f, 'Z');
       expect_.back().started = pending_started_;
       expect_.back().route = pending_route_;
+      expect_.back().commands = std::move(batch_commands_);
+      batch_commands_.clear();
       pending_started_ = {};
       co_return true;
     case 'E':
@@ -314,7 +322,6 @@ awaitable<bool> Session::use_shard(std::size_t shard) {
 }
 
 awaitable<bool> Session::attach(std::size_t shard) {
-  bool joined = false;
   if (!held_[shard]) {
     // Wait for a connection as long as a login may take.
     auto waited_from = std::chrono::steady_clock::now();
@@ -330,28 +337,11 @@ awaitable<bool> Session::attach(std::size_t shard) {
       co_return false;
     }
     held_[shard] = std::move(r.backend);
-    joined = true;
   }
   Backend* b = held_[shard].get();
   cur_ = shard;
   set_cancel_target(b, shard);
-  if (b->needs_discard || b->applied_state != state_hash_) {
-    std::string script = b->needs_discard ? "DISCARD ALL;" : "RESET ALL;";
-    script += state_script_;
-    proto::Query{script}.encode(bout_);
-    expect_.push_back(Expect{'Z', true});
-    if (b->needs_discard) {
-      b->prepared.clear();
-      b->unnamed_owner = {0, 0};
-    }
-    b->needs_discard = false;
-    b->applied_state = state_hash_;
-  }
-  if (joined && in_transaction()) {
-    // The client is inside a transaction: this shard joins it.
-    proto::Query{begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_)}.encode(bout_);
-    expect_.push_back(Expect{'Z', true});
-  }
+  for (int n = sync_backend_state(*b, bout_, true); n > 0; --n) expect_.push_back(Expect{'Z', true});
   pump_active_ = true;
   active_.store(true, std::memory_order_relaxed);
   metrics_.clients_active.add(1);
@@ -384,6 +374,54 @@ awaitable<void> Session::drain() {
     cur()->socket.cancel(ignored);
   }
   co_await pump_exit_->async_wait(use_nothrow);
+}
+
+// A backend another session-mode client left is reset first (DISCARD ALL refuses to
+// run inside a transaction block, so it goes in a Query of its own, never together with
+// the SETs); then the SET script is replayed if the backend has other settings; then,
+// when the client is inside a transaction the backend has not joined (a fresh one from
+// the pool, or in session mode one kept since the last transaction), BEGIN with the
+// client's own text.
+int Session::sync_backend_state(Backend& b, std::string& out, bool join_transaction) {
+  int queries = 0;
+  if (b.needs_discard) {
+    proto::Query{"DISCARD ALL"}.encode(out);
+    ++queries;
+    b.prepared.clear();
+    b.sql_prepared.clear();
+    b.unnamed_owner = {0, 0};
+    b.needs_discard = false;
+    b.applied_state = kStateDefault;
+  }
+  if (b.applied_state != state_hash_) {
+    proto::Query{"RESET ALL;" + state_script_}.encode(out);
+    ++queries;
+    b.applied_state = state_hash_;
+  }
+  if (join_transaction && in_transaction() && b.status == 'I') {
+    proto::Query{begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_)}.encode(out);
+    ++queries;
+  }
+  return queries;
+}
+
+void Session::sync_sql_prepared(const routing::Route& route) {
+  auto& here = cur()->sql_prepared;
+  const std::string& name = route.prepared_name;
+  auto mine = sql_prepared_.find(name);
+  auto there = here.find(name);
+  if (there != here.end() && (mine == sql_prepared_.end() || there->second != mine->second.token)) {
+    proto::Query{"DEALLOCATE " + quote_ident(name)}.encode(bout_);
+    expect_.push_back(Expect{'Z', true});
+    here.erase(there);
+    there = here.end();
+  }
+  if (route.sql_prepared == routing::Route::SqlPrepared::execute && mine != sql_prepared_.end() &&
+      there == here.end()) {
+    proto::Query{mine->second.text}.encode(bout_);
+    expect_.push_back(Expect{'Z', true});
+    here[name] = mine->second.token;
+  }
 }
 
 void Session::ensure_prepared(const Prepared& p) {
@@ -475,6 +513,12 @@ bool Session::process_backend_frame(char type, std::string_view body) {
       }
       batch_failed_ = false;
       client_txn_ = status;
+      if (!e.failed && e.sql_prepare) {
+        // Not transactional in PostgreSQL: kept even if the transaction rolls back.
+        cur()->sql_prepared[e.sql_prepare->name] = e.sql_prepare->token;
+        std::string name = e.sql_prepare->name;
+        sql_prepared_[name] = std::move(*e.sql_prepare);
+      }
       if (!e.failed)
         for (auto& c : e.commands) pending_commands_.push_back(std::move(c));
       if (status == 'I') {
@@ -491,6 +535,9 @@ bool Session::process_backend_frame(char type, std::string_view body) {
       return true;
     case 'A':
       return true;
+    case 'S':
+      note_parameter_status(body);
+      return !in_injected_query();
     case 'G':
       if (!expect_.empty() && expect_.front().is_sync) {
         // COPY IN started by an Execute: the Syncs already sent arrive during COPY
@@ -503,6 +550,18 @@ bool Session::process_backend_frame(char type, std::string_view body) {
     default:
       return !in_injected_query();
   }
+}
+
+// The settings the proxy's own reading of SQL depends on, as the server reports them.
+void Session::note_parameter_status(std::string_view body) {
+  auto p = proto::ParameterStatus::decode(body);
+  if (p && p->name == "standard_conforming_strings") routing_.standard_conforming_strings = p->value != "off";
+}
+
+void Session::note_parameter_statuses(std::string_view messages) {
+  for_each_message(messages, [&](char type, std::string_view body, std::string_view) {
+    if (type == 'S') note_parameter_status(body);
+  });
 }
 
 void Session::apply_session_commands() {
@@ -534,7 +593,7 @@ void Session::apply_session_commands() {
 
 void Session::rebuild_state_script() {
   state_script_.clear();
-  for (auto& [k, v] : startup_params_) state_script_ += "SET " + k + " TO " + quote_literal(v) + ";";
+  for (auto& [k, v] : startup_params_) state_script_ += set_config_sql(k, v);
   for (auto& [k, stmt] : sets_) state_script_ += stmt + ";";
   if (state_script_.empty()) {
     state_hash_ = kStateDefault;

@@ -10,6 +10,7 @@
 #include "server/server.hpp"
 #include "server/session.hpp"
 #include "server/session_util.hpp"
+#include "server/two_phase.hpp"
 
 namespace splitpoint::server {
 
@@ -136,19 +137,13 @@ awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables) {
   if (reply.lost || !reply.error.empty()) co_return false;
   std::map<std::string, routing::TableShape> found;
   for (auto& t : tables) found[t];  // a table that does not exist gets an empty shape
-  proto::Reader all(reply.messages);
-  while (all.remaining() >= 5) {
-    char type = static_cast<char>(all.u8());
-    auto len = all.i32();
-    auto body = all.bytes(static_cast<std::size_t>(len) - 4);
-    if (!all.ok()) break;
-    if (type != 'D') continue;
-    auto row = proto::DataRow::decode(body);
-    if (!row || row->values.size() != 3 || !row->values[0] || !row->values[1] || !row->values[2]) continue;
+  for_each_message(reply.messages, [&](char type, std::string_view body, std::string_view) {
+    auto row = type == 'D' ? proto::DataRow::decode(body) : std::nullopt;
+    if (!row || row->values.size() != 3 || !row->values[0] || !row->values[1] || !row->values[2]) return;
     auto& shape = found[std::string(*row->values[0])];
     shape.columns.emplace_back(*row->values[1]);
     shape.types.emplace_back(*row->values[2]);
-  }
+  });
   for (auto& [name, shape] : found) runtime_->shapes->put(name, std::move(shape));
   co_return true;
 }
@@ -184,11 +179,17 @@ awaitable<bool> Session::refused_in_failed_transaction(const routing::Route& rou
     if (target && *target == cur_) co_return false;
     // A Bind of a statement that does not parse goes to the backend that failed its
     // Parse (handle_bind): PostgreSQL reports the error once, there.
-    if (route.kind == RouteKind::error && route.sqlstate == sqlstate::syntax_error && cur()) co_return false;
+    if (route.kind == RouteKind::error && route.syntax_error && cur()) co_return false;
     leave_batch_shard(target ? *target : kNoShard);
     co_await drain();
   }
   if (client_txn_ != 'E') co_return false;
+  if (!proxy_failed_txn_) {
+    // The shard whose statement failed knows its block is aborted and answers as
+    // PostgreSQL does (a Query that starts with ROLLBACK TO SAVEPOINT runs, say).
+    auto target = single_target(route);
+    if (target && held_[*target] && held_[*target]->status == 'E') co_return false;
+  }
   co_await reject(kInFailedTransaction, "current transaction is aborted, commands ignored until end of transaction block",
                   extended);
   co_return true;
@@ -235,32 +236,48 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
 
   if ((pump_active_ || client_txn_ == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
-  if (routing::first_keyword(sql) == "copy") {
-    // COPY FROM STDIN into a sharded table is split by key; into a reference table
-    // it goes to every shard.
+  if (pools_.size() > 1 && route.kind == RouteKind::all_shards && route.cls == StatementClass::write &&
+      (route.distribution || route.reference_write) && routing::first_keyword(sql) == "copy") {
+    // COPY FROM STDIN into a sharded table is split by key; into a reference table it
+    // goes to every shard. Any other COPY goes to one shard, where PostgreSQL answers it.
     std::string copy_error;
     auto cs = routing::parse_copy(sql, &copy_error);
     if (!cs && !copy_error.empty())
       co_return co_await reject(sqlstate::feature_not_supported, copy_error, false);
-    if (cs && cs->from_stdin) {
-      auto kind = runtime_->topology->classify(cs->schema, cs->table).kind;
-      if (kind == routing::TableClass::Kind::sharded ||
-          (kind == routing::TableClass::Kind::reference && pools_.size() > 1))
-        co_return co_await handle_copy_in(f, std::string(sql), *cs);
-    }
+    if (cs && cs->from_stdin) co_return co_await handle_copy_in(f, std::string(sql), *cs);
   }
-  if (route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback)
-    co_return co_await finish_transaction(f, route.txn, sql);
+  // Outside a transaction block COMMIT/ROLLBACK go to a shard like any statement, so
+  // PostgreSQL answers (its WARNING, or its error for AND CHAIN).
+  if ((route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback) && in_transaction())
+    co_return co_await finish_transaction(route, sql);
+  if (route.txn == TxnCommand::prepare || route.txn == TxnCommand::finish_prepared) {
+    if (two_phase::txid_of(route.gid))
+      co_return co_await reject(sqlstate::feature_not_supported,
+                                "transaction identifier \"" + route.gid + "\" is reserved for splitpoint's own two-phase "
+                                "commit",
+                                false);
+    if (route.txn == TxnCommand::prepare && in_transaction()) co_return co_await prepare_transaction(sql);
+    if (route.txn == TxnCommand::finish_prepared && !in_transaction() && pools_.size() > 1)
+      co_return co_await finish_prepared(sql);
+    // Otherwise one shard answers as PostgreSQL: the WARNING for PREPARE TRANSACTION
+    // outside a block, the error for COMMIT PREPARED inside one.
+  }
   if (route.txn == TxnCommand::begin && client_txn_ == 'I') {
     // Held until the first statement that routes; each shard joins with this text.
     co_await drain();
     begin_sql_ = std::string(sql);
     client_txn_ = 'T';
     std::string out;
-    proto::CommandComplete{"BEGIN"}.encode(out);
+    proto::CommandComplete{routing::first_keyword(sql) == "start" ? "START TRANSACTION" : "BEGIN"}.encode(out);
     proto::ReadyForQuery{client_txn_}.encode(out);
     co_await stream_.write(out);
     co_return true;
+  }
+  if (route.syntax_error) {
+    // PostgreSQL parses the whole text before running any of it: on a shard it fails
+    // at once, with PostgreSQL's own error and every field of it (HINT, DETAIL, ...).
+    route.kind = RouteKind::any_shard;
+    route.cls = StatementClass::utility;
   }
   switch (route.kind) {
     case RouteKind::error:
@@ -272,19 +289,46 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
       break;
   }
   if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
+  if (route.pins_session) pin_backend();
+  if (route.sql_prepared == routing::Route::SqlPrepared::execute && !co_await route_execute(route))
+    co_return !closing_;
   if (auto cmd = route.session_command ? routing::classify_session_command(sql) : routing::SessionCommandInfo{};
       cmd.kind == SessionCommand::deallocate) {
     // DEALLOCATE of a protocol-level prepared statement (libpq/libpqxx unprepare):
     // on the backends it lives under another name, so forget it here and answer.
+    // Of a SQL-level one: on the backend that holds it if the session holds that
+    // backend, else forgotten here (a pooled backend's copy is replaced when needed).
+    bool answer_here = false;
     if (auto it = prepared_.find(cmd.name); it != prepared_.end() && !it->second.server_name.empty()) {
-      co_await drain();
       prepared_.erase(it);
+      answer_here = true;
+    } else if (auto sq = sql_prepared_.find(cmd.name); sq != sql_prepared_.end()) {
+      answer_here = true;
+      for (std::size_t s = 0; s < held_.size() && answer_here; ++s) {
+        if (!held_[s]) continue;
+        auto there = held_[s]->sql_prepared.find(cmd.name);
+        if (there == held_[s]->sql_prepared.end() || there->second != sq->second.token) continue;
+        held_[s]->sql_prepared.erase(there);
+        route.kind = RouteKind::shards;
+        route.shards = {s};
+        answer_here = false;
+      }
+      sql_prepared_.erase(sq);
+    }
+    if (answer_here) {
+      co_await drain();
       std::string out;
       proto::CommandComplete{"DEALLOCATE"}.encode(out);
       proto::ReadyForQuery{client_txn_}.encode(out);
       co_await stream_.write(out);
       co_return true;
     }
+  }
+  if (route.sql_prepared == routing::Route::SqlPrepared::prepare && sql_prepared_.count(route.prepared_name)) {
+    // PostgreSQL's answer where the backend has it; the proxy's where it does not.
+    auto target = single_target(route);
+    if (!target || !held_[*target] || !held_[*target]->sql_prepared.count(route.prepared_name))
+      co_return co_await reject("42P05", "prepared statement \"" + route.prepared_name + "\" already exists", false);
   }
   auto target = single_target(route);
   if (!target) {
@@ -305,42 +349,75 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     co_await send_ready();
     co_return true;
   }
+  if (route.sql_prepared != routing::Route::SqlPrepared::none) sync_sql_prepared(route);
   bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
   Expect e{'Z'};
   e.started = started;
+  if (route.sql_prepared == routing::Route::SqlPrepared::prepare) {
+    static std::atomic<std::uint64_t> tokens{0};
+    std::vector<std::int32_t> no_types;
+    e.sql_prepare = SqlPrepared{route.prepared_name, std::string(sql),
+                                runtime_->router->plan(route.prepared_query, no_types, routing_.standard_conforming_strings),
+                                ++tokens};
+  }
   e.route = label;
   e.query_in_batch = sent_after_sync_;
   e.rows = row_shares(route, *target);
   // Each SET/RESET statement is recorded with its own text (never the whole Query:
   // replaying `SET ...; INSERT ...` would run the INSERT again on the next backend).
   // The router's plan says whether the text has any (no scan of other texts).
-  if (route.session_command) {
-    for (auto stmt : routing::split_statements(sql)) {
-      auto cmd = routing::classify_session_command(stmt);
-      switch (cmd.kind) {
-        case SessionCommand::none:
-        case SessionCommand::set_local:
-        case SessionCommand::deallocate:
-          break;
-        case SessionCommand::listen:
-          pinned_ = true;
-          break;
-        case SessionCommand::deallocate_all:
-        case SessionCommand::discard_all:
-          prepared_.clear();
-          cur()->prepared.clear();
-          cur()->unnamed_owner = {0, 0};
-          e.commands.push_back({cmd.kind, {}, {}});
-          break;
-        default:
-          e.commands.push_back({cmd.kind, std::move(cmd.name), std::string(stmt)});
-          break;
-      }
-    }
-  }
+  std::string restore = route.session_command ? note_session_commands(sql, e.commands) : std::string();
+  const bool in_batch = e.query_in_batch;
   expect_.push_back(std::move(e));
+  if (!restore.empty()) {
+    proto::Query{restore}.encode(bout_);
+    Expect injected{'Z', true};
+    injected.query_in_batch = in_batch;
+    expect_.push_back(std::move(injected));
+  }
   sent_after_sync_ = false;
   co_return true;
+}
+
+// The SET/RESET/DISCARD/DEALLOCATE/LISTEN statements of a text the current backend is
+// about to run: what they do to the proxy's own records now, and the commands `into`
+// the Expect whose success makes them part of the session's state. Returns the SQL
+// that must follow the text: RESET of a parameter the client gave at start-up goes
+// back to that value in PostgreSQL, not to the server's default.
+std::string Session::note_session_commands(std::string_view sql, std::vector<SessionCmd>& into) {
+  std::string restore;
+  auto restore_startup = [&](std::string_view name) {
+    for (auto& [k, v] : startup_params_)
+      if (name.empty() || k == name) restore += set_config_sql(k, v);
+  };
+  for (auto stmt : routing::split_statements(sql, routing_.standard_conforming_strings)) {
+    auto cmd = routing::classify_session_command(stmt);
+    if (cmd.kind == SessionCommand::reset || cmd.kind == SessionCommand::reset_all ||
+        cmd.kind == SessionCommand::discard_all)
+      restore_startup(cmd.kind == SessionCommand::reset ? std::string_view(cmd.name) : std::string_view());
+    switch (cmd.kind) {
+      case SessionCommand::none:
+      case SessionCommand::set_local:
+      case SessionCommand::deallocate:
+        break;
+      case SessionCommand::listen:
+        pin_backend();
+        break;
+      case SessionCommand::deallocate_all:
+      case SessionCommand::discard_all:
+        prepared_.clear();
+        sql_prepared_.clear();
+        cur()->prepared.clear();
+        cur()->sql_prepared.clear();
+        cur()->unnamed_owner = {0, 0};
+        into.push_back({cmd.kind, {}, {}});
+        break;
+      default:
+        into.push_back({cmd.kind, std::move(cmd.name), std::string(stmt)});
+        break;
+    }
+  }
+  return restore;
 }
 
 awaitable<bool> Session::handle_parse(const proto::Frame& f) {
@@ -358,7 +435,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
   Prepared p;
   p.server_name = name.empty() ? std::string() : statement_name_for(rest);
   p.parse_rest.assign(rest);
-  p.plan = runtime_->router->plan(parse->query, parse->param_types);
+  p.plan = runtime_->router->plan(parse->query, parse->param_types, routing_.standard_conforming_strings);
   p.parse_seq = ++parse_seq_;
   auto& slot = prepared_[std::string(name)] = std::move(p);
   if (name.empty()) ++unnamed_seq_;
@@ -477,10 +554,10 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     co_await drain();
     std::optional<std::size_t> last = write_shard_;
     for (std::size_t s = 0; s < held_.size(); ++s)
-      if (held_[s] && !last) last = s;
+      if (in_transaction_on(s) && !last) last = s;
     bool failed = client_txn_ == 'E';
     for (std::size_t s = 0; s < held_.size(); ++s) {
-      if (!held_[s] || (s == last && !proxy_failed_txn_)) continue;
+      if (!in_transaction_on(s) || (s == last && !proxy_failed_txn_)) continue;
       auto reply = co_await run_on(s, failed || route.txn == TxnCommand::rollback ? "ROLLBACK" : "COMMIT");
       end_shard(s, !reply.lost && reply.error.empty());
     }
@@ -495,12 +572,17 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     }
     route.kind = RouteKind::shards;
     route.shards = {last ? *last : pick_any_shard()};
-  } else if (route.txn == TxnCommand::begin) {
-    begin_sql_ = parse ? std::string(parse->query) : std::string("BEGIN");
+  } else if ((route.txn == TxnCommand::prepare || route.txn == TxnCommand::finish_prepared) &&
+             (two_phase::txid_of(route.gid) || pools_.size() > 1)) {
+    // The extended protocol takes a client's two-phase commit with one shard only.
+    co_return co_await reject(sqlstate::feature_not_supported,
+                              "PREPARE TRANSACTION / COMMIT PREPARED through splitpoint over several shards need the "
+                              "simple query protocol",
+                              true);
   }
   switch (route.kind) {
     case RouteKind::error:
-      if (route.sqlstate == sqlstate::syntax_error && cur()) {
+      if (route.syntax_error && cur()) {
         // The Parse went to this backend and fails there too: PostgreSQL reports it
         // once and skips this Bind.
         forward_raw(f, '2');
@@ -514,6 +596,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
       break;
   }
   if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
+  if (route.pins_session) pin_backend();
   auto target = single_target(route);
   if (!target) {
     // Several shards: answered by the proxy at Execute; BindComplete now, in order.
@@ -553,6 +636,8 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     skip_until_sync_ = true;
     co_return !closing_;
   }
+  // After attaching: the client's own BEGIN starts the transaction on this backend.
+  if (route.txn == TxnCommand::begin) begin_sql_ = parse ? std::string(parse->query) : std::string("BEGIN");
   ensure_prepared(p);
   if (!in_transaction() && (route.cls == StatementClass::write || route.cls == StatementClass::ddl))
     batch_wrote_ = true;
@@ -568,52 +653,172 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   }
   expect_.push_back(Expect{'2'});
   expect_.back().rows = row_shares(route, *target);
+  // Kept for the batch's Sync: the session's state once the batch succeeded.
+  if (route.session_command && parse) note_session_commands(parse->query, batch_commands_);
   sent_after_sync_ = true;
   co_return true;
 }
 
-// COMMIT / ROLLBACK in the simple protocol: every shard that joined the transaction
-// finishes it; the written shard last, so a failed commit there is what the client sees.
-awaitable<bool> Session::finish_transaction(const proto::Frame& f, TxnCommand txn, std::string_view sql) {
+awaitable<bool> Session::route_execute(routing::Route& route) {
+  auto it = sql_prepared_.find(route.prepared_name);
+  if (it == sql_prepared_.end()) co_return true;  // PostgreSQL's error, from any shard
+  if (!route.execute_args) {
+    if (pools_.size() == 1) co_return true;
+    co_await reject(sqlstate::feature_not_supported,
+                    "EXECUTE through splitpoint takes constant arguments only (they route the statement)", false);
+    co_return false;
+  }
+  std::vector<std::optional<std::string_view>> values;
+  for (auto& a : *route.execute_args) values.push_back(a ? std::optional<std::string_view>(*a) : std::nullopt);
+  std::vector<std::shared_ptr<const routing::TableShape>> keep;
+  auto lookup = shape_lookup(keep);
+  const routing::BoundParams params{values, {}, {}};
+  const auto plan = it->second.plan;
+  auto& router = *runtime_->router;
+  routing::Route r = router.route(*plan, params, routing_, lookup);
+  if (r.kind == RouteKind::need_shapes)
+    co_await route_with_shapes(r, [&] { return router.route(*plan, params, routing_, lookup); });
+  if (r.kind != RouteKind::error && !single_target(r)) {
+    co_await reject(sqlstate::feature_not_supported,
+                    "EXECUTE of a prepared statement that runs on several shards is not supported through splitpoint; "
+                    "use the extended query protocol",
+                    false);
+    co_return false;
+  }
+  r.sql_prepared = route.sql_prepared;
+  r.prepared_name = std::move(route.prepared_name);
+  r.per_shard_sql.clear();
+  route = std::move(r);
+  co_return true;
+}
+
+// COMMIT / ROLLBACK (and AND CHAIN) in the simple protocol, inside a transaction block:
+// every shard that joined the transaction finishes it, the written shard last, so a
+// failed commit there is what the client sees. Notices raised while committing
+// (deferred constraint triggers) reach the client in order, before the tag.
+awaitable<bool> Session::finish_transaction(const routing::Route& route, std::string_view sql) {
   co_await drain();
   if (closing_) co_return false;
-  bool rollback = txn == TxnCommand::rollback || client_txn_ == 'E';
+  bool rollback = route.txn == TxnCommand::rollback || client_txn_ == 'E';
   const char* verb = rollback ? "ROLLBACK" : "COMMIT";
-  std::string error, tag = verb;
+  std::string error, tag = verb, notices;
   std::vector<std::size_t> order;
   if (!rollback && written_.size() > 1) {
-    error = co_await commit_two_phase();
+    error = co_await commit_two_phase(&notices);
   } else {
     for (std::size_t s = 0; s < held_.size(); ++s)
-      if (held_[s] && (!write_shard_ || s != *write_shard_)) order.push_back(s);
-    if (write_shard_ && held_[*write_shard_]) order.push_back(*write_shard_);
+      if (in_transaction_on(s) && (!write_shard_ || s != *write_shard_)) order.push_back(s);
+    if (write_shard_ && in_transaction_on(*write_shard_)) order.push_back(*write_shard_);
   }
-  for (auto s : order) {
-    auto reply = co_await run_on(s, verb);
+  // AND CHAIN: the last shard runs the client's own text, so the new transaction there
+  // keeps the characteristics of the old one; shards that join later get the BEGIN.
+  const bool chain = route.txn_chain;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const std::size_t s = order[i];
+    const bool last = i + 1 == order.size();
+    auto reply = co_await run_on(s, chain && last ? sql : std::string_view(verb));
     if (!reply.error.empty() && error.empty()) error = reply.error;
     if (!reply.tag.empty()) tag = reply.tag;
-    end_shard(s, !reply.lost);
-  }
-  if (client_txn_ == 'I' && order.empty() && written_.empty() && !rollback) {
-    // PostgreSQL warns about COMMIT outside a transaction; so do we.
-    std::string out;
-    proto::ErrorFields::make("WARNING", "25P01", "there is no transaction in progress").encode(out, 'N');
-    co_await stream_.write(out);
+    append_notices_and_status(reply.messages, notices);
+    if (!(chain && last && in_transaction_on(s))) end_shard(s, !reply.lost);
   }
   // SETs made inside the transaction count once it committed.
   if (!rollback && error.empty()) apply_session_commands();
   else pending_commands_.clear();
+  std::string begin = begin_sql_.empty() ? std::string("BEGIN") : begin_sql_;
   reset_transaction();
-  std::string out;
+  if (chain && error.empty()) {
+    begin_sql_ = std::move(begin);
+    client_txn_ = 'T';
+  }
+  co_await answer(std::move(notices), error, tag);
+  co_return true;
+}
+
+// The end of a statement the proxy ran for the client: what the shards said besides
+// the result (notices, ParameterStatus), then the error (an ErrorResponse body) or the
+// tag, then ReadyForQuery.
+awaitable<void> Session::answer(std::string messages, std::string_view error, std::string_view tag) {
+  note_parameter_statuses(messages);
   if (!error.empty()) {
-    proto::Writer w(out, 'E');
+    proto::Writer w(messages, 'E');
     w.bytes(error).finish();
   } else {
-    proto::CommandComplete{tag}.encode(out);
+    proto::CommandComplete{tag}.encode(messages);
   }
-  proto::ReadyForQuery{'I'}.encode(out);
-  co_await stream_.write(out);
+  proto::ReadyForQuery{client_txn_}.encode(messages);
+  co_await stream_.write(messages);
+}
+
+// PREPARE TRANSACTION 'gid' of the client's own two-phase commit: the transaction's
+// shard prepares it (joining it first if nothing ran yet); a transaction on several
+// shards cannot be one prepared transaction and is rolled back.
+awaitable<bool> Session::prepare_transaction(std::string_view sql) {
+  co_await drain();
+  if (closing_) co_return false;
+  std::vector<std::size_t> joined;
+  for (std::size_t s = 0; s < held_.size(); ++s)
+    if (in_transaction_on(s)) joined.push_back(s);
+  if (joined.size() > 1 || written_.size() > 1 || proxy_failed_txn_) {
+    const bool failed = client_txn_ == 'E';
+    co_await roll_back_everywhere();
+    if (!failed)
+      co_return co_await reject(sqlstate::feature_not_supported,
+                                "PREPARE TRANSACTION of a transaction on several shards is not supported through "
+                                "splitpoint; it was rolled back",
+                                false);
+    // As PostgreSQL: PREPARE TRANSACTION of a failed block rolls it back.
+    co_await answer({}, {}, "ROLLBACK");
+    co_return true;
+  }
+  const std::size_t s = joined.empty() ? pick_any_shard() : joined.front();
+  if (joined.empty() && !co_await join_transaction(s)) {
+    co_await roll_back_everywhere();
+    co_return co_await reject(sqlstate::connection_failure,
+                              "shard \"" + pools_[s]->target().shard + "\" could not take the transaction", false);
+  }
+  auto reply = co_await run_on(s, sql);
+  end_shard(s, !reply.lost);
+  if (reply.error.empty() && reply.tag == "PREPARE TRANSACTION") apply_session_commands();
+  else pending_commands_.clear();
+  reset_transaction();
+  std::string notices;
+  append_notices_and_status(reply.messages, notices);
+  co_await answer(std::move(notices), reply.error, reply.tag);
   co_return true;
+}
+
+// COMMIT PREPARED / ROLLBACK PREPARED 'gid' over several shards: the one that holds
+// the prepared transaction finishes it; the others do not know the gid (42704).
+awaitable<bool> Session::finish_prepared(std::string_view sql) {
+  co_await drain();
+  if (closing_) co_return false;
+  Reply reply;
+  for (std::size_t s = 0; s < pools_.size(); ++s) {
+    reply = co_await run_on(s, sql);
+    auto e = proto::ErrorFields::decode(reply.error);
+    if (!reply.lost && !(e && e->get('C') == "42704")) break;
+  }
+  if (reply.lost && reply.error.empty()) {
+    proto::ErrorFields::make("ERROR", sqlstate::connection_failure, "lost the connection to a shard")
+        .encode(reply.error, 'E');
+    reply.error.erase(0, 5);  // the body
+  }
+  std::string notices;
+  append_notices_and_status(reply.messages, notices);
+  co_await answer(std::move(notices), reply.error, reply.tag);
+  co_return true;
+}
+
+awaitable<void> Session::roll_back_everywhere() {
+  co_await drain();
+  for (std::size_t s = 0; s < held_.size(); ++s) {
+    if (!in_transaction_on(s)) continue;
+    auto reply = co_await run_on(s, "ROLLBACK");
+    end_shard(s, !reply.lost && reply.error.empty());
+  }
+  pending_commands_.clear();
+  reset_transaction();
 }
 
 void Session::reset_transaction() {
@@ -688,25 +893,19 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
     applied += (applied.empty() ? "" : ", ") + name;
     // A reference table's copies all hold the same rows: one shard's answer is the answer.
     if (route.reference_write && !first_copy) continue;
-    proto::Reader all(reply.messages);
-    while (all.remaining() >= 5) {
-      char type = static_cast<char>(all.u8());
-      auto len = all.i32();
-      auto body = all.bytes(static_cast<std::size_t>(len) - 4);
-      if (!all.ok()) break;
+    for_each_message(reply.messages, [&](char type, std::string_view body, std::string_view whole) {
       if (type == 'T' || type == 'n') {
         // One description; in the extended protocol only if the client asked (Describe).
-        if (have_description || (ext && !ext->describe)) continue;
+        if (have_description || (ext && !ext->describe)) return;
         have_description = true;
       }
-      if (type == 'C') continue;
-      if (type == 'N') {  // the same notice from every shard is shown once
-        if (std::find(notices_seen.begin(), notices_seen.end(), body) != notices_seen.end()) continue;
+      if (type == 'C') return;
+      if (type == 'N' || type == 'S') {  // the same notice from every shard is shown once
+        if (std::find(notices_seen.begin(), notices_seen.end(), body) != notices_seen.end()) return;
         notices_seen.emplace_back(body);
       }
-      proto::Writer w(rows, type);
-      w.bytes(body).finish();
-    }
+      rows.append(whole);
+    });
     auto [v, n] = split_tag(reply.tag);
     verb = v;
     if (n) {
@@ -765,17 +964,7 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
     b = borrowed.get();
   }
   std::string out;
-  int queries = 1;
-  if (b->needs_discard || b->applied_state != state_hash_) {
-    proto::Query{(b->needs_discard ? "DISCARD ALL;" : "RESET ALL;") + state_script_}.encode(out);
-    if (b->needs_discard) {
-      b->prepared.clear();
-      b->unnamed_owner = {0, 0};
-    }
-    b->needs_discard = false;
-    b->applied_state = state_hash_;
-    ++queries;
-  }
+  int queries = 1 + sync_backend_state(*b, out, false);
   if (!ext) {
     proto::Query{sql}.encode(out);
   } else {
@@ -813,7 +1002,7 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
       if (queries != 1) return;
       if (type == 'E') reply.error.assign(body);
       if (type == 'C') reply.tag.assign(body.substr(0, body.find('\0')));
-      if (type != 'A' && type != 'S' && type != '1' && type != '2') reply.messages.append(message);
+      if (type != 'A' && type != '1' && type != '2') reply.messages.append(message);
     });
   if (borrowed) pools_[shard]->release(std::move(borrowed), !reply.lost);
   if (reply.lost && held_[shard]) {

@@ -4,6 +4,7 @@
 #include "protocol/buffer.hpp"
 #include "server/server.hpp"
 #include "server/session.hpp"
+#include "server/session_util.hpp"
 
 namespace splitpoint::server {
 
@@ -32,15 +33,9 @@ void Session::count_reply_rows(const routing::Route& route, std::size_t shard, c
   auto shares = row_shares(route, shard);
   if (shares.empty()) return;
   std::uint64_t rows = 0;
-  proto::Reader all(reply.messages);
-  while (all.remaining() >= 5) {
-    char type = static_cast<char>(all.u8());
-    auto len = all.i32();
-    if (len < 4) break;
-    auto body = all.bytes(static_cast<std::size_t>(len) - 4);
-    if (!all.ok()) break;
+  for_each_message(reply.messages, [&](char type, std::string_view body, std::string_view) {
     if (type == 'C') rows += rows_written_by(body);
-  }
+  });
   metrics_.add_rows(shares, rows);
 }
 

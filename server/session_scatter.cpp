@@ -178,16 +178,7 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
   auto send_statement = [&](Shard& sh) -> awaitable<void> {
     Backend* b = sh.b;
     std::string out;
-    if (b->needs_discard || b->applied_state != state_hash_) {
-      proto::Query{(b->needs_discard ? "DISCARD ALL;" : "RESET ALL;") + state_script_}.encode(out);
-      b->needs_discard = false;
-      b->applied_state = state_hash_;
-      ++sh.skip_ready;
-    }
-    if (sh.borrowed && in_transaction()) {
-      proto::Query{begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_)}.encode(out);
-      ++sh.skip_ready;
-    }
+    sh.skip_ready += sync_backend_state(*b, out, true);
     if (!shard_extended) {
       proto::Query{plan.shard_sql}.encode(out);
     } else {

@@ -32,10 +32,12 @@ void Session::note_written(std::size_t shard) {
 }
 
 awaitable<bool> Session::join_transaction(std::size_t shard) {
-  if (held_[shard]) co_return true;
-  auto r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
-  if (!r.backend) co_return false;
-  held_[shard] = std::move(r.backend);
+  if (in_transaction_on(shard)) co_return true;
+  if (!held_[shard]) {  // (in session mode it may be held since an earlier transaction)
+    auto r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
+    if (!r.backend) co_return false;
+    held_[shard] = std::move(r.backend);
+  }
   auto reply = co_await run_on(shard, begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_));
   if (reply.lost || !reply.error.empty()) {
     release_shard(shard, false);
@@ -44,11 +46,14 @@ awaitable<bool> Session::join_transaction(std::size_t shard) {
   co_return true;
 }
 
-awaitable<std::string> Session::commit_two_phase() {
+awaitable<std::string> Session::commit_two_phase(std::string* notices) {
+  std::string ignored_notices;
+  if (!notices) notices = &ignored_notices;
   // Shards the transaction only read from commit on their own.
   for (std::size_t s = 0; s < held_.size(); ++s) {
-    if (!held_[s] || std::find(written_.begin(), written_.end(), s) != written_.end()) continue;
+    if (!in_transaction_on(s) || std::find(written_.begin(), written_.end(), s) != written_.end()) continue;
     auto r = co_await run_on(s, "COMMIT");
+    append_notices_and_status(r.messages, *notices);
     end_shard(s, !r.lost && r.error.empty());
   }
   const std::string txid = two_phase::new_txid();
@@ -64,6 +69,7 @@ awaitable<std::string> Session::commit_two_phase() {
       break;
     }
     auto r = co_await run_on(s, "PREPARE TRANSACTION " + gid(s));
+    append_notices_and_status(r.messages, *notices);
     if (r.lost || !r.error.empty() || r.tag != "PREPARE TRANSACTION") {
       error = !r.error.empty() ? r.error
                                : error_body(r.lost ? sqlstate::connection_failure : "40001",

@@ -15,14 +15,56 @@ namespace splitpoint::server {
 inline constexpr std::uint64_t kStateDefault = 0;
 inline constexpr std::uint64_t kStateUnknown = ~std::uint64_t{0};
 
+// A string literal that reads the same whatever standard_conforming_strings is: with a
+// backslash in it, the E'' form.
 inline std::string quote_literal(std::string_view v) {
-  std::string out = "'";
+  const bool escape = v.find('\\') != std::string_view::npos;
+  std::string out = escape ? "E'" : "'";
   for (char c : v) {
-    if (c == '\'') out.push_back('\'');
+    if (c == '\'' || (escape && c == '\\')) out.push_back(c);
     out.push_back(c);
   }
   out.push_back('\'');
   return out;
+}
+
+inline std::string quote_ident(std::string_view v) {
+  std::string out = "\"";
+  for (char c : v) {
+    if (c == '"') out.push_back('"');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
+// Sets a parameter the way the startup packet sets it: the value as one string, so
+// `search_path=a,b` is two schemas (SET search_path TO 'a,b' would be one).
+inline std::string set_config_sql(std::string_view name, std::string_view value) {
+  return "SELECT pg_catalog.set_config(" + quote_literal(name) + ", " + quote_literal(value) + ", false);";
+}
+
+// Calls fn(type, body, whole message) for each message of `messages` (whole backend
+// messages one after the other, as a Reply collects them), in order; stops at a length
+// that does not fit.
+template <class Fn>
+void for_each_message(std::string_view messages, Fn&& fn) {
+  while (messages.size() >= 5) {
+    const auto* p = reinterpret_cast<const unsigned char*>(messages.data()) + 1;
+    const std::size_t len = (std::size_t{p[0]} << 24) | (std::size_t{p[1]} << 16) | (std::size_t{p[2]} << 8) | p[3];
+    if (len < 4 || len + 1 > messages.size()) return;
+    fn(messages[0], messages.substr(5, len - 4), messages.substr(0, len + 1));
+    messages.remove_prefix(len + 1);
+  }
+}
+
+// Appends the NoticeResponse and ParameterStatus messages among `messages` to `out`, in
+// order: what a statement the proxy ran for the client (COMMIT, ROLLBACK) told it
+// besides its result.
+inline void append_notices_and_status(std::string_view messages, std::string& out) {
+  for_each_message(messages, [&](char type, std::string_view, std::string_view whole) {
+    if (type == 'N' || type == 'S') out.append(whole);
+  });
 }
 
 // Equal query text and parameter types share one server-side statement name.

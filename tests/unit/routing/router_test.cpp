@@ -404,11 +404,12 @@ TEST_CASE("transaction control", "[router]") {
     CHECK(r.cls == StatementClass::transaction);
     CHECK(r.txn == c.txn);
   }
+  // The client's own two-phase commit: the session finds the shard of the gid.
   for (const char* sql : {"PREPARE TRANSACTION 'x'", "COMMIT PREPARED 'x'", "ROLLBACK PREPARED 'x'"}) {
     INFO(sql);
     Route r = f.both(sql);
-    CHECK(r.kind == RouteKind::error);
-    CHECK(r.sqlstate == "0A000");
+    CHECK(r.kind == RouteKind::any_shard);
+    CHECK(r.gid == "x");
   }
   // A shard hint does not redirect transaction control.
   f.session.shard = 1;

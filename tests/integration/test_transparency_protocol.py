@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""Transparency beyond psql scripts (test_transparency.py runs those): the extended
+protocol in both pool modes, and what the transparency fixes must also do when tables
+are sharded over two shards.
+
+  - session mode, extended protocol: every transaction after the first really is a
+    transaction (BEGIN/INSERT/ROLLBACK leaves nothing; now() is one value), also in the
+    simple protocol, and a SAVEPOINT works;
+  - a SET sent with Parse/Bind/Execute is the session's (seen on its next backend) and
+    never leaks to the client that gets its old backend (transaction mode);
+  - a statement that does not parse gets PostgreSQL's own error with every field
+    (routine, file, position), in both protocols;
+  - COMMIT/ROLLBACK outside a transaction: PostgreSQL's WARNING (25P01), extended too;
+  - RESET of a parameter from the startup packet goes back to the client's value;
+  - over two shards with a hash-sharded table: SQL-level PREPARE/EXECUTE inserts land on
+    the shard that owns each key (the same shard a plain INSERT picks), in both pool
+    modes; EXECUTE with a non-constant argument is refused with 0A000;
+    standard_conforming_strings = off routes an INSERT with a backslash-escaped quote
+    by its key; the client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK
+    PREPARED on a key of the second shard; PREPARE TRANSACTION of a transaction on both
+    shards is refused with 0A000 and rolls it back; a temp table in transaction mode pins
+    the session (it stays visible across transactions while other clients rotate).
+Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
+"""
+# test-timeout: 300
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import pgwire  # noqa: E402
+import sptest  # noqa: E402
+from sptest import HOST  # noqa: E402
+
+WORK = sptest.workdir("test_transparency_protocol")
+DBS = None
+PROXIES = {}
+
+
+def one_shard(mode):
+    return (f"pool_mode: {mode}\nworkers: 1\nauth: scram-sha-256\nusers:\n  - {{ name: app, password: secret }}\n"
+            f"shards:\n  - {{ name: s0, host: {HOST}, port: {sptest.PG_PORTS[0]}, database: {DBS.name}, "
+            "pool_size: 2 }\n")
+
+
+def two_shards(mode):
+    shards = "".join(f"  - {{ name: s{i}, host: {HOST}, port: {p}, database: {DBS.name}, pool_size: 3 }}\n"
+                     for i, p in enumerate(sptest.PG_PORTS))
+    return (f"pool_mode: {mode}\nworkers: 1\nauth: scram-sha-256\nusers:\n  - {{ name: app, password: secret }}\n"
+            f"transactions:\n  cross_shard_writes: two_phase\nshards:\n{shards}distributions:\n  - name: by_id\n    method: hash\n    partitions: 8\n"
+            "    tables:\n      kv: id\n      kv_plain: id\n")
+
+
+def raw(proxy, **params):
+    return pgwire.connect(HOST, proxy.port, "app", DBS.name, password="secret", timeout=15, **params)
+
+
+def setup():
+    global DBS
+    DBS = sptest.Databases("tpp")
+    for i in range(2):
+        c = DBS.shard(i)
+        c.cursor().execute("CREATE TABLE kv (id bigint PRIMARY KEY, v text); "
+                           "CREATE TABLE kv_plain (id bigint PRIMARY KEY, v text); CREATE TABLE t (a int)")
+        c.close()
+    for mode in ("session", "transaction"):
+        PROXIES["one-" + mode] = sptest.Proxy("one-" + mode, one_shard(mode), WORK).start()
+        PROXIES["two-" + mode] = sptest.Proxy("two-" + mode, two_shards(mode), WORK).start()
+
+
+def teardown():
+    for p in PROXIES.values():
+        p.stop()
+    if DBS:
+        DBS.drop()
+
+
+def ext(c, sql, params=()):
+    return c.extended(sql, params)
+
+
+def session_mode_transactions_are_transactions():
+    c = raw(PROXIES["one-session"])
+    c.query("DELETE FROM t").raise_error()
+    for round_ in range(3):
+        for sql in ("BEGIN", "INSERT INTO t VALUES (1)"):
+            ext(c, sql).raise_error()
+        r = ext(c, "ROLLBACK").raise_error()
+        assert r.status == "I", r.status
+        # simple protocol too, and now() is one value inside the block
+        c.query("BEGIN").raise_error()
+        c.query("INSERT INTO t VALUES (2)").raise_error()
+        a = c.scalar("SELECT now()::text")
+        c.query("SELECT pg_sleep(0.01)").raise_error()
+        assert c.scalar("SELECT now()::text") == a, f"round {round_}: now() changed inside a block"
+        c.query("SAVEPOINT s").raise_error()
+        c.query("ROLLBACK TO s").raise_error()
+        c.query("ROLLBACK").raise_error()
+    assert c.scalar("SELECT count(*) FROM t") == "0", "a rolled-back row stayed"
+    c.close()
+
+
+def extended_set_is_the_sessions_and_does_not_leak():
+    p = PROXIES["one-transaction"]
+    c = raw(p)
+    c.scalar("SELECT 1")
+    ext(c, "SET work_mem = '9MB'").raise_error()
+    h = raw(p)  # takes the backend c just left, in an open transaction
+    h.query("BEGIN").raise_error()
+    assert h.scalar("SHOW work_mem") == "4MB", "another client's extended-protocol SET leaked"
+    assert c.scalar("SHOW work_mem") == "9MB", "the extended-protocol SET did not follow the client"
+    h.query("ROLLBACK").raise_error()
+    # A failed batch's SET is not the session's.
+    c.send([pgwire.parse_msg("SET work_mem = '11MB'"), pgwire.bind_msg(), pgwire.execute_msg(),
+            pgwire.parse_msg("SELECT 1/0"), pgwire.bind_msg(), pgwire.execute_msg(), pgwire.sync_msg()])
+    assert c.query_collect().sqlstate == "22012"
+    assert c.scalar("SHOW work_mem") == "9MB"
+    c.close()
+    h.close()
+
+
+def syntax_errors_are_postgresqls_own():
+    for name in ("one-session", "two-transaction"):
+        c = raw(PROXIES[name])
+        for r in (c.query("SELECT 1 +"), ext(c, "SELEC 1")):
+            assert r.sqlstate == "42601", r.error
+            assert r.error.get("R") == "scanner_yyerror" and r.error.get("F") == "scan.l", \
+                f"{name}: not PostgreSQL's own error fields: {r.error}"
+            assert "P" in r.error, r.error
+        assert c.scalar("SELECT 2") == "2"
+        c.close()
+
+
+def transaction_verbs_outside_a_transaction_warn():
+    for name in ("one-session", "one-transaction", "two-session"):
+        c = raw(PROXIES[name])
+        for r in (c.query("COMMIT"), c.query("ROLLBACK"), ext(c, "COMMIT")):
+            assert r.error is None, r.error
+            assert [n.get("C") for n in r.notices] == ["25P01"], f"{name}: {r.notices}"
+        r = c.query("COMMIT AND CHAIN")
+        assert r.sqlstate == "25P01", (name, r.error)
+        c.close()
+
+
+def reset_goes_back_to_the_startup_value():
+    for name in ("one-session", "one-transaction"):
+        c = raw(PROXIES[name], DateStyle="SQL, DMY", options="-c work_mem=5MB --statement-timeout=7s")
+        assert c.scalar("SHOW DateStyle") == "SQL, DMY"
+        assert c.scalar("SHOW work_mem") == "5MB"
+        assert c.scalar("SHOW statement_timeout") == "7s"
+        c.query("SET DateStyle = ISO").raise_error()
+        c.query("RESET DateStyle").raise_error()
+        assert c.scalar("SHOW DateStyle") == "SQL, DMY", name
+        c.query("SET work_mem = '1MB'").raise_error()
+        c.query("SET work_mem TO DEFAULT").raise_error()
+        assert c.scalar("SHOW work_mem") == "5MB", name
+        c.query("RESET ALL").raise_error()
+        assert c.scalar("SHOW statement_timeout") == "7s", name
+        c.close()
+
+
+def shard_of(key):
+    """Where a plain INSERT put `key` (the reference for routing)."""
+    found = []
+    for i in range(2):
+        c = DBS.shard(i)
+        cur = c.cursor()
+        cur.execute("SELECT count(*) FROM kv_plain WHERE id = %s", (key,))
+        if cur.fetchone()[0]:
+            found.append(i)
+        c.close()
+    return found
+
+
+def rows_on_shards(table):
+    out = []
+    for i in range(2):
+        c = DBS.shard(i)
+        cur = c.cursor()
+        cur.execute(f"SELECT id, v FROM {table} ORDER BY id")
+        out.append(cur.fetchall())
+        c.close()
+    return out
+
+
+def sql_prepare_execute_routes_by_key():
+    for mode in ("session", "transaction"):
+        p = PROXIES["two-" + mode]
+        c = raw(p)
+        h = raw(p)
+        c.query("DELETE FROM kv").raise_error()
+        c.query("DELETE FROM kv_plain").raise_error()
+        c.query("PREPARE ins (bigint, text) AS INSERT INTO kv VALUES ($1, $2)").raise_error()
+        c.query("PREPARE get (bigint) AS SELECT v FROM kv WHERE id = $1").raise_error()
+        for k in range(1, 21):
+            c.query(f"INSERT INTO kv_plain VALUES ({k}, 'v{k}')").raise_error()
+            if k % 5 == 0:  # another client takes a backend: the next EXECUTE may land elsewhere
+                h.query("BEGIN").raise_error()
+                h.scalar("SELECT 1")
+            c.query(f"EXECUTE ins({k}, 'v{k}')").raise_error()
+            assert c.scalar(f"EXECUTE get({k})") == f"v{k}", (mode, k)
+            if k % 5 == 0:
+                h.query("ROLLBACK").raise_error()
+        assert rows_on_shards("kv") == rows_on_shards("kv_plain"), f"{mode}: EXECUTE put rows on other shards"
+        assert c.query("EXECUTE get(1 + 1)").sqlstate == "0A000"
+        c.query("DEALLOCATE get").raise_error()
+        assert c.query("EXECUTE get(1)").sqlstate == "26000"
+        c.close()
+        h.close()
+
+
+def legacy_strings_route_by_key():
+    c = raw(PROXIES["two-transaction"])
+    c.query("SET standard_conforming_strings = off").raise_error()
+    for k in range(100, 110):
+        r = c.query(f"INSERT INTO kv VALUES ({k}, 'it\\'s {k}')")
+        assert r.error is None, r.error
+        c.query(f"INSERT INTO kv_plain VALUES ({k}, 'plain')").raise_error()
+    assert c.scalar("SELECT v FROM kv WHERE id = 101") == "it's 101"
+    c.query("RESET standard_conforming_strings").raise_error()
+    assert c.query("SELECT 'a\\'b' FROM kv WHERE id = 1").sqlstate == "42601"
+    for k in range(100, 110):
+        on = [i for i, rows in enumerate(rows_on_shards("kv")) if any(r[0] == k for r in rows)]
+        assert on == shard_of(k), (k, on)
+    c.close()
+
+
+def clients_own_two_phase_commit():
+    keys = list(range(200, 240))
+    p = PROXIES["two-transaction"]
+    c = raw(p)
+    for k in keys:
+        c.query(f"INSERT INTO kv_plain VALUES ({k}, 'plain') ON CONFLICT DO NOTHING").raise_error()
+    a, b = next(k for k in keys if shard_of(k) == [0]), next(k for k in keys if shard_of(k) == [1])
+    for key, finish, expect in ((b, "COMMIT PREPARED", "1"), (a, "ROLLBACK PREPARED", "0")):
+        gid = f"tpp_{key}"
+        c.query("BEGIN").raise_error()
+        c.query(f"INSERT INTO kv VALUES ({key}, 'xa')").raise_error()
+        r = c.query(f"PREPARE TRANSACTION '{gid}'")
+        assert r.error is None and r.tag == "PREPARE TRANSACTION" and r.status == "I", (r.error, r.tag, r.status)
+        assert c.scalar(f"SELECT count(*) FROM kv WHERE id = {key}") == "0"
+        r = c.query(f"{finish} '{gid}'")
+        assert r.error is None, r.error
+        assert c.scalar(f"SELECT count(*) FROM kv WHERE id = {key}") == expect, finish
+    assert c.query("COMMIT PREPARED 'tpp_nosuch'").sqlstate == "42704"
+    # A transaction on both shards cannot be prepared: refused, rolled back.
+    c.query("BEGIN").raise_error()
+    c.query(f"INSERT INTO kv VALUES ({a + 1000}, 'x')").raise_error()
+    c.query(f"INSERT INTO kv VALUES ({b + 1000}, 'x')").raise_error()
+    r = c.query("PREPARE TRANSACTION 'tpp_both'")
+    assert r.sqlstate == "0A000" and r.status == "I", (r.error, r.status)
+    assert c.scalar(f"SELECT count(*) FROM kv WHERE id IN ({a + 1000}, {b + 1000})") == "0"
+    for i in range(2):
+        s = DBS.shard(i)
+        cur = s.cursor()
+        cur.execute("SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'tpp%'")
+        assert cur.fetchone()[0] == 0
+        s.close()
+    c.close()
+
+
+def temp_table_pins_the_session():
+    p = PROXIES["one-transaction"]
+    c = raw(p)
+    c.query("CREATE TEMP TABLE mine (a int)").raise_error()
+    c.query("INSERT INTO mine VALUES (1)").raise_error()
+    others = [raw(p) for _ in range(2)]
+    for o in others:
+        assert o.query("SELECT count(*) FROM mine").sqlstate == "42P01", "a temp table visible to another client"
+    assert c.scalar("SELECT count(*) FROM mine") == "1", "the temp table did not follow its session"
+    for o in others:
+        o.close()
+    c.close()
+
+
+TESTS = [session_mode_transactions_are_transactions, extended_set_is_the_sessions_and_does_not_leak,
+         syntax_errors_are_postgresqls_own, transaction_verbs_outside_a_transaction_warn,
+         reset_goes_back_to_the_startup_value, sql_prepare_execute_routes_by_key, legacy_strings_route_by_key,
+         clients_own_two_phase_commit, temp_table_pins_the_session]
+
+if __name__ == "__main__":
+    sys.exit(sptest.run_tests(TESTS, setup, teardown))
