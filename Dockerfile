@@ -15,9 +15,9 @@ FROM debian:12 AS build
 WORKDIR /src
 # Packages first, so that editing a source file does not re-install them.
 COPY deploy/install-deps deploy/install-deps
-RUN ./deploy/install-deps --clean
+RUN ./deploy/install-deps --for build --clean
 COPY . .
-RUN BUILD_DIR=/build ./deploy/build \
+RUN BUILD_DIR=/build BUILD_TARGET=splitpoint ./deploy/build \
  && install -D -m 0755 /build/splitpoint /out/splitpoint \
  && strip --strip-debug /out/splitpoint \
  && /out/splitpoint --version

@@ -646,7 +646,7 @@ void Loader::load_placement(Distribution& d, const Entry& e) {
         error(spec, "expected a partition number or a range such as 0-31, got " + quote(*s));
         continue;
       }
-      const auto [first, last] = *span;
+      auto [first, last] = *span;
       if (first > last) {
         error(spec, "range " + quote(*s) + " is reversed");
         continue;
@@ -655,7 +655,9 @@ void Loader::load_placement(Distribution& d, const Entry& e) {
       if (last >= parts) {
         error(spec, "partition " + std::to_string(last) + " is out of range: partitions are 0-" +
                         std::to_string(parts - 1));
-        continue;
+        // The part in range is still placed, so an overlap in it is reported too.
+        if (first >= parts) continue;
+        last = parts - 1;
       }
       std::vector<std::int64_t> clash;
       std::string owners;

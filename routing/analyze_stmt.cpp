@@ -99,28 +99,30 @@ std::optional<std::optional<std::string>> constant_text(const PgQuery__Node* n) 
 
 Route sql_prepared_route(const PgQuery__Node* stmt) {
   Route r = make_route(RouteKind::any_shard, StatementClass::utility);
+  auto names = std::make_shared<Route::Names>();
+  r.names = names;
   if (is(stmt, PG_QUERY__NODE__NODE_PREPARE_STMT)) {
     r.sql_prepared = Route::SqlPrepared::prepare;
-    r.prepared_name = sv(stmt->prepare_stmt->name);
+    names->prepared_name = sv(stmt->prepare_stmt->name);
     PgQuery__RawStmt raw = PG_QUERY__RAW_STMT__INIT;
     raw.stmt = stmt->prepare_stmt->query;
     PgQuery__RawStmt* stmts[1] = {&raw};
     PgQuery__ParseResult tree = PG_QUERY__PARSE_RESULT__INIT;
     tree.n_stmts = 1;
     tree.stmts = stmts;
-    if (auto text = deparse(&tree)) r.prepared_query = std::move(*text);
+    if (auto text = deparse(&tree)) names->prepared_query = std::move(*text);
     return r;
   }
   const PgQuery__ExecuteStmt* e = stmt->execute_stmt;
   r.sql_prepared = Route::SqlPrepared::execute;
-  r.prepared_name = sv(e->name);
+  names->prepared_name = sv(e->name);
   std::vector<std::optional<std::string>> args;
   for (std::size_t i = 0; i < e->n_params; ++i) {
     auto v = constant_text(e->params[i]);
     if (!v) return r;
     args.push_back(std::move(*v));
   }
-  r.execute_args = std::move(args);
+  names->execute_args = std::move(args);
   return r;
 }
 
@@ -270,8 +272,12 @@ void Analyzer::transaction(const PgQuery__TransactionStmt* s) {
     case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_ROLLBACK_PREPARED: r.txn = TxnCommand::finish_prepared; break;
     default: break;
   }
-  r.gid = sv(s->gid);
-  if (!r.gid.empty()) plan_.cacheable = false;  // the gid is a literal
+  if (r.txn == TxnCommand::prepare || r.txn == TxnCommand::finish_prepared) {
+    auto names = std::make_shared<Route::Names>();
+    names->gid = sv(s->gid);
+    r.names = std::move(names);
+    plan_.cacheable = false;  // the gid is a literal
+  }
   r.txn_chain = s->chain;
   plan_.shard_override = false;
   fixed(std::move(r));

@@ -63,7 +63,6 @@ struct Route {
   bool reference_write = false;  // a write to a reference table: every shard applies the same rows
   TxnCommand txn = TxnCommand::none;
   bool txn_chain = false;  // COMMIT AND CHAIN / ROLLBACK AND CHAIN
-  std::string gid;         // PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED
   std::vector<std::size_t> shards;          // sorted, unique; set for kind == shards
   std::vector<PartitionHit> partitions;     // partitions the key(s) mapped to
   std::vector<std::string> key_values;      // key values seen (text form), for hot-key stats
@@ -88,14 +87,20 @@ struct Route {
   // The statement does not parse: PostgreSQL's own error (with every field) comes from
   // running it on one shard, where it fails before doing anything.
   bool syntax_error = false;
-  // SQL-level PREPARE name AS query / EXECUTE name (args), each alone in its text: the
-  // statement's name, PREPARE's query (deparsed, to route its EXECUTEs) and EXECUTE's
-  // arguments (nullopt when one of them is not a constant).
+  // SQL-level PREPARE name AS query / EXECUTE name (args), each alone in its text.
   enum class SqlPrepared : std::uint8_t { none, prepare, execute };
   SqlPrepared sql_prepared = SqlPrepared::none;
-  std::string prepared_name;
-  std::string prepared_query;
-  std::optional<std::vector<std::optional<std::string>>> execute_args;
+  // What names the statement, for sql_prepared and for txn prepare / finish_prepared
+  // (set for those, null otherwise). Rare, so out of line: copying a Route on the hot
+  // path copies a null pointer.
+  struct Names {
+    std::string prepared_name;   // PREPARE / EXECUTE: the statement's name
+    std::string prepared_query;  // PREPARE: its query, deparsed (to route its EXECUTEs)
+    // EXECUTE: the arguments (nullopt when one of them is not a constant)
+    std::optional<std::vector<std::optional<std::string>>> execute_args;
+    std::string gid;             // PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED
+  };
+  std::shared_ptr<const Names> names;
 };
 
 // Session-level routing inputs.

@@ -407,7 +407,7 @@ int Session::sync_backend_state(Backend& b, std::string& out, bool join_transact
 
 void Session::sync_sql_prepared(const routing::Route& route) {
   auto& here = cur()->sql_prepared;
-  const std::string& name = route.prepared_name;
+  const std::string& name = route.names->prepared_name;
   auto mine = sql_prepared_.find(name);
   auto there = here.find(name);
   if (there != here.end() && (mine == sql_prepared_.end() || there->second != mine->second.token)) {

@@ -251,9 +251,9 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   if ((route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback) && in_transaction())
     co_return co_await finish_transaction(route, sql);
   if (route.txn == TxnCommand::prepare || route.txn == TxnCommand::finish_prepared) {
-    if (two_phase::txid_of(route.gid))
+    if (two_phase::txid_of(route.names->gid))
       co_return co_await reject(sqlstate::feature_not_supported,
-                                "transaction identifier \"" + route.gid + "\" is reserved for splitpoint's own two-phase "
+                                "transaction identifier \"" + route.names->gid + "\" is reserved for splitpoint's own two-phase "
                                 "commit",
                                 false);
     if (route.txn == TxnCommand::prepare && in_transaction()) co_return co_await prepare_transaction(sql);
@@ -324,11 +324,11 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
       co_return true;
     }
   }
-  if (route.sql_prepared == routing::Route::SqlPrepared::prepare && sql_prepared_.count(route.prepared_name)) {
+  if (route.sql_prepared == routing::Route::SqlPrepared::prepare && sql_prepared_.count(route.names->prepared_name)) {
     // PostgreSQL's answer where the backend has it; the proxy's where it does not.
     auto target = single_target(route);
-    if (!target || !held_[*target] || !held_[*target]->sql_prepared.count(route.prepared_name))
-      co_return co_await reject("42P05", "prepared statement \"" + route.prepared_name + "\" already exists", false);
+    if (!target || !held_[*target] || !held_[*target]->sql_prepared.count(route.names->prepared_name))
+      co_return co_await reject("42P05", "prepared statement \"" + route.names->prepared_name + "\" already exists", false);
   }
   auto target = single_target(route);
   if (!target) {
@@ -356,8 +356,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   if (route.sql_prepared == routing::Route::SqlPrepared::prepare) {
     static std::atomic<std::uint64_t> tokens{0};
     std::vector<std::int32_t> no_types;
-    e.sql_prepare = SqlPrepared{route.prepared_name, std::string(sql),
-                                runtime_->router->plan(route.prepared_query, no_types, routing_.standard_conforming_strings),
+    e.sql_prepare = SqlPrepared{route.names->prepared_name, std::string(sql),
+                                runtime_->router->plan(route.names->prepared_query, no_types, routing_.standard_conforming_strings),
                                 ++tokens};
   }
   e.route = label;
@@ -573,7 +573,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     route.kind = RouteKind::shards;
     route.shards = {last ? *last : pick_any_shard()};
   } else if ((route.txn == TxnCommand::prepare || route.txn == TxnCommand::finish_prepared) &&
-             (two_phase::txid_of(route.gid) || pools_.size() > 1)) {
+             (two_phase::txid_of(route.names->gid) || pools_.size() > 1)) {
     // The extended protocol takes a client's two-phase commit with one shard only.
     co_return co_await reject(sqlstate::feature_not_supported,
                               "PREPARE TRANSACTION / COMMIT PREPARED through splitpoint over several shards need the "
@@ -660,16 +660,16 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
 }
 
 awaitable<bool> Session::route_execute(routing::Route& route) {
-  auto it = sql_prepared_.find(route.prepared_name);
+  auto it = sql_prepared_.find(route.names->prepared_name);
   if (it == sql_prepared_.end()) co_return true;  // PostgreSQL's error, from any shard
-  if (!route.execute_args) {
+  if (!route.names->execute_args) {
     if (pools_.size() == 1) co_return true;
     co_await reject(sqlstate::feature_not_supported,
                     "EXECUTE through splitpoint takes constant arguments only (they route the statement)", false);
     co_return false;
   }
   std::vector<std::optional<std::string_view>> values;
-  for (auto& a : *route.execute_args) values.push_back(a ? std::optional<std::string_view>(*a) : std::nullopt);
+  for (auto& a : *route.names->execute_args) values.push_back(a ? std::optional<std::string_view>(*a) : std::nullopt);
   std::vector<std::shared_ptr<const routing::TableShape>> keep;
   auto lookup = shape_lookup(keep);
   const routing::BoundParams params{values, {}, {}};
@@ -686,7 +686,7 @@ awaitable<bool> Session::route_execute(routing::Route& route) {
     co_return false;
   }
   r.sql_prepared = route.sql_prepared;
-  r.prepared_name = std::move(route.prepared_name);
+  r.names = std::move(route.names);
   r.per_shard_sql.clear();
   route = std::move(r);
   co_return true;

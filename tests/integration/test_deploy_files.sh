@@ -471,8 +471,10 @@ need(re.fullmatch(r"debian:12(\S*)? +AS +\w+", build["from"], re.I) or build["fr
      f"build stage is {build['from']!r}, not debian:12")
 need(final["from"].split()[0] in ("debian:12-slim", "debian:bookworm-slim"), f"runtime stage is {final['from']!r}")
 runs = " && ".join(r for k, r in build["instrs"] if k == "RUN")
-need(re.search(r"(^|[\s&;])\./deploy/install-deps --clean\b", runs), "build stage does not run ./deploy/install-deps --clean")
-need(re.search(r"\bBUILD_DIR=/build \./deploy/build\b", runs), "build stage does not run BUILD_DIR=/build ./deploy/build")
+need(re.search(r"(^|[\s&;])\./deploy/install-deps --for build --clean\b", runs),
+     "build stage does not run ./deploy/install-deps --for build --clean")
+need(re.search(r"\bBUILD_DIR=/build BUILD_TARGET=splitpoint \./deploy/build\b", runs),
+     "build stage does not run BUILD_DIR=/build BUILD_TARGET=splitpoint ./deploy/build")
 need(runs.find("install-deps") < runs.find("deploy/build"), "install-deps must run before deploy/build")
 fin = final["instrs"]
 def values(kind):

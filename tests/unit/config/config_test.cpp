@@ -525,6 +525,13 @@ TEST_CASE("hash placement must cover every partition exactly once", "[config][er
     expect_one_error(base + "    placement:\n      s0: 0-31\n      s1: 32-64\n", 9,
                      "partition 64 is out of range: partitions are 0-63");
   }
+  SECTION("out of range and overlapping: both reported") {
+    const LoadResult r = load_string(base + "    placement:\n      s0: 0-3\n      s1: 3-70\n");
+    INFO(describe(r));
+    CHECK(r.errors.size() == 2);
+    CHECK(has_error(r, 9, "partition 70 is out of range: partitions are 0-63"));
+    CHECK(has_error(r, 9, "partition 3 is already placed on \"s0\""));
+  }
   SECTION("malformed and reversed") {
     const LoadResult r = load_string(base + "    placement:\n      s0: 0-31\n      s1: [32-4x, 63-32]\n");
     INFO(describe(r));

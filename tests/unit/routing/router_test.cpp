@@ -409,7 +409,8 @@ TEST_CASE("transaction control", "[router]") {
     INFO(sql);
     Route r = f.both(sql);
     CHECK(r.kind == RouteKind::any_shard);
-    CHECK(r.gid == "x");
+    REQUIRE(r.names);
+    CHECK(r.names->gid == "x");
   }
   // A shard hint does not redirect transaction control.
   f.session.shard = 1;

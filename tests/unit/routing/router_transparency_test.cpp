@@ -29,23 +29,23 @@ TEST_CASE("transaction verbs: chaining and the client's two-phase commit", "[rou
   CHECK_FALSE(f.simple("COMMIT").txn_chain);
   Route p = f.simple("PREPARE TRANSACTION 'a1'");
   CHECK(p.txn == TxnCommand::prepare);
-  CHECK(p.gid == "a1");
+  CHECK(p.names->gid == "a1");
   // The gid is a literal: another gid must not come from the cache with the first's.
-  CHECK(f.simple("PREPARE TRANSACTION 'b2'").gid == "b2");
+  CHECK(f.simple("PREPARE TRANSACTION 'b2'").names->gid == "b2");
   CHECK(f.simple("COMMIT PREPARED 'c3'").txn == TxnCommand::finish_prepared);
-  CHECK(f.simple("COMMIT PREPARED 'c3'").gid == "c3");
-  CHECK(f.simple("ROLLBACK PREPARED 'd4'").gid == "d4");
+  CHECK(f.simple("COMMIT PREPARED 'c3'").names->gid == "c3");
+  CHECK(f.simple("ROLLBACK PREPARED 'd4'").names->gid == "d4");
 }
 
 TEST_CASE("SQL-level PREPARE and EXECUTE carry what routes the EXECUTE", "[router][transparency]") {
   Fixture f;
   Route p = f.simple("PREPARE q1 (bigint) AS SELECT name FROM users WHERE id = $1");
   CHECK(p.sql_prepared == Route::SqlPrepared::prepare);
-  CHECK(p.prepared_name == "q1");
+  CHECK(p.names->prepared_name == "q1");
   CHECK(p.session_command);
-  REQUIRE_FALSE(p.prepared_query.empty());
+  REQUIRE_FALSE(p.names->prepared_query.empty());
   // The deparsed query routes like the client's own text.
-  auto plan = f.router.plan(p.prepared_query, {});
+  auto plan = f.router.plan(p.names->prepared_query, {});
   std::vector<std::optional<std::string_view>> values{std::string_view("7")};
   BoundParams bp{values, {}, {}};
   Route on_key = f.router.route(*plan, bp, f.session, f.lookup);
@@ -54,15 +54,15 @@ TEST_CASE("SQL-level PREPARE and EXECUTE carry what routes the EXECUTE", "[route
 
   Route e = f.simple("EXECUTE q1(7)");
   CHECK(e.sql_prepared == Route::SqlPrepared::execute);
-  CHECK(e.prepared_name == "q1");
-  REQUIRE(e.execute_args);
-  CHECK(*e.execute_args == std::vector<std::optional<std::string>>{"7"});
+  CHECK(e.names->prepared_name == "q1");
+  REQUIRE(e.names->execute_args);
+  CHECK(*e.names->execute_args == std::vector<std::optional<std::string>>{"7"});
   // Literals are the statement: EXECUTE q1(8) must not reuse q1(7)'s arguments.
-  CHECK(*f.simple("EXECUTE q1(8)").execute_args == std::vector<std::optional<std::string>>{"8"});
-  CHECK(*f.simple("EXECUTE Q1('x', NULL, -3)").execute_args ==
+  CHECK(*f.simple("EXECUTE q1(8)").names->execute_args == std::vector<std::optional<std::string>>{"8"});
+  CHECK(*f.simple("EXECUTE Q1('x', NULL, -3)").names->execute_args ==
         std::vector<std::optional<std::string>>{"x", std::nullopt, "-3"});
-  CHECK(f.simple("EXECUTE Q1('x')").prepared_name == "q1");
-  CHECK_FALSE(f.simple("EXECUTE q1(1 + 1)").execute_args);  // not a constant
+  CHECK(f.simple("EXECUTE Q1('x')").names->prepared_name == "q1");
+  CHECK_FALSE(f.simple("EXECUTE q1(1 + 1)").names->execute_args);  // not a constant
   // Not alone in its text: no tracking, one backend.
   CHECK(f.simple("PREPARE a AS SELECT 1; SELECT 2").sql_prepared == Route::SqlPrepared::none);
 }
