@@ -570,16 +570,23 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
   if (!req.extended) proto::ReadyForQuery{client_txn_}.encode(out);
   if (!closing_ && !out.empty() && co_await stream_.write(out)) closing_ = true;
 
-  // 8. Clean up: shards still running are cancelled and drained before their
-  //    connections go back to the pool; anything that fails to drain is closed.
+  // 8. Clean up: every shard is read to its ReadyForQuery before its connection goes
+  //    back to the pool; anything that fails to drain is closed. A shard that answered
+  //    (CommandComplete or an error seen) owes only that. One still running (LIMIT
+  //    reached, an error elsewhere, the deadline) is cancelled first, and its connection
+  //    is never handed to another session: the cancel could land on that one's query.
   last_scatter_.clear();
   for (auto& sh : shards) {
     bool reusable = sh.b != nullptr;
     if (sh.b && !sh.finished) {
+      const bool answered = sh.state == Shard::State::ended ||
+                            (sh.state == Shard::State::missing && sh.status != "timeout");
       if (sh.state == Shard::State::running) sh.status = "ok";
-      // Not needed any more (LIMIT reached, an error elsewhere, deadline passed).
-      co_await send_cancel(pools_[sh.index]->target().host, pools_[sh.index]->target().port, sh.b->process_id,
-                           sh.b->secret_key, runtime_->config.timeouts.server_connect);
+      if (!answered) {
+        sh.b->cancel_sent = true;
+        co_await send_cancel(pools_[sh.index]->target().host, pools_[sh.index]->target().port, sh.b->process_id,
+                             sh.b->secret_key, runtime_->config.timeouts.server_connect);
+      }
       asio::steady_timer drain_timer(ex, runtime_->config.timeouts.server_connect);
       bool drained = false;
       drain_timer.async_wait([&, b = sh.b](error_code ec) {
