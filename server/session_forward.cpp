@@ -512,7 +512,9 @@ bool Session::process_backend_frame(char type, std::string_view body) {
         if (cur_ < kMaxShards) metrics_.shards[cur_].query.observe_since(e.started);
       }
       batch_failed_ = false;
-      client_txn_ = status;
+      // A block the proxy itself failed stays failed, whatever a shard that does not
+      // know says, until ROLLBACK.
+      client_txn_ = proxy_failed_txn_ && status == 'T' ? 'E' : status;
       if (!e.failed && e.sql_prepare) {
         // Not transactional in PostgreSQL: kept even if the transaction rolls back.
         cur()->sql_prepared[e.sql_prepare->name] = e.sql_prepare->token;

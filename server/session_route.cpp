@@ -171,15 +171,14 @@ awaitable<bool> Session::route_with_shapes(routing::Route& route, const std::fun
 // A statement for the backend that is still answering earlier ones is left to it (it
 // knows best); otherwise the proxy waits for those answers before judging.
 awaitable<bool> Session::refused_in_failed_transaction(const routing::Route& route, bool extended) {
+  // (A text that does not parse is reported as such, before the aborted block: a shard
+  // of the transaction answers it.)
   if (route.txn == TxnCommand::rollback || route.txn == TxnCommand::commit ||
-      route.txn == TxnCommand::rollback_to_savepoint)
+      route.txn == TxnCommand::rollback_to_savepoint || route.syntax_error)
     co_return false;
   if (!proxy_failed_txn_ && pump_active_ && (!expect_.empty() || sent_after_sync_)) {
     auto target = single_target(route);
     if (target && *target == cur_) co_return false;
-    // A Bind of a statement that does not parse goes to the backend that failed its
-    // Parse (handle_bind): PostgreSQL reports the error once, there.
-    if (route.kind == RouteKind::error && route.syntax_error && cur()) co_return false;
     leave_batch_shard(target ? *target : kNoShard);
     co_await drain();
   }

@@ -9,7 +9,8 @@ are sharded over two shards.
   - a SET sent with Parse/Bind/Execute is the session's (seen on its next backend) and
     never leaks to the client that gets its old backend (transaction mode);
   - a statement that does not parse gets PostgreSQL's own error with every field
-    (routine, file, position), in both protocols;
+    (routine, file, position), in both protocols; in a block the proxy failed itself the
+    block stays failed after it;
   - COMMIT/ROLLBACK outside a transaction: PostgreSQL's WARNING (25P01), extended too;
   - RESET of a parameter from the startup packet goes back to the client's value;
   - over two shards with a hash-sharded table: SQL-level PREPARE/EXECUTE inserts land on
@@ -129,6 +130,17 @@ def syntax_errors_are_postgresqls_own():
             assert "P" in r.error, r.error
         assert c.scalar("SELECT 2") == "2"
         c.close()
+    # A block the proxy failed itself (a refused key update) stays failed: a shard that
+    # reports the syntax error does not know the block is aborted.
+    c = raw(PROXIES["two-transaction"])
+    c.query("BEGIN").raise_error()
+    r = c.query("UPDATE kv SET id = 5 WHERE id = 1")
+    assert r.error is not None and r.status == "E", (r.error, r.status)
+    r = c.query("SELEC 1")
+    assert r.sqlstate == "42601" and r.status == "E", (r.error, r.status)
+    assert c.query("SELECT 1").sqlstate == "25P02"
+    assert c.query("ROLLBACK").status == "I"
+    c.close()
 
 
 def transaction_verbs_outside_a_transaction_warn():
