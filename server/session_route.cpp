@@ -313,6 +313,10 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
         answer_here = false;
       }
       sql_prepared_.erase(sq);
+    } else if (runtime_->config.pool_mode == config::PoolMode::transaction) {
+      // Not this session's: another session's statement of that name on a pooled
+      // backend is not this one's to drop.
+      co_return co_await reject("26000", "prepared statement \"" + cmd.name + "\" does not exist", false);
     }
     if (answer_here) {
       co_await drain();
@@ -660,7 +664,14 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
 
 awaitable<bool> Session::route_execute(routing::Route& route) {
   auto it = sql_prepared_.find(route.names->prepared_name);
-  if (it == sql_prepared_.end()) co_return true;  // PostgreSQL's error, from any shard
+  if (it == sql_prepared_.end()) {
+    // In session pooling the backend is the session's own: PostgreSQL answers. In
+    // transaction pooling a pooled backend may hold another session's statement of
+    // that name, which must never run for this one.
+    if (runtime_->config.pool_mode == config::PoolMode::session) co_return true;
+    co_await reject("26000", "prepared statement \"" + route.names->prepared_name + "\" does not exist", false);
+    co_return false;
+  }
   if (!route.names->execute_args) {
     if (pools_.size() == 1) co_return true;
     co_await reject(sqlstate::feature_not_supported,

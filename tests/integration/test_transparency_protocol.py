@@ -15,7 +15,9 @@ are sharded over two shards.
   - RESET of a parameter from the startup packet goes back to the client's value;
   - over two shards with a hash-sharded table: SQL-level PREPARE/EXECUTE inserts land on
     the shard that owns each key (the same shard a plain INSERT picks), in both pool
-    modes; EXECUTE with a non-constant argument is refused with 0A000;
+    modes; EXECUTE with a non-constant argument is refused with 0A000; in transaction
+    mode another session's statement left on a pooled backend neither runs nor is
+    dropped for a session that did not prepare it (26000);
     standard_conforming_strings = off routes an INSERT with a backslash-escaped quote
     by its key; the client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK
     PREPARED on a key of the second shard; PREPARE TRANSACTION of a transaction on both
@@ -219,6 +221,16 @@ def sql_prepare_execute_routes_by_key():
         assert c.query("EXECUTE get(1)").sqlstate == "26000"
         c.close()
         h.close()
+    # Another session's statement left on a pooled backend never runs for this one.
+    p = PROXIES["one-transaction"]
+    a = raw(p)
+    a.query("PREPARE theirs AS SELECT 'not yours'").raise_error()
+    a.close()
+    for _ in range(3):
+        b = raw(p)
+        assert b.query("EXECUTE theirs").sqlstate == "26000"
+        assert b.query("DEALLOCATE theirs").sqlstate == "26000"
+        b.close()
 
 
 def legacy_strings_route_by_key():
