@@ -169,6 +169,19 @@ std::optional<ParameterList> Pool::server_parameters() const {
   return server_parameters_;
 }
 
+std::optional<ParameterList> Pool::startup_parameters(const std::string& script) const {
+  std::lock_guard lock(mu_);
+  auto it = startup_parameters_.find(script);
+  if (it == startup_parameters_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Pool::remember_startup_parameters(const std::string& script, ParameterList reported) {
+  std::lock_guard lock(mu_);
+  if (startup_parameters_.size() >= 256) startup_parameters_.clear();  // a bound, not a policy
+  startup_parameters_[script] = std::move(reported);
+}
+
 PoolStats Pool::stats() const {
   std::lock_guard lock(mu_);
   PoolStats s;

@@ -5,6 +5,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +45,11 @@ class Pool : public std::enable_shared_from_this<Pool> {
 
   // ParameterStatus values of the first connection opened, for clients' start-up.
   std::optional<ParameterList> server_parameters() const;
+  // What a client whose startup parameters make `script` (their SET script) is told
+  // at start-up, once a login has learnt it from a backend (Session::login): one round
+  // trip per distinct set of startup parameters, not per login. At most 256 are kept.
+  std::optional<ParameterList> startup_parameters(const std::string& script) const;
+  void remember_startup_parameters(const std::string& script, ParameterList reported);
 
   // PAUSE: no connection is handed out until resumed; acquirers wait (with their
   // deadline), statements already running finish.
@@ -67,6 +73,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
   int opening_ = 0;
   std::deque<std::shared_ptr<Waiter>> waiters_;
   std::optional<ParameterList> server_parameters_;
+  std::unordered_map<std::string, ParameterList> startup_parameters_;
   bool paused_ = false;
 };
 

@@ -272,7 +272,14 @@ awaitable<bool> Session::login() {
   // The client's own settings: a bad value fails the login as PostgreSQL fails it, and
   // the reported values are the server's spelling of them ("sql,dmy" -> "SQL, DMY").
   ParameterList reported = *params;
-  if (!startup_params_.empty() && !co_await apply_startup_params(reported)) co_return false;
+  if (!startup_params_.empty()) {
+    if (auto known = pools_.front()->startup_parameters(state_script_)) {
+      reported = std::move(*known);
+    } else {
+      if (!co_await apply_startup_params(reported)) co_return false;
+      pools_.front()->remember_startup_parameters(state_script_, reported);
+    }
+  }
   cancel_pid_ = server_.cancels().add(shared_from_this());
   RAND_bytes(reinterpret_cast<unsigned char*>(&cancel_secret_), sizeof cancel_secret_);
 

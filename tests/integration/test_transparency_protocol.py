@@ -12,7 +12,8 @@ are sharded over two shards.
     (routine, file, position), in both protocols; in a block the proxy failed itself the
     block stays failed after it;
   - COMMIT/ROLLBACK outside a transaction: PostgreSQL's WARNING (25P01), extended too;
-  - RESET of a parameter from the startup packet goes back to the client's value;
+  - RESET of a parameter from the startup packet goes back to the client's value; a
+    bad startup value fails the login with PostgreSQL's error (FATAL 22023);
   - over two shards with a hash-sharded table: SQL-level PREPARE/EXECUTE inserts land on
     the shard that owns each key (the same shard a plain INSERT picks), in both pool
     modes; EXECUTE with a non-constant argument is refused with 0A000; in transaction
@@ -157,6 +158,13 @@ def transaction_verbs_outside_a_transaction_warn():
 
 
 def reset_goes_back_to_the_startup_value():
+    # A bad startup value fails the login as PostgreSQL fails it (twice: not cached).
+    for _ in range(2):
+        try:
+            raw(PROXIES["one-transaction"], DateStyle="nonsense").close()
+            raise AssertionError("a login with DateStyle=nonsense succeeded")
+        except pgwire.PgError as e:
+            assert e.sqlstate == "22023" and e.fields.get("S") == "FATAL", e.fields
     for name in ("one-session", "one-transaction"):
         c = raw(PROXIES[name], DateStyle="SQL, DMY", options="-c work_mem=5MB --statement-timeout=7s")
         assert c.scalar("SHOW DateStyle") == "SQL, DMY"
