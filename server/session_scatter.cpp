@@ -579,8 +579,13 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
   for (auto& sh : shards) {
     bool reusable = sh.b != nullptr;
     if (sh.b && !sh.finished) {
-      const bool answered = sh.state == Shard::State::ended ||
-                            (sh.state == Shard::State::missing && sh.status != "timeout");
+      // A shard the merge stopped reading early (a LIMIT pushed down: it sent its rows
+      // and its CommandComplete, the merge needed fewer) has usually finished too: what
+      // its socket already holds says so.
+      bool answered = sh.state == Shard::State::ended || (sh.state == Shard::State::missing && sh.status != "timeout");
+      if (!answered && sh.state == Shard::State::running && sh.sent)
+        answered = co_await read_finished_response(*sh.b, sh.consumed, sh.skip_ready + 1,
+                                                   runtime_->config.scatter.max_buffered_rows, limits_);
       if (sh.state == Shard::State::running) sh.status = "ok";
       if (!answered) {
         sh.b->cancel_sent = true;

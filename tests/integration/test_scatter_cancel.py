@@ -12,8 +12,11 @@ here). Checks, after the proxy's pools are warm:
 
   - 40 finished scatter reads (count(*), sum, ORDER BY over every row, in the simple and
     the extended protocol): zero CancelRequests, and every answer right;
-  - a scatter `ORDER BY id LIMIT 1` over 200,000 rows per shard: still answered right, and
-    a statement on the same proxy right after it is not cancelled by a late cancel.
+  - 20 scatter reads `ORDER BY id LIMIT 10` (the LIMIT pushed down: every shard finishes
+    though the merge needs fewer of its rows): zero CancelRequests;
+  - a scatter `ORDER BY v DESC, id LIMIT 1` over 200,000 rows per shard (shards may still
+    be sorting when the merge has its row): answered right, and a statement on the same
+    proxy right after it is not cancelled by a late cancel.
 The time per finished scatter read is printed (no assertion on speed).
 Run by tests/run (PG0_PORT, PG1_PORT, PG0_DIR, PG1_DIR, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
@@ -119,6 +122,16 @@ def finished_scatters_send_no_cancel():
 def limit_cancels_only_what_runs():
     c = pgwire.connect(HOST, PROXY.port, "app", DBS.name, password="secret", timeout=60)
     other = pgwire.connect(HOST, PROXY.port, "app", DBS.name, password="secret", timeout=60)
+    # A LIMIT pushed down: each shard sends its 10 rows and finishes; the merge needs
+    # fewer rows than it was sent but no shard is still running, so nothing is cancelled.
+    c.query("SELECT id FROM t ORDER BY id LIMIT 10").raise_error()
+    sizes = log_sizes()
+    for _ in range(20):
+        assert [r[0] for r in c.query("SELECT id FROM t ORDER BY id LIMIT 10").raise_error().rows] == \
+            [str(i) for i in range(1, 11)]
+    cancels = cancel_requests_since(sizes)
+    print(f"     20 scatter reads with a LIMIT pushed down: {cancels} CancelRequests")
+    assert cancels == 0, f"{cancels} CancelRequests for LIMIT scatters whose shards had finished"
     for _ in range(5):
         assert c.scalar("SELECT id FROM t ORDER BY v DESC, id LIMIT 1") == "999"
         # Right after: statements on the connections the pool has are not cancelled.
