@@ -31,12 +31,12 @@ import os
 import secrets
 import sys
 import time
-import traceback
 from decimal import Decimal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import clients  # noqa: E402
+import sptest  # noqa: E402
 
 clients.ensure_apt("python3-asyncpg")
 
@@ -44,17 +44,22 @@ import asyncpg  # noqa: E402
 import client_scenario as sc  # noqa: E402
 
 DB = "drv_asyncpg_" + secrets.token_hex(4)
-WORK = clients.workdir("client_asyncpg")
+WORK = sptest.workdir("client_asyncpg")
 
 # Checks that fail because of the PROXY (reported as KNOWN FAILURE, not fatal); see
 # docs/compatibility.md. Keyed by the check's name, value: the diagnosis.
 # (none at the moment: B1 and B2 were fixed in 50bcaec)
 KNOWN = {}
+CHK = clients.Checker("asyncpg", KNOWN)
 
 
 def dsn(proxy, password="secret"):
-    return f"postgresql://app:{password}@{clients.HOST}:{proxy.port}/{DB}"
+    return f"postgresql://app:{password}@{sptest.HOST}:{proxy.port}/{DB}"
 
+
+
+def asyncpg_scenario(proxy, shard_of):
+    asyncio.run(asyncio.wait_for(scenario(CHK, proxy, shard_of), 120))
 
 
 async def scenario(chk, proxy, shard_of):
@@ -366,38 +371,7 @@ async def bounded(coro, seconds):
 
 def main():
     print(f"asyncpg {asyncpg.__version__} (Debian python3-asyncpg {clients.deb_version('python3-asyncpg')})")
-    clients.create_dbs(DB)
-    proxy = clients.Proxy("client_asyncpg", DB, WORK)
-    chk = clients.Checker("asyncpg", KNOWN)
-    rc = 0
-    try:
-        proxy.start()
-        shard_of = clients.shard_of_accounts(DB, range(1, 400))
-        t0 = time.monotonic()
-        asyncio.run(asyncio.wait_for(scenario(chk, proxy, shard_of), 120))
-        print(f"--- asyncpg scenario: {time.monotonic() - t0:.1f}s")
-        problems = clients.verify_placement(DB)
-        for p in problems:
-            print(f"FAIL placement: {p}")
-        if problems:
-            rc = 1
-        else:
-            print("ok   placement: every row on the shard owning its key; reference tables identical")
-        if not proxy.alive():
-            print("FAIL: splitpoint died")
-            rc = 1
-        status = proxy.stop()
-        chk.eq("splitpoint exits with status 0 after SIGTERM", status, 0)
-    except BaseException:  # noqa: BLE001
-        traceback.print_exc()
-        print(f"splitpoint: {proxy.state()}; log tail:\n{proxy.log_tail()}")
-        rc = 1
-    finally:
-        proxy.stop()
-        clients.drop_dbs(DB)
-    chk.summary()
-    print("test_client_asyncpg: " + ("all passed" if rc == 0 else "FAILED"))
-    return rc
+    return clients.run_client_test("client_asyncpg", DB, WORK, [asyncpg_scenario], [CHK], range(1, 400))
 
 
 if __name__ == "__main__":

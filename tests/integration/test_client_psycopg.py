@@ -27,13 +27,12 @@ import os
 import secrets
 import subprocess
 import sys
-import time
-import traceback
 from decimal import Decimal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import clients  # noqa: E402
+import sptest  # noqa: E402
 
 clients.ensure_apt("python3-psycopg2", "python3-psycopg")
 
@@ -43,20 +42,22 @@ import psycopg2  # noqa: E402
 import psycopg2.errors  # noqa: E402
 
 DB = "drv_psycopg_" + secrets.token_hex(4)
-WORK = clients.workdir("client_psycopg")
+WORK = sptest.workdir("client_psycopg")
 
 # Checks that fail because of the PROXY (reported as KNOWN FAILURE, not fatal); see
 # docs/compatibility.md. Keyed by the check's name, value: the diagnosis.
 KNOWN_PSYCOPG2 = {}
 KNOWN_PSYCOPG3 = {}
+CHK2 = clients.Checker("psycopg2", KNOWN_PSYCOPG2)
+CHK3 = clients.Checker("psycopg3", KNOWN_PSYCOPG3)
 
 
 def url(proxy, password="secret"):
-    return f"postgresql://app:{password}@{clients.HOST}:{proxy.port}/{DB}?connect_timeout=10"
+    return f"postgresql://app:{password}@{sptest.HOST}:{proxy.port}/{DB}?connect_timeout=10"
 
 
 def run_psycopg2(proxy, shard_of):
-    chk = clients.Checker("psycopg2", KNOWN_PSYCOPG2)
+    chk = CHK2
 
     def connect(password="secret"):
         c = psycopg2.connect(url(proxy, password))
@@ -67,11 +68,10 @@ def run_psycopg2(proxy, shard_of):
     chk.ok("prepared-statement path: none (psycopg2 interpolates parameters on the client, simple protocol)")
     sc.final_state(chk, conn.cursor(), m)
     conn.close()
-    return chk
 
 
 def run_psycopg3(proxy, shard_of):
-    chk = clients.Checker("psycopg3", KNOWN_PSYCOPG3)
+    chk = CHK3
 
     def connect(password="secret"):
         return psycopg.connect(url(proxy, password), autocommit=True)
@@ -239,7 +239,6 @@ conn.cursor().executemany("INSERT INTO accounts (id, owner, balance) VALUES (%s,
 
     sc.final_state(chk, cur, m)
     conn.close()
-    return chk
 
 
 def isolated(proxy, body, deadline=20):
@@ -273,40 +272,8 @@ def main():
     print(f"psycopg {psycopg.__version__} (Debian python3-psycopg {clients.deb_version('python3-psycopg')}), "
           f"implementation {psycopg.pq.__impl__}, libpq {psycopg.pq.version()}, "
           f"pipeline supported: {psycopg.Pipeline.is_supported()}")
-    clients.create_dbs(DB)
-    proxy = clients.Proxy("client_psycopg", DB, WORK)
-    checkers = []
-    rc = 0
-    try:
-        proxy.start()
-        shard_of = clients.shard_of_accounts(DB, range(1, 300))
-        for run in (run_psycopg2, run_psycopg3):
-            t0 = time.monotonic()
-            checkers.append(run(proxy, shard_of))
-            print(f"--- {run.__name__}: {time.monotonic() - t0:.1f}s")
-        problems = clients.verify_placement(DB)
-        for p in problems:
-            print(f"FAIL placement: {p}")
-        if problems:
-            rc = 1
-        else:
-            print("ok   placement: every row on the shard owning its key; reference tables identical")
-        if not proxy.alive():
-            print("FAIL: splitpoint died")
-            rc = 1
-        status = proxy.stop()
-        checkers[-1].eq("splitpoint exits with status 0 after SIGTERM", status, 0)  # the psycopg3 checker
-    except Exception:  # noqa: BLE001
-        traceback.print_exc()
-        print(f"splitpoint: {proxy.state()}; log tail:\n{proxy.log_tail()}")
-        rc = 1
-    finally:
-        proxy.stop()
-        clients.drop_dbs(DB)
-    for c in checkers:
-        c.summary()
-    print("test_client_psycopg: " + ("all passed" if rc == 0 else "FAILED"))
-    return rc
+    return clients.run_client_test("client_psycopg", DB, WORK, [run_psycopg2, run_psycopg3], [CHK2, CHK3],
+                                   range(1, 300))
 
 
 if __name__ == "__main__":

@@ -35,8 +35,6 @@ import os
 import random
 import secrets
 import sys
-import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
@@ -564,46 +562,18 @@ def multi_shard_writes_extended_protocol():
 
 # ------------------------------------------------------------------ main
 
+def reset_after_failure():
+    MISMATCHES.clear()
+    for t in TARGETS:  # leave any transaction a failure left open
+        try:
+            t.reconnect()
+        except Exception:  # noqa: BLE001
+            pass
+
+
 def main():
     print(f"seed {SEED} (set RT_SEED for other data), suffix {SUFFIX}")
-    failed = []
-    try:
-        setup()
-        for fn in TESTS:
-            t0 = time.monotonic()
-            try:
-                fn()
-                print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-            except Exception:  # noqa: BLE001
-                failed.append(fn.__name__)
-                print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-                traceback.print_exc()
-                sys.stdout.flush()
-                MISMATCHES.clear()
-                for t in TARGETS:  # leave any transaction a failure left open
-                    try:
-                        t.reconnect()
-                    except Exception:  # noqa: BLE001
-                        pass
-            dead = [f"{p.name} {p.state()}" for p in PROXIES if p.state() != "running"]
-            if dead:
-                rest = TESTS[TESTS.index(fn) + 1:]
-                print(f"splitpoint {', '.join(dead)} during {fn.__name__}; {len(rest)} remaining test(s) not run")
-                failed += [t.__name__ + " (not run)" for t in rest]
-                break
-    except Exception:  # noqa: BLE001
-        failed.append("setup")
-        traceback.print_exc()
-    finally:
-        if failed:
-            for p in PROXIES:
-                print(f"----- {p.name} ({p.state()}) log tail\n" + p.log_tail(40))
-        teardown()
-    if failed:
-        print(f"{len(failed)} failed: {', '.join(failed)}")
-        return 1
-    print(f"all {len(TESTS)} passed")
-    return 0
+    return sptest.run_tests(TESTS, setup, teardown, after_failure=reset_after_failure, watch=lambda: PROXIES)
 
 
 if __name__ == "__main__":

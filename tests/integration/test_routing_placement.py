@@ -30,8 +30,6 @@ import random
 import secrets
 import struct
 import sys
-import time
-import traceback
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -734,36 +732,7 @@ def verify_reference_write_counts():
 
 def main():
     print(f"seed {SEED} (set RT_SEED for other data), databases {DB}")
-    failed = []
-    try:
-        setup()
-        for fn in TESTS:
-            t0 = time.monotonic()
-            try:
-                fn()
-                print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-            except Exception:  # noqa: BLE001
-                failed.append(fn.__name__)
-                print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-                traceback.print_exc()
-                sys.stdout.flush()
-            if PROXY.state() != "running":
-                rest = TESTS[TESTS.index(fn) + 1:]
-                print(f"splitpoint {PROXY.state()} during {fn.__name__}; {len(rest)} remaining test(s) not run")
-                failed += [t.__name__ + " (not run)" for t in rest]
-                break
-    except Exception:  # noqa: BLE001
-        failed.append("setup")
-        traceback.print_exc()
-    finally:
-        if failed and PROXY is not None:
-            print(f"----- proxy ({PROXY.state()}) log tail\n" + PROXY.log_tail(60))
-        teardown()
-    if failed:
-        print(f"{len(failed)} failed: {', '.join(failed)}")
-        return 1
-    print(f"all {len(TESTS)} passed")
-    return 0
+    return sptest.run_tests(TESTS, setup, teardown, watch=lambda: [PROXY])
 
 
 if __name__ == "__main__":

@@ -41,8 +41,6 @@ import re
 import secrets
 import struct
 import sys
-import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
@@ -1089,41 +1087,15 @@ def syntax_errors_as_postgresql_reports_them():
 
 # ------------------------------------------------------------------ main
 
+def check_soft():
+    if SOFT:
+        raise AssertionError(f"{len(SOFT)} case(s) failed:\n" + "\n".join(SOFT))
+
+
 def main():
-    failed = []
     print(f"databases {DB}")
-    try:
-        setup()
-        for fn in TESTS:
-            t0 = time.monotonic()
-            SOFT.clear()
-            try:
-                fn()
-                if SOFT:
-                    raise AssertionError(f"{len(SOFT)} case(s) failed:\n" + "\n".join(SOFT))
-                print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-            except Exception:  # noqa: BLE001
-                failed.append(fn.__name__)
-                print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-                traceback.print_exc()
-                sys.stdout.flush()
-            if PROXY.state() != "running":
-                rest = TESTS[TESTS.index(fn) + 1:]
-                print(f"splitpoint {PROXY.state()} during {fn.__name__}; {len(rest)} remaining test(s) not run")
-                failed += [t.__name__ + " (not run)" for t in rest]
-                break
-    except Exception:  # noqa: BLE001
-        failed.append("setup")
-        traceback.print_exc()
-    finally:
-        if failed and PROXY is not None:
-            print(f"----- proxy ({PROXY.state()}) log tail\n" + PROXY.log_tail(60))
-        teardown()
-    if failed:
-        print(f"{len(failed)} failed: {', '.join(failed)}")
-        return 1
-    print(f"all {len(TESTS)} passed")
-    return 0
+    return sptest.run_tests(TESTS, setup, teardown, before_each=SOFT.clear, after_each=check_soft,
+                            watch=lambda: [PROXY])
 
 
 if __name__ == "__main__":

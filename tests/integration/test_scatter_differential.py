@@ -57,10 +57,8 @@ import os
 import random
 import re
 import secrets
-import signal
 import sys
 import time
-import traceback
 import urllib.request
 import uuid
 from decimal import Decimal
@@ -269,32 +267,13 @@ def run(t, mode, sql, params=()):
 
 # ------------------------------------------------------------------ failures
 
-FAILURES = []        # hard failures
-KNOWN_SEEN = []      # known failures that did fail
-KNOWN_PASSED = []    # known failures that passed now
-CHECKS = {"n": 0}
+CHECKS = sptest.Checks(KNOWN, label="MISMATCH")
 
 
 def check(ok, sid, mode, what):
     """Records one check. `what` is a function giving the detail text (only built on failure)."""
-    CHECKS["n"] += 1
-    key = None
-    for k in ((sid, mode), (sid, "*")):
-        if k in KNOWN:
-            key = k
-            break
-    if ok:
-        if key is not None and key not in KNOWN_PASSED:
-            KNOWN_PASSED.append(key)
-        return True
-    detail = what()
-    if key is not None:
-        KNOWN_SEEN.append(key)
-        print(f"KNOWN FAILURE: [{sid} {mode}] {KNOWN[key]}\n    {detail}", flush=True)
-    else:
-        FAILURES.append(f"[{sid} {mode}] {detail}")
-        print(f"MISMATCH [{sid} {mode}] {detail}", flush=True)
-    return False
+    key = next((k for k in ((sid, mode), (sid, "*")) if k in KNOWN), None)
+    return CHECKS.check(ok, f"{sid} {mode}", what, key=key)
 
 
 def multiset(rows):
@@ -1015,11 +994,11 @@ def test(fn):
 
 @test
 def statements_match_plain_postgresql():
-    n0 = len(FAILURES)
+    n0 = len(CHECKS.failures)
     for sid, sql, params, order in STMTS:
         run_statement(sid, sql, params, order)
     print(f"     {len(STMTS)} statements x {len(MODES)} protocols compared; "
-          f"{len(FAILURES) - n0} mismatches")
+          f"{len(CHECKS.failures) - n0} mismatches")
 
 
 @test
@@ -1309,52 +1288,5 @@ def teardown():
             print(f"warning: could not drop {db}: {e}")
 
 
-def _terminated(signum, frame):
-    raise SystemExit(128 + signum)  # runs the finally: blocks (teardown) on the runner's timeout
-
-
-def main():
-    signal.signal(signal.SIGTERM, _terminated)
-    errors = 0
-    t_start = time.monotonic()
-    try:
-        try:
-            setup()
-        except Exception:  # noqa: BLE001
-            traceback.print_exc()
-            if PROXY is not None:
-                print(f"--- proxy log tail:\n{PROXY.log_tail()}\n---")
-            return 1
-        for fn in TESTS:
-            t0 = time.monotonic()
-            n0 = len(FAILURES)
-            try:
-                fn()
-                status = "ok  " if len(FAILURES) == n0 else "FAIL"
-            except Exception:  # noqa: BLE001
-                errors += 1
-                status = "FAIL"
-                traceback.print_exc()
-            print(f"{status} {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-            if PROXY is not None and not PROXY.alive():
-                print(f"proxy died; log tail:\n{PROXY.log_tail()}")
-                errors += 1
-                break
-    finally:
-        teardown()
-    print(f"\n{CHECKS['n']} checks, {len(FAILURES)} failures, {len(set(KNOWN_SEEN))} known failures "
-          f"({time.monotonic() - t_start:.1f}s)")
-    for k in KNOWN_PASSED:
-        if k not in KNOWN_SEEN:
-            print(f"NOTE: known failure {k} passed every check: make it a hard assertion again")
-    if FAILURES:
-        print("failures:")
-        for f in FAILURES[:60]:
-            print("  " + f.replace("\n", "\n  "))
-        if len(FAILURES) > 60:
-            print(f"  ... {len(FAILURES) - 60} more")
-    return 1 if FAILURES or errors else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(sptest.run_tests(TESTS, setup, teardown, checks=CHECKS, watch=lambda: [PROXY] if PROXY else []))

@@ -51,7 +51,6 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
@@ -95,40 +94,17 @@ class Proxy(sptest.Proxy):
     def __init__(self, name, body):
         super().__init__(name, body, WORKDIR)
 
-    def start(self, timeout=15):
-        PROXIES.append(self)
-        return super().start(timeout)
-
     def connect(self):
         c = pgwire.connect(HOST, self.port, "app", "app", password="secret", timeout=30)
         CONNS.append((self, c))
         return c
-PROXIES = []
+PROXIES = sptest.PROXIES  # every proxy started
 CONNS = []  # (proxy, connection): every client connection, checked after the faults
 
 # ------------------------------------------------------------------ checks
 
-FAILURES = []
-KNOWN_SEEN = []
-KNOWN_PASSED = []
-CHECKS = {"n": 0}
-
-
-def check(ok, cid, detail):
-    """One check; detail is a function building the failure text."""
-    CHECKS["n"] += 1
-    if ok:
-        if cid in KNOWN and cid not in KNOWN_PASSED:
-            KNOWN_PASSED.append(cid)
-        return True
-    text = detail()
-    if cid in KNOWN:
-        KNOWN_SEEN.append(cid)
-        print(f"KNOWN FAILURE: [{cid}] {KNOWN[cid]}\n    {text}", flush=True)
-    else:
-        FAILURES.append(f"[{cid}] {text}")
-        print(f"CHECK FAILED [{cid}] {text}", flush=True)
-    return False
+CHECKS = sptest.Checks(KNOWN)
+check = CHECKS.check  # check(ok, cid, detail): detail is a function building the failure text
 
 
 DROPPED = []  # connections given up on (no answer): not used again
@@ -789,53 +765,5 @@ def restarted_shard_pools_healthy():
 
 # ------------------------------------------------------------------ main
 
-def _terminated(signum, frame):
-    raise SystemExit(128 + signum)  # runs the finally: blocks (teardown) on the runner's timeout
-
-
-def main():
-    signal.signal(signal.SIGTERM, _terminated)
-    errors = 0
-    t_start = time.monotonic()
-    try:
-        try:
-            setup()
-        except Exception:  # noqa: BLE001
-            traceback.print_exc()
-            for p in PROXIES:
-                print(f"--- {p.name} log tail:\n{p.log_tail()}\n---")
-            return 1
-        for fn in TESTS:
-            t0 = time.monotonic()
-            n0 = len(FAILURES)
-            try:
-                fn()
-                status = "ok  " if len(FAILURES) == n0 else "FAIL"
-            except Exception:  # noqa: BLE001
-                errors += 1
-                status = "FAIL"
-                traceback.print_exc()
-            print(f"{status} {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-            dead = [p for p in PROXIES if not p.alive()]
-            if dead:
-                for p in dead:
-                    print(f"proxy {p.name} died; log tail:\n{p.log_tail()}")
-                errors += 1
-                break
-    finally:
-        if FAILURES or errors:
-            for p in PROXIES:
-                print(f"--- {p.name} log tail:\n{p.log_tail(15)}\n---")
-        teardown()
-    print(f"\n{CHECKS['n']} checks, {len(FAILURES)} failures, {len(set(KNOWN_SEEN))} known failures "
-          f"({time.monotonic() - t_start:.1f}s)")
-    for k in KNOWN_PASSED:
-        if k not in KNOWN_SEEN:
-            print(f"NOTE: known failure {k} passed every check: make it a hard assertion again")
-    for f in FAILURES:
-        print("  " + f)
-    return 1 if FAILURES or errors else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(sptest.run_tests(TESTS, setup, teardown, checks=CHECKS, watch=lambda: PROXIES))

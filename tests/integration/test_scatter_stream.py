@@ -25,12 +25,10 @@ Run by tests/run (env: PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKD
 
 import os
 import secrets
-import signal
 import struct
 import sys
 import threading
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
@@ -71,23 +69,8 @@ class Proxy(sptest.Proxy):
         raise AssertionError("no VmRSS")
 PROXY = None
 
-FAILURES = []
-KNOWN_SEEN = []
-CHECKS = {"n": 0}
-
-
-def check(ok, cid, detail):
-    CHECKS["n"] += 1
-    if ok:
-        return True
-    text = detail()
-    if cid in KNOWN:
-        KNOWN_SEEN.append(cid)
-        print(f"KNOWN FAILURE: [{cid}] {KNOWN[cid]}\n    {text}", flush=True)
-    else:
-        FAILURES.append(f"[{cid}] {text}")
-        print(f"CHECK FAILED [{cid}] {text}", flush=True)
-    return False
+CHECKS = sptest.Checks(KNOWN)
+check = CHECKS.check
 
 
 # ------------------------------------------------------------------ streaming reader
@@ -276,6 +259,8 @@ scatter:
 
 
 def teardown():
+    if "c" in CONN:
+        CONN["c"].sock.close()
     if PROXY is not None:
         PROXY.stop()
     for port, db in SHARDS:
@@ -377,47 +362,5 @@ def ordered_merge_extended_binary_memory_flat():
 
 # ------------------------------------------------------------------ main
 
-def _terminated(signum, frame):
-    raise SystemExit(128 + signum)  # runs the finally: blocks (teardown) on the runner's timeout
-
-
-def main():
-    signal.signal(signal.SIGTERM, _terminated)
-    errors = 0
-    t_start = time.monotonic()
-    try:
-        try:
-            setup()
-        except Exception:  # noqa: BLE001
-            traceback.print_exc()
-            if PROXY is not None:
-                print(f"--- proxy log tail:\n{PROXY.log_tail()}\n---")
-            return 1
-        for fn in TESTS:
-            t0 = time.monotonic()
-            n0 = len(FAILURES)
-            try:
-                fn()
-                status = "ok  " if len(FAILURES) == n0 else "FAIL"
-            except Exception:  # noqa: BLE001
-                errors += 1
-                status = "FAIL"
-                traceback.print_exc()
-            print(f"{status} {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
-            if not PROXY.alive():
-                print(f"proxy died; log tail:\n{PROXY.log_tail()}")
-                errors += 1
-                break
-    finally:
-        if "c" in CONN:
-            CONN["c"].sock.close()
-        teardown()
-    print(f"\n{CHECKS['n']} checks, {len(FAILURES)} failures, {len(set(KNOWN_SEEN))} known failures "
-          f"({time.monotonic() - t_start:.1f}s)")
-    for f in FAILURES:
-        print("  " + f)
-    return 1 if FAILURES or errors else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(sptest.run_tests(TESTS, setup, teardown, checks=CHECKS, watch=lambda: [PROXY]))

@@ -8,10 +8,10 @@ import os
 import sys
 import threading
 import time
-import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import pgwire  # noqa: E402
+import sptest  # noqa: E402
 
 HOST = "127.0.0.1"
 PG0 = int(os.environ["PG0_PORT"])
@@ -225,20 +225,5 @@ def scram_client_rfc7677_vector():
     s.verify_server_final(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
 
 
-def main():
-    failed = 0
-    for fn in TESTS:
-        t0 = time.monotonic()
-        try:
-            fn()
-            print(f"ok   {fn.__name__} ({time.monotonic() - t0:.2f}s)")
-        except Exception:  # noqa: BLE001
-            failed += 1
-            print(f"FAIL {fn.__name__}")
-            traceback.print_exc()
-    print(f"{len(TESTS) - failed}/{len(TESTS)} passed")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(sptest.run_tests(TESTS))

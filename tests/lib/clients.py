@@ -34,19 +34,12 @@ failing the test (Checker.known). When such a check passes it prints
 """
 
 import os
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
-import urllib.request
 
-HOST = "127.0.0.1"
-HERE = os.path.dirname(os.path.abspath(__file__))
-SP_ROOT = os.environ.get("SP_ROOT") or os.path.abspath(os.path.join(HERE, "..", ".."))
-BUILD_DIR = os.environ.get("BUILD_DIR") or os.path.join(SP_ROOT, "build")
-SP_BIN = os.environ.get("SP_BIN") or os.path.join(BUILD_DIR, "splitpoint")
+import sptest
+from sptest import HOST, PG_PORTS
+
 P = 16          # hash partitions of accounts / pgbench_accounts
 N = 2           # shards
 RANGE_BOUND = 1000  # events: id < 1000 on s0, the rest on s1
@@ -62,17 +55,6 @@ LAYOUTS = {
         "reference": [("pgbench_branches", "bid"), ("pgbench_tellers", "tid")],
     },
 }
-
-
-def pg_ports():
-    return [int(os.environ["PG0_PORT"]), int(os.environ["PG1_PORT"])]
-
-
-def workdir(name):
-    os.environ.setdefault("TEST_TMP", tempfile.gettempdir())
-    d = os.environ.get("TEST_WORKDIR") or tempfile.mkdtemp(prefix=name + "-", dir=os.environ["TEST_TMP"])
-    os.makedirs(d, exist_ok=True)
-    return d
 
 
 # ------------------------------------------------------------------ packages
@@ -106,20 +88,13 @@ def deb_version(package):
     return r.stdout.strip() if r.returncode == 0 else "not installed"
 
 
-# ------------------------------------------------------------------ ports, proxy
+# ------------------------------------------------------------------ proxy, databases
 
-def free_port():
-    """A port from tests/lib/pg.sh's registry (never handed out twice in one run)."""
-    out = subprocess.run(["bash", os.path.join(SP_ROOT, "tests", "lib", "pg.sh"), "free_port"],
-                         capture_output=True, text=True, check=True)
-    return int(out.stdout.strip())
-
-
-def config_text(db, port, metrics_port, layout="drivers"):
-    p0, p1 = pg_ports()
+def layout_config(db, layout="drivers"):
+    """The proxy config for `layout` on database `db` of both shards, without the
+    listen lines (sptest.Proxy writes those)."""
+    p0, p1 = PG_PORTS
     head = f"""\
-listen: {HOST}:{port}
-metrics_listen: {HOST}:{metrics_port}
 pool_mode: transaction
 auth: scram-sha-256
 users:
@@ -154,121 +129,24 @@ reference_tables: [pgbench_branches, pgbench_tellers]
     raise ValueError(layout)
 
 
-class Proxy:
-    """One splitpoint process with its own config file and log in a work directory."""
+def config_text(db, port, metrics_port, layout="drivers"):
+    return f"listen: {HOST}:{port}\nmetrics_listen: {HOST}:{metrics_port}\n" + layout_config(db, layout)
+
+
+class Proxy(sptest.Proxy):
+    """A sptest.Proxy with the client tests' layout on database `db` of both shards."""
 
     def __init__(self, name, db, work, layout="drivers"):
-        self.name = name
-        self.port = free_port()
-        self.metrics_port = free_port()
-        self.config_path = os.path.join(work, name + ".yaml")
-        self.log_path = os.path.join(work, name + ".log")
-        self.proc = None
-        with open(self.config_path, "w") as f:
-            f.write(config_text(db, self.port, self.metrics_port, layout))
-
-    def start(self):
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([SP_BIN, "--config", self.config_path], stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{self.name}: splitpoint exited with {self.proc.returncode}; log:\n"
-                                     f"{self.log_tail()}")
-            try:
-                socket.create_connection((HOST, self.port), timeout=1).close()
-                return self
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.name}: not listening on {self.port} after 15s")
-            time.sleep(0.05)
-
-    def stop(self):
-        """SIGTERM, wait; returns the exit status (negative: killed by that signal)."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is not None:
-            return self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        return self.proc.returncode
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def state(self):
-        rc = None if self.proc is None else self.proc.poll()
-        if rc is None:
-            return "running"
-        return f"DIED: killed by signal {-rc}" if rc < 0 else f"DIED: exited with status {rc}"
-
-    def log_tail(self, n=40):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "\n".join(f.read().splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def metric(self, name, labels=None):
-        """Sum of the samples of metric `name` whose labels include `labels`."""
-        with urllib.request.urlopen(f"http://{HOST}:{self.metrics_port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        return metric_value(text, name, labels or {})
-
-
-def metric_value(text, name, labels):
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("#") or not line.startswith(name):
-            continue
-        head, _, value = line.rpartition(" ")
-        if head.split("{", 1)[0] != name:
-            continue
-        want = [f'{k}="{v}"' for k, v in labels.items()]
-        if all(w in head for w in want):
-            total += float(value)
-    return total
-
-
-# ------------------------------------------------------------------ databases
-
-def superuser(port, db="postgres"):
-    import psycopg2
-    c = psycopg2.connect(host=HOST, port=port, user="postgres", password="postgres", dbname=db, connect_timeout=10)
-    c.autocommit = True
-    return c
+        super().__init__(name, layout_config(db, layout), work)
 
 
 def shard_conn(i, db):
     """A direct connection to shard i's test database (not through the proxy)."""
-    import psycopg2
-    c = psycopg2.connect(host=HOST, port=pg_ports()[i], user="app", password="secret", dbname=db,
-                         connect_timeout=10)
-    c.autocommit = True
-    return c
+    return sptest.connect(PG_PORTS[i], db)
 
 
-def create_dbs(db):
-    for port in pg_ports():
-        c = superuser(port)
-        c.cursor().execute(f"CREATE DATABASE {db} OWNER app")
-        c.close()
-
-
-def drop_dbs(db):
-    for port in pg_ports():
-        try:
-            c = superuser(port)
-            c.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-            c.close()
-        except Exception as e:  # noqa: BLE001
-            print(f"warning: could not drop {db} on port {port}: {e}")
+create_dbs = sptest.create_databases
+drop_dbs = sptest.drop_databases
 
 
 # ------------------------------------------------------------------ expected placement
@@ -493,6 +371,50 @@ class Checker:
             print("  diagnosis " + diag)
         for what in sorted(set(self.known_map) - self.used):
             print(f"  note: known failure {what!r} was not reached in this run")
+
+
+# ------------------------------------------------------------------ runner
+
+def run_client_test(name, db, work, scenarios, checkers, shard_keys):
+    """Runs a Python client test with sptest.run_tests. Setup: database `db` on both
+    shards, the proxy (layout "drivers") started, the shard of each accounts id in
+    `shard_keys`. Tests: each scenario(proxy, shard_of), then the placement check (both
+    shards read directly) and the proxy's exit status 0 after SIGTERM (a check of
+    checkers[-1]). Teardown stops the proxy, drops `db` and prints each Checker's
+    summary. Returns the exit status."""
+    state = {}
+
+    def setup():
+        create_dbs(db)
+        state["proxy"] = Proxy(name, db, work).start()
+        state["shard_of"] = shard_of_accounts(db, shard_keys)
+
+    def as_test(fn):
+        def t():
+            fn(state["proxy"], state["shard_of"])
+        t.__name__ = fn.__name__
+        return t
+
+    def placement():
+        problems = verify_placement(db)
+        for p in problems:
+            print(f"FAIL placement: {p}")
+        assert not problems, f"{len(problems)} placement problem(s)"
+        print("placement: every row on the shard owning its key; reference tables identical")
+
+    def clean_exit():
+        proxy = state["proxy"]
+        assert proxy.alive(), f"splitpoint {proxy.state()}"
+        checkers[-1].eq("splitpoint exits with status 0 after SIGTERM", proxy.stop(), 0)
+
+    def teardown():
+        if "proxy" in state:
+            state["proxy"].stop()
+        drop_dbs(db)
+        for c in checkers:
+            c.summary()
+
+    return sptest.run_tests([as_test(f) for f in scenarios] + [placement, clean_exit], setup, teardown)
 
 
 # ------------------------------------------------------------------ command line
