@@ -1,7 +1,7 @@
 // Conditions on distribution keys (SPEC §3): `key = v`, `key IN (...)`, `key = ANY(...)`,
 // ranges, IS NULL, combined with AND/OR; equalities between keys (joins); literal
 // and parameter values.
-#include "routing/analyzer.hpp"
+#include "routing/analyze.hpp"
 #include "routing/pg_tree.hpp"
 
 namespace splitpoint::routing {

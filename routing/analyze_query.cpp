@@ -2,7 +2,7 @@
 // in which scopes, and which conditions restrict the rows that matter.
 #include <algorithm>
 
-#include "routing/analyzer.hpp"
+#include "routing/analyze.hpp"
 #include "routing/pg_tree.hpp"
 
 namespace splitpoint::routing {

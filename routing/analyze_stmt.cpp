@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "routing/analyzer.hpp"
+#include "routing/analyze.hpp"
 #include "routing/pg_tree.hpp"
 
 namespace splitpoint::routing {

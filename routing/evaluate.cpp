@@ -5,7 +5,7 @@
 #include <charconv>
 
 #include "routing/insert_split.hpp"
-#include "routing/values.hpp"
+#include "routing/key_values.hpp"
 
 namespace splitpoint::routing {
 

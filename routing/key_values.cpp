@@ -1,4 +1,4 @@
-#include "routing/values.hpp"
+#include "routing/key_values.hpp"
 
 #include <cstdio>
 

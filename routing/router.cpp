@@ -1,8 +1,8 @@
-// Router: glue between analysis (analyzer.hpp), execution (evaluate.hpp) and the
+// Router: glue between analysis (analyze.hpp), execution (evaluate.hpp) and the
 // simple-protocol plan cache (plan_cache.hpp, literal_slots.hpp).
 #include "routing/router.hpp"
 
-#include "routing/analyzer.hpp"
+#include "routing/analyze.hpp"
 #include "routing/evaluate.hpp"
 #include "routing/literal_slots.hpp"
 #include "routing/plan_cache.hpp"

@@ -34,8 +34,11 @@ namespace splitpoint::server {
 
 class Server;
 struct Worker;
+class ScatterRead;
 
 class Session : public std::enable_shared_from_this<Session> {
+  friend class ScatterRead;  // an executor of the session's statements (server/scatter_read.hpp)
+
  public:
   Session(Server& server, Worker& worker, tcp::socket socket);
   ~Session();

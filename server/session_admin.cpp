@@ -6,7 +6,7 @@
 
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
-#include "routing/merge_plan.hpp"
+#include "routing/merge/merge_plan.hpp"
 #include "server/server.hpp"
 #include "server/session.hpp"
 

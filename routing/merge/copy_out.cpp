@@ -1,4 +1,4 @@
-#include "routing/copy_out.hpp"
+#include "routing/merge/copy_out.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "routing/merge_aggregate.hpp"
+#include "routing/merge/merge_aggregate.hpp"
 
 #include <charconv>
 #include <cmath>

@@ -1,4 +1,4 @@
-// Combining the shards' partial aggregates of one group (routing/merger.cpp) into the
+// Combining the shards' partial aggregates of one group (routing/merge/merger.cpp) into the
 // values one PostgreSQL would print. Internal to routing/.
 //
 //   count            partial counts (int8) summed                      -> int8
@@ -18,10 +18,10 @@
 #include <string_view>
 #include <vector>
 
-#include "routing/merge_plan.hpp"
-#include "routing/merge_rows.hpp"
-#include "routing/value.hpp"
-#include "routing/value_numeric.hpp"
+#include "routing/merge/merge_plan.hpp"
+#include "routing/merge/merge_rows.hpp"
+#include "routing/merge/value.hpp"
+#include "routing/merge/value_numeric.hpp"
 
 namespace splitpoint::routing::merge_detail {
 

@@ -1,11 +1,11 @@
-#include "routing/merge_having.hpp"
+#include "routing/merge/merge_having_eval.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "routing/merger.hpp"
-#include "routing/value_numeric.hpp"
+#include "routing/merge/merger.hpp"
+#include "routing/merge/value_numeric.hpp"
 
 namespace splitpoint::routing::merge_detail {
 

@@ -12,8 +12,8 @@
 #include <variant>
 #include <vector>
 
-#include "routing/merge_plan.hpp"
-#include "routing/merge_rows.hpp"
+#include "routing/merge/merge_plan.hpp"
+#include "routing/merge/merge_rows.hpp"
 
 namespace splitpoint::routing {
 struct MergeParams;

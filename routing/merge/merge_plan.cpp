@@ -1,9 +1,9 @@
-#include "routing/merge_plan.hpp"
+#include "routing/merge/merge_plan.hpp"
 
 #include <algorithm>
 
-#include "routing/merge_planner.hpp"
-#include "routing/merge_tree.hpp"
+#include "routing/merge/merge_planner.hpp"
+#include "routing/merge/merge_tree.hpp"
 #include "routing/pg_tree.hpp"
 
 namespace splitpoint::routing {

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "routing/merge_planner.hpp"
-#include "routing/merge_tree.hpp"
+#include "routing/merge/merge_planner.hpp"
+#include "routing/merge/merge_tree.hpp"
 #include "routing/pg_tree.hpp"
 
 namespace splitpoint::routing::merge_detail {

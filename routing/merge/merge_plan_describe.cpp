@@ -1,7 +1,7 @@
 // MergePlan's presentation: its one-line description, the shard Bind's result formats
 // and the client's RowDescription.
-#include "routing/merge_plan.hpp"
-#include "routing/value.hpp"
+#include "routing/merge/merge_plan.hpp"
+#include "routing/merge/value.hpp"
 
 namespace splitpoint::routing {
 

@@ -1,3 +1,4 @@
+// The merge planner's side of HAVING; merge_having_eval.cpp evaluates it on merged rows.
 // HAVING is removed from the shard query (a shard only sees part of each group) and
 // evaluated by the merger on combined rows. What it can evaluate: comparisons (=, <>,
 // <, <=, >, >=, BETWEEN, IN lists) between aggregates, GROUP BY expressions, literals
@@ -5,8 +6,8 @@
 // AND / OR / NOT. Anything else (arithmetic, functions, sub-selects) is refused.
 #include <algorithm>
 
-#include "routing/merge_planner.hpp"
-#include "routing/merge_tree.hpp"
+#include "routing/merge/merge_planner.hpp"
+#include "routing/merge/merge_tree.hpp"
 #include "routing/pg_tree.hpp"
 
 namespace splitpoint::routing::merge_detail {

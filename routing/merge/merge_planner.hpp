@@ -1,4 +1,4 @@
-// The merge planner's working state (routing/merge_plan.cpp), shared with the HAVING
+// The merge planner's working state (routing/merge/merge_plan.cpp), shared with the HAVING
 // translation (merge_plan_having.cpp). Internal to routing/.
 #pragma once
 
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "routing/merge_plan.hpp"
-#include "routing/merge_tree.hpp"
+#include "routing/merge/merge_plan.hpp"
+#include "routing/merge/merge_tree.hpp"
 
 namespace splitpoint::routing::merge_detail {
 

@@ -1,4 +1,4 @@
-#include "routing/merge_rows.hpp"
+#include "routing/merge/merge_rows.hpp"
 
 namespace splitpoint::routing::merge_detail {
 

@@ -1,4 +1,4 @@
-// Rows inside the merger (routing/merger.cpp): a DataRow body with its fields located
+// Rows inside the merger (routing/merge/merger.cpp): a DataRow body with its fields located
 // and its sort-key values decoded once, and the comparisons the merge stages use.
 // Internal to routing/.
 #pragma once
@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "routing/value.hpp"
+#include "routing/merge/value.hpp"
 
 namespace splitpoint::routing::merge_detail {
 

@@ -1,4 +1,4 @@
-#include "routing/merge_tree.hpp"
+#include "routing/merge/merge_tree.hpp"
 
 #include <algorithm>
 #include <array>

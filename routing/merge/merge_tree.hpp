@@ -1,4 +1,4 @@
-// Parse-tree helpers for merge planning (routing/merge_plan.cpp): recognising
+// Parse-tree helpers for merge planning (routing/merge/merge_plan.cpp): recognising
 // aggregates and volatile functions, comparing and copying expressions, naming output
 // columns as PostgreSQL does, and building the few nodes a shard query needs.
 //

@@ -2,11 +2,11 @@
 // HAVING -> DISTINCT -> buffered sort -> OFFSET/LIMIT -> drop hidden columns.
 // Each stage passes at most one row on per call, so next() returns after at most one
 // row read or one row emitted.
-#include "routing/merger.hpp"
+#include "routing/merge/merger.hpp"
 
 #include <algorithm>
 
-#include "routing/merge_impl.hpp"
+#include "routing/merge/merger_impl.hpp"
 
 namespace splitpoint::routing {
 

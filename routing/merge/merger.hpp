@@ -49,7 +49,7 @@
 #include <vector>
 
 #include "protocol/messages.hpp"
-#include "routing/merge_plan.hpp"
+#include "routing/merge/merge_plan.hpp"
 
 namespace splitpoint::routing {
 
@@ -102,7 +102,7 @@ class Merger {
   std::uint64_t rows_emitted() const;
   const MergeError& error() const;
 
-  struct Impl;  // routing/merge_impl.hpp, internal
+  struct Impl;  // routing/merge/merger_impl.hpp, internal
   explicit Merger(std::unique_ptr<Impl> impl);
 
  private:

@@ -3,8 +3,8 @@
 // is read, a merge it could not do exactly.
 #include <charconv>
 
-#include "routing/merge_impl.hpp"
-#include "routing/merger.hpp"
+#include "routing/merge/merger_impl.hpp"
+#include "routing/merge/merger.hpp"
 
 namespace splitpoint::routing {
 

@@ -1,5 +1,5 @@
-// The merger's state (routing/merger.hpp), shared by merger.cpp (the streaming pipeline)
-// and merge_setup.cpp (resolving a plan against the shards' columns). Internal.
+// The merger's state (routing/merge/merger.hpp), shared by merger.cpp (the streaming pipeline)
+// and merger_create.cpp (resolving a plan against the shards' columns). Internal.
 #pragma once
 
 #include <deque>
@@ -8,15 +8,15 @@
 #include <unordered_set>
 #include <vector>
 
-#include "routing/merge_aggregate.hpp"
-#include "routing/merge_having.hpp"
-#include "routing/merge_rows.hpp"
-#include "routing/merger.hpp"
+#include "routing/merge/merge_aggregate.hpp"
+#include "routing/merge/merge_having_eval.hpp"
+#include "routing/merge/merge_rows.hpp"
+#include "routing/merge/merger.hpp"
 
 namespace splitpoint::routing {
 
 struct Merger::Impl {
-  // ---- resolved from the plan and the RowDescription (merge_setup.cpp)
+  // ---- resolved from the plan and the RowDescription (merger_create.cpp)
   std::size_t shards = 0;
   std::size_t columns = 0;  // per shard row
   std::size_t hidden = 0;   // the last `hidden` columns are not sent to the client

@@ -1,4 +1,4 @@
-#include "routing/value.hpp"
+#include "routing/merge/value.hpp"
 
 #include <locale.h>
 #include <unicode/ucol.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <limits>
 
-#include "routing/value_numeric.hpp"
+#include "routing/merge/value_numeric.hpp"
 
 namespace splitpoint::routing {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "routing/value_numeric.hpp"
+#include "routing/merge/value_numeric.hpp"
 
 namespace splitpoint::routing {
 

@@ -1,4 +1,4 @@
-#include "routing/value_numeric.hpp"
+#include "routing/merge/value_numeric.hpp"
 
 #include <algorithm>
 #include <charconv>

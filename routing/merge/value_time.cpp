@@ -6,7 +6,7 @@
 #include <optional>
 #include <string_view>
 
-#include "routing/value.hpp"
+#include "routing/merge/value.hpp"
 
 namespace splitpoint::routing {
 

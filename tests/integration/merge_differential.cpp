@@ -1,11 +1,12 @@
-// Differential test of the scatter-gather merge (routing/merge_plan + routing/merger)
-// against a real PostgreSQL 15: the same random rows are split over three tables t0,
-// t1, t2 ("shards") and also stored whole in t_all. For every query below, the planner's
-// shard query runs on t0..t2, the merger combines the three results, and the outcome
-// must equal the original query run on t_all, value for value in PostgreSQL's text
-// output (row order included where the query's ORDER BY fixes it). Some queries run
-// again with binary results, compared byte for byte with the types' send functions.
-// Queries the planner must refuse are checked to be refused with the right SQLSTATE.
+// Differential test of the scatter-gather merge (routing/merge/merge_plan +
+// routing/merge/merger) against a real PostgreSQL 15: the same random rows are split
+// over three tables t0, t1, t2 ("shards") and also stored whole in t_all. For every
+// query below, the planner's shard query runs on t0..t2, the merger combines the three
+// results, and the outcome must equal the original query run on t_all, value for value
+// in PostgreSQL's text output (row order included where the query's ORDER BY fixes it).
+// Some queries run again with binary results, compared byte for byte with the types'
+// send functions. Queries the planner must refuse are checked to be refused with the
+// right SQLSTATE.
 //
 // Usage: merge_differential "<libpq connection string>"   (exit status 1 on any failure)
 #include <pqxx/pqxx>
@@ -21,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "routing/merge_plan.hpp"
-#include "routing/merger.hpp"
+#include "routing/merge/merge_plan.hpp"
+#include "routing/merge/merger.hpp"
 
 namespace {
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The scatter-gather merge (routing/merge_plan + routing/merger) against PostgreSQL
-# itself: rows split over three tables and merged must equal the same query over one
-# table holding them all (see tests/integration/merge_differential.cpp).
+# The scatter-gather merge (routing/merge/merge_plan + routing/merge/merger) against
+# PostgreSQL itself: rows split over three tables and merged must equal the same query
+# over one table holding them all (see tests/integration/merge_differential.cpp).
 # Needs PG0_PORT (a PostgreSQL 15 on 127.0.0.1, user postgres) and BUILD_DIR.
 set -euo pipefail
 : "${PG0_PORT:?PG0_PORT is not set}"

@@ -1,4 +1,4 @@
-// COPY ... TO STDOUT output written by the proxy (routing/copy_out.hpp): the bytes
+// COPY ... TO STDOUT output written by the proxy (routing/merge/copy_out.hpp): the bytes
 // PostgreSQL 15's copyto.c writes for the same values. The integration test
 // test_scatter_differential.py compares whole outputs with a real server; these cases
 // pin the escaping and quoting rules one by one.
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "routing/copy_out.hpp"
+#include "routing/merge/copy_out.hpp"
 
 using namespace splitpoint::routing;
 using namespace std::string_literals;

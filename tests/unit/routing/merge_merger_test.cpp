@@ -1,4 +1,4 @@
-// The streaming merger (routing/merger.hpp) driven as the executor drives it, with
+// The streaming merger (routing/merge/merger.hpp) driven as the executor drives it, with
 // plans from the real planner and DataRows built by hand (text and binary).
 // Expected outputs are what PostgreSQL 15 prints for the same data on one server
 // (checked with psql; tests/integration/merge_differential.cpp checks many more).
@@ -12,10 +12,10 @@
 #include <variant>
 #include <vector>
 
-#include "routing/merge_plan.hpp"
-#include "routing/merger.hpp"
-#include "routing/value.hpp"
-#include "routing/value_numeric.hpp"
+#include "routing/merge/merge_plan.hpp"
+#include "routing/merge/merger.hpp"
+#include "routing/merge/value.hpp"
+#include "routing/merge/value_numeric.hpp"
 
 using namespace splitpoint::routing;
 

@@ -1,4 +1,4 @@
-// The merge planner (routing/merge_plan.hpp): the shard query it writes (re-parsed with
+// The merge planner (routing/merge/merge_plan.hpp): the shard query it writes (re-parsed with
 // PostgreSQL's parser and checked), the merge it plans, and what it refuses.
 // tests/integration/merge_differential.cpp runs plans like these against PostgreSQL.
 #include <catch2/catch.hpp>
@@ -6,7 +6,7 @@
 #include <string>
 #include <variant>
 
-#include "routing/merge_plan.hpp"
+#include "routing/merge/merge_plan.hpp"
 #include "routing/pg_tree.hpp"
 
 using namespace splitpoint::routing;

@@ -1,4 +1,4 @@
-// Values as the merger reads and prints them (routing/value.hpp, value_numeric.hpp).
+// Values as the merger reads and prints them (routing/merge/value.hpp, value_numeric.hpp).
 // Expected texts and bytes come from PostgreSQL 15 (psql: avg(), float4out/float8out
 // with extra_float_digits 1 and 0, numeric_send(), date arithmetic).
 #include <catch2/catch.hpp>
@@ -9,8 +9,8 @@
 #include <limits>
 #include <string>
 
-#include "routing/value.hpp"
-#include "routing/value_numeric.hpp"
+#include "routing/merge/value.hpp"
+#include "routing/merge/value_numeric.hpp"
 
 using namespace splitpoint::routing;
 

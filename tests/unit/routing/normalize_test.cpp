@@ -1,9 +1,9 @@
 // The cheap lexical pass behind the simple-protocol plan cache and comment hints
-// (routing/text_scan.hpp), and the array/binary value readers (routing/values.hpp).
+// (routing/text_scan.hpp), and the array/binary value readers (routing/key_values.hpp).
 #include <catch2/catch.hpp>
 
 #include "routing/text_scan.hpp"
-#include "routing/values.hpp"
+#include "routing/key_values.hpp"
 
 using namespace splitpoint::routing;
 

@@ -3,7 +3,7 @@
 #include <atomic>
 #include <thread>
 
-#include "routing/analyzer.hpp"
+#include "routing/analyze.hpp"
 #include "routing/literal_slots.hpp"
 #include "routing/plan_cache.hpp"
 #include "tests/unit/routing/router_fixture.hpp"

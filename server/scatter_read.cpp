@@ -1,0 +1,565 @@
+#include "server/scatter_read.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "protocol/buffer.hpp"
+#include "protocol/sqlstate.hpp"
+#include "routing/session_command.hpp"
+#include "server/scatter_io.hpp"
+#include "server/session_util.hpp"
+
+namespace splitpoint::server {
+
+namespace proto = splitpoint::protocol;
+
+namespace {
+
+constexpr std::size_t kClientFlushBytes = 64 * 1024;
+
+// Table OIDs differ from shard to shard; names, types and formats must not.
+bool same_columns(const proto::RowDescription& a, const proto::RowDescription& b) {
+  if (a.fields.size() != b.fields.size()) return false;
+  for (std::size_t i = 0; i < a.fields.size(); ++i) {
+    const auto &x = a.fields[i], &y = b.fields[i];
+    if (x.name != y.name || x.type_oid != y.type_oid || x.type_size != y.type_size ||
+        x.type_modifier != y.type_modifier || x.format != y.format)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ScatterRead::ScatterRead(Session& session, const routing::Route& route, Session::ScatterRequest req)
+    : s_(session), route_(route), req_(std::move(req)), started_(Clock::now()) {}
+
+awaitable<bool> ScatterRead::run() {
+  s_.count_route(route_, RouteLabel::multi);
+  if (!co_await plan()) co_return !s_.closing_;
+  co_await s_.drain();
+  if (s_.closing_) co_return false;
+  if (!co_await acquire()) co_return !s_.closing_;
+  // (Never co_await inside a call's arguments here: GCC 12 then built a frame that
+  // resumed with a garbage `this`.)
+  auto ex = co_await asio::this_coro::executor;
+  arm_deadline(ex);
+  co_await describe();
+  start_merge();
+  if (failure_.empty()) co_await stream();
+  stream_done_ = true;
+  timer_->cancel();
+  co_await answer();
+  co_await clean_up();
+  s_.metrics_.duration[static_cast<std::size_t>(RouteLabel::multi)].observe_since(started_);
+  co_return !s_.closing_;
+}
+
+awaitable<bool> ScatterRead::plan() {
+  auto topo = s_.runtime_->topology;
+  mopts_.is_reference_table = [topo](std::string_view t) {
+    return topo->classify("", t).kind == routing::TableClass::Kind::reference;
+  };
+  // Table columns (from the shards' catalogs) tell GROUP BY aliases from columns.
+  auto shapes = s_.runtime_->shapes;
+  mopts_.table_columns = [shapes, this](std::string_view t) -> const std::vector<std::string>* {
+    auto found = shapes->find(t);
+    if (!found) return nullptr;
+    shapes_used_.push_back(found);
+    return &found->columns;
+  };
+  // COPY (query) TO STDOUT and COPY table TO STDOUT: the rows of the query, merged as
+  // the SELECT would be, written in the COPY format the statement asks for.
+  if (routing::first_keyword(req_.sql) == "copy") {
+    std::string why;
+    copy_out_ = routing::parse_copy(req_.sql, &why);
+    std::optional<std::string> source;
+    if (copy_out_ && !copy_out_->to_stdout) why = "COPY to a file or program cannot run on several shards";
+    // The merged values arrive in the client's encoding; ENCODING would ask for another.
+    if (copy_out_ && copy_out_->encoding_given) why = "the ENCODING option is not supported for a merged COPY";
+    if (copy_out_ && copy_out_->to_stdout && why.empty()) source = routing::copy_source_query(req_.sql, &why);
+    if (!source) {
+      co_await s_.reject(copy_out_ ? sqlstate::cannot_merge : sqlstate::feature_not_supported,
+                         "cannot copy from several shards: " + why, req_.extended);
+      co_return false;
+    }
+    source_sql_ = std::move(*source);
+  }
+  copy_binary_ = copy_out_ && copy_out_->format == routing::CopyStatement::Format::binary;
+  auto planned = routing::plan_merge(copy_out_ ? std::string_view(source_sql_) : std::string_view(req_.sql), mopts_);
+  if (auto* err = std::get_if<routing::MergeError>(&planned)) {
+    co_await s_.reject(err->sqlstate, err->message, req_.extended);
+    co_return false;
+  }
+  plan_.emplace(std::move(std::get<routing::MergePlan>(planned)));
+  co_return true;
+}
+
+// Backends for every shard, acquired all at once, each bounded by the deadline
+// (ParallelAcquire gives back what arrives too late, so two scatters cannot hold each
+// other's pools). Each shard gets the statement as soon as its connection is there;
+// one that cannot be reached is missing at once, one still waiting at the deadline is
+// missing as timed out.
+awaitable<bool> ScatterRead::acquire() {
+  std::vector<std::size_t> targets = route_.shards;
+  if (route_.kind == routing::RouteKind::all_shards || targets.empty()) {
+    targets.clear();
+    for (std::size_t i = 0; i < s_.pools_.size(); ++i) targets.push_back(i);
+  }
+  deadline_ = started_ + s_.scatter_deadline(route_);
+  allow_partial_ = s_.scatter_allows_partial(route_);
+  shards_.resize(targets.size());
+  // A binary COPY needs the shards' values in binary: its statement goes out in the
+  // extended protocol, every visible column in binary.
+  shard_extended_ = req_.extended || copy_binary_;
+  result_formats_ = copy_binary_ ? std::vector<std::int16_t>(1, 1) : req_.result_formats;
+  auto& metrics = s_.metrics_;
+  {
+    auto ex = co_await asio::this_coro::executor;
+    ParallelAcquire acquiring(ex, deadline_);
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      auto& sh = shards_[i];
+      sh.index = targets[i];
+      if (s_.held_[sh.index]) sh.b = s_.held_[sh.index].get();
+      else acquiring.start(i, s_.pools_[sh.index]);
+    }
+    for (;;) {
+      const bool all_acquired = acquiring.pending() == 0;  // before the pass below takes them
+      for (std::size_t i = 0; i < shards_.size(); ++i) {
+        auto& sh = shards_[i];
+        Clock::duration waited{};
+        if (auto r = acquiring.take(i, waited)) {
+          if (sh.index < kMaxShards)
+            metrics.shards[sh.index].pool_wait.observe(std::chrono::duration<double>(waited).count());
+          if (!r->backend) {
+            sh.state = Shard::State::missing;
+            sh.status = "error";
+            sh.error = "unreachable: " + r->message;
+            sh.done_at = Clock::now();
+            if (sh.index < kMaxShards)
+              metrics.shards[sh.index].missing[static_cast<std::size_t>(MissingReason::unreachable)].add();
+            continue;
+          }
+          sh.borrowed = std::move(r->backend);
+          sh.b = sh.borrowed.get();
+        }
+        if (sh.state != Shard::State::running || !sh.b || sh.sent || !prepare_error_.empty()) continue;
+        if (!prepared_) co_await prepare(*sh.b);
+        if (prepare_error_.empty()) co_await send_statement(sh);
+      }
+      if (all_acquired || Clock::now() >= deadline_ || !prepare_error_.empty()) break;
+      co_await acquiring.wait();
+    }
+    for (auto& sh : shards_) {
+      if (sh.state != Shard::State::running || sh.b) continue;
+      sh.state = Shard::State::missing;
+      sh.status = "timeout";
+      sh.error = "no connection within the deadline";
+      sh.done_at = Clock::now();
+      if (sh.index < kMaxShards) metrics.shards[sh.index].missing[static_cast<std::size_t>(MissingReason::timeout)].add();
+    }
+  }  // connections acquired after this point go back to their pools
+  if (prepare_error_.empty()) co_return true;
+  for (auto& sh : shards_)
+    if (sh.borrowed) s_.pools_[sh.index]->release(std::move(sh.borrowed), true);
+  co_await s_.reject(sqlstate::cannot_merge, prepare_error_, req_.extended);
+  co_return false;
+}
+
+// Once, on the first backend: the shards' result formats (the client's for visible
+// columns, text for hidden ones; with binary results that needs the column count) and
+// the database's collation.
+awaitable<void> ScatterRead::prepare(Backend& b) {
+  prepared_ = true;
+  const bool any_binary =
+      std::any_of(req_.result_formats.begin(), req_.result_formats.end(), [](auto f) { return f != 0; });
+  if ((req_.extended && any_binary) || copy_binary_) {
+    auto ncols = co_await s_.describe_columns(plan_->shard_sql, req_.param_types, &b);
+    if (!ncols) {
+      prepare_error_ = "cannot describe the multi-shard statement";
+      co_return;
+    }
+    shard_formats_ = plan_->shard_result_formats(result_formats_, *ncols);
+  }
+  if (s_.runtime_->shapes->collation().empty()) {
+    auto row = co_await first_row_on(b, kDatabaseCollationQuery, s_.limits_);
+    if (!row) {
+      prepare_error_ = "cannot read the database's collation";
+      co_return;
+    }
+    s_.runtime_->shapes->set_collation(database_collation(row));
+  }
+}
+
+awaitable<void> ScatterRead::send_statement(Shard& sh) {
+  Backend* b = sh.b;
+  std::string out;
+  sh.skip_ready += s_.sync_backend_state(*b, out, true);
+  if (!shard_extended_) {
+    proto::Query{plan_->shard_sql}.encode(out);
+  } else {
+    proto::Parse parse{"", plan_->shard_sql, req_.param_types};
+    parse.encode(out);
+    proto::Bind bind;
+    bind.param_formats = req_.param_formats;
+    for (auto& p : req_.params) bind.params.push_back(p ? std::optional<std::string_view>(*p) : std::nullopt);
+    bind.result_formats = shard_formats_;
+    bind.encode(out);
+    proto::Describe{'P', ""}.encode(out);
+    proto::Execute{"", 0}.encode(out);
+    proto::encode_sync(out);
+  }
+  sh.sent = true;
+  auto [ec, n] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow);
+  if (ec) {
+    sh.state = Shard::State::missing;
+    sh.status = "error";
+    sh.error = "unreachable: " + ec.message();
+    sh.finished = true;  // nothing to drain
+  }
+}
+
+// The deadline interrupts the reads of shards still running (next_message sees it).
+void ScatterRead::arm_deadline(const asio::any_io_executor& ex) {
+  timer_ = std::make_unique<asio::steady_timer>(ex, deadline_);
+  timer_->async_wait([this, self = s_.shared_from_this()](error_code ec) {
+    if (ec || stream_done_) return;  // (ec first: after a cancel this object may be gone)
+    timed_out_ = true;
+    for (auto& sh : shards_) {
+      if (sh.state != Shard::State::running || !sh.b) continue;
+      error_code ignored;
+      sh.b->socket.cancel(ignored);
+    }
+  });
+}
+
+// At the deadline, a shard that has already sent its whole answer has finished (SPEC
+// §4) even if the merge has not consumed it yet: once, what the sockets of the shards
+// still running already hold is read (up to scatter.max_buffered_rows rows each); after
+// that nothing more is read and a shard whose answer is incomplete is missing.
+awaitable<void> ScatterRead::settle_running() {
+  settled_ = true;
+  for (auto& o : shards_)
+    if (o.state == Shard::State::running && o.b && o.sent && !o.finished)
+      co_await read_finished_response(*o.b, o.consumed, o.skip_ready + 1,
+                                      s_.runtime_->config.scatter.max_buffered_rows, s_.limits_);
+}
+
+awaitable<bool> ScatterRead::next_message(Shard& sh, char& type) {
+  Backend* b = sh.b;
+  for (;;) {
+    auto r = proto::decode_frame(std::string_view(b->read_buf).substr(sh.consumed), proto::Direction::backend,
+                                 s_.limits_);
+    if (r.status == proto::FrameStatus::error) co_return false;
+    if (r.status == proto::FrameStatus::need_more) {
+      if (timed_out_ && !stream_done_) {
+        if (settled_) co_return false;
+        co_await settle_running();
+        continue;
+      }
+      b->read_buf.erase(0, sh.consumed);
+      sh.consumed = 0;
+      if (b->read_buf.size() > 0 && b->read_buf.capacity() > (1u << 20)) b->read_buf.shrink_to_fit();
+      if (co_await read_into(b->socket, b->read_buf, 65536)) {
+        if (timed_out_ && !stream_done_) continue;  // the timer interrupted this read
+        co_return false;
+      }
+      continue;
+    }
+    type = r.frame.type;
+    frame_body_.assign(r.frame.body);
+    sh.consumed += r.frame.size;
+    if (type == 'Z') {
+      b->status = frame_body_.empty() ? 'E' : frame_body_[0];
+      if (sh.skip_ready > 0) {
+        --sh.skip_ready;  // an injected statement finished
+        continue;
+      }
+      b->read_buf.erase(0, sh.consumed);
+      sh.consumed = 0;
+      sh.finished = true;
+      co_return true;
+    }
+    if (sh.skip_ready > 0) continue;  // output of injected statements
+    if (type == 'T' || type == 'D' || type == 'C' || type == 'E' || type == 'I' || type == 'n') co_return true;
+    // ParseComplete, BindComplete, notices, ParameterStatus: nothing for the merge.
+  }
+}
+
+void ScatterRead::mark_missing(Shard& sh, std::string status, std::string error) {
+  if (sh.state != Shard::State::running) return;
+  sh.state = Shard::State::missing;
+  sh.status = std::move(status);
+  sh.error = std::move(error);
+  sh.done_at = Clock::now();
+  MissingReason reason = sh.status == "timeout" ? MissingReason::timeout : MissingReason::error;
+  if (sh.index < kMaxShards) s_.metrics_.shards[sh.index].missing[static_cast<std::size_t>(reason)].add();
+}
+
+void ScatterRead::fail(std::string_view code, std::string message) {
+  failure_code_ = std::string(code);
+  failure_ = std::move(message);
+}
+
+std::string ScatterRead::missing_text() const {
+  std::string m;
+  for (auto& sh : shards_)
+    if (sh.state == Shard::State::missing)
+      m += (m.empty() ? "" : "; ") + s_.pools_[sh.index]->target().shard + " (" + sh.status + ": " + sh.error + ")";
+  return m;
+}
+
+bool ScatterRead::any_missing() const {
+  return std::any_of(shards_.begin(), shards_.end(), [](const Shard& sh) { return sh.state == Shard::State::missing; });
+}
+
+void ScatterRead::warn_missing() {
+  if (warned_ || !any_missing()) return;
+  warned_ = true;
+  proto::ErrorFields::make("WARNING", sqlstate::partial_result, "partial result: missing shards: " + missing_text())
+      .encode(out_, 'N');
+}
+
+// Every shard's RowDescription first: the client's comes from it.
+awaitable<void> ScatterRead::describe() {
+  for (auto& sh : shards_) {
+    if (sh.state != Shard::State::running) continue;
+    char type = 0;
+    for (;;) {
+      if (!co_await next_message(sh, type)) {
+        mark_missing(sh, timed_out_ ? "timeout" : "error", timed_out_ ? "deadline passed" : "connection lost");
+        break;
+      }
+      if (sh.finished) {
+        mark_missing(sh, "error", "no result");
+        break;
+      }
+      if (type == 'E') {
+        auto f = proto::ErrorFields::decode(frame_body_);
+        mark_missing(sh, "error",
+                     f ? std::string(f->get('C')) + " " + std::string(f->get('M')) : std::string("error"));
+        break;
+      }
+      if (type == 'T') {
+        sh.fields_body = frame_body_;
+        sh.fields = proto::RowDescription::decode(sh.fields_body);
+        break;
+      }
+      if (type == 'n' || type == 'C' || type == 'I') {  // not a row-returning statement
+        mark_missing(sh, "error", "statement returned no rows description");
+        break;
+      }
+    }
+  }
+  for (auto& sh : shards_)
+    if (sh.state == Shard::State::running && sh.fields && !first_) first_ = &sh;
+}
+
+// The shards agree on the columns, the merger, and what the client sees first.
+void ScatterRead::start_merge() {
+  if (!first_) return fail(sqlstate::scatter_incomplete, "no shard answered: " + missing_text());
+  for (auto& sh : shards_)
+    if (sh.state == Shard::State::running && sh.fields && !same_columns(*sh.fields, *first_->fields))
+      fail(sqlstate::cannot_merge,
+           "shards disagree on the result columns (shard " + s_.pools_[sh.index]->target().shard + ")");
+  if (failure_.empty() && any_missing() && !allow_partial_)
+    fail(sqlstate::scatter_incomplete,
+         "multi-shard statement incomplete, partial results denied; missing: " + missing_text());
+  if (!failure_.empty()) return;
+  routing::MergerOptions mo;
+  mo.max_buffered_rows = s_.runtime_->config.scatter.max_buffered_rows;
+  mo.collation = s_.runtime_->shapes->collation();
+  std::vector<std::optional<std::string_view>> pvals;
+  for (auto& p : req_.params) pvals.push_back(p ? std::optional<std::string_view>(*p) : std::nullopt);
+  mo.params = routing::MergeParams{pvals, req_.param_formats, req_.param_types};
+  auto created = routing::Merger::create(*plan_, shards_.size(), first_->fields->fields, mo);
+  if (auto* err = std::get_if<routing::MergeError>(&created)) return fail(err->sqlstate, err->message);
+  merger_ = std::move(std::get<std::unique_ptr<routing::Merger>>(created));
+  auto described = routing::client_row_description(*plan_, first_->fields->fields);
+  if (!described) return fail(sqlstate::cannot_merge, "cannot describe the merged result");
+  if (copy_out_) return start_copy(*described);
+  if (req_.describe) {
+    proto::RowDescription rd;
+    rd.fields = *described;
+    rd.encode(out_);
+  }
+}
+
+void ScatterRead::start_copy(const std::vector<proto::FieldDescription>& described) {
+  std::vector<std::string> names;
+  for (auto& f : described) names.emplace_back(f.name);
+  copy_formatter_.emplace(*copy_out_, names);
+  if (!copy_formatter_->error().empty()) return fail(sqlstate::invalid_column_reference, copy_formatter_->error());
+  if (req_.extended && req_.describe) proto::encode_no_data(out_);  // a COPY's portal returns no rows
+  if (!req_.emit_rows) return;
+  proto::CopyResponse cr;
+  cr.type = 'H';
+  cr.format = copy_binary_ ? 1 : 0;
+  cr.column_formats.assign(names.size(), copy_binary_ ? 1 : 0);
+  cr.encode(out_);
+  if (auto h = copy_formatter_->header(); !h.empty()) proto::CopyData{h}.encode(out_);
+}
+
+// The merger asks for rows shard by shard and emits the client's.
+awaitable<void> ScatterRead::stream() {
+  warn_missing();
+  for (;;) {
+    auto step = merger_->next();
+    switch (step.kind) {
+      case routing::Merger::Step::Kind::emit:
+        if (req_.emit_rows && copy_formatter_) {
+          proto::Writer w(out_, 'd');  // one CopyData per row, as PostgreSQL sends them
+          if (!copy_formatter_->row(step.row, out_)) {
+            fail(sqlstate::internal_error, "malformed merged row");
+            co_return;
+          }
+          w.finish();
+        } else if (req_.emit_rows) {
+          proto::Writer w(out_, 'D');
+          w.bytes(step.row).finish();
+        }
+        if (out_.size() >= kClientFlushBytes) {
+          if (co_await s_.stream_.write(out_)) s_.closing_ = true;
+          out_.clear();
+          if (s_.closing_) co_return;
+        }
+        break;
+      case routing::Merger::Step::Kind::need_row:
+        if (!co_await feed(step.shard)) co_return;
+        break;
+      case routing::Merger::Step::Kind::done:
+        if (std::all_of(shards_.begin(), shards_.end(), [](auto& sh) { return sh.state == Shard::State::missing; }))
+          fail(sqlstate::scatter_incomplete, "no shard answered: " + missing_text());
+        co_return;
+      case routing::Merger::Step::Kind::error:
+        fail(merger_->error().sqlstate, merger_->error().message);
+        co_return;
+    }
+  }
+}
+
+awaitable<bool> ScatterRead::feed(std::size_t i) {
+  if (i == routing::Merger::kAnyShard) {
+    // A running shard; else one whose end the merger has not been told yet.
+    for (std::size_t k = 0; k < shards_.size() && i == routing::Merger::kAnyShard; ++k)
+      if (shards_[k].state == Shard::State::running) i = k;
+    for (std::size_t k = 0; k < shards_.size() && i == routing::Merger::kAnyShard; ++k)
+      if (!shards_[k].merger_ended) i = k;
+  }
+  auto& sh = shards_[i];
+  char type = 0;
+  if (sh.state != Shard::State::running) {
+    // Missing before the merge started (down, failed, past the deadline).
+  } else if (!co_await next_message(sh, type) || sh.finished) {
+    mark_missing(sh, timed_out_ ? "timeout" : "error", timed_out_ ? "deadline passed" : "connection lost");
+  } else if (type == 'D') {
+    ++sh.rows;
+    merger_->push(i, frame_body_);
+    co_return true;
+  } else if (type == 'C') {
+    sh.state = Shard::State::ended;
+    sh.done_at = Clock::now();
+  } else if (type == 'E') {
+    auto f = proto::ErrorFields::decode(frame_body_);
+    mark_missing(sh, "error", f ? std::string(f->get('C')) + " " + std::string(f->get('M')) : "error");
+  }
+  if (sh.state == Shard::State::missing) {
+    if (!allow_partial_) {
+      fail(sqlstate::scatter_incomplete,
+           "multi-shard statement incomplete, partial results denied; missing: " + missing_text());
+      co_return false;
+    }
+    warn_missing();
+  }
+  sh.merger_ended = true;
+  merger_->end_of_shard(i);
+  co_return true;
+}
+
+awaitable<void> ScatterRead::answer() {
+  if (!failure_.empty()) {
+    s_.metrics_.error(failure_code_);
+    proto::ErrorFields::make("ERROR", failure_code_, failure_).encode(out_, 'E');
+    if (s_.client_txn_ != 'I') s_.client_txn_ = 'E';
+    if (req_.extended) s_.skip_until_sync_ = true;
+  } else if (req_.emit_rows && copy_formatter_) {
+    if (auto t = copy_formatter_->trailer(); !t.empty()) proto::CopyData{t}.encode(out_);
+    proto::encode_copy_done(out_);
+    proto::CommandComplete{"COPY " + std::to_string(merger_->rows_emitted())}.encode(out_);
+  } else if (req_.emit_rows) {
+    proto::CommandComplete{"SELECT " + std::to_string(merger_->rows_emitted())}.encode(out_);
+  }
+  if (!req_.extended) proto::ReadyForQuery{s_.client_txn_}.encode(out_);
+  if (!s_.closing_ && !out_.empty() && co_await s_.stream_.write(out_)) s_.closing_ = true;
+}
+
+// Every shard is read to its ReadyForQuery before its connection goes back to the pool;
+// anything that fails to drain is closed.
+awaitable<void> ScatterRead::clean_up() {
+  s_.last_scatter_.clear();
+  for (auto& sh : shards_) {
+    bool reusable = sh.b != nullptr;
+    if (sh.b && !sh.finished) co_await drain_shard(sh, reusable);
+    if (sh.state == Shard::State::missing && !sh.b) reusable = false;
+    if (sh.b && sh.b->status != 'I' && !s_.held_[sh.index] && s_.client_txn_ == 'I') reusable = false;
+    auto elapsed = (sh.done_at == Clock::time_point{} ? Clock::now() : sh.done_at) - started_;
+    s_.last_scatter_.push_back({s_.pools_[sh.index]->target().shard, sh.status,
+                                sh.state == Shard::State::missing ? 0 : sh.rows,
+                                std::chrono::duration<double, std::milli>(elapsed).count(), sh.error});
+    if (sh.borrowed) {
+      if (s_.in_transaction() && reusable) {
+        s_.held_[sh.index] = std::move(sh.borrowed);  // joined the transaction
+      } else {
+        s_.pools_[sh.index]->release(std::move(sh.borrowed), reusable);
+      }
+    } else if (sh.b && !reusable) {
+      s_.release_shard(sh.index, false);
+    }
+    if (sh.index < kMaxShards)
+      s_.metrics_.shards[sh.index].query.observe(std::chrono::duration<double>(elapsed).count());
+  }
+  for (std::size_t i = 0; i < s_.pools_.size(); ++i)
+    if (std::none_of(shards_.begin(), shards_.end(), [i](const Shard& sh) { return sh.index == i; }))
+      s_.last_scatter_.push_back({s_.pools_[i]->target().shard, "skipped", 0, 0.0, ""});
+}
+
+// A shard that answered (CommandComplete or an error seen) owes only its ReadyForQuery.
+// One the merge stopped reading early (a LIMIT pushed down: it sent its rows and its
+// CommandComplete, the merge needed fewer) has usually finished too: what its socket
+// already holds says so. One still running (LIMIT reached, an error elsewhere, the
+// deadline) is cancelled first, and its connection is never handed to another
+// session: the cancel could land on that one's query.
+awaitable<void> ScatterRead::drain_shard(Shard& sh, bool& reusable) {
+  bool answered = sh.state == Shard::State::ended || (sh.state == Shard::State::missing && sh.status != "timeout");
+  if (!answered && sh.state == Shard::State::running && sh.sent)
+    answered = co_await read_finished_response(*sh.b, sh.consumed, sh.skip_ready + 1,
+                                               s_.runtime_->config.scatter.max_buffered_rows, s_.limits_);
+  if (sh.state == Shard::State::running) sh.status = "ok";
+  const auto& cfg = s_.runtime_->config;
+  if (!answered) {
+    sh.b->cancel_sent = true;
+    const auto& target = s_.pools_[sh.index]->target();
+    co_await send_cancel(target.host, target.port, sh.b->process_id, sh.b->secret_key, cfg.timeouts.server_connect);
+  }
+  auto ex = co_await asio::this_coro::executor;
+  asio::steady_timer drain_timer(ex, cfg.timeouts.server_connect);
+  bool drained = false;
+  drain_timer.async_wait([&drained, b = sh.b](error_code ec) {
+    if (ec || drained) return;
+    error_code ignored;
+    b->socket.cancel(ignored);
+  });
+  char type = 0;
+  for (;;) {
+    if (!co_await next_message(sh, type)) {
+      reusable = false;
+      break;
+    }
+    if (sh.finished) break;
+  }
+  drained = true;
+  drain_timer.cancel();
+}
+
+}  // namespace splitpoint::server

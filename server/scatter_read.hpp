@@ -1,0 +1,128 @@
+// The scatter-gather read executor (SPEC §4): a SELECT (or COPY ... TO STDOUT) that
+// needs several shards runs on all of them at once, each on its own backend, and
+// routing::Merger combines their rows so the client sees what one PostgreSQL holding
+// every row would return. Every such statement has a deadline; shards that miss it,
+// fail, or are down are missing, and the partial-result rule decides between an error
+// and a warning. One object per statement, its phases in the order run() calls them:
+//
+//   plan()           how to merge (routing::plan_merge); COPY TO STDOUT's format
+//   acquire()        a backend per shard, all at once (no pool deadlock), each sent the
+//                    statement as soon as it is there; the first one also learns the
+//                    shards' result formats and the database's collation
+//   arm_deadline()   the deadline cancels the reads of shards still running
+//   describe()       every shard's RowDescription first: the client's comes from them
+//   start_merge()    columns checked alike, the merger, the client's RowDescription
+//   stream()         the merger asks for rows shard by shard and emits the client's
+//   answer()         the tag, or the statement's error, to the client
+//   clean_up()       every shard read to its ReadyForQuery (only one still running is
+//                    cancelled), connections back, SHOW splitpoint.last_scatter
+//
+// It runs inside its Session's coroutine and uses the session's backends, pools and
+// output (a friend of Session): server/session_scatter.cpp hands it the statement.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "protocol/messages.hpp"
+#include "routing/copy.hpp"
+#include "routing/merge/copy_out.hpp"
+#include "routing/merge/merger.hpp"
+#include "server/asio.hpp"
+#include "server/session.hpp"
+
+namespace splitpoint::server {
+
+class ScatterRead {
+ public:
+  using Clock = std::chrono::steady_clock;
+  ScatterRead(Session& session, const routing::Route& route, Session::ScatterRequest req);
+  // False: the session must end (the client is gone).
+  awaitable<bool> run();
+
+ private:
+  struct Shard {
+    std::size_t index = 0;
+    std::unique_ptr<Backend> borrowed;  // acquired for this statement (not held by a transaction)
+    Backend* b = nullptr;
+    enum class State : std::uint8_t { running, ended, missing } state = State::running;
+    std::string status = "ok";  // ok | timeout | error | skipped
+    std::string error;          // for SHOW splitpoint.last_scatter and messages
+    std::uint64_t rows = 0;
+    int skip_ready = 0;         // ReadyForQuery of statements injected before ours
+    bool merger_ended = false;  // end_of_shard() was given to the merger
+    bool finished = false;      // ReadyForQuery seen
+    bool sent = false;          // the statement was sent
+    std::size_t consumed = 0;   // bytes of b->read_buf already read as messages
+    Clock::time_point done_at{};
+    std::optional<protocol::RowDescription> fields;
+    std::string fields_body;
+  };
+
+  awaitable<bool> plan();  // false: refused (the client was told)
+  awaitable<bool> acquire();
+  awaitable<void> prepare(Backend& b);
+  awaitable<void> send_statement(Shard& sh);
+  void arm_deadline(const asio::any_io_executor& ex);
+  // The next message of a shard that matters to the merge: RowDescription, DataRow,
+  // CommandComplete or ErrorResponse (others are consumed here); its type in `type`,
+  // its body in frame_body_. False: the shard is gone or past the deadline.
+  awaitable<bool> next_message(Shard& sh, char& type);
+  awaitable<void> settle_running();
+  void mark_missing(Shard& sh, std::string status, std::string error);
+  void fail(std::string_view code, std::string message);
+  awaitable<void> describe();
+  void start_merge();
+  void start_copy(const std::vector<protocol::FieldDescription>& described);
+  awaitable<void> stream();
+  // One need_row step of the merger: the next message of shard `i`. False: stop.
+  awaitable<bool> feed(std::size_t i);
+  awaitable<void> answer();
+  awaitable<void> clean_up();
+  awaitable<void> drain_shard(Shard& sh, bool& reusable);
+  std::string missing_text() const;
+  bool any_missing() const;
+  void warn_missing();
+
+  Session& s_;
+  const routing::Route& route_;
+  Session::ScatterRequest req_;
+  const Clock::time_point started_;
+  Clock::time_point deadline_;
+  bool allow_partial_ = false;
+
+  // plan()
+  routing::MergeOptions mopts_;
+  std::vector<std::shared_ptr<const routing::TableShape>> shapes_used_;
+  std::optional<routing::CopyStatement> copy_out_;
+  std::string source_sql_;
+  bool copy_binary_ = false;
+  std::optional<routing::MergePlan> plan_;
+  // acquire()
+  std::vector<Shard> shards_;
+  std::vector<std::int16_t> shard_formats_;
+  bool shard_extended_ = false;
+  std::vector<std::int16_t> result_formats_;
+  bool prepared_ = false;
+  std::string prepare_error_;
+  // the deadline and the reads
+  std::unique_ptr<asio::steady_timer> timer_;
+  bool timed_out_ = false;
+  bool stream_done_ = false;
+  bool settled_ = false;
+  std::string frame_body_;
+  // the answer
+  std::string out_;  // for the client
+  const Shard* first_ = nullptr;
+  std::string failure_;  // the statement fails as a whole: SQLSTATE and message
+  std::string failure_code_;
+  std::unique_ptr<routing::Merger> merger_;
+  std::optional<routing::CopyOutFormatter> copy_formatter_;
+  bool warned_ = false;
+};
+
+}  // namespace splitpoint::server
