@@ -5,9 +5,17 @@
 // Nothing here is touched from another thread except the cancel target, which is
 // guarded by cancel_mu_.
 //
-//   session.cpp          life cycle, login and authentication
-//   session_forward.cpp  the client loop, the pump, prepared statements, SET carry-over
-//   session_route.cpp    routing decisions, transactions, multi-shard writes, local commands
+//   session.cpp            life cycle, login and authentication, startup parameters
+//   session_forward.cpp    the client loop, the pump, prepared statements, backend state
+//                          (SET replay, BEGIN on joining, SQL-level PREPARE)
+//   session_route.cpp      routing decisions, transactions, multi-shard writes,
+//                          local commands (SET/SHOW splitpoint.*)
+//   session_two_phase.cpp  joining shards, two-phase commit as coordinator
+//   session_copy.cpp       COPY FROM STDIN split by key
+//   session_scatter.cpp    deadline and partial-result settings; hands a scatter read to
+//                          its executor, ScatterRead (scatter_read.hpp)
+//   session_admin.cpp      the admin console (database "splitpoint")
+//   session_rows.cpp       rows written per partition, from the shards' tags
 #pragma once
 
 #include <cstdint>
