@@ -306,4 +306,14 @@ void parse_hint_comment(std::string_view body, Hints& out) {
   }
 }
 
+std::string quote_ident(std::string_view name) {
+  std::string out = "\"";
+  for (char c : name) {
+    if (c == '"') out.push_back('"');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
 }  // namespace splitpoint::routing

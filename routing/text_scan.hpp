@@ -55,4 +55,7 @@ std::optional<std::string> literal_value(std::string_view sql, const Literal& li
 // ("splitpoint: shard=s1, deadline=200ms"); keys are lower-cased.
 void parse_hint_comment(std::string_view body, Hints& out);
 
+// `name` as a quoted identifier ("a""b" for a"b), safe in any SQL text.
+std::string quote_ident(std::string_view name);
+
 }  // namespace splitpoint::routing

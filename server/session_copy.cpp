@@ -117,9 +117,7 @@ awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, 
     if (!held_[s]) {
       auto r = co_await pools_[s]->acquire(runtime_->config.timeouts.client_login);
       if (!r.backend) {
-        std::string body;
-        proto::ErrorFields::make("ERROR", r.sqlstate, r.message).encode(body, 'E');
-        start_error = body.substr(5);
+        start_error = error_body(r.sqlstate, r.message);
         break;
       }
       held_[s] = std::move(r.backend);

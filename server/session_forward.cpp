@@ -9,6 +9,7 @@
 #include "protocol/sqlstate.hpp"
 #include "server/server.hpp"
 #include "server/session.hpp"
+#include "routing/text_scan.hpp"
 #include "server/session_util.hpp"
 
 namespace splitpoint::server {
@@ -411,7 +412,7 @@ void Session::sync_sql_prepared(const routing::Route& route) {
   auto mine = sql_prepared_.find(name);
   auto there = here.find(name);
   if (there != here.end() && (mine == sql_prepared_.end() || there->second != mine->second.token)) {
-    proto::Query{"DEALLOCATE " + quote_ident(name)}.encode(bout_);
+    proto::Query{"DEALLOCATE " + routing::quote_ident(name)}.encode(bout_);
     expect_.push_back(Expect{'Z', true});
     here.erase(there);
     there = here.end();

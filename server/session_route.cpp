@@ -809,11 +809,8 @@ awaitable<bool> Session::finish_prepared(std::string_view sql) {
     auto e = proto::ErrorFields::decode(reply.error);
     if (!reply.lost && !(e && e->get('C') == "42704")) break;
   }
-  if (reply.lost && reply.error.empty()) {
-    proto::ErrorFields::make("ERROR", sqlstate::connection_failure, "lost the connection to a shard")
-        .encode(reply.error, 'E');
-    reply.error.erase(0, 5);  // the body
-  }
+  if (reply.lost && reply.error.empty())
+    reply.error = error_body(sqlstate::connection_failure, "lost the connection to a shard");
   std::string notices;
   append_notices_and_status(reply.messages, notices);
   co_await answer(std::move(notices), reply.error, reply.tag);
@@ -965,9 +962,7 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
     if (!r.backend) {
       if (metered && shard < kMaxShards) metrics_.shards[shard].connect_errors.add();
       reply.lost = true;
-      std::string body;
-      proto::ErrorFields::make("ERROR", r.sqlstate, r.message).encode(body, 'E');
-      reply.error = body.substr(5);
+      reply.error = error_body(r.sqlstate, r.message);
       co_return reply;
     }
     borrowed = std::move(r.backend);

@@ -17,16 +17,6 @@ namespace splitpoint::server {
 
 namespace proto = splitpoint::protocol;
 
-namespace {
-
-std::string error_body(std::string_view code, std::string message) {
-  std::string out;
-  proto::ErrorFields::make("ERROR", code, std::move(message)).encode(out, 'E');
-  return out.substr(5);
-}
-
-}  // namespace
-
 void Session::note_written(std::size_t shard) {
   if (std::find(written_.begin(), written_.end(), shard) == written_.end()) written_.push_back(shard);
 }

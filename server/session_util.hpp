@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "protocol/messages.hpp"
+
 namespace splitpoint::server {
 
 // Fresh backends run with their own defaults; a session with no SETs needs no reset.
@@ -28,14 +30,11 @@ inline std::string quote_literal(std::string_view v) {
   return out;
 }
 
-inline std::string quote_ident(std::string_view v) {
-  std::string out = "\"";
-  for (char c : v) {
-    if (c == '"') out.push_back('"');
-    out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
+// The body of an ErrorResponse the proxy makes itself (as a Reply holds shards' errors).
+inline std::string error_body(std::string_view code, std::string_view message) {
+  std::string out;
+  protocol::ErrorFields::make("ERROR", code, message).encode(out, 'E');
+  return out.substr(5);
 }
 
 // Sets a parameter the way the startup packet sets it: the value as one string, so

@@ -3,20 +3,11 @@
 #include <algorithm>
 
 #include "routing/pg_tree.hpp"
+#include "routing/text_scan.hpp"
 
 namespace splitpoint::routing {
 
 namespace {
-
-std::string quote_ident(std::string_view name) {
-  std::string out = "\"";
-  for (char c : name) {
-    if (c == '"') out.push_back('"');
-    out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
-}
 
 std::uint32_t be32(std::string_view b, std::size_t at) {
   std::uint32_t v = 0;
