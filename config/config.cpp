@@ -531,7 +531,8 @@ void Loader::load_frontend(const Fields& f) {
 }
 
 void Loader::load_scatter(const Entry& e) {
-  auto f = mapping(e, {"deadline", "max_deadline", "partial_results", "max_buffered_rows"});
+  auto f = mapping(e, {"deadline", "max_deadline", "partial_results", "max_buffered_rows", "combine",
+                       "max_combine_rows"});
   if (!f) return;
   Scatter& s = cfg_.scatter;
   const Entry* deadline = f->get("deadline");
@@ -550,6 +551,9 @@ void Loader::load_scatter(const Entry& e) {
            choice<PartialResults>(*v, {{"deny", PartialResults::deny}, {"allow", PartialResults::allow}}));
   if (const Entry* v = f->get("max_buffered_rows"))
     assign(s.max_buffered_rows, integer(*v, 0, std::numeric_limits<std::int64_t>::max()));
+  if (const Entry* v = f->get("combine")) assign(s.combine_shard, shard_ref(*v));
+  if (const Entry* v = f->get("max_combine_rows"))
+    assign(s.max_combine_rows, integer(*v, 0, std::numeric_limits<std::int64_t>::max()));
 }
 
 void Loader::load_timeouts(const Entry& e) {

@@ -80,6 +80,10 @@ struct Scatter {
   Duration max_deadline{60000};
   PartialResults partial_results = PartialResults::deny;
   std::size_t max_buffered_rows = 1000000;
+  // The combine step (SPEC §4.1): the shard whose database runs it, and the partial
+  // rows one statement may move there before SPS02.
+  std::size_t combine_shard = 0;
+  std::size_t max_combine_rows = 10000000;
 };
 
 struct Timeouts {

@@ -445,7 +445,14 @@ Route Evaluator::finish() {
     return error_route(plan_, "SPR01",
                        "this INSERT would reach several shards; send a multi-row INSERT as a statement of its own");
   if (shards.size() > 1 && !co_located(plan_)) {
-    // Each shard would join only its own rows: the union is not the answer.
+    // Each shard would join only its own rows: the union is not the answer. A read is
+    // answered by the combine step (SPEC §4.1), which joins every shard's rows.
+    if (r.cls == StatementClass::read && plan_.write_targets.empty() && plan_.inserts.empty()) {
+      r.kind = RouteKind::shards;
+      r.shards = std::move(shards);
+      r.needs_combine = true;
+      return r;
+    }
     return error_route(plan_, "SPC01",
                        "cannot be answered exactly across shards: the statement joins sharded tables that are not "
                        "co-located (same distribution, joined on the key); add the key to the join or fix it to one "

@@ -13,7 +13,14 @@ StringSyntax::StringSyntax(bool standard) : saved_(standard_conforming_strings) 
 }
 StringSyntax::~StringSyntax() { standard_conforming_strings = saved_; }
 
+namespace {
+thread_local std::uint64_t parses = 0;
+}
+
+std::uint64_t ParseTree::parses_on_this_thread() { return parses; }
+
 ParseTree ParseTree::parse(std::string_view sql, bool standard_strings) {
+  ++parses;
   ParseTree out;
   // libpg_query wants a NUL-terminated string; PostgreSQL texts never contain NUL.
   std::string text(sql);

@@ -5,6 +5,7 @@
 
 #include <pg_query/pg_query.pb-c.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -38,6 +39,10 @@ class StringSyntax {
 
 class ParseTree {
  public:
+  // How many texts libpg_query has parsed on this thread (tests check that a cached
+  // statement is not parsed again).
+  static std::uint64_t parses_on_this_thread();
+
   // Parses `sql` (one or several statements), with standard_conforming_strings as
   // `standard_strings`. Never throws for bad SQL.
   static ParseTree parse(std::string_view sql, bool standard_strings = true);

@@ -84,6 +84,9 @@ struct Route {
   // transaction: it lives on the backend, so the session keeps that backend (as after
   // LISTEN).
   bool pins_session = false;
+  // A read of sharded tables that are not co-located (joined, or united, other than on
+  // one distribution's key): only the combine step answers it, never a merge.
+  bool needs_combine = false;
   // The statement does not parse: PostgreSQL's own error (with every field) comes from
   // running it on one shard, where it fails before doing anything.
   bool syntax_error = false;

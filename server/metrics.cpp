@@ -321,6 +321,15 @@ std::string Metrics::render(const config::Config& config, const std::vector<Pool
   add_counter(bytes, {label("direction", "out")}, sum([](auto& w) { return w.bytes_out.get(); }));
   out.push_back(std::move(bytes));
 
+  auto combines = family("splitpoint_combines_total", "Multi-shard reads answered by the combine step (SPEC 4.1).",
+                         pm::MetricType::Counter);
+  add_counter(combines, {}, sum([](auto& w) { return w.combines.get(); }));
+  out.push_back(std::move(combines));
+  auto moved = family("splitpoint_combine_rows_total", "Partial rows the combine step moved to the combine database.",
+                      pm::MetricType::Counter);
+  add_counter(moved, {}, sum([](auto& w) { return w.combine_rows.get(); }));
+  out.push_back(std::move(moved));
+
   auto reloads = family("splitpoint_config_reloads_total", "Configuration reloads by result.", pm::MetricType::Counter);
   add_counter(reloads, {label("result", "success")}, double(reloads_ok_.load()));
   add_counter(reloads, {label("result", "failure")}, double(reloads_failed_.load()));

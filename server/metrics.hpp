@@ -116,6 +116,7 @@ struct WorkerMetrics {
   std::array<LocalCounter, kRouteLabels> queries;
   std::array<LocalHistogram, kRouteLabels> duration;
   LocalCounter bytes_in, bytes_out;
+  LocalCounter combines, combine_rows;  // combine steps run, partial rows they moved
   LocalGauge clients, clients_active;  // logged-in clients / those holding a backend
   std::array<ShardCounters, kMaxShards> shards;
   std::vector<LocalCounter> partition_queries;  // flat: distribution offset + partition

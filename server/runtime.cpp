@@ -73,6 +73,7 @@ void ShapeCache::set_collation(std::string c) {
 void ShapeCache::clear() {
   std::lock_guard lock(mu_);
   shapes_.clear();
+  scatter_plans_.clear();
 }
 
 static UserAuth make_user_auth(const config::User& u) {

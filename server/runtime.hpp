@@ -13,6 +13,7 @@
 
 #include "config/config.hpp"
 #include "protocol/scram.hpp"
+#include "routing/merge/scatter_plan.hpp"
 #include "routing/router.hpp"
 #include "routing/topology.hpp"
 #include "server/asio.hpp"
@@ -51,9 +52,12 @@ class ShardPools {
 };
 
 // Shapes of sharded tables learned from a shard's catalog (column order and types),
-// shared by all sessions. Written rarely (first use of a table, after DDL).
+// shared by all sessions, and the scatter plans made with them. Written rarely (first
+// use of a table, after DDL).
 class ShapeCache {
  public:
+  // How multi-shard reads are answered, by statement text (cleared with the shapes).
+  routing::ScatterPlanner& scatter_plans() { return scatter_plans_; }
   std::shared_ptr<const routing::TableShape> find(std::string_view table) const;
   void put(const std::string& table, routing::TableShape shape);
   void clear();
@@ -63,6 +67,7 @@ class ShapeCache {
 
  private:
   std::string collation_;
+  routing::ScatterPlanner scatter_plans_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const routing::TableShape>, std::less<>> shapes_;
 };

@@ -45,54 +45,59 @@ awaitable<bool> ScatterRead::run() {
   // resumed with a garbage `this`.)
   auto ex = co_await asio::this_coro::executor;
   arm_deadline(ex);
-  co_await describe();
-  start_merge();
-  if (failure_.empty()) co_await stream();
+  if (combine_) {
+    co_await combine();
+  } else {
+    co_await describe();
+    start_merge();
+    if (failure_.empty()) co_await stream();
+  }
   stream_done_ = true;
   timer_->cancel();
+  if (combine_) co_await end_combine();
   co_await answer();
   co_await clean_up();
   s_.metrics_.duration[static_cast<std::size_t>(RouteLabel::multi)].observe_since(started_);
   co_return !s_.closing_;
 }
 
-awaitable<bool> ScatterRead::plan() {
-  auto topo = s_.runtime_->topology;
-  mopts_.is_reference_table = [topo](std::string_view t) {
+routing::ScatterOptions scatter_options(const Runtime& rt, const routing::Route& route,
+                                        std::vector<std::shared_ptr<const routing::TableShape>>& keep) {
+  routing::ScatterOptions o;
+  auto topo = rt.topology;
+  o.merge.is_reference_table = [topo](std::string_view t) {
     return topo->classify("", t).kind == routing::TableClass::Kind::reference;
   };
-  // Table columns (from the shards' catalogs) tell GROUP BY aliases from columns.
-  auto shapes = s_.runtime_->shapes;
-  mopts_.table_columns = [shapes, this](std::string_view t) -> const std::vector<std::string>* {
+  o.combine.is_sharded_table = [topo](std::string_view schema, std::string_view t) {
+    return topo->classify(schema, t).kind == routing::TableClass::Kind::sharded;
+  };
+  // Table columns (from the shards' catalogs) tell GROUP BY aliases from columns, and
+  // which columns a combine step pulls.
+  o.merge.table_columns = [shapes = rt.shapes, &keep](std::string_view t) -> const std::vector<std::string>* {
     auto found = shapes->find(t);
     if (!found) return nullptr;
-    shapes_used_.push_back(found);
+    keep.push_back(found);
     return &found->columns;
   };
-  // COPY (query) TO STDOUT and COPY table TO STDOUT: the rows of the query, merged as
-  // the SELECT would be, written in the COPY format the statement asks for.
-  if (routing::first_keyword(req_.sql) == "copy") {
-    std::string why;
-    copy_out_ = routing::parse_copy(req_.sql, &why);
-    std::optional<std::string> source;
-    if (copy_out_ && !copy_out_->to_stdout) why = "COPY to a file or program cannot run on several shards";
-    // The merged values arrive in the client's encoding; ENCODING would ask for another.
-    if (copy_out_ && copy_out_->encoding_given) why = "the ENCODING option is not supported for a merged COPY";
-    if (copy_out_ && copy_out_->to_stdout && why.empty()) source = routing::copy_source_query(req_.sql, &why);
-    if (!source) {
-      co_await s_.reject(copy_out_ ? sqlstate::cannot_merge : sqlstate::feature_not_supported,
-                         "cannot copy from several shards: " + why, req_.extended);
-      co_return false;
-    }
-    source_sql_ = std::move(*source);
-  }
-  copy_binary_ = copy_out_ && copy_out_->format == routing::CopyStatement::Format::binary;
-  auto planned = routing::plan_merge(copy_out_ ? std::string_view(source_sql_) : std::string_view(req_.sql), mopts_);
-  if (auto* err = std::get_if<routing::MergeError>(&planned)) {
-    co_await s_.reject(err->sqlstate, err->message, req_.extended);
+  o.combine.table_columns = o.merge.table_columns;
+  o.combine_only = route.needs_combine;
+  return o;
+}
+
+awaitable<bool> ScatterRead::plan() {
+  auto o = scatter_options(*s_.runtime_, route_, shapes_used_);
+  auto& shapes = s_.runtime_->shapes;
+  splan_ = shapes->scatter_plans().plan(req_.sql, o, s_.routing_.standard_conforming_strings);
+  if (splan_->error) {
+    co_await s_.reject(splan_->error->sqlstate, splan_->error->message, req_.extended);
     co_return false;
   }
-  plan_.emplace(std::move(std::get<routing::MergePlan>(planned)));
+  // COPY (query) TO STDOUT and COPY table TO STDOUT: the rows of the query, merged as
+  // the SELECT would be, written in the COPY format the statement asks for.
+  copy_out_ = splan_->copy_out ? &*splan_->copy_out : nullptr;
+  copy_binary_ = copy_out_ && copy_out_->format == routing::CopyStatement::Format::binary;
+  plan_ = splan_->merge ? &*splan_->merge : nullptr;
+  combine_ = splan_->combine ? &*splan_->combine : nullptr;
   co_return true;
 }
 
@@ -103,7 +108,7 @@ awaitable<bool> ScatterRead::plan() {
 // missing as timed out.
 awaitable<bool> ScatterRead::acquire() {
   std::vector<std::size_t> targets = route_.shards;
-  if (route_.kind == routing::RouteKind::all_shards || targets.empty()) {
+  if (route_.kind == routing::RouteKind::all_shards || targets.empty() || (combine_ && combine_->all_shards)) {
     targets.clear();
     for (std::size_t i = 0; i < s_.pools_.size(); ++i) targets.push_back(i);
   }
@@ -124,8 +129,14 @@ awaitable<bool> ScatterRead::acquire() {
       if (s_.held_[sh.index]) sh.b = s_.held_[sh.index].get();
       else acquiring.start(i, s_.pools_[sh.index]);
     }
+    // The combine database's connection is one more, acquired with the others.
+    if (combine_) {
+      combine_sh_.index = s_.runtime_->config.scatter.combine_shard;
+      acquiring.start(shards_.size(), s_.pools_[combine_sh_.index]);
+    }
     for (;;) {
       const bool all_acquired = acquiring.pending() == 0;  // before the pass below takes them
+      if (combine_ && !combine_sh_.b) take_combine(acquiring);
       for (std::size_t i = 0; i < shards_.size(); ++i) {
         auto& sh = shards_[i];
         Clock::duration waited{};
@@ -145,7 +156,7 @@ awaitable<bool> ScatterRead::acquire() {
           sh.b = sh.borrowed.get();
         }
         if (sh.state != Shard::State::running || !sh.b || sh.sent || !prepare_error_.empty()) continue;
-        if (!prepared_) co_await prepare(*sh.b);
+        if (!prepared_ && !combine_) co_await prepare(*sh.b);
         if (prepare_error_.empty()) co_await send_statement(sh);
       }
       if (all_acquired || Clock::now() >= deadline_ || !prepare_error_.empty()) break;
@@ -196,7 +207,9 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
   Backend* b = sh.b;
   std::string out;
   sh.skip_ready += s_.sync_backend_state(*b, out, true);
-  if (!shard_extended_) {
+  if (combine_) {
+    encode_pulls(out);
+  } else if (!shard_extended_) {
     proto::Query{plan_->shard_sql}.encode(out);
   } else {
     proto::Parse parse{"", plan_->shard_sql, req_.param_types};
@@ -226,10 +239,10 @@ void ScatterRead::arm_deadline(const asio::any_io_executor& ex) {
   timer_->async_wait([this, self = s_.shared_from_this()](error_code ec) {
     if (ec || stream_done_) return;  // (ec first: after a cancel this object may be gone)
     timed_out_ = true;
-    for (auto& sh : shards_) {
-      if (sh.state != Shard::State::running || !sh.b) continue;
+    for (auto* sh : all_shards()) {
+      if (sh->state != Shard::State::running || !sh->b) continue;
       error_code ignored;
-      sh.b->socket.cancel(ignored);
+      sh->b->socket.cancel(ignored);
     }
   });
 }
@@ -297,6 +310,26 @@ void ScatterRead::mark_missing(Shard& sh, std::string status, std::string error)
   if (sh.index < kMaxShards) s_.metrics_.shards[sh.index].missing[static_cast<std::size_t>(reason)].add();
 }
 
+void ScatterRead::rejected(Shard& sh) {
+  auto f = proto::ErrorFields::decode(frame_body_);
+  mark_missing(sh, "error", f ? std::string(f->get('C')) + " " + std::string(f->get('M')) : std::string("error"));
+  sh.error_body = frame_body_;
+}
+
+// A statement that fails because shards are missing fails with PostgreSQL's own error
+// when every missing shard rejected it (a division by zero, a type error: what one
+// PostgreSQL would have said); SPS01 is for shards that are down, late or unreachable.
+void ScatterRead::prefer_shard_error() {
+  if (failure_code_ != sqlstate::scatter_incomplete || !failure_body_.empty()) return;
+  const Shard* first = nullptr;
+  for (const auto& sh : shards_) {
+    if (sh.state != Shard::State::missing) continue;
+    if (sh.error_body.empty()) return;
+    if (!first) first = &sh;
+  }
+  if (first) failure_body_ = first->error_body;
+}
+
 void ScatterRead::fail(std::string_view code, std::string message) {
   failure_code_ = std::string(code);
   failure_ = std::move(message);
@@ -336,9 +369,7 @@ awaitable<void> ScatterRead::describe() {
         break;
       }
       if (type == 'E') {
-        auto f = proto::ErrorFields::decode(frame_body_);
-        mark_missing(sh, "error",
-                     f ? std::string(f->get('C')) + " " + std::string(f->get('M')) : std::string("error"));
+        rejected(sh);
         break;
       }
       if (type == 'T') {
@@ -461,8 +492,7 @@ awaitable<bool> ScatterRead::feed(std::size_t i) {
     sh.state = Shard::State::ended;
     sh.done_at = Clock::now();
   } else if (type == 'E') {
-    auto f = proto::ErrorFields::decode(frame_body_);
-    mark_missing(sh, "error", f ? std::string(f->get('C')) + " " + std::string(f->get('M')) : "error");
+    rejected(sh);
   }
   if (sh.state == Shard::State::missing) {
     if (!allow_partial_) {
@@ -478,15 +508,25 @@ awaitable<bool> ScatterRead::feed(std::size_t i) {
 }
 
 awaitable<void> ScatterRead::answer() {
+  prefer_shard_error();
+  if (!failure_body_.empty()) {  // the combine database's own error, every field of it
+    auto f = proto::ErrorFields::decode(failure_body_);
+    s_.metrics_.error(f ? f->get('C') : std::string_view(sqlstate::internal_error));
+    proto::Writer(out_, 'E').bytes(failure_body_).finish();
+  }
   if (!failure_.empty()) {
-    s_.metrics_.error(failure_code_);
-    proto::ErrorFields::make("ERROR", failure_code_, failure_).encode(out_, 'E');
+    if (failure_body_.empty()) {
+      s_.metrics_.error(failure_code_);
+      proto::ErrorFields::make("ERROR", failure_code_, failure_).encode(out_, 'E');
+    }
     if (s_.client_txn_ != 'I') s_.client_txn_ = 'E';
     if (req_.extended) s_.skip_until_sync_ = true;
   } else if (req_.emit_rows && copy_formatter_) {
     if (auto t = copy_formatter_->trailer(); !t.empty()) proto::CopyData{t}.encode(out_);
     proto::encode_copy_done(out_);
     proto::CommandComplete{"COPY " + std::to_string(merger_->rows_emitted())}.encode(out_);
+  } else if (req_.emit_rows && combine_) {
+    proto::CommandComplete{combine_tag_}.encode(out_);
   } else if (req_.emit_rows) {
     proto::CommandComplete{"SELECT " + std::to_string(merger_->rows_emitted())}.encode(out_);
   }
@@ -522,6 +562,13 @@ awaitable<void> ScatterRead::clean_up() {
   for (std::size_t i = 0; i < s_.pools_.size(); ++i)
     if (std::none_of(shards_.begin(), shards_.end(), [i](const Shard& sh) { return sh.index == i; }))
       s_.last_scatter_.push_back({s_.pools_[i]->target().shard, "skipped", 0, 0.0, ""});
+  if (combine_) {  // the combine step is one more row (SPEC §4.1)
+    auto& c = combine_sh_;
+    const bool missing = c.state == Shard::State::missing;
+    s_.last_scatter_.push_back({s_.pools_[c.index]->target().shard + " (combine)", missing ? c.status : "ok",
+                                c.rows, std::chrono::duration<double, std::milli>(Clock::now() - started_).count(),
+                                missing ? c.error : ""});
+  }
 }
 
 // A shard that answered (CommandComplete or an error seen) owes only its ReadyForQuery.

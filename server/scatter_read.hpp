@@ -5,7 +5,7 @@
 // fail, or are down are missing, and the partial-result rule decides between an error
 // and a warning. One object per statement, its phases in the order run() calls them:
 //
-//   plan()           how to merge (routing::plan_merge); COPY TO STDOUT's format
+//   plan()           merge or combine, cached by text (routing/merge/scatter_plan.hpp)
 //   acquire()        a backend per shard, all at once (no pool deadlock), each sent the
 //                    statement as soon as it is there; the first one also learns the
 //                    shards' result formats and the database's collation
@@ -13,6 +13,9 @@
 //   describe()       every shard's RowDescription first: the client's comes from them
 //   start_merge()    columns checked alike, the merger, the client's RowDescription
 //   stream()         the merger asks for rows shard by shard and emits the client's
+//   or, when the plan is a combine step (scatter_combine.cpp), combine(): the shards'
+//                    partial rows copied into temporary tables on the combine database,
+//                    the statement run there, its rows streamed to the client
 //   answer()         the tag, or the statement's error, to the client
 //   clean_up()       every shard read to its ReadyForQuery (only one still running is
 //                    cancelled), connections back, SHOW splitpoint.last_scatter
@@ -32,10 +35,17 @@
 #include "routing/copy.hpp"
 #include "routing/merge/copy_out.hpp"
 #include "routing/merge/merger.hpp"
+#include "routing/merge/scatter_plan.hpp"
 #include "server/asio.hpp"
+#include "server/scatter_io.hpp"
 #include "server/session.hpp"
 
 namespace splitpoint::server {
+
+// What plan_scatter needs to know of the catalog: reference and sharded tables, and
+// the columns of the tables whose shapes are known (kept alive in `keep`).
+routing::ScatterOptions scatter_options(const Runtime& rt, const routing::Route& route,
+                                        std::vector<std::shared_ptr<const routing::TableShape>>& keep);
 
 class ScatterRead {
  public:
@@ -52,6 +62,7 @@ class ScatterRead {
     enum class State : std::uint8_t { running, ended, missing } state = State::running;
     std::string status = "ok";  // ok | timeout | error | skipped
     std::string error;          // for SHOW splitpoint.last_scatter and messages
+    std::string error_body;     // the shard's own ErrorResponse, when it rejected the statement
     std::uint64_t rows = 0;
     int skip_ready = 0;         // ReadyForQuery of statements injected before ours
     bool merger_ended = false;  // end_of_shard() was given to the merger
@@ -64,6 +75,13 @@ class ScatterRead {
   };
 
   awaitable<bool> plan();  // false: refused (the client was told)
+  // The shards' connections and, for a combine step, the combine database's.
+  std::vector<Shard*> all_shards() {
+    std::vector<Shard*> v;
+    for (auto& sh : shards_) v.push_back(&sh);
+    if (combine_) v.push_back(&combine_sh_);
+    return v;
+  }
   awaitable<bool> acquire();
   awaitable<void> prepare(Backend& b);
   awaitable<void> send_statement(Shard& sh);
@@ -74,6 +92,8 @@ class ScatterRead {
   awaitable<bool> next_message(Shard& sh, char& type);
   awaitable<void> settle_running();
   void mark_missing(Shard& sh, std::string status, std::string error);
+  void rejected(Shard& sh);  // the shard answered the ErrorResponse in frame_body_
+  void prefer_shard_error();
   void fail(std::string_view code, std::string message);
   awaitable<void> describe();
   void start_merge();
@@ -81,6 +101,17 @@ class ScatterRead {
   awaitable<void> stream();
   // One need_row step of the merger: the next message of shard `i`. False: stop.
   awaitable<bool> feed(std::size_t i);
+  // scatter_combine.cpp: the combine step (SPEC §4.1), instead of describe..stream
+  void take_combine(ParallelAcquire& acquiring);
+  void encode_pulls(std::string& out) const;
+  awaitable<void> combine();
+  awaitable<bool> combine_command(std::string out);  // sends, reads to ReadyForQuery; false: failed
+  awaitable<bool> pull_into(std::size_t pull);
+  awaitable<bool> copy_rows_of(Shard& sh, std::string& copy);
+  awaitable<bool> write_combine(std::string& bytes);
+  void combine_lost();  // the combine database's connection failed: the statement fails
+  awaitable<void> run_combine_query();
+  awaitable<void> end_combine();
   awaitable<void> answer();
   awaitable<void> clean_up();
   awaitable<void> drain_shard(Shard& sh, bool& reusable);
@@ -95,13 +126,13 @@ class ScatterRead {
   Clock::time_point deadline_;
   bool allow_partial_ = false;
 
-  // plan()
-  routing::MergeOptions mopts_;
+  // plan(): the statement's decision, cached by text (routing/merge/scatter_plan.hpp)
   std::vector<std::shared_ptr<const routing::TableShape>> shapes_used_;
-  std::optional<routing::CopyStatement> copy_out_;
-  std::string source_sql_;
+  std::shared_ptr<const routing::ScatterPlan> splan_;
+  const routing::CopyStatement* copy_out_ = nullptr;
   bool copy_binary_ = false;
-  std::optional<routing::MergePlan> plan_;
+  const routing::MergePlan* plan_ = nullptr;      // the streaming merge, or
+  const routing::CombinePlan* combine_ = nullptr;  // the combine step (scatter_combine.cpp)
   // acquire()
   std::vector<Shard> shards_;
   std::vector<std::int16_t> shard_formats_;
@@ -120,6 +151,12 @@ class ScatterRead {
   const Shard* first_ = nullptr;
   std::string failure_;  // the statement fails as a whole: SQLSTATE and message
   std::string failure_code_;
+  std::string failure_body_;  // ... or with the combine database's own ErrorResponse
+  // the combine step
+  Shard combine_sh_;            // the combine database's connection (index: its shard)
+  std::uint64_t combine_rows_ = 0;
+  std::string combine_tag_;     // the combine query's CommandComplete
+  bool combine_open_ = false;   // BEGIN sent: COMMIT or ROLLBACK owed
   std::unique_ptr<routing::Merger> merger_;
   std::optional<routing::CopyOutFormatter> copy_formatter_;
   bool warned_ = false;

@@ -13,7 +13,8 @@
 //   session_two_phase.cpp  joining shards, two-phase commit as coordinator
 //   session_copy.cpp       COPY FROM STDIN split by key
 //   session_scatter.cpp    deadline and partial-result settings; hands a scatter read to
-//                          its executor, ScatterRead (scatter_read.hpp)
+//                          its executor, ScatterRead (scatter_read.hpp; its combine step
+//                          in scatter_combine.cpp)
 //   session_admin.cpp      the admin console (database "splitpoint")
 //   session_rows.cpp       rows written per partition, from the shards' tags
 #pragma once

@@ -8,6 +8,7 @@
 #include "protocol/sqlstate.hpp"
 #include "routing/merge/merge_plan.hpp"
 #include "server/server.hpp"
+#include "server/scatter_read.hpp"
 #include "server/session.hpp"
 
 namespace splitpoint::server {
@@ -281,10 +282,11 @@ awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
                  (route.kind == routing::RouteKind::shards && route.shards.size() > 1);
     if (route.kind == routing::RouteKind::any_shard) merge = "none (any one shard)";
     if (multi && route.cls == routing::StatementClass::read) {
-      auto planned = routing::plan_merge(stmt);
-      if (auto* p = std::get_if<routing::MergePlan>(&planned)) merge = p->describe();
-      else merge = "refused: " + std::get<routing::MergeError>(planned).sqlstate + " " +
-                   std::get<routing::MergeError>(planned).message;
+      std::vector<std::shared_ptr<const routing::TableShape>> keep;
+      auto planned = rt->shapes->scatter_plans().plan(stmt, scatter_options(*rt, route, keep));
+      if (planned->merge) merge = planned->merge->describe();
+      else if (planned->combine) merge = planned->combine->describe();
+      else merge = "refused: " + planned->error->sqlstate + " " + planned->error->message;
     } else if (multi) {
       merge = route.per_shard_sql.empty() ? "same statement on each shard; results combined"
                                           : "rows split into one statement per shard; results combined";

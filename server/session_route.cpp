@@ -24,17 +24,6 @@ namespace {
 
 constexpr const char* kInFailedTransaction = "25P02";
 
-// Whether `$n` appears in the statement (a rough textual check, enough for statements
-// the router itself wrote).
-bool mentions_param(std::string_view sql, std::size_t n) {
-  std::string token = "$" + std::to_string(n);
-  for (std::size_t pos = sql.find(token); pos != std::string_view::npos; pos = sql.find(token, pos + 1)) {
-    std::size_t end = pos + token.size();
-    if (end >= sql.size() || !std::isdigit(static_cast<unsigned char>(sql[end]))) return true;
-  }
-  return false;
-}
-
 // Splits "INSERT 0 5" / "UPDATE 3" / "CREATE TABLE" into verb and row count.
 std::pair<std::string, std::optional<long long>> split_tag(std::string_view tag) {
   auto sp = tag.rfind(' ');
@@ -973,18 +962,9 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
   if (!ext) {
     proto::Query{sql}.encode(out);
   } else {
-    // A split INSERT keeps the client's parameter numbers but uses only some of them:
-    // PostgreSQL cannot infer a type for the others, so they are declared text (or
-    // bytea when sent in binary, which accepts any bytes).
-    std::vector<std::int32_t> types = ext->param_types;
-    types.resize(ext->params.size(), 0);
-    const auto& formats = ext->param_formats;
-    for (std::size_t i = 0; i < types.size(); ++i) {
-      if (types[i] != 0 || mentions_param(sql, i + 1)) continue;
-      std::int16_t format = formats.size() == 1 ? formats[0] : i < formats.size() ? formats[i] : 0;
-      types[i] = format == 1 ? 17 : 25;
-    }
-    proto::Parse{"", sql, types}.encode(out);
+    // A split INSERT keeps the client's parameter numbers but uses only some of them.
+    proto::Parse{"", sql, parameter_types_for(sql, ext->param_types, ext->param_formats, ext->params.size())}
+        .encode(out);
     proto::Bind bind;
     bind.param_formats = ext->param_formats;
     for (auto& p : ext->params) bind.params.push_back(p ? std::optional<std::string_view>(*p) : std::nullopt);

@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "protocol/messages.hpp"
 
@@ -64,6 +65,32 @@ inline void append_notices_and_status(std::string_view messages, std::string& ou
   for_each_message(messages, [&](char type, std::string_view, std::string_view whole) {
     if (type == 'N' || type == 'S') out.append(whole);
   });
+}
+
+// Whether `$n` appears in the statement (a rough textual check, enough for statements
+// the proxy itself wrote).
+inline bool mentions_param(std::string_view sql, std::size_t n) {
+  std::string token = "$" + std::to_string(n);
+  for (std::size_t pos = sql.find(token); pos != std::string_view::npos; pos = sql.find(token, pos + 1)) {
+    std::size_t end = pos + token.size();
+    if (end >= sql.size() || sql[end] < '0' || sql[end] > '9') return true;
+  }
+  return false;
+}
+
+// Parse's parameter types for a statement the proxy wrote from the client's (a split
+// INSERT, a combine step's partial query) that keeps the client's parameter numbers but
+// uses only some of them: PostgreSQL cannot infer a type for the others, so they are
+// declared text (or bytea when sent in binary, which accepts any bytes).
+inline std::vector<std::int32_t> parameter_types_for(std::string_view sql, std::vector<std::int32_t> types,
+                                                     const std::vector<std::int16_t>& formats, std::size_t params) {
+  types.resize(params, 0);
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    if (types[i] != 0 || mentions_param(sql, i + 1)) continue;
+    std::int16_t format = formats.size() == 1 ? formats[0] : i < formats.size() ? formats[i] : 0;
+    types[i] = format == 1 ? 17 : 25;
+  }
+  return types;
 }
 
 // Equal query text and parameter types share one server-side statement name.

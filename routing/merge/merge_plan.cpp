@@ -235,20 +235,24 @@ std::optional<ShardColumn> Planner::aggregate_column(const PgQuery__Node* call) 
 
 }  // namespace merge_detail
 
-std::variant<MergePlan, MergeError> plan_merge(std::string_view select_sql, const MergeOptions& options) {
-  ParseTree parsed = ParseTree::parse(select_sql);
-  if (!parsed.ok()) return MergeError{parsed.error().sqlstate, parsed.error().message};
-  auto tree = unpack_tree(parsed.packed());
+std::variant<MergePlan, MergeError> plan_merge(PgQuery__ParseResult* tree, const MergeOptions& options) {
   if (!tree || tree->n_stmts != 1 || tree->stmts[0]->stmt == nullptr ||
       !is(tree->stmts[0]->stmt, PG_QUERY__NODE__NODE_SELECT_STMT))
     return MergeError{"0A000", "only a single SELECT can be merged across shards"};
   merge_detail::Planner planner(tree->stmts[0]->stmt->select_stmt, options);
   if (!planner.run()) return planner.error();
-  std::optional<std::string> sql = deparse(tree.get());
+  std::optional<std::string> sql = deparse(tree);
   if (!sql) return MergeError{"XX000", "could not print the shard query"};
   MergePlan plan = std::move(planner.plan());
   plan.shard_sql = std::move(*sql);
   return plan;
+}
+
+std::variant<MergePlan, MergeError> plan_merge(std::string_view select_sql, const MergeOptions& options) {
+  ParseTree parsed = ParseTree::parse(select_sql);
+  if (!parsed.ok()) return MergeError{parsed.error().sqlstate, parsed.error().message};
+  auto tree = unpack_tree(parsed.packed());
+  return plan_merge(tree.get(), options);
 }
 
 }  // namespace splitpoint::routing

@@ -3,8 +3,8 @@
 // one PostgreSQL holding all rows would return. Pure: no I/O, no catalog.
 //
 // Life of a scatter-gather SELECT:
-//   1. plan_merge(sql) once per statement shape (cache it with the route plan);
-//      an error is sent to the client instead of running anything.
+//   1. plan_merge(sql) once per statement text (plan_scatter in scatter_plan.hpp does,
+//      and caches it); an error is sent to the client instead of running anything.
 //   2. Every shard gets `plan.shard_sql` (same parameters as the client's statement; for
 //      Bind, result formats from shard_result_formats()).
 //   3. The client's RowDescription is client_row_description() of a shard's.
@@ -42,6 +42,8 @@
 #include <string_view>
 #include <variant>
 #include <vector>
+
+#include <pg_query/pg_query.pb-c.h>
 
 #include "protocol/messages.hpp"
 
@@ -176,6 +178,8 @@ struct MergeOptions {
 
 // Plans the merge of `select_sql`, a single SELECT (parameters $n allowed).
 std::variant<MergePlan, MergeError> plan_merge(std::string_view select_sql, const MergeOptions& options = {});
+// The same for a parsed statement (an unpacked copy the planner may change).
+std::variant<MergePlan, MergeError> plan_merge(PgQuery__ParseResult* tree, const MergeOptions& options);
 
 // The RowDescription the client gets: a shard's without the hidden columns, avg
 // columns typed numeric (or float8). Field names point into `shard_fields`.

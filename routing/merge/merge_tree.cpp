@@ -477,6 +477,14 @@ PgQuery__Node* make_res_target(PgQuery__Node* val, std::string_view alias) {
   return wrap(PG_QUERY__NODE__NODE_RES_TARGET, t);
 }
 
+PgQuery__Node* make_column_ref(std::string_view name) {
+  auto* c = alloc<PgQuery__ColumnRef>(PG_QUERY__COLUMN_REF__INIT);
+  if (name.empty()) append(c->fields, c->n_fields, wrap(PG_QUERY__NODE__NODE_A_STAR, alloc<PgQuery__AStar>(PG_QUERY__A__STAR__INIT)));
+  else append(c->fields, c->n_fields, make_string(name));
+  c->location = -1;
+  return wrap(PG_QUERY__NODE__NODE_COLUMN_REF, c);
+}
+
 PgQuery__Node* make_sort_by(PgQuery__Node* expr, bool descending, bool nulls_first) {
   auto* s = alloc<PgQuery__SortBy>(PG_QUERY__SORT_BY__INIT);
   s->node = expr;

@@ -58,6 +58,7 @@ PgQuery__Node* make_int8_cast(PgQuery__Node* arg);      // arg::int8
 PgQuery__Node* make_plus(PgQuery__Node* a, PgQuery__Node* b);  // a + b
 PgQuery__Node* make_nullif(PgQuery__Node* a, PgQuery__Node* b);  // NULLIF(a, b)
 PgQuery__Node* make_res_target(PgQuery__Node* val, std::string_view alias);
+PgQuery__Node* make_column_ref(std::string_view name);  // a column by name; "" = *
 PgQuery__Node* make_sort_by(PgQuery__Node* expr, bool descending, bool nulls_first);
 char* dup_string(std::string_view s);  // malloc'd, for string fields in the tree
 // Replaces a call's function name with schema.name (just name when schema is "").

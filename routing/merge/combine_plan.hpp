@@ -1,0 +1,66 @@
+// The combine step (SPEC §4.1): a SELECT that the streaming merger cannot answer
+// exactly is answered by PostgreSQL itself. Each sharded table the statement reads is
+// pulled — the rows and columns the statement needs, filtered on the shards when the
+// statement's WHERE applies to that table alone — into a temporary table on the combine
+// database, and the statement runs there with every reference to such a table turned
+// into its temporary table. Reference tables and everything else the statement reads
+// are the combine database's own (it is a shard, holding a copy of them). Types,
+// collations, functions and NULL rules are PostgreSQL's by construction.
+//
+// Life of a combined SELECT (server/scatter_combine.cpp runs it):
+//   1. on the combine database: BEGIN, then each pull's `create_sql` (ON COMMIT DROP);
+//   2. on every shard concerned: each pull's `pull_sql` (the client's parameters), its
+//      rows streamed as COPY text into `COPY <temp_name> FROM STDIN`;
+//   3. `combine_sql` (the client's parameters and result formats), its rows streamed
+//      to the client; then COMMIT, which drops the temporary tables.
+//
+// Pure: no I/O. What it needs from the catalog comes through CombineOptions.
+#pragma once
+
+#include <pg_query/pg_query.pb-c.h>
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "routing/merge/merge_plan.hpp"
+
+namespace splitpoint::routing {
+
+struct CombinePull {
+  std::string table;        // as the shards name it, quoted: "orders" or "app"."orders"
+  std::string temp_name;    // sp_combine_1, sp_combine_2, ...
+  std::string create_sql;   // CREATE TEMP TABLE temp_name ON COMMIT DROP AS SELECT ... WITH NO DATA
+  std::string pull_sql;     // SELECT <columns> FROM table [WHERE <the statement's filter>]
+  bool filtered = false;    // the statement's WHERE moved into pull_sql (single-table statements)
+};
+
+struct CombinePlan {
+  std::vector<CombinePull> pulls;
+  std::string combine_sql;  // the client's statement over the temporary tables
+  // Every shard holds rows the statement may need (several tables, or no filter moved
+  // to the shards): the route's shards only when the one table's filter was moved.
+  bool all_shards = true;
+
+  // For SHOW ROUTE: "combine on <db>: pull ...; then ...".
+  std::string describe() const;
+};
+
+struct CombineOptions {
+  // Whether (schema, table) names a sharded table (schema "" = unqualified).
+  std::function<bool(std::string_view schema, std::string_view table)> is_sharded_table;
+  // The columns of a table (lower-case), or nullptr if unknown: pull only the columns
+  // the statement names. Unknown: every column.
+  std::function<const std::vector<std::string>*(std::string_view table)> table_columns;
+};
+
+// Plans the combine step for the single SELECT in `tree` (an unpacked copy the
+// planner may change). SPC01 for statements no combine can answer (FOR UPDATE, a
+// data-modifying CTE, SELECT INTO), 0A000 for what is not a SELECT.
+std::variant<CombinePlan, MergeError> plan_combine(PgQuery__ParseResult* tree, const CombineOptions& options);
+
+}  // namespace splitpoint::routing

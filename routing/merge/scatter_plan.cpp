@@ -1,0 +1,97 @@
+#include "routing/merge/scatter_plan.hpp"
+
+#include "routing/merge/copy_out.hpp"
+#include "routing/pg_tree.hpp"
+#include "routing/session_command.hpp"
+
+namespace splitpoint::routing {
+
+namespace {
+
+std::size_t footprint(const ScatterPlan& p) {
+  std::size_t n = sizeof(ScatterPlan);
+  if (p.merge) n += p.merge->shard_sql.size() + 64 * (p.merge->shard_order.size() + p.merge->aggregates.size());
+  if (p.combine) {
+    n += p.combine->combine_sql.size();
+    for (const auto& pull : p.combine->pulls) n += pull.create_sql.size() + pull.pull_sql.size() + pull.table.size();
+  }
+  if (p.error) n += p.error->message.size();
+  return n;
+}
+
+// The COPY's query, or the error that refuses it.
+std::optional<std::string> copy_query(std::string_view sql, ScatterPlan& plan) {
+  std::string why;
+  plan.copy_out = parse_copy(sql, &why);
+  std::optional<std::string> source;
+  if (plan.copy_out && !plan.copy_out->to_stdout) why = "COPY to a file or program cannot run on several shards";
+  // The merged values arrive in the client's encoding; ENCODING would ask for another.
+  if (plan.copy_out && plan.copy_out->encoding_given) why = "the ENCODING option is not supported for a merged COPY";
+  if (plan.copy_out && plan.copy_out->to_stdout && why.empty()) source = copy_source_query(sql, &why);
+  if (!source)
+    plan.error = MergeError{plan.copy_out ? "SPC01" : "0A000", "cannot copy from several shards: " + why};
+  return source;
+}
+
+}  // namespace
+
+ScatterPlan plan_scatter(std::string_view sql, const ScatterOptions& options, bool standard_strings) {
+  ScatterPlan plan;
+  std::string copy_source;
+  if (first_keyword(sql) == "copy") {
+    auto source = copy_query(sql, plan);
+    if (!source) return plan;
+    copy_source = std::move(*source);
+    sql = copy_source;
+  }
+  ParseTree parsed = ParseTree::parse(sql, standard_strings);
+  if (!parsed.ok()) {
+    plan.error = MergeError{parsed.error().sqlstate, parsed.error().message};
+    return plan;
+  }
+  if (options.combine_only) {
+    plan.error = MergeError{"SPC01", "cannot be answered exactly across shards: the statement reads sharded tables "
+                                     "that are not co-located, which only the combine step can join"};
+  } else {
+    auto merge_tree = unpack_tree(parsed.packed());
+    auto merged = plan_merge(merge_tree.get(), options.merge);
+    if (auto* m = std::get_if<MergePlan>(&merged)) {
+      plan.merge = std::move(*m);
+      return plan;
+    }
+    plan.error = std::move(std::get<MergeError>(merged));
+  }
+  // What the merger refuses, PostgreSQL combines (not yet for COPY: its rows would
+  // need the COPY's own output).
+  if (!options.allow_combine || plan.copy_out || (plan.error->sqlstate != "SPC01" && plan.error->sqlstate != "0A000"))
+    return plan;
+  auto combine_tree = unpack_tree(parsed.packed());
+  auto combined = plan_combine(combine_tree.get(), options.combine);
+  if (auto* c = std::get_if<CombinePlan>(&combined)) {
+    plan.combine = std::move(*c);
+    plan.error.reset();
+  } else if (plan.error->sqlstate == "0A000") {
+    plan.error = std::move(std::get<MergeError>(combined));
+  }
+  return plan;
+}
+
+std::shared_ptr<const ScatterPlan> ScatterPlanner::plan(std::string_view sql, const ScatterOptions& options,
+                                                        bool standard_strings) {
+  // Texts read with standard_conforming_strings off are not cached (the same text can
+  // mean another statement), as Router::plan does.
+  if (!standard_strings) return std::make_shared<const ScatterPlan>(plan_scatter(sql, options, false));
+  // The key: the text, a NUL (no query text holds one) and what the options decide.
+  thread_local std::string key;
+  key.assign(sql);
+  key.push_back('\0');
+  key.push_back(static_cast<char>('0' + options.allow_combine + 2 * options.combine_only));
+  const std::size_t hash = std::hash<std::string_view>{}(key);
+  if (auto cached = cache_.find(key, hash)) return cached;
+  auto p = std::make_shared<ScatterPlan>(plan_scatter(sql, options, true));
+  p->bytes = footprint(*p);
+  cache_.insert(key, hash, p);
+  return p;
+}
+
+}  // namespace splitpoint::routing

@@ -1,0 +1,56 @@
+// How a read that runs on several shards is answered: one decision per statement text,
+// parsed once and cached (server/scatter_read.cpp asks ScatterPlanner for it at every
+// execution). The decision is, in order of preference:
+//   merge    the streaming merger (merge_plan.hpp): exact, fast, memory O(shards)
+//   combine  the combine step (combine_plan.hpp): what the merger cannot combine is
+//            combined by PostgreSQL on the combine database
+//   error    neither can answer it exactly (SPC01), or it is not a read
+// COPY (query) TO STDOUT / COPY table TO STDOUT is planned as its query, merged, with
+// the COPY's options kept for the output.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "routing/copy.hpp"
+#include "routing/merge/combine_plan.hpp"
+#include "routing/merge/merge_plan.hpp"
+#include "routing/plan_cache.hpp"
+
+namespace splitpoint::routing {
+
+struct ScatterPlan {
+  std::optional<CopyStatement> copy_out;  // COPY ... TO STDOUT: the COPY's options
+  std::optional<MergePlan> merge;
+  std::optional<CombinePlan> combine;
+  std::optional<MergeError> error;        // set when neither merge nor combine is
+  std::size_t bytes = 0;                  // rough footprint, for the cache bound
+};
+
+struct ScatterOptions {
+  MergeOptions merge;
+  CombineOptions combine;
+  bool allow_combine = true;
+  bool combine_only = false;  // Route::needs_combine: the merger's answer would be wrong
+};
+
+// Plans `sql` (one statement): parses it once.
+ScatterPlan plan_scatter(std::string_view sql, const ScatterOptions& options, bool standard_strings = true);
+
+// plan_scatter through a bounded cache by exact text. The options' lookups describe the
+// catalog: clear() whenever what they answer may have changed (DDL, a reload).
+class ScatterPlanner {
+ public:
+  std::shared_ptr<const ScatterPlan> plan(std::string_view sql, const ScatterOptions& options,
+                                          bool standard_strings = true);
+  void clear() { cache_.clear(); }
+  std::size_t entries() const { return cache_.entries(); }
+
+ private:
+  BoundedCache<ScatterPlan> cache_;
+};
+
+}  // namespace splitpoint::routing

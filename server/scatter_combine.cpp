@@ -1,0 +1,315 @@
+// The combine step of a scatter read (SPEC §4.1, routing/merge/combine_plan.hpp): what
+// the streaming merger cannot combine exactly, PostgreSQL combines. On the combine
+// database's connection (acquired with the shards' ones):
+//   BEGIN; CREATE TEMP TABLE sp_combine_<k> ON COMMIT DROP AS ... WITH NO DATA
+//   COPY sp_combine_<k> FROM STDIN    <- every shard's rows of pull k, as COPY text
+//   <the statement over the temporary tables>   -> its rows to the client
+//   COMMIT (ROLLBACK after a failure): the temporary tables go with it
+// The shards got their pulls when their connections came (send_statement); their rows
+// are read pull by pull, shard by shard, and written to the combine connection as they
+// arrive, so the proxy holds at most a buffer per step. The deadline and the
+// partial-result rule are the scatter read's: a missing shard is missing as in a merge;
+// a missing combine database fails the statement.
+#include <spdlog/spdlog.h>
+
+#include "protocol/buffer.hpp"
+#include "protocol/sqlstate.hpp"
+#include "server/scatter_read.hpp"
+#include "server/session_util.hpp"
+
+namespace splitpoint::server {
+
+namespace proto = splitpoint::protocol;
+
+namespace {
+
+constexpr std::size_t kCopyFlushBytes = 64 * 1024;
+
+std::uint32_t be32(const char* p) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  return (std::uint32_t{u[0]} << 24) | (std::uint32_t{u[1]} << 16) | (std::uint32_t{u[2]} << 8) | u[3];
+}
+
+// A DataRow of text values as one COPY text line: tab-separated, \N for NULL,
+// backslash escapes. False if the row is malformed.
+bool append_copy_line(std::string_view row, std::string& out) {
+  if (row.size() < 2) return false;
+  const std::size_t n = (static_cast<unsigned char>(row[0]) << 8) | static_cast<unsigned char>(row[1]);
+  std::size_t at = 2;
+  proto::Writer w(out, 'd');
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0) out.push_back('\t');
+    if (at + 4 > row.size()) return false;
+    const auto len = static_cast<std::int32_t>(be32(row.data() + at));
+    at += 4;
+    if (len < 0) {
+      out.append("\\N");
+      continue;
+    }
+    if (at + static_cast<std::size_t>(len) > row.size()) return false;
+    for (char c : row.substr(at, static_cast<std::size_t>(len))) {
+      switch (c) {
+        case '\\': out.append("\\\\"); break;
+        case '\n': out.append("\\n"); break;
+        case '\r': out.append("\\r"); break;
+        case '\t': out.append("\\t"); break;
+        default: out.push_back(c);
+      }
+    }
+    at += static_cast<std::size_t>(len);
+  }
+  out.push_back('\n');
+  w.finish();
+  return true;
+}
+
+std::string error_text(std::string_view body) {
+  auto f = proto::ErrorFields::decode(body);
+  return f ? std::string(f->get('C')) + " " + std::string(f->get('M')) : std::string("error");
+}
+
+}  // namespace
+
+void ScatterRead::take_combine(ParallelAcquire& acquiring) {
+  Clock::duration waited{};
+  auto r = acquiring.take(shards_.size(), waited);
+  if (!r) return;
+  if (!r->backend) {
+    combine_sh_.state = Shard::State::missing;
+    combine_sh_.status = "error";
+    combine_sh_.error = "unreachable: " + r->message;
+    return;
+  }
+  combine_sh_.borrowed = std::move(r->backend);
+  combine_sh_.b = combine_sh_.borrowed.get();
+}
+
+// Every pull in one go: one Query (simple protocol) or one Sync, so the shard answers
+// them in order and ends with one ReadyForQuery. Rows come back as text.
+void ScatterRead::encode_pulls(std::string& out) const {
+  if (!req_.extended) {
+    std::string sql;
+    for (const auto& p : combine_->pulls) sql += (sql.empty() ? "" : "; ") + p.pull_sql;
+    proto::Query{sql}.encode(out);
+    return;
+  }
+  for (const auto& p : combine_->pulls) {
+    proto::Parse{"", p.pull_sql, parameter_types_for(p.pull_sql, req_.param_types, req_.param_formats, req_.params.size())}
+        .encode(out);
+    proto::Bind bind;
+    bind.param_formats = req_.param_formats;
+    for (auto& v : req_.params) bind.params.push_back(v ? std::optional<std::string_view>(*v) : std::nullopt);
+    bind.encode(out);
+    proto::Execute{"", 0}.encode(out);
+  }
+  proto::encode_sync(out);
+}
+
+awaitable<void> ScatterRead::combine() {
+  const std::string where = s_.pools_[combine_sh_.index]->target().shard;
+  if (!combine_sh_.b) {
+    co_return fail(sqlstate::scatter_incomplete,
+                   "the combine database (shard " + where + ") is missing: " +
+                       (combine_sh_.error.empty() ? "no connection within the deadline" : combine_sh_.error));
+  }
+  if (std::all_of(shards_.begin(), shards_.end(), [](auto& sh) { return sh.state == Shard::State::missing; }))
+    co_return fail(sqlstate::scatter_incomplete, "no shard answered: " + missing_text());
+  if (any_missing() && !allow_partial_)
+    co_return fail(sqlstate::scatter_incomplete,
+                   "multi-shard statement incomplete, partial results denied; missing: " + missing_text());
+  s_.metrics_.combines.add();
+  std::string out;
+  combine_sh_.skip_ready = s_.sync_backend_state(*combine_sh_.b, out, false);
+  std::string begin = "BEGIN";
+  for (const auto& p : combine_->pulls) begin += "; " + p.create_sql;
+  proto::Query{begin}.encode(out);
+  combine_open_ = true;
+  if (!co_await combine_command(std::move(out))) co_return;
+  for (std::size_t k = 0; k < combine_->pulls.size(); ++k)
+    if (!co_await pull_into(k)) co_return;
+  for (auto& sh : shards_)
+    if (sh.state == Shard::State::running) {
+      sh.state = Shard::State::ended;  // owes only its ReadyForQuery
+      sh.done_at = Clock::now();
+    }
+  warn_missing();
+  co_await run_combine_query();
+}
+
+// Sends `out` to the combine database and reads its answers to the ReadyForQuery of the
+// last statement; an error there fails the statement with that error.
+awaitable<bool> ScatterRead::combine_command(std::string out) {
+  combine_sh_.finished = false;
+  if (!co_await write_combine(out)) co_return false;
+  bool ok = true;
+  char type = 0;
+  for (;;) {
+    if (!co_await next_message(combine_sh_, type)) {
+      combine_lost();
+      co_return false;
+    }
+    if (combine_sh_.finished) break;
+    if (type == 'E' && ok) {
+      ok = false;
+      failure_body_ = frame_body_;
+      fail("", error_text(frame_body_));
+    }
+  }
+  co_return ok;
+}
+
+awaitable<bool> ScatterRead::write_combine(std::string& bytes) {
+  if (bytes.empty()) co_return true;
+  auto [ec, n] = co_await asio::async_write(combine_sh_.b->socket, asio::buffer(bytes), use_nothrow);
+  bytes.clear();
+  if (!ec) co_return true;
+  combine_lost();
+  co_return false;
+}
+
+void ScatterRead::combine_lost() {
+  mark_missing(combine_sh_, timed_out_ ? "timeout" : "error", timed_out_ ? "deadline passed" : "connection lost");
+  fail(sqlstate::scatter_incomplete, "the combine database (shard " + s_.pools_[combine_sh_.index]->target().shard +
+                                         ") is missing: " + combine_sh_.error);
+}
+
+// Pull `k` from every shard still running into its temporary table: one COPY, the
+// shards' rows one after the other.
+awaitable<bool> ScatterRead::pull_into(std::size_t k) {
+  std::string copy;
+  proto::Query{"COPY " + combine_->pulls[k].temp_name + " FROM STDIN"}.encode(copy);
+  bool ok = true;
+  for (auto& sh : shards_) {
+    if (sh.state != Shard::State::running) continue;
+    ok = co_await copy_rows_of(sh, copy);
+    if (!ok) break;
+  }
+  if (ok) {
+    proto::encode_copy_done(copy);
+  } else {
+    // PostgreSQL takes CopyData before it answers the COPY: what was sent is dropped.
+    proto::CopyFail{"the statement failed"}.encode(copy);
+  }
+  const std::string failure = failure_, code = failure_code_;
+  const bool copied = co_await combine_command(std::move(copy));
+  if (!ok) {  // the first failure is the statement's, not CopyFail's echo
+    failure_ = failure;
+    failure_code_ = code;
+    failure_body_.clear();
+  }
+  co_return ok && copied;
+}
+
+// One shard's rows of the current pull, to its CommandComplete, as COPY lines.
+awaitable<bool> ScatterRead::copy_rows_of(Shard& sh, std::string& copy) {
+  const std::size_t max_rows = s_.runtime_->config.scatter.max_combine_rows;
+  char type = 0;
+  for (;;) {
+    if (!co_await next_message(sh, type) || sh.finished) {
+      mark_missing(sh, timed_out_ ? "timeout" : "error",
+                   timed_out_ ? "deadline passed" : sh.finished ? "no result" : "connection lost");
+      break;
+    }
+    if (type == 'E') {
+      rejected(sh);
+      break;
+    }
+    if (type == 'C') co_return true;
+    if (type != 'D') continue;
+    ++sh.rows;
+    if (++combine_rows_ > max_rows) {
+      fail(sqlstate::scatter_buffer_limit, "the combine step would move more than scatter.max_combine_rows (" +
+                                               std::to_string(max_rows) + ") rows");
+      co_return false;
+    }
+    if (!append_copy_line(frame_body_, copy)) {
+      fail(sqlstate::internal_error, "malformed row from shard " + s_.pools_[sh.index]->target().shard);
+      co_return false;
+    }
+    s_.metrics_.combine_rows.add();
+    if (copy.size() >= kCopyFlushBytes && !co_await write_combine(copy)) co_return false;
+  }
+  if (allow_partial_) co_return true;
+  fail(sqlstate::scatter_incomplete,
+       "multi-shard statement incomplete, partial results denied; missing: " + missing_text());
+  co_return false;
+}
+
+// The statement over the temporary tables, with the client's parameters and result
+// formats; its RowDescription (when asked for) and rows go to the client as they come.
+awaitable<void> ScatterRead::run_combine_query() {
+  std::string out;
+  const std::string& sql = combine_->combine_sql;
+  if (!req_.extended) {
+    proto::Query{sql}.encode(out);
+  } else {
+    proto::Parse{"", sql, parameter_types_for(sql, req_.param_types, req_.param_formats, req_.params.size())}
+        .encode(out);
+    proto::Bind bind;
+    bind.param_formats = req_.param_formats;
+    for (auto& v : req_.params) bind.params.push_back(v ? std::optional<std::string_view>(*v) : std::nullopt);
+    bind.result_formats = req_.result_formats;
+    bind.encode(out);
+    proto::Describe{'P', ""}.encode(out);
+    proto::Execute{"", 0}.encode(out);
+    proto::encode_sync(out);
+  }
+  combine_sh_.finished = false;
+  if (!co_await write_combine(out)) co_return;
+  char type = 0;
+  for (;;) {
+    if (!co_await next_message(combine_sh_, type)) {
+      combine_lost();
+      co_return;
+    }
+    if (combine_sh_.finished) break;
+    if (!failure_.empty()) continue;  // to its ReadyForQuery
+    if (type == 'E') {
+      failure_body_ = frame_body_;
+      fail("", error_text(frame_body_));
+      out_.clear();  // PostgreSQL's error replaces what was not sent yet
+    } else if (type == 'T' && req_.describe) {
+      proto::Writer(out_, 'T').bytes(frame_body_).finish();
+    } else if (type == 'D' && req_.emit_rows) {
+      ++combine_sh_.rows;
+      proto::Writer(out_, 'D').bytes(frame_body_).finish();
+      if (out_.size() >= kCopyFlushBytes) {
+        if (co_await s_.stream_.write(out_)) s_.closing_ = true;
+        out_.clear();
+        if (s_.closing_) co_return;
+      }
+    } else if (type == 'C') {
+      combine_tag_ = frame_body_.substr(0, frame_body_.find('\0'));
+    }
+  }
+}
+
+// COMMIT (ROLLBACK after a failure) drops the temporary tables; the connection goes
+// back to its pool unless it broke or was left inside a transaction.
+awaitable<void> ScatterRead::end_combine() {
+  if (combine_sh_.b && combine_open_ && combine_sh_.state != Shard::State::missing) {
+    std::string out;
+    proto::Query{failure_.empty() ? "COMMIT" : "ROLLBACK"}.encode(out);
+    const std::string failure = failure_, code = failure_code_, body = failure_body_;
+    co_await combine_command(std::move(out));
+    if (!failure.empty()) {  // the statement's own failure stays the one reported
+      failure_ = failure;
+      failure_code_ = code;
+      failure_body_ = body;
+    }
+  }
+  if (combine_sh_.borrowed) {
+    const bool reusable = combine_sh_.state != Shard::State::missing && combine_sh_.b->status == 'I';
+    if (combine_sh_.state == Shard::State::missing && combine_sh_.b) {
+      // Still running (the deadline passed): cancel it, never hand it to anyone.
+      combine_sh_.b->cancel_sent = true;
+      const auto& target = s_.pools_[combine_sh_.index]->target();
+      co_await send_cancel(target.host, target.port, combine_sh_.b->process_id, combine_sh_.b->secret_key,
+                           s_.runtime_->config.timeouts.server_connect);
+    }
+    s_.pools_[combine_sh_.index]->release(std::move(combine_sh_.borrowed), reusable);
+    combine_sh_.b = nullptr;
+  }
+}
+
+}  // namespace splitpoint::server

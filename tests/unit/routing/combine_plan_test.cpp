@@ -1,0 +1,170 @@
+// The scatter decision (routing/merge/scatter_plan.hpp) and the combine step's plan
+// (combine_plan.hpp): which reads the merger answers and which PostgreSQL combines,
+// the partial and combine queries, and that a statement is parsed once.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "routing/merge/scatter_plan.hpp"
+#include "routing/pg_tree.hpp"
+#include "routing/router.hpp"
+#include "router_fixture.hpp"
+
+using namespace splitpoint::routing;
+
+namespace {
+
+const std::map<std::string, std::vector<std::string>> kColumns = {
+    {"orders", {"order_id", "customer", "amount", "status", "created_at"}},
+    {"customers", {"name", "city", "since"}},
+};
+
+ScatterOptions options(bool known_columns = true) {
+  ScatterOptions o;
+  o.merge.is_reference_table = [](std::string_view t) { return t == "countries"; };
+  o.combine.is_sharded_table = [](std::string_view, std::string_view t) { return t == "orders" || t == "customers"; };
+  if (known_columns)
+    o.combine.table_columns = [](std::string_view t) -> const std::vector<std::string>* {
+      auto it = kColumns.find(std::string(t));
+      return it == kColumns.end() ? nullptr : &it->second;
+    };
+  return o;
+}
+
+const CombinePlan& combined(const ScatterPlan& p) {
+  INFO((p.error ? p.error->sqlstate + " " + p.error->message : std::string("merged")));
+  REQUIRE(p.combine);
+  return *p.combine;
+}
+
+}  // namespace
+
+TEST_CASE("what the merger answers stays a merge", "[combine]") {
+  for (const char* sql : {"SELECT status, count(*) FROM orders GROUP BY status ORDER BY 2 DESC LIMIT 5",
+                          "SELECT * FROM orders ORDER BY created_at, order_id"}) {
+    INFO(sql);
+    auto p = plan_scatter(sql, options());
+    CHECK(p.merge);
+    CHECK_FALSE(p.combine);
+    CHECK_FALSE(p.error);
+  }
+}
+
+TEST_CASE("what the merger refuses goes to the combine step", "[combine]") {
+  for (const char* sql : {
+           "SELECT count(*)::int AS n FROM orders",
+           "SELECT round(sum(amount)::numeric, 2) FROM orders",
+           "SELECT count(DISTINCT status) FROM orders",
+           "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM orders",
+           "SELECT order_id, row_number() OVER (ORDER BY order_id) FROM orders",
+           "SELECT status FROM orders UNION SELECT city FROM customers",
+           "SELECT status, count(*) FROM orders GROUP BY ROLLUP (status)",
+           "SELECT count(*)::int FROM (SELECT * FROM orders WHERE status = 'paid') AS anon_1",
+       }) {
+    INFO(sql);
+    auto p = plan_scatter(sql, options());
+    CHECK_FALSE(p.merge);
+    CHECK_FALSE(p.error);
+    CHECK(p.combine);
+  }
+}
+
+TEST_CASE("a combine pulls the columns the statement names, filtered on the shards when it can", "[combine]") {
+  auto p = plan_scatter("SELECT count(DISTINCT status) FROM orders o WHERE o.amount > $1", options());
+  const auto& c = combined(p);
+  REQUIRE(c.pulls.size() == 1);
+  CHECK(c.pulls[0].temp_name == "sp_combine_1");
+  CHECK(c.pulls[0].filtered);
+  CHECK_FALSE(c.all_shards);
+  CHECK(c.pulls[0].pull_sql == "SELECT amount, status FROM orders o WHERE o.amount > $1");
+  CHECK(c.pulls[0].create_sql ==
+        "CREATE TEMP TABLE sp_combine_1 ON COMMIT DROP AS SELECT \"amount\", \"status\" FROM \"orders\" WITH NO DATA");
+  // the filter ran on the shards: the combine query reads the temporary table as is
+  CHECK(c.combine_sql == "SELECT count(DISTINCT status) FROM pg_temp.sp_combine_1 o");
+}
+
+TEST_CASE("a combine of counted rows pulls no values, one of unknown tables every column", "[combine]") {
+  auto counted = plan_scatter("SELECT count(*)::int FROM orders", options());
+  CHECK(combined(counted).pulls[0].pull_sql == "SELECT 1 AS sp_combine_row FROM \"orders\"");
+  CHECK(combined(counted).combine_sql == "SELECT count(*)::int FROM pg_temp.sp_combine_1 orders");
+  auto unknown = plan_scatter("SELECT count(*)::int FROM orders", options(false));
+  CHECK(combined(unknown).pulls[0].pull_sql == "SELECT * FROM \"orders\"");
+  auto whole = plan_scatter("SELECT count(DISTINCT o) FROM orders o", options());
+  CHECK(combined(whole).pulls[0].pull_sql == "SELECT * FROM \"orders\"");
+}
+
+TEST_CASE("a combine of several tables pulls each from every shard, unfiltered", "[combine]") {
+  auto o = options();
+  o.combine_only = true;  // the router says so: the tables are not co-located
+  auto p = plan_scatter(
+      "SELECT c.city, count(*) FROM orders o JOIN customers c ON c.name = o.customer WHERE o.amount > 5 GROUP BY 1", o);
+  const auto& c = combined(p);
+  REQUIRE(c.pulls.size() == 2);
+  CHECK(c.all_shards);
+  CHECK(c.pulls[0].pull_sql == "SELECT \"customer\", \"amount\" FROM \"orders\"");
+  CHECK(c.pulls[1].pull_sql == "SELECT \"name\", \"city\" FROM \"customers\"");
+  CHECK(c.combine_sql.find("pg_temp.sp_combine_1 o JOIN pg_temp.sp_combine_2 c") != std::string::npos);
+  CHECK(c.combine_sql.find("WHERE o.amount > 5") != std::string::npos);
+}
+
+TEST_CASE("a CTE's name is not a table to pull; a sub-select's filter stays in the combine", "[combine]") {
+  auto p = plan_scatter("WITH orders AS (SELECT * FROM customers) SELECT count(DISTINCT city) FROM orders", options());
+  const auto& c = combined(p);
+  REQUIRE(c.pulls.size() == 1);
+  CHECK(c.pulls[0].table == "\"customers\"");
+  auto sub = plan_scatter(
+      "SELECT count(DISTINCT status) FROM orders WHERE customer IN (SELECT name FROM customers WHERE city = 'x')",
+      options());
+  CHECK_FALSE(combined(sub).pulls[0].filtered);
+}
+
+TEST_CASE("what no combine can answer is refused with SPC01", "[combine]") {
+  for (const char* sql : {"SELECT count(DISTINCT status) FROM orders FOR UPDATE",
+                          "SELECT * FROM orders o JOIN customers c ON c.name = o.customer FOR SHARE"}) {
+    INFO(sql);
+    auto p = plan_scatter(sql, options());
+    REQUIRE(p.error);
+    CHECK(p.error->sqlstate == "SPC01");
+    CHECK_FALSE(p.combine);
+  }
+}
+
+TEST_CASE("Route::needs_combine skips the merger", "[combine]") {
+  auto o = options();
+  o.combine_only = true;
+  auto p = plan_scatter("SELECT * FROM orders o JOIN customers c ON c.name = o.customer", o);
+  CHECK_FALSE(p.merge);
+  CHECK(p.combine);
+}
+
+TEST_CASE("one parse per new statement text, none for a cached one", "[combine][parse]") {
+  ScatterPlanner planner;
+  const auto o = options();
+  for (const char* sql : {"SELECT count(DISTINCT status) FROM orders WHERE amount > $1",
+                          "SELECT status, count(*) FROM orders GROUP BY status"}) {
+    INFO(sql);
+    auto before = ParseTree::parses_on_this_thread();
+    auto first = planner.plan(sql, o);
+    CHECK(ParseTree::parses_on_this_thread() - before == 1);
+    before = ParseTree::parses_on_this_thread();
+    auto again = planner.plan(sql, o);
+    CHECK(ParseTree::parses_on_this_thread() == before);
+    CHECK(again == first);
+  }
+  planner.clear();  // DDL: plans are made again
+  auto before = ParseTree::parses_on_this_thread();
+  planner.plan("SELECT status, count(*) FROM orders GROUP BY status", o);
+  CHECK(ParseTree::parses_on_this_thread() - before == 1);
+}
+
+TEST_CASE("a cached route plan is not parsed again", "[router][parse]") {
+  splitpoint::routing::test::Fixture f;
+  f.simple("SELECT * FROM users WHERE id = 7");
+  auto before = ParseTree::parses_on_this_thread();
+  Route r = f.simple("SELECT * FROM users WHERE id = 8");
+  CHECK(ParseTree::parses_on_this_thread() == before);
+  CHECK(r.kind == RouteKind::shards);
+}
