@@ -107,6 +107,29 @@ void for_each_child(const ProtobufCMessage* msg, const std::function<void(const 
   }
 }
 
+void for_each_node_slot(ProtobufCMessage* msg, const std::function<bool(PgQuery__Node*& slot)>& visit) {
+  if (msg == nullptr) return;
+  const ProtobufCMessageDescriptor* d = msg->descriptor;
+  for (unsigned i = 0; i < d->n_fields; ++i) {
+    const ProtobufCFieldDescriptor& f = d->fields[i];
+    if (f.type != PROTOBUF_C_TYPE_MESSAGE) continue;
+    if ((f.flags & PROTOBUF_C_FIELD_FLAG_ONEOF) != 0 && at<uint32_t>(msg, f.quantifier_offset) != f.id) continue;
+    const bool node = f.descriptor == &pg_query__node__descriptor;
+    char* field = reinterpret_cast<char*>(msg) + f.offset;
+    std::size_t n = 1;
+    ProtobufCMessage** slots = reinterpret_cast<ProtobufCMessage**>(field);
+    if (f.label == PROTOBUF_C_LABEL_REPEATED) {
+      n = at<std::size_t>(msg, f.quantifier_offset);
+      slots = *reinterpret_cast<ProtobufCMessage***>(field);
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      if (slots[k] == nullptr) continue;
+      if (node && !visit(reinterpret_cast<PgQuery__Node*&>(slots[k]))) continue;
+      if (slots[k] != nullptr) for_each_node_slot(slots[k], visit);
+    }
+  }
+}
+
 void walk_nodes(const ProtobufCMessage* msg, const std::function<bool(const PgQuery__Node*)>& visit) {
   for_each_child(msg, [&](const ProtobufCMessage* child) {
     if (child->descriptor == &pg_query__node__descriptor) {

@@ -84,6 +84,10 @@ std::string type_name_of(const PgQuery__TypeName* t);
 void for_each_child(const ProtobufCMessage* msg, const std::function<void(const ProtobufCMessage*)>& visit);
 // Depth-first walk of every Node below `msg`; `visit` returns false to skip a subtree.
 void walk_nodes(const ProtobufCMessage* msg, const std::function<bool(const PgQuery__Node*)>& visit);
+// Depth-first over every Node slot below `msg`, for changing the tree: `visit` may
+// replace the node in the slot, and returns whether to walk below what the slot then
+// holds.
+void for_each_node_slot(ProtobufCMessage* msg, const std::function<bool(PgQuery__Node*& slot)>& visit);
 // Every RangeVar below `msg`, including those held directly (InsertStmt.relation, ...)
 // rather than in a Node.
 void for_each_range_var(const ProtobufCMessage* msg, const std::function<void(const PgQuery__RangeVar*)>& visit);

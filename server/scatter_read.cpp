@@ -73,13 +73,16 @@ routing::ScatterOptions scatter_options(const Runtime& rt, const routing::Route&
   };
   // Table columns (from the shards' catalogs) tell GROUP BY aliases from columns, and
   // which columns a combine step pulls.
-  o.merge.table_columns = [shapes = rt.shapes, &keep](std::string_view t) -> const std::vector<std::string>* {
+  o.combine.table_shape = [shapes = rt.shapes, &keep](std::string_view t) -> const routing::TableShape* {
     auto found = shapes->find(t);
     if (!found) return nullptr;
     keep.push_back(found);
-    return &found->columns;
+    return found.get();
   };
-  o.combine.table_columns = o.merge.table_columns;
+  o.merge.table_columns = [shape = o.combine.table_shape](std::string_view t) -> const std::vector<std::string>* {
+    const routing::TableShape* found = shape(t);
+    return found ? &found->columns : nullptr;
+  };
   o.combine_only = route.needs_combine;
   return o;
 }
@@ -88,6 +91,9 @@ awaitable<bool> ScatterRead::plan() {
   auto o = scatter_options(*s_.runtime_, route_, shapes_used_);
   auto& shapes = s_.runtime_->shapes;
   splan_ = shapes->scatter_plans().plan(req_.sql, o, s_.routing_.standard_conforming_strings);
+  // A combine step pulls less and aggregates on the shards when it knows the tables.
+  if (!splan_->missing_shapes.empty() && co_await s_.fetch_shapes(splan_->missing_shapes))
+    splan_ = shapes->scatter_plans().plan(req_.sql, o, s_.routing_.standard_conforming_strings);
   if (splan_->error) {
     co_await s_.reject(splan_->error->sqlstate, splan_->error->message, req_.extended);
     co_return false;

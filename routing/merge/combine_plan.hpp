@@ -3,7 +3,9 @@
 // pulled — the rows and columns the statement needs, filtered on the shards when the
 // statement's WHERE applies to that table alone — into a temporary table on the combine
 // database, and the statement runs there with every reference to such a table turned
-// into its temporary table. Reference tables and everything else the statement reads
+// into its temporary table. A single-table aggregate whose aggregates combine
+// (count, sum, min, max, bool_and/or) is aggregated on the shards first: the pull
+// returns one row per group and shard, and the statement re-aggregates those. Reference tables and everything else the statement reads
 // are the combine database's own (it is a shard, holding a copy of them). Types,
 // collations, functions and NULL rules are PostgreSQL's by construction.
 //
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "routing/merge/merge_plan.hpp"
+#include "routing/router.hpp"
 
 namespace splitpoint::routing {
 
@@ -37,6 +40,7 @@ struct CombinePull {
   std::string create_sql;   // CREATE TEMP TABLE temp_name ON COMMIT DROP AS SELECT ... WITH NO DATA
   std::string pull_sql;     // SELECT <columns> FROM table [WHERE <the statement's filter>]
   bool filtered = false;    // the statement's WHERE moved into pull_sql (single-table statements)
+  bool aggregated = false;  // pull_sql aggregates (partial aggregates, re-aggregated by combine_sql)
 };
 
 struct CombinePlan {
@@ -53,9 +57,10 @@ struct CombinePlan {
 struct CombineOptions {
   // Whether (schema, table) names a sharded table (schema "" = unqualified).
   std::function<bool(std::string_view schema, std::string_view table)> is_sharded_table;
-  // The columns of a table (lower-case), or nullptr if unknown: pull only the columns
-  // the statement names. Unknown: every column.
-  std::function<const std::vector<std::string>*(std::string_view table)> table_columns;
+  // A table's columns and types (from the shards' catalogs), or nullptr if unknown:
+  // pull only the columns the statement names, aggregate on the shards. Unknown: every
+  // column, and no aggregation on the shards.
+  std::function<const TableShape*(std::string_view table)> table_shape;
 };
 
 // Plans the combine step for the single SELECT in `tree` (an unpacked copy the

@@ -66,10 +66,18 @@ ScatterPlan plan_scatter(std::string_view sql, const ScatterOptions& options, bo
   if (!options.allow_combine || plan.copy_out || (plan.error->sqlstate != "SPC01" && plan.error->sqlstate != "0A000"))
     return plan;
   auto combine_tree = unpack_tree(parsed.packed());
-  auto combined = plan_combine(combine_tree.get(), options.combine);
+  CombineOptions combine = options.combine;
+  std::vector<std::string> missing;
+  combine.table_shape = [&](std::string_view t) -> const TableShape* {
+    const TableShape* found = options.combine.table_shape ? options.combine.table_shape(t) : nullptr;
+    if (!found) missing.emplace_back(t);
+    return found;
+  };
+  auto combined = plan_combine(combine_tree.get(), combine);
   if (auto* c = std::get_if<CombinePlan>(&combined)) {
     plan.combine = std::move(*c);
     plan.error.reset();
+    plan.missing_shapes = std::move(missing);
   } else if (plan.error->sqlstate == "0A000") {
     plan.error = std::move(std::get<MergeError>(combined));
   }
@@ -90,7 +98,7 @@ std::shared_ptr<const ScatterPlan> ScatterPlanner::plan(std::string_view sql, co
   if (auto cached = cache_.find(key, hash)) return cached;
   auto p = std::make_shared<ScatterPlan>(plan_scatter(sql, options, true));
   p->bytes = footprint(*p);
-  cache_.insert(key, hash, p);
+  if (p->missing_shapes.empty()) cache_.insert(key, hash, p);
   return p;
 }
 

@@ -27,6 +27,9 @@ struct ScatterPlan {
   std::optional<MergePlan> merge;
   std::optional<CombinePlan> combine;
   std::optional<MergeError> error;        // set when neither merge nor combine is
+  // A combine step planned without some tables' shapes (it pulls every column and does
+  // not aggregate on the shards): learn them and plan again. Such a plan is not cached.
+  std::vector<std::string> missing_shapes;
   std::size_t bytes = 0;                  // rough footprint, for the cache bound
 };
 

@@ -17,20 +17,26 @@ using namespace splitpoint::routing;
 
 namespace {
 
-const std::map<std::string, std::vector<std::string>> kColumns = {
-    {"orders", {"order_id", "customer", "amount", "status", "created_at"}},
-    {"customers", {"name", "city", "since"}},
+const std::map<std::string, TableShape> kShapes = {
+    {"orders", {{"order_id", "customer", "amount", "status", "created_at", "qty"},
+                {"bigint", "text", "numeric(12,2)", "text", "timestamp with time zone", "integer"}}},
+    {"customers", {{"name", "city", "since"}, {"text", "text", "date"}}},
 };
 
 ScatterOptions options(bool known_columns = true) {
   ScatterOptions o;
   o.merge.is_reference_table = [](std::string_view t) { return t == "countries"; };
   o.combine.is_sharded_table = [](std::string_view, std::string_view t) { return t == "orders" || t == "customers"; };
-  if (known_columns)
-    o.combine.table_columns = [](std::string_view t) -> const std::vector<std::string>* {
-      auto it = kColumns.find(std::string(t));
-      return it == kColumns.end() ? nullptr : &it->second;
+  if (known_columns) {
+    o.combine.table_shape = [](std::string_view t) -> const TableShape* {
+      auto it = kShapes.find(std::string(t));
+      return it == kShapes.end() ? nullptr : &it->second;
     };
+    o.merge.table_columns = [](std::string_view t) -> const std::vector<std::string>* {
+      auto it = kShapes.find(std::string(t));
+      return it == kShapes.end() ? nullptr : &it->second.columns;
+    };
+  }
   return o;
 }
 
@@ -86,10 +92,10 @@ TEST_CASE("a combine pulls the columns the statement names, filtered on the shar
   CHECK(c.combine_sql == "SELECT count(DISTINCT status) FROM pg_temp.sp_combine_1 o");
 }
 
-TEST_CASE("a combine of counted rows pulls no values, one of unknown tables every column", "[combine]") {
-  auto counted = plan_scatter("SELECT count(*)::int FROM orders", options());
+TEST_CASE("a combine of numbered rows pulls no values, one of unknown tables every column", "[combine]") {
+  auto counted = plan_scatter("SELECT row_number() OVER () FROM orders", options());
   CHECK(combined(counted).pulls[0].pull_sql == "SELECT 1 AS sp_combine_row FROM \"orders\"");
-  CHECK(combined(counted).combine_sql == "SELECT count(*)::int FROM pg_temp.sp_combine_1 orders");
+  CHECK(combined(counted).combine_sql == "SELECT row_number() OVER () FROM pg_temp.sp_combine_1 orders");
   auto unknown = plan_scatter("SELECT count(*)::int FROM orders", options(false));
   CHECK(combined(unknown).pulls[0].pull_sql == "SELECT * FROM \"orders\"");
   auto whole = plan_scatter("SELECT count(DISTINCT o) FROM orders o", options());
@@ -167,4 +173,42 @@ TEST_CASE("a cached route plan is not parsed again", "[router][parse]") {
   Route r = f.simple("SELECT * FROM users WHERE id = 8");
   CHECK(ParseTree::parses_on_this_thread() == before);
   CHECK(r.kind == RouteKind::shards);
+}
+
+TEST_CASE("combinable aggregates are aggregated on the shards and re-aggregated", "[combine]") {
+  auto p = plan_scatter(
+      "SELECT status, count(*)::int AS n, round(sum(qty) / 2.0, 1), coalesce(max(amount), 0) FROM orders o "
+      "WHERE o.created_at > $1 GROUP BY status HAVING sum(qty) > $2 ORDER BY n DESC, status LIMIT $3",
+      options());
+  const auto& c = combined(p);
+  REQUIRE(c.pulls.size() == 1);
+  CHECK(c.pulls[0].aggregated);
+  CHECK_FALSE(c.all_shards);
+  CHECK(c.pulls[0].pull_sql ==
+        "SELECT status AS sp_g1, count(*) AS sp_a1, sum(qty) AS sp_a2, max(amount) AS sp_a3 FROM orders o "
+        "WHERE o.created_at > $1 GROUP BY status");
+  CHECK(c.pulls[0].create_sql ==
+        "CREATE TEMP TABLE sp_combine_1 ON COMMIT DROP AS SELECT status AS sp_g1, count(*) AS sp_a1, sum(qty) AS "
+        "sp_a2, max(amount) AS sp_a3 FROM orders o GROUP BY status WITH NO DATA");
+  // sum(integer) is bigint, the sum of its bigint partials numeric: cast back
+  CHECK(c.combine_sql ==
+        "SELECT sp_g1 AS status, sum(sp_a1)::bigint::int AS n, round(sum(sp_a2)::bigint / 2.0, 1) AS round, "
+        "COALESCE(max(sp_a3), 0) AS \"coalesce\" FROM pg_temp.sp_combine_1 o GROUP BY sp_g1 "
+        "HAVING sum(sp_a2)::bigint > $2 ORDER BY n DESC, sp_g1 LIMIT $3");
+}
+
+TEST_CASE("what does not combine on the shards pulls rows instead", "[combine]") {
+  for (const char* sql : {
+           "SELECT count(DISTINCT status)::int FROM orders",              // DISTINCT
+           "SELECT sum(qty * 2)::int FROM orders",                        // a sum of an expression: type unknown
+           "SELECT avg(qty)::int FROM orders",                            // avg's scale
+           "SELECT status, created_at, count(*)::int FROM orders GROUP BY status",  // not grouped (an error)
+           "SELECT count(*)::int FROM orders GROUP BY 1",                 // by position
+           "SELECT status, count(*)::int FROM orders GROUP BY ROLLUP (status)",
+       }) {
+    INFO(sql);
+    auto p = plan_scatter(sql, options());
+    const auto& c = combined(p);
+    CHECK_FALSE(c.pulls[0].aggregated);
+  }
 }
