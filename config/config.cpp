@@ -526,7 +526,7 @@ void Loader::load_frontend(const Fields& f) {
       if (const Entry* c = t->get("cross_shard_writes"))
         assign(cfg_.cross_shard_writes,
                choice<CrossShardWrites>(
-                   *c, {{"refuse", CrossShardWrites::refuse}, {"two_phase", CrossShardWrites::two_phase}}));
+                   *c, {{"two_phase", CrossShardWrites::two_phase}, {"refuse", CrossShardWrites::refuse}}));
   }
 }
 

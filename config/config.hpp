@@ -106,7 +106,7 @@ struct Config {
   UnlistedPolicy unlisted_tables = UnlistedPolicy::reference;
   std::size_t unlisted_shard = 0;  // when unlisted_tables is shard:<name>
   Scatter scatter;
-  CrossShardWrites cross_shard_writes = CrossShardWrites::refuse;
+  CrossShardWrites cross_shard_writes = CrossShardWrites::two_phase;
   Timeouts timeouts;
   // Extensions beyond SPEC §2 (documented in docs/configuration.md):
   std::size_t max_client_connections = 1000;

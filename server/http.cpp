@@ -5,6 +5,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
 #include "server/server.hpp"
+#include "server/two_phase.hpp"
 
 namespace splitpoint::server {
 
@@ -73,6 +74,11 @@ awaitable<void> handle(Server& server, tcp::socket socket) {
       status = 503;
       body = "unreachable shards: " + missing + "\n";
     }
+    // Not a readiness failure: everything but a write to several shards in one
+    // transaction works, so the note is in the body and the status stays.
+    if (rt->config.cross_shard_writes == config::CrossShardWrites::two_phase)
+      for (auto& name : two_phase::shards_without_prepared_transactions(*rt))
+        body += "warning: " + two_phase::no_prepared_transactions(name) + "\n";
   } else {
     status = 404;
     body = "not found\n";

@@ -224,14 +224,26 @@ const char* reason_name(std::size_t r) {
 
 }  // namespace
 
+// Sums a per-worker value over the workers.
+template <typename Get>
+double Metrics::sum(Get get) const {
+  double v = 0;
+  for (auto& w : workers_) v += static_cast<double>(get(*w));
+  return v;
+}
+
 std::string Metrics::render(const config::Config& config, const std::vector<PoolGauge>& pools) const {
   std::vector<pm::MetricFamily> out;
-  auto sum = [&](auto get) {
-    double v = 0;
-    for (auto& w : workers_) v += static_cast<double>(get(*w));
-    return v;
-  };
+  render_connections(out, pools);
+  render_statements(out, config);
+  render_partitions(out, config);
+  render_totals(out);
+  std::ostringstream text;
+  pm::TextSerializer().Serialize(text, out);
+  return text.str();
+}
 
+void Metrics::render_connections(std::vector<pm::MetricFamily>& out, const std::vector<PoolGauge>& pools) const {
   auto clients = family("splitpoint_client_connections", "Client connections by state.", pm::MetricType::Gauge);
   double total = sum([](auto& w) { return w.clients.get(); });
   double active = sum([](auto& w) { return w.clients_active.get(); });
@@ -251,7 +263,10 @@ std::string Metrics::render(const config::Config& config, const std::vector<Pool
   }
   out.push_back(std::move(servers));
   out.push_back(std::move(waiting));
+}
 
+// Statements by route, and per shard: latency, pool waits, connect errors, missing shards.
+void Metrics::render_statements(std::vector<pm::MetricFamily>& out, const config::Config& config) const {
   auto queries = family("splitpoint_queries_total", "Statements by route.", pm::MetricType::Counter);
   auto duration = family("splitpoint_query_duration_seconds", "Statement latency through the proxy by route.",
                          pm::MetricType::Histogram);
@@ -290,7 +305,9 @@ std::string Metrics::render(const config::Config& config, const std::vector<Pool
   out.push_back(std::move(pool_wait));
   out.push_back(std::move(connect_errors));
   out.push_back(std::move(missing));
+}
 
+void Metrics::render_partitions(std::vector<pm::MetricFamily>& out, const config::Config& config) const {
   auto pq = family("splitpoint_partition_queries_total", "Statements per logical partition.", pm::MetricType::Counter);
   auto pw = family("splitpoint_partition_writes_total", "Rows written per logical partition.", pm::MetricType::Counter);
   auto skew_f = family("splitpoint_partition_skew",
@@ -306,7 +323,10 @@ std::string Metrics::render(const config::Config& config, const std::vector<Pool
   out.push_back(std::move(pq));
   out.push_back(std::move(pw));
   out.push_back(std::move(skew_f));
+}
 
+// Errors, bytes, combine steps, reloads, two-phase commits.
+void Metrics::render_totals(std::vector<pm::MetricFamily>& out) const {
   auto errors = family("splitpoint_errors_total", "Errors sent to clients by SQLSTATE.", pm::MetricType::Counter);
   std::map<std::string, std::uint64_t> by_code;
   for (auto& w : workers_) {
@@ -343,10 +363,6 @@ std::string Metrics::render(const config::Config& config, const std::vector<Pool
   for (std::size_t i = 0; i < kTwoPhaseOutcomes; ++i)
     add_counter(tpc, {label("outcome", kOutcomes[i])}, double(two_phase_[i].load()));
   out.push_back(std::move(tpc));
-
-  std::ostringstream text;
-  pm::TextSerializer().Serialize(text, out);
-  return text.str();
 }
 
 std::vector<Metrics::PartitionRow> Metrics::partitions(const config::Config& config) const {

@@ -19,6 +19,10 @@
 #include "routing/router.hpp"
 #include "routing/topology.hpp"
 
+namespace prometheus {
+struct MetricFamily;
+}
+
 namespace splitpoint::server {
 
 // queries_total{route}: how a statement was routed.
@@ -182,6 +186,13 @@ class Metrics {
   double skew(const config::Config& config, std::size_t distribution) const;
 
  private:
+  template <typename Get>
+  double sum(Get get) const;
+  void render_connections(std::vector<prometheus::MetricFamily>& out, const std::vector<PoolGauge>& pools) const;
+  void render_statements(std::vector<prometheus::MetricFamily>& out, const config::Config& config) const;
+  void render_partitions(std::vector<prometheus::MetricFamily>& out, const config::Config& config) const;
+  void render_totals(std::vector<prometheus::MetricFamily>& out) const;
+
   std::vector<std::unique_ptr<WorkerMetrics>> workers_;
   std::vector<std::size_t> offsets_;  // per distribution, into the flat partition arrays
   std::vector<std::uint32_t> counts_;

@@ -1,5 +1,7 @@
 #include "server/pool.hpp"
 
+#include <stdexcept>
+
 namespace splitpoint::server {
 
 // A queued acquirer. Shared with release(), which may run on another thread: it
@@ -79,6 +81,26 @@ awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
     }
     if (may_open) {
       auto r = co_await connect_backend(target_);
+      bool read_max_prepared = false;
+      {
+        std::lock_guard lock(mu_);
+        if (r.backend && !reading_max_prepared_ && max_prepared_transactions_.value_or(0) == 0)
+          read_max_prepared = reading_max_prepared_ = true;
+      }
+      if (read_max_prepared) {
+        // Not a ParameterStatus parameter: one query, on the pool's first connection
+        // (and on each new one while it reads 0).
+        auto q = co_await simple_query(*r.backend, "SHOW max_prepared_transactions", target_.connect_timeout);
+        std::lock_guard lock(mu_);
+        reading_max_prepared_ = false;
+        if (q.ok() && !q.rows.empty() && !q.rows[0].empty() && q.rows[0][0]) {
+          try {
+            max_prepared_transactions_ = std::stoi(*q.rows[0][0]);
+          } catch (const std::exception&) {
+          }
+        }
+        if (q.lost) r = ConnectResult{nullptr, q.error_code, "shard \"" + target_.shard + "\": " + q.error_message};
+      }
       std::lock_guard lock(mu_);
       --opening_;
       if (!r.backend) {
@@ -180,6 +202,16 @@ void Pool::remember_startup_parameters(const std::string& script, ParameterList 
   std::lock_guard lock(mu_);
   if (startup_parameters_.size() >= 256) startup_parameters_.clear();  // a bound, not a policy
   startup_parameters_[script] = std::move(reported);
+}
+
+std::optional<int> Pool::max_prepared_transactions() const {
+  std::lock_guard lock(mu_);
+  return max_prepared_transactions_;
+}
+
+void Pool::set_max_prepared_transactions(int value) {
+  std::lock_guard lock(mu_);
+  max_prepared_transactions_ = value;
 }
 
 PoolStats Pool::stats() const {

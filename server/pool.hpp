@@ -51,6 +51,13 @@ class Pool : public std::enable_shared_from_this<Pool> {
   std::optional<ParameterList> startup_parameters(const std::string& script) const;
   void remember_startup_parameters(const std::string& script, ParameterList reported);
 
+  // The server's max_prepared_transactions (SHOW, on the first connection the pool
+  // opens, and again on each new one while it is 0: changing it restarts PostgreSQL,
+  // which closes every connection); nullopt until read. 0 means this shard cannot take
+  // part in two-phase commit (server/session_two_phase.cpp).
+  std::optional<int> max_prepared_transactions() const;
+  void set_max_prepared_transactions(int value);
+
   // PAUSE: no connection is handed out until resumed; acquirers wait (with their
   // deadline), statements already running finish.
   void set_paused(bool paused);
@@ -74,6 +81,8 @@ class Pool : public std::enable_shared_from_this<Pool> {
   std::deque<std::shared_ptr<Waiter>> waiters_;
   std::optional<ParameterList> server_parameters_;
   std::unordered_map<std::string, ParameterList> startup_parameters_;
+  std::optional<int> max_prepared_transactions_;
+  bool reading_max_prepared_ = false;  // one connection reads it at a time
   bool paused_ = false;
 };
 

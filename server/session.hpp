@@ -11,7 +11,7 @@
 //   session_route.cpp      routing decisions, transactions, multi-shard writes,
 //                          local commands (SET/SHOW splitpoint.*)
 //   session_two_phase.cpp  joining shards, two-phase commit as coordinator
-//   session_copy.cpp       COPY FROM STDIN split by key
+//   session_copy.cpp       COPY FROM STDIN split by key: its executor, CopyIn
 //   session_scatter.cpp    deadline and partial-result settings; hands a scatter read to
 //                          its executor, ScatterRead (scatter_read.hpp; its combine step
 //                          in scatter_combine.cpp)
@@ -44,9 +44,12 @@ namespace splitpoint::server {
 class Server;
 struct Worker;
 class ScatterRead;
+class CopyIn;
 
 class Session : public std::enable_shared_from_this<Session> {
-  friend class ScatterRead;  // an executor of the session's statements (server/scatter_read.hpp)
+  // Executors of the session's statements: server/scatter_read.hpp, server/session_copy.cpp
+  friend class ScatterRead;
+  friend class CopyIn;
 
  public:
   Session(Server& server, Worker& worker, tcp::socket socket);
@@ -182,6 +185,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void count_route(const routing::Route& route, RouteLabel label);
   static RouteLabel label_of(const routing::Route& route, bool multi);
   awaitable<bool> handle_query(const protocol::Frame& f);
+  awaitable<bool> hold_begin(std::string_view sql);
+  awaitable<std::optional<bool>> deallocate(routing::Route& route, const std::string& name);
+  awaitable<bool> forward_query(const protocol::Frame& f, routing::Route& route, std::size_t target,
+                                std::string_view sql);
   // EXECUTE name (...): routed as the prepared query with those arguments. False: refused.
   awaitable<bool> route_execute(routing::Route& route);
   // Before a PREPARE or EXECUTE on the current backend: replaces another session's
@@ -190,11 +197,17 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string note_session_commands(std::string_view sql, std::vector<SessionCmd>& into);
   awaitable<bool> handle_parse(const protocol::Frame& f);
   awaitable<bool> handle_bind(const protocol::Frame& f);
+  awaitable<std::optional<bool>> bind_transaction_end(routing::Route& route, std::string_view portal);
+  awaitable<bool> bind_scatter(const routing::Route& route, const protocol::Bind& bind, std::string sql,
+                               const std::vector<std::int32_t>& types);
+  awaitable<bool> bind_forward(const protocol::Frame& f, const routing::Route& route, std::size_t target,
+                               const Prepared& p, std::string query);
   // ---- session_admin.cpp: the admin console (database "splitpoint", SPEC §7)
   static constexpr const char* kAdminDatabase = "splitpoint";
   awaitable<bool> admin_login();
   awaitable<void> serve_admin();
   awaitable<bool> admin_command(std::string_view sql, std::string& out);
+  awaitable<void> show_route(std::string_view sql, std::string& out);
   // ---- session_scatter.cpp
   struct ScatterRequest {
     std::string sql;  // the client's statement

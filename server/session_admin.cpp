@@ -83,6 +83,44 @@ const char* kind_name(routing::RouteKind k) {
   return "?";
 }
 
+// SHOW CONFIG: the settings in force.
+void show_config(const config::Config& c, std::string& out) {
+  Table t({"key", "value"});
+  auto dur = [](auto d) { return std::to_string(d.count()) + "ms"; };
+  t.row({"listen", c.listen.host + ":" + std::to_string(c.listen.port)});
+  t.row({"metrics_listen", c.metrics_listen.host + ":" + std::to_string(c.metrics_listen.port)});
+  t.row({"pool_mode", c.pool_mode == config::PoolMode::transaction ? "transaction" : "session"});
+  const char* auths[] = {"trust", "password", "md5", "scram-sha-256"};
+  t.row({"auth", auths[static_cast<int>(c.auth)]});
+  t.row({"tls", c.tls ? "on" : "off"});
+  t.row({"users", std::to_string(c.users.size())});
+  std::vector<std::string> shards;
+  for (auto& s : c.shards) shards.push_back(s.name);
+  t.row({"shards", join(shards)});
+  for (auto& d : c.distributions) {
+    const char* methods[] = {"hash", "range", "list"};
+    std::vector<std::string> tables;
+    for (auto& [tb, col] : d.tables) tables.push_back(tb + "(" + col + ")");
+    t.row({"distribution " + d.name, std::string(methods[static_cast<int>(d.method)]) + "; tables " + join(tables)});
+  }
+  t.row({"reference_tables", join(c.reference_tables)});
+  t.row({"scatter.deadline", dur(c.scatter.deadline)});
+  t.row({"scatter.max_deadline", dur(c.scatter.max_deadline)});
+  t.row({"scatter.partial_results", c.scatter.partial_results == config::PartialResults::allow ? "allow" : "deny"});
+  t.row({"scatter.max_buffered_rows", std::to_string(c.scatter.max_buffered_rows)});
+  t.row({"scatter.combine", c.shards.empty() ? "" : c.shards[c.scatter.combine_shard].name});
+  t.row({"scatter.max_combine_rows", std::to_string(c.scatter.max_combine_rows)});
+  t.row({"transactions.cross_shard_writes",
+         c.cross_shard_writes == config::CrossShardWrites::two_phase ? "two_phase" : "refuse"});
+  t.row({"timeouts.client_login", dur(c.timeouts.client_login)});
+  t.row({"timeouts.client_idle", dur(c.timeouts.client_idle)});
+  t.row({"timeouts.server_connect", dur(c.timeouts.server_connect)});
+  t.row({"timeouts.shutdown", dur(c.timeouts.shutdown)});
+  t.row({"max_client_connections", std::to_string(c.max_client_connections)});
+  t.row({"max_message_size", std::to_string(c.max_message_size)});
+  t.encode(out, "SHOW");
+}
+
 }  // namespace
 
 awaitable<bool> Session::admin_login() {
@@ -151,6 +189,49 @@ awaitable<void> Session::serve_admin() {
     cpos_ += f.size;
     if (!out.empty() && co_await stream_.write(out)) co_return;
   }
+}
+
+// SHOW ROUTE <statement>: how it would be routed and answered, without running it.
+awaitable<void> Session::show_route(std::string_view sql, std::string& out) {
+  auto rt = server_.runtime();
+  // The statement after SHOW ROUTE, routed without running it.
+  std::string_view r2;
+  words_of(sql, 2, r2);
+  std::string stmt(r2);
+  std::vector<std::shared_ptr<const routing::TableShape>> keep;
+  auto lookup = shape_lookup(keep);
+  auto route = rt->router->route_simple(stmt, routing_, lookup);
+  if (route.kind == routing::RouteKind::need_shapes) {
+    co_await fetch_shapes(route.missing_tables);
+    route = rt->router->route_simple(stmt, routing_, lookup);
+  }
+  std::vector<std::string> shards, parts;
+  std::vector<std::size_t> ids = route.shards;
+  if (route.kind == routing::RouteKind::all_shards)
+    for (std::size_t s = 0; s < rt->config.shards.size(); ++s) ids.push_back(s);
+  for (auto s : ids) shards.push_back(rt->config.shards[s].name);
+  for (auto& p : route.partitions)
+    parts.push_back(rt->config.distributions[p.distribution].name + ":" + std::to_string(p.partition));
+  std::string merge = "none (one shard)";
+  bool multi = route.kind == routing::RouteKind::all_shards ||
+               (route.kind == routing::RouteKind::shards && route.shards.size() > 1);
+  if (route.kind == routing::RouteKind::any_shard) merge = "none (any one shard)";
+  if (multi && route.cls == routing::StatementClass::read) {
+    std::vector<std::shared_ptr<const routing::TableShape>> keep;
+    auto planned = rt->shapes->scatter_plans().plan(stmt, scatter_options(*rt, route, keep));
+    if (planned->merge) merge = planned->merge->describe();
+    else if (planned->combine) merge = planned->combine->describe();
+    else merge = "refused: " + planned->error->sqlstate + " " + planned->error->message;
+  } else if (multi) {
+    merge = route.per_shard_sql.empty() ? "same statement on each shard; results combined"
+                                        : "rows split into one statement per shard; results combined";
+  }
+  Table t({"route", "shards", "partitions", "keys", "merge", "error"});
+  t.row({kind_name(route.kind), join(shards), join(parts), join(route.key_values), merge,
+         route.kind == routing::RouteKind::error
+             ? std::optional<std::string>(route.sqlstate + " " + route.message)
+             : std::nullopt});
+  t.encode(out, "SHOW");
 }
 
 // Runs one admin command, appending its result (or an error) to `out`.
@@ -227,76 +308,9 @@ awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
     }
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "CONFIG"})) {
-    Table t({"key", "value"});
-    const auto& c = rt->config;
-    auto dur = [](auto d) { return std::to_string(d.count()) + "ms"; };
-    t.row({"listen", c.listen.host + ":" + std::to_string(c.listen.port)});
-    t.row({"metrics_listen", c.metrics_listen.host + ":" + std::to_string(c.metrics_listen.port)});
-    t.row({"pool_mode", c.pool_mode == config::PoolMode::transaction ? "transaction" : "session"});
-    const char* auths[] = {"trust", "password", "md5", "scram-sha-256"};
-    t.row({"auth", auths[static_cast<int>(c.auth)]});
-    t.row({"tls", c.tls ? "on" : "off"});
-    t.row({"users", std::to_string(c.users.size())});
-    std::vector<std::string> shards;
-    for (auto& s : c.shards) shards.push_back(s.name);
-    t.row({"shards", join(shards)});
-    for (auto& d : c.distributions) {
-      const char* methods[] = {"hash", "range", "list"};
-      std::vector<std::string> tables;
-      for (auto& [tb, col] : d.tables) tables.push_back(tb + "(" + col + ")");
-      t.row({"distribution " + d.name, std::string(methods[static_cast<int>(d.method)]) + "; tables " + join(tables)});
-    }
-    t.row({"reference_tables", join(c.reference_tables)});
-    t.row({"scatter.deadline", dur(c.scatter.deadline)});
-    t.row({"scatter.max_deadline", dur(c.scatter.max_deadline)});
-    t.row({"scatter.partial_results", c.scatter.partial_results == config::PartialResults::allow ? "allow" : "deny"});
-    t.row({"scatter.max_buffered_rows", std::to_string(c.scatter.max_buffered_rows)});
-    t.row({"timeouts.client_login", dur(c.timeouts.client_login)});
-    t.row({"timeouts.client_idle", dur(c.timeouts.client_idle)});
-    t.row({"timeouts.server_connect", dur(c.timeouts.server_connect)});
-    t.row({"timeouts.shutdown", dur(c.timeouts.shutdown)});
-    t.row({"max_client_connections", std::to_string(c.max_client_connections)});
-    t.row({"max_message_size", std::to_string(c.max_message_size)});
-    t.encode(out, "SHOW");
+    show_config(rt->config, out);
   } else if (is({"SHOW", "ROUTE"})) {
-    // The statement after SHOW ROUTE, routed without running it.
-    std::string_view r2;
-    words_of(sql, 2, r2);
-    std::string stmt(r2);
-    std::vector<std::shared_ptr<const routing::TableShape>> keep;
-    auto lookup = shape_lookup(keep);
-    auto route = rt->router->route_simple(stmt, routing_, lookup);
-    if (route.kind == routing::RouteKind::need_shapes) {
-      co_await fetch_shapes(route.missing_tables);
-      route = rt->router->route_simple(stmt, routing_, lookup);
-    }
-    std::vector<std::string> shards, parts;
-    std::vector<std::size_t> ids = route.shards;
-    if (route.kind == routing::RouteKind::all_shards)
-      for (std::size_t s = 0; s < rt->config.shards.size(); ++s) ids.push_back(s);
-    for (auto s : ids) shards.push_back(rt->config.shards[s].name);
-    for (auto& p : route.partitions)
-      parts.push_back(rt->config.distributions[p.distribution].name + ":" + std::to_string(p.partition));
-    std::string merge = "none (one shard)";
-    bool multi = route.kind == routing::RouteKind::all_shards ||
-                 (route.kind == routing::RouteKind::shards && route.shards.size() > 1);
-    if (route.kind == routing::RouteKind::any_shard) merge = "none (any one shard)";
-    if (multi && route.cls == routing::StatementClass::read) {
-      std::vector<std::shared_ptr<const routing::TableShape>> keep;
-      auto planned = rt->shapes->scatter_plans().plan(stmt, scatter_options(*rt, route, keep));
-      if (planned->merge) merge = planned->merge->describe();
-      else if (planned->combine) merge = planned->combine->describe();
-      else merge = "refused: " + planned->error->sqlstate + " " + planned->error->message;
-    } else if (multi) {
-      merge = route.per_shard_sql.empty() ? "same statement on each shard; results combined"
-                                          : "rows split into one statement per shard; results combined";
-    }
-    Table t({"route", "shards", "partitions", "keys", "merge", "error"});
-    t.row({kind_name(route.kind), join(shards), join(parts), join(route.key_values), merge,
-           route.kind == routing::RouteKind::error
-               ? std::optional<std::string>(route.sqlstate + " " + route.message)
-               : std::nullopt});
-    t.encode(out, "SHOW");
+    co_await show_route(sql, out);
   } else if (is({"RELOAD"})) {
     std::string err;
     if (server_.reload(err)) proto::CommandComplete{"RELOAD"}.encode(out);

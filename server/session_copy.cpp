@@ -1,6 +1,12 @@
 // COPY ... FROM STDIN into a sharded table (split by key) or a reference table (a copy
-// to every shard). The client's CopyData stream is cut into rows (routing/copy.hpp)
-// and each row goes to the shard that owns its key, in one COPY per shard.
+// to every shard), the COPY-in executor: the client's CopyData stream is cut into rows
+// (routing/copy.hpp) and each row goes to the shard that owns its key, in one COPY per
+// shard. Its phases, in the order run() calls them:
+//   find_key()         where the key is in each row (the table's shape, read if unknown)
+//   start()            COPY started on every shard; the first CopyInResponse is the client's
+//   take_client_data() the client's CopyData, cut into rows, routed, written in large writes
+//   finish()           CopyDone (with the binary trailer) or CopyFail on every shard
+//   answer()           one CommandComplete or error for the client
 #include <spdlog/spdlog.h>
 
 #include <charconv>
@@ -57,6 +63,7 @@ std::optional<std::string> binary_key_as_text(const routing::ColumnType& type, s
   return std::nullopt;
 }
 
+// One shard's side of the COPY.
 struct ShardCopy {
   std::string out;        // CopyData messages not yet written
   bool prologue_sent = false;
@@ -68,279 +75,332 @@ struct ShardCopy {
 
 }  // namespace
 
-awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, const routing::CopyStatement& cs) {
-  auto& topo = *runtime_->topology;
-  auto cls = topo.classify(cs.schema, cs.table);
-  const bool sharded = cls.kind == routing::TableClass::Kind::sharded;
-  const std::string table = routing::Topology::table_name(cs.schema, cs.table);
-  const bool in_txn = in_transaction();
-  if (in_txn && pools_.size() > 1 && !two_phase())
-    co_return co_await reject(sqlstate::cross_shard_write,
-                              "COPY into \"" + table + "\" may write to several shards, which a transaction may not",
-                              false);
+class CopyIn {
+ public:
+  CopyIn(Session& s, const proto::Frame& f, std::string sql, const routing::CopyStatement& cs)
+      : s_(s), f_(f), sql_(std::move(sql)), cs_(cs), topo_(*s.runtime_->topology),
+        cls_(topo_.classify(cs.schema, cs.table)), sharded_(cls_.kind == routing::TableClass::Kind::sharded),
+        table_(routing::Topology::table_name(cs.schema, cs.table)), in_txn_(s.in_transaction()),
+        shards_(s.pools_.size()) {}
 
-  // Where the key is in each row, and how to read it.
-  std::size_t key_index = 0;
-  routing::ColumnType key_type;
-  if (sharded) {
-    auto shape = runtime_->shapes->find(table);
-    if (!shape) {
-      std::vector<std::string> wanted(1, table);  // (no braced list: GCC 12 coroutine bug)
-      if (!co_await fetch_shapes(wanted)) co_return co_await reject(sqlstate::connection_failure,
-                                                                      "cannot read the definition of " + table, false);
-      shape = runtime_->shapes->find(table);
-    }
-    if (!shape || shape->columns.empty())
-      co_return co_await reject(sqlstate::undefined_table, "relation \"" + table + "\" does not exist", false);
-    const auto& cols = cs.columns.empty() ? shape->columns : cs.columns;
-    auto it = std::find(cols.begin(), cols.end(), cls.key_column);
-    if (it == cols.end())
-      co_return co_await reject(sqlstate::no_shard_key,
-                                "COPY into sharded table \"" + table + "\" must include its key column \"" +
-                                    cls.key_column + "\"",
-                                false);
-    key_index = static_cast<std::size_t>(it - cols.begin());
-    auto tcol = std::find(shape->columns.begin(), shape->columns.end(), cls.key_column);
-    if (tcol != shape->columns.end())
-      key_type = routing::column_type(shape->types[static_cast<std::size_t>(tcol - shape->columns.begin())]);
+  awaitable<bool> run();
+
+ private:
+  awaitable<bool> find_key();
+  awaitable<void> start();
+  awaitable<bool> start_on(std::size_t s);
+  awaitable<void> take_client_data();
+  void route_rows();
+  awaitable<void> flush(bool done);
+  awaitable<void> finish();
+  awaitable<void> answer();
+  void fail(std::string reason, std::string code) {
+    fail_reason_ = std::move(reason);
+    fail_code_ = std::move(code);
   }
 
-  co_await drain();
-  if (closing_) co_return false;
-  const std::size_t n = pools_.size();
-  std::vector<ShardCopy> shards(n);
+  Session& s_;
+  const proto::Frame& f_;
+  const std::string sql_;
+  const routing::CopyStatement& cs_;
+  const routing::Topology& topo_;
+  const routing::TableClass cls_;
+  const bool sharded_;
+  const std::string table_;
+  const bool in_txn_;
+  std::vector<ShardCopy> shards_;
+  // Where the key is in each row, and how to read it.
+  std::size_t key_index_ = 0;
+  routing::ColumnType key_type_;
+  std::optional<routing::CopySplitter> splitter_;
+  std::vector<std::uint64_t> partition_rows_;  // rows sent per partition, for rows_written
+  std::string copy_in_response_;  // the first shard's: what the client sees
+  std::string start_error_;
+  std::string fail_reason_;  // set: abort with CopyFail on every shard
+  std::string fail_code_;
+  bool client_failed_ = false;
+};
 
-  // Start COPY on every shard; the first CopyInResponse is what the client sees.
-  std::string copy_in_response;
-  std::string start_error;
-  for (std::size_t s = 0; s < n && start_error.empty(); ++s) {
-    if (!held_[s]) {
-      auto r = co_await pools_[s]->acquire(runtime_->config.timeouts.client_login);
+// (Coroutines of this class are defined outside it: GCC 12 miscompiled run() defined in
+// the class body, which then died with SIGILL.)
+awaitable<bool> CopyIn::run() {
+  if (in_txn_ && shards_.size() > 1 && !s_.two_phase()) {
+    co_await s_.reject(sqlstate::cross_shard_write,
+                       "COPY into \"" + table_ + "\" may write to several shards, which a transaction may not", false);
+    co_return !s_.closing_;
+  }
+  if (sharded_) {
+    const bool found = co_await find_key();
+    if (!found) co_return !s_.closing_;
+  }
+  co_await s_.drain();
+  if (s_.closing_) co_return false;
+  co_await start();
+  if (!start_error_.empty()) {
+    fail_reason_ = "COPY could not start on every shard";
+  } else {
+    co_await take_client_data();
+  }
+  co_await finish();
+  co_await answer();
+  co_return !s_.closing_;
+}
+
+awaitable<bool> CopyIn::find_key() {
+  auto shape = s_.runtime_->shapes->find(table_);
+  if (!shape) {
+    std::vector<std::string> wanted(1, table_);  // (no braced list: GCC 12 coroutine bug)
+    if (!co_await s_.fetch_shapes(wanted)) {
+      co_await s_.reject(sqlstate::connection_failure, "cannot read the definition of " + table_, false);
+      co_return false;
+    }
+    shape = s_.runtime_->shapes->find(table_);
+  }
+  if (!shape || shape->columns.empty()) {
+    co_await s_.reject(sqlstate::undefined_table, "relation \"" + table_ + "\" does not exist", false);
+    co_return false;
+  }
+  const auto& cols = cs_.columns.empty() ? shape->columns : cs_.columns;
+  auto it = std::find(cols.begin(), cols.end(), cls_.key_column);
+  if (it == cols.end()) {
+    co_await s_.reject(sqlstate::no_shard_key,
+                       "COPY into sharded table \"" + table_ + "\" must include its key column \"" +
+                           cls_.key_column + "\"",
+                       false);
+    co_return false;
+  }
+  key_index_ = static_cast<std::size_t>(it - cols.begin());
+  auto tcol = std::find(shape->columns.begin(), shape->columns.end(), cls_.key_column);
+  if (tcol != shape->columns.end())
+    key_type_ = routing::column_type(shape->types[static_cast<std::size_t>(tcol - shape->columns.begin())]);
+  co_return true;
+}
+
+// COPY on every shard, one after the other, up to its CopyInResponse.
+awaitable<void> CopyIn::start() {
+  for (std::size_t s = 0; s < shards_.size() && start_error_.empty(); ++s) {
+    if (!s_.held_[s]) {
+      auto r = co_await s_.pools_[s]->acquire(s_.runtime_->config.timeouts.client_login);
       if (!r.backend) {
-        start_error = error_body(r.sqlstate, r.message);
+        start_error_ = error_body(r.sqlstate, r.message);
         break;
       }
-      held_[s] = std::move(r.backend);
+      s_.held_[s] = std::move(r.backend);
     }
-    Backend* b = held_[s].get();
-    std::string out;
-    // A shard outside the client's transaction joins it (two_phase commits them together).
-    int swallow = sync_backend_state(*b, out, true);
-    if (in_txn) {
-      note_written(s);
-      if (!write_shard_) write_shard_ = s;
+    if (!co_await start_on(s)) shards_[s].lost = true;
+    if (shards_[s].lost) start_error_ = "lost";
+    else if (!shards_[s].error.empty()) start_error_ = shards_[s].error;
+  }
+  splitter_.emplace(cs_, key_index_, cls_.key_column);
+  partition_rows_.assign(sharded_ ? topo_.partition_count(cls_.distribution) : 0, 0);
+}
+
+// False: the connection broke.
+awaitable<bool> CopyIn::start_on(std::size_t s) {
+  Backend* b = s_.held_[s].get();
+  std::string out;
+  // A shard outside the client's transaction joins it (two_phase commits them together).
+  int swallow = s_.sync_backend_state(*b, out, true);
+  if (in_txn_) {
+    s_.note_written(s);
+    if (!s_.write_shard_) s_.write_shard_ = s;
+  }
+  proto::Query{sql_}.encode(out);
+  if (auto [ec, w] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow); ec) co_return false;
+  // Read up to the CopyInResponse (or an error, then ReadyForQuery).
+  for (;;) {
+    auto r = proto::decode_frame(b->read_buf, proto::Direction::backend, s_.limits_);
+    if (r.status == proto::FrameStatus::error) co_return false;
+    if (r.status == proto::FrameStatus::need_more) {
+      if (co_await read_into(b->socket, b->read_buf, 16384)) co_return false;
+      continue;
     }
-    proto::Query{sql}.encode(out);
-    if (auto [ec, w] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow); ec) {
-      shards[s].lost = true;
-      start_error = "lost";
+    char type = r.frame.type;
+    std::string frame(b->read_buf, 0, r.frame.size);
+    std::string body(r.frame.body);
+    b->read_buf.erase(0, r.frame.size);
+    if (type == 'Z') {
+      b->status = body.empty() ? 'E' : body[0];
+      if (swallow-- > 0) continue;
+      co_return true;
+    }
+    if (swallow > 0) continue;
+    if (type == 'E') shards_[s].error = body;
+    if (type == 'G') {
+      shards_[s].started = true;
+      if (copy_in_response_.empty()) copy_in_response_ = frame;
+      co_return true;
+    }
+  }
+}
+
+// Sends the rows the splitter has completed to the shards that own their keys.
+void CopyIn::route_rows() {
+  auto& splitter = *splitter_;
+  if (splitter.prologue_ready()) {
+    for (auto& sc : shards_) {
+      if (sc.prologue_sent || splitter.prologue().empty()) continue;
+      proto::CopyData{splitter.prologue()}.encode(sc.out);
+      sc.prologue_sent = true;
+    }
+  }
+  routing::CopyRow row;
+  while (fail_reason_.empty() && splitter.next_row(row)) {
+    std::optional<std::string> key = row.key;
+    if (key && cs_.format == routing::CopyStatement::Format::binary) key = binary_key_as_text(key_type_, *key);
+    auto part = topo_.partition_of(cls_.distribution, key_type_, key);
+    if (part.status == routing::PartitionOf::Status::no_partition)
+      return fail("key " + (key ? *key : std::string("NULL")) + " of table \"" + table_ + "\" maps to no partition",
+                  sqlstate::no_partition);
+    if (part.status != routing::PartitionOf::Status::ok)
+      return fail("cannot read the key of a row of table \"" + table_ + "\"", sqlstate::no_shard_key);
+    proto::CopyData{row.bytes}.encode(shards_[topo_.shard_of(cls_.distribution, part.partition)].out);
+    if (part.partition < partition_rows_.size()) ++partition_rows_[part.partition];
+  }
+}
+
+// The client's COPY data frames after the Query frame. Bytes consumed here are erased
+// from cbuf_ so serve() only has the Query frame to step over.
+awaitable<void> CopyIn::take_client_data() {
+  co_await s_.stream_.write(copy_in_response_);
+  auto& splitter = *splitter_;
+  const std::size_t base = s_.cpos_ + f_.size;
+  bool done = false;
+  while (!done && !s_.closing_) {
+    auto r = proto::decode_frame(std::string_view(s_.cbuf_).substr(base), proto::Direction::frontend, s_.limits_);
+    if (r.status == proto::FrameStatus::error) {
+      s_.closing_ = true;
+      fail_reason_ = r.error;
       break;
     }
-    // Read up to the CopyInResponse (or an error, then ReadyForQuery).
-    for (;;) {
-      auto r = proto::decode_frame(b->read_buf, proto::Direction::backend, limits_);
-      if (r.status == proto::FrameStatus::error) {
-        shards[s].lost = true;
+    if (r.status == proto::FrameStatus::need_more) {
+      if (co_await s_.stream_.read_some(s_.cbuf_)) {
+        s_.closing_ = true;
+        fail_reason_ = "client connection lost during COPY";
         break;
       }
-      if (r.status == proto::FrameStatus::need_more) {
-        if (co_await read_into(b->socket, b->read_buf, 16384)) {
-          shards[s].lost = true;
-          break;
-        }
-        continue;
-      }
-      char type = r.frame.type;
-      std::string frame(b->read_buf, 0, r.frame.size);
-      std::string body(r.frame.body);
-      b->read_buf.erase(0, r.frame.size);
-      if (type == 'Z') {
-        b->status = body.empty() ? 'E' : body[0];
-        if (swallow-- > 0) continue;
-        break;
-      }
-      if (swallow > 0) continue;
-      if (type == 'E') shards[s].error = body;
-      if (type == 'G') {
-        shards[s].started = true;
-        if (copy_in_response.empty()) copy_in_response = frame;
-        break;
-      }
+      continue;
     }
-    if (shards[s].lost) start_error = "lost";
-    else if (!shards[s].error.empty()) start_error = shards[s].error;
+    char type = r.frame.type;
+    if (type == 'd' && fail_reason_.empty()) {
+      if (!sharded_) {
+        for (auto& sc : shards_) sc.out.append(s_.cbuf_, base, r.frame.size);
+      } else if (!splitter.feed(r.frame.body)) {
+        fail(splitter.error(), "22P04");  // bad_copy_file_format
+      } else {
+        route_rows();
+      }
+    } else if (type == 'c') {
+      done = true;
+      if (sharded_ && fail_reason_.empty()) {
+        if (!splitter.finish()) fail(splitter.error(), "22P04");
+        else route_rows();  // a last line without a line end is a row too
+      }
+    } else if (type == 'f') {
+      done = true;
+      client_failed_ = true;
+      auto cf = proto::CopyFail::decode(r.frame.body);
+      fail_reason_ = cf ? std::string(cf->message) : "COPY failed";
+    } else if (type != 'H' && type != 'S' && type != 'd') {
+      s_.closing_ = true;
+      fail_reason_ = "unexpected message type during COPY";
+    }
+    s_.cbuf_.erase(base, r.frame.size);
+    co_await flush(done);
   }
+}
 
-  routing::CopySplitter splitter(cs, key_index, cls.key_column);
-  // Rows sent per partition, for rows_written once a shard's COPY is done.
-  std::vector<std::uint64_t> partition_rows(sharded ? topo.partition_count(cls.distribution) : 0);
-  std::string fail_reason;  // set: abort with CopyFail on every shard
-  std::string fail_code;
-  bool client_failed = false;
-
-  // Sends the rows the splitter has completed to the shards that own their keys.
-  auto route_rows = [&] {
-    if (splitter.prologue_ready()) {
-      for (auto& sc : shards) {
-        if (sc.prologue_sent || splitter.prologue().empty()) continue;
-        proto::CopyData{splitter.prologue()}.encode(sc.out);
-        sc.prologue_sent = true;
-      }
-    }
-    routing::CopyRow row;
-    while (fail_reason.empty() && splitter.next_row(row)) {
-      std::optional<std::string> key = row.key;
-      if (key && cs.format == routing::CopyStatement::Format::binary) key = binary_key_as_text(key_type, *key);
-      auto part = topo.partition_of(cls.distribution, key_type, key);
-      if (part.status != routing::PartitionOf::Status::ok) {
-        fail_reason = part.status == routing::PartitionOf::Status::no_partition
-                          ? "key " + (key ? *key : std::string("NULL")) + " of table \"" + table +
-                                "\" maps to no partition"
-                          : "cannot read the key of a row of table \"" + table + "\"";
-        fail_code = part.status == routing::PartitionOf::Status::no_partition ? sqlstate::no_partition
-                                                                              : sqlstate::no_shard_key;
-        return;
-      }
-      proto::CopyData{row.bytes}.encode(shards[topo.shard_of(cls.distribution, part.partition)].out);
-      if (part.partition < partition_rows.size()) ++partition_rows[part.partition];
-    }
-  };
-  if (!start_error.empty()) {
-    fail_reason = "COPY could not start on every shard";
-  } else {
-    co_await stream_.write(copy_in_response);
-    // Consume the client's COPY data frames after the Query frame. Bytes consumed
-    // here are erased from cbuf_ so serve() only has the Query frame to step over.
-    const std::size_t base = cpos_ + f.size;
-    bool done = false;
-    while (!done && !closing_) {
-      auto r = proto::decode_frame(std::string_view(cbuf_).substr(base), proto::Direction::frontend, limits_);
-      if (r.status == proto::FrameStatus::error) {
-        closing_ = true;
-        fail_reason = r.error;
-        break;
-      }
-      if (r.status == proto::FrameStatus::need_more) {
-        if (co_await stream_.read_some(cbuf_)) {
-          closing_ = true;
-          fail_reason = "client connection lost during COPY";
-          break;
-        }
-        continue;
-      }
-      char type = r.frame.type;
-      if (type == 'd' && fail_reason.empty()) {
-        if (!sharded) {
-          for (auto& sc : shards) sc.out.append(cbuf_, base, r.frame.size);
-        } else if (!splitter.feed(r.frame.body)) {
-          fail_reason = splitter.error();
-          fail_code = "22P04";  // bad_copy_file_format
-        } else {
-          route_rows();
-        }
-      } else if (type == 'c') {
-        done = true;
-        if (sharded && fail_reason.empty()) {
-          if (!splitter.finish()) {
-            fail_reason = splitter.error();
-            fail_code = "22P04";
-          } else {
-            route_rows();  // a last line without a line end is a row too
-          }
-        }
-      } else if (type == 'f') {
-        done = true;
-        client_failed = true;
-        auto cf = proto::CopyFail::decode(r.frame.body);
-        fail_reason = cf ? std::string(cf->message) : "COPY failed";
-      } else if (type != 'H' && type != 'S' && type != 'd') {
-        closing_ = true;
-        fail_reason = "unexpected message type during COPY";
-      }
-      cbuf_.erase(base, r.frame.size);
-      // Hand finished rows to the shards in large writes.
-      for (std::size_t s = 0; s < n; ++s) {
-        if (shards[s].out.size() < kCopyFlushBytes && !done) continue;
-        if (!fail_reason.empty() || shards[s].out.empty() || !held_[s]) continue;
-        auto [ec, w] = co_await asio::async_write(held_[s]->socket, asio::buffer(shards[s].out), use_nothrow);
-        if (ec) shards[s].lost = true;
-        shards[s].out.clear();
-      }
-    }
+// Hands finished rows to the shards in large writes.
+awaitable<void> CopyIn::flush(bool done) {
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    if (shards_[s].out.size() < kCopyFlushBytes && !done) continue;
+    if (!fail_reason_.empty() || shards_[s].out.empty() || !s_.held_[s]) continue;
+    auto [ec, w] = co_await asio::async_write(s_.held_[s]->socket, asio::buffer(shards_[s].out), use_nothrow);
+    if (ec) shards_[s].lost = true;
+    shards_[s].out.clear();
   }
+}
 
-  // Finish every started COPY: CopyDone (with the binary trailer), or CopyFail.
-  for (std::size_t s = 0; s < n; ++s) {
-    if (!held_[s] || shards[s].lost) continue;
-    Backend* b = held_[s].get();
-    if (shards[s].started) {
+// Every started COPY ends: CopyDone (with the binary trailer), or CopyFail.
+awaitable<void> CopyIn::finish() {
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    auto& sc = shards_[s];
+    if (!s_.held_[s] || sc.lost) continue;
+    Backend* b = s_.held_[s].get();
+    if (sc.started) {
       std::string out;
-      if (fail_reason.empty()) {
-        if (sharded && !splitter.prologue().empty() && !shards[s].prologue_sent)
-          proto::CopyData{splitter.prologue()}.encode(out);
-        if (sharded && !splitter.epilogue().empty()) proto::CopyData{splitter.epilogue()}.encode(out);
+      if (fail_reason_.empty()) {
+        if (sharded_ && !splitter_->prologue().empty() && !sc.prologue_sent)
+          proto::CopyData{splitter_->prologue()}.encode(out);
+        if (sharded_ && !splitter_->epilogue().empty()) proto::CopyData{splitter_->epilogue()}.encode(out);
         proto::encode_copy_done(out);
       } else {
-        proto::CopyFail{fail_reason}.encode(out);
+        proto::CopyFail{fail_reason_}.encode(out);
       }
       if (auto [ec, w] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow); ec) {
-        shards[s].lost = true;
+        sc.lost = true;
         continue;
       }
-      auto& sc = shards[s];
-      sc.lost = !co_await read_until_ready(*b, 1, limits_, [&](char type, std::string_view, std::string_view body) {
+      sc.lost = !co_await read_until_ready(*b, 1, s_.limits_, [&](char type, std::string_view, std::string_view body) {
         if (type == 'E' && sc.error.empty()) sc.error = body;
         if (type == 'C') sc.tag = body.substr(0, body.find('\0'));
       });
     }
-    if (!in_txn || shards[s].lost) end_shard(s, !shards[s].lost);
+    if (!in_txn_ || sc.lost) s_.end_shard(s, !sc.lost);
   }
+}
 
-  // One answer for the client.
+// One answer for the client.
+awaitable<void> CopyIn::answer() {
   std::string out;
   long long total = 0;
   std::string applied, failed, first_error;
-  for (std::size_t s = 0; s < n; ++s) {
-    const auto& name = pools_[s]->target().shard;
-    if (shards[s].lost || !shards[s].error.empty() || !shards[s].started) {
-      if (first_error.empty()) first_error = shards[s].error;
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    const auto& sc = shards_[s];
+    const auto& name = s_.pools_[s]->target().shard;
+    if (sc.lost || !sc.error.empty() || !sc.started) {
+      if (first_error.empty()) first_error = sc.error;
       failed += (failed.empty() ? "" : ", ") + name;
-    } else {
-      applied += (applied.empty() ? "" : ", ") + name;
-      auto sp = shards[s].tag.rfind(' ');
-      long long rows = 0;
-      if (sp != std::string::npos) std::from_chars(shards[s].tag.data() + sp + 1, shards[s].tag.data() + shards[s].tag.size(), rows);
-      // A reference table's copies each took every row: one shard's count is the answer.
-      if (sharded || applied.find(',') == std::string::npos) total += rows;
-      if (sharded) count_copy_rows(cls.distribution, s, partition_rows, static_cast<std::uint64_t>(rows));
+      continue;
     }
+    applied += (applied.empty() ? "" : ", ") + name;
+    auto sp = sc.tag.rfind(' ');
+    long long rows = 0;
+    if (sp != std::string::npos) std::from_chars(sc.tag.data() + sp + 1, sc.tag.data() + sc.tag.size(), rows);
+    // A reference table's copies each took every row: one shard's count is the answer.
+    if (sharded_ || applied.find(',') == std::string::npos) total += rows;
+    if (sharded_) s_.count_copy_rows(cls_.distribution, s, partition_rows_, static_cast<std::uint64_t>(rows));
   }
-  if (!fail_reason.empty() && !client_failed && !fail_code.empty()) {
-    proto::ErrorFields::make("ERROR", fail_code, fail_reason).encode(out, 'E');
-  } else if (client_failed) {
-    proto::ErrorFields::make("ERROR", "57014", "COPY from stdin failed: " + fail_reason).encode(out, 'E');
+  if (!fail_reason_.empty() && !client_failed_ && !fail_code_.empty()) {
+    proto::ErrorFields::make("ERROR", fail_code_, fail_reason_).encode(out, 'E');
+  } else if (client_failed_) {
+    proto::ErrorFields::make("ERROR", "57014", "COPY from stdin failed: " + fail_reason_).encode(out, 'E');
   } else if (!failed.empty()) {
     auto original = proto::ErrorFields::decode(first_error);
     std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
     std::string message = original ? std::string(original->get('M')) : std::string("connection lost");
-    if (n > 1)
+    if (shards_.size() > 1)
       message = "COPY failed on shard(s) " + failed +
                 (applied.empty() ? "; no shard applied it" : "; it was applied on shard(s) " + applied) + ": " +
                 message;
     proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
-  } else if (!fail_reason.empty()) {
-    proto::ErrorFields::make("ERROR", sqlstate::protocol_violation, fail_reason).encode(out, 'E');
+  } else if (!fail_reason_.empty()) {
+    proto::ErrorFields::make("ERROR", sqlstate::protocol_violation, fail_reason_).encode(out, 'E');
   } else {
     proto::CommandComplete{"COPY " + std::to_string(total)}.encode(out);
   }
-  if (in_txn && (out.empty() || out[0] == 'E')) {
+  if (in_txn_ && (out.empty() || out[0] == 'E')) {
     // Some shards may hold rows of it: only ROLLBACK can end the transaction now.
-    client_txn_ = 'E';
-    proxy_failed_txn_ = true;
+    s_.client_txn_ = 'E';
+    s_.proxy_failed_txn_ = true;
   }
-  proto::ReadyForQuery{client_txn_}.encode(out);
-  if (!closing_) co_await stream_.write(out);
-  co_return !closing_;
+  proto::ReadyForQuery{s_.client_txn_}.encode(out);
+  if (!s_.closing_) co_await s_.stream_.write(out);
+}
+
+awaitable<bool> Session::handle_copy_in(const proto::Frame& f, std::string sql, const routing::CopyStatement& cs) {
+  CopyIn copy(*this, f, std::move(sql), cs);
+  co_return co_await copy.run();
 }
 
 }  // namespace splitpoint::server

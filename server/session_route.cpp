@@ -250,17 +250,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     // Otherwise one shard answers as PostgreSQL: the WARNING for PREPARE TRANSACTION
     // outside a block, the error for COMMIT PREPARED inside one.
   }
-  if (route.txn == TxnCommand::begin && client_txn_ == 'I') {
-    // Held until the first statement that routes; each shard joins with this text.
-    co_await drain();
-    begin_sql_ = std::string(sql);
-    client_txn_ = 'T';
-    std::string out;
-    proto::CommandComplete{routing::first_keyword(sql) == "start" ? "START TRANSACTION" : "BEGIN"}.encode(out);
-    proto::ReadyForQuery{client_txn_}.encode(out);
-    co_await stream_.write(out);
-    co_return true;
-  }
+  if (route.txn == TxnCommand::begin && client_txn_ == 'I') co_return co_await hold_begin(sql);
   if (route.syntax_error) {
     // PostgreSQL parses the whole text before running any of it: on a shard it fails
     // at once, with PostgreSQL's own error and every field of it (HINT, DETAIL, ...).
@@ -280,40 +270,11 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   if (route.pins_session) pin_backend();
   if (route.sql_prepared == routing::Route::SqlPrepared::execute && !co_await route_execute(route))
     co_return !closing_;
-  if (auto cmd = route.session_command ? routing::classify_session_command(sql) : routing::SessionCommandInfo{};
-      cmd.kind == SessionCommand::deallocate) {
-    // DEALLOCATE of a protocol-level prepared statement (libpq/libpqxx unprepare):
-    // on the backends it lives under another name, so forget it here and answer.
-    // Of a SQL-level one: on the backend that holds it if the session holds that
-    // backend, else forgotten here (a pooled backend's copy is replaced when needed).
-    bool answer_here = false;
-    if (auto it = prepared_.find(cmd.name); it != prepared_.end() && !it->second.server_name.empty()) {
-      prepared_.erase(it);
-      answer_here = true;
-    } else if (auto sq = sql_prepared_.find(cmd.name); sq != sql_prepared_.end()) {
-      answer_here = true;
-      for (std::size_t s = 0; s < held_.size() && answer_here; ++s) {
-        if (!held_[s]) continue;
-        auto there = held_[s]->sql_prepared.find(cmd.name);
-        if (there == held_[s]->sql_prepared.end() || there->second != sq->second.token) continue;
-        held_[s]->sql_prepared.erase(there);
-        route.kind = RouteKind::shards;
-        route.shards = {s};
-        answer_here = false;
-      }
-      sql_prepared_.erase(sq);
-    } else if (runtime_->config.pool_mode == config::PoolMode::transaction) {
-      // Not this session's: another session's statement of that name on a pooled
-      // backend is not this one's to drop.
-      co_return co_await reject("26000", "prepared statement \"" + cmd.name + "\" does not exist", false);
-    }
-    if (answer_here) {
-      co_await drain();
-      std::string out;
-      proto::CommandComplete{"DEALLOCATE"}.encode(out);
-      proto::ReadyForQuery{client_txn_}.encode(out);
-      co_await stream_.write(out);
-      co_return true;
+  if (route.session_command) {
+    auto cmd = routing::classify_session_command(sql);
+    if (cmd.kind == SessionCommand::deallocate) {
+      auto done = co_await deallocate(route, cmd.name);
+      if (done) co_return *done;
     }
   }
   if (route.sql_prepared == routing::Route::SqlPrepared::prepare && sql_prepared_.count(route.names->prepared_name)) {
@@ -331,12 +292,69 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     }
     co_return co_await run_on_shards(route, sql);
   }
+  co_return co_await forward_query(f, route, *target, sql);
+}
+
+// BEGIN is held until the first statement that routes; each shard joins with its text.
+awaitable<bool> Session::hold_begin(std::string_view sql) {
+  co_await drain();
+  begin_sql_ = std::string(sql);
+  client_txn_ = 'T';
+  std::string out;
+  proto::CommandComplete{routing::first_keyword(sql) == "start" ? "START TRANSACTION" : "BEGIN"}.encode(out);
+  proto::ReadyForQuery{client_txn_}.encode(out);
+  co_await stream_.write(out);
+  co_return true;
+}
+
+// DEALLOCATE name: answered here (set: the statement is done, with handle_query's
+// result), or nullopt: `route` now says where it goes.
+awaitable<std::optional<bool>> Session::deallocate(routing::Route& route, const std::string& name) {
+  // DEALLOCATE of a protocol-level prepared statement (libpq/libpqxx unprepare):
+  // on the backends it lives under another name, so forget it here and answer.
+  // Of a SQL-level one: on the backend that holds it if the session holds that
+  // backend, else forgotten here (a pooled backend's copy is replaced when needed).
+  bool answer_here = false;
+  if (auto it = prepared_.find(name); it != prepared_.end() && !it->second.server_name.empty()) {
+    prepared_.erase(it);
+    answer_here = true;
+  } else if (auto sq = sql_prepared_.find(name); sq != sql_prepared_.end()) {
+    answer_here = true;
+    for (std::size_t s = 0; s < held_.size() && answer_here; ++s) {
+      if (!held_[s]) continue;
+      auto there = held_[s]->sql_prepared.find(name);
+      if (there == held_[s]->sql_prepared.end() || there->second != sq->second.token) continue;
+      held_[s]->sql_prepared.erase(there);
+      route.kind = RouteKind::shards;
+      route.shards = {s};
+      answer_here = false;
+    }
+    sql_prepared_.erase(sq);
+  } else if (runtime_->config.pool_mode == config::PoolMode::transaction) {
+    // Not this session's: another session's statement of that name on a pooled
+    // backend is not this one's to drop.
+    co_return co_await reject("26000", "prepared statement \"" + name + "\" does not exist", false);
+  }
+  if (answer_here) {
+    co_await drain();
+    std::string out;
+    proto::CommandComplete{"DEALLOCATE"}.encode(out);
+    proto::ReadyForQuery{client_txn_}.encode(out);
+    co_await stream_.write(out);
+    co_return true;
+  }
+  co_return std::nullopt;
+}
+
+// A Query for one shard: the pump forwards it, the expected-answer queue follows it.
+awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& route, std::size_t target,
+                                       std::string_view sql) {
   std::string error;
-  if (!check_write(route, *target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, false);
+  if (!check_write(route, target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, false);
   auto started = std::chrono::steady_clock::now();
   auto label = label_of(route, false);
   count_route(route, label);
-  if (!co_await use_shard(*target)) {
+  if (!co_await use_shard(target)) {
     if (closing_) co_return false;
     co_await send_ready();
     co_return true;
@@ -354,7 +372,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   }
   e.route = label;
   e.query_in_batch = sent_after_sync_;
-  e.rows = row_shares(route, *target);
+  e.rows = row_shares(route, target);
   // Each SET/RESET statement is recorded with its own text (never the whole Query:
   // replaying `SET ...; INSERT ...` would run the INSERT again on the next backend).
   // The router's plan says whether the text has any (no scan of other texts).
@@ -522,48 +540,9 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
 
   if ((pump_active_ || client_txn_ == 'E') && co_await refused_in_failed_transaction(route, true))
     co_return !closing_;
-  if (route.txn == TxnCommand::commit && client_txn_ != 'E' && !proxy_failed_txn_ && written_.size() > 1) {
-    // Written on several shards: two-phase commit, answered here.
-    co_await drain();
-    auto error = co_await commit_two_phase();
-    if (error.empty()) apply_session_commands();
-    else pending_commands_.clear();
-    reset_transaction();
-    std::string out;
-    if (error.empty()) {
-      local_portal_.emplace(std::string(bind->portal), "COMMIT");
-      proto::encode_bind_complete(out);
-    } else {
-      proto::Writer w(out, 'E');
-      w.bytes(error).finish();
-      skip_until_sync_ = true;
-    }
-    co_await stream_.write(out);
-    co_return true;
-  }
   if (route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback) {
-    // Finish the other shards first; the client's own message ends the last one.
-    co_await drain();
-    std::optional<std::size_t> last = write_shard_;
-    for (std::size_t s = 0; s < held_.size(); ++s)
-      if (in_transaction_on(s) && !last) last = s;
-    bool failed = client_txn_ == 'E';
-    for (std::size_t s = 0; s < held_.size(); ++s) {
-      if (!in_transaction_on(s) || (s == last && !proxy_failed_txn_)) continue;
-      auto reply = co_await run_on(s, failed || route.txn == TxnCommand::rollback ? "ROLLBACK" : "COMMIT");
-      end_shard(s, !reply.lost && reply.error.empty());
-    }
-    if (proxy_failed_txn_) {
-      // Every shard rolled back; the client's COMMIT/ROLLBACK is answered here.
-      reset_transaction();
-      local_portal_.emplace(std::string(bind->portal), "ROLLBACK");
-      std::string out;
-      proto::encode_bind_complete(out);
-      co_await stream_.write(out);
-      co_return true;
-    }
-    route.kind = RouteKind::shards;
-    route.shards = {last ? *last : pick_any_shard()};
+    auto done = co_await bind_transaction_end(route, bind->portal);
+    if (done) co_return *done;
   } else if ((route.txn == TxnCommand::prepare || route.txn == TxnCommand::finish_prepared) &&
              (two_phase::txid_of(route.names->gid) || pools_.size() > 1)) {
     // The extended protocol takes a client's two-phase commit with one shard only.
@@ -590,46 +569,106 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
   if (route.pins_session) pin_backend();
   auto target = single_target(route);
-  if (!target) {
-    // Several shards: answered by the proxy at Execute; BindComplete now, in order.
-    leave_batch_shard(kNoShard);
-    if (route.cls != StatementClass::read) {
-      if (in_transaction())
-        co_return co_await reject(sqlstate::cross_shard_write,
-                                  "statement would write to several shards inside a transaction; a transaction may "
-                                  "write to one shard only",
-                                  true);
-    }
+  // (The query as a local: GCC 12 destroys the wrong temporary of a `?:` in a co_await's
+  // arguments.)
+  std::string query = parse ? std::string(parse->query) : std::string();
+  if (!target) co_return co_await bind_scatter(route, *bind, std::move(query), types);
+  co_return co_await bind_forward(f, route, *target, p, std::move(query));
+}
+
+// An extended-protocol COMMIT/ROLLBACK of a transaction block: answered here (set:
+// handle_bind's result) or nullopt: `route` now names the shard whose backend ends it.
+awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& route, std::string_view portal) {
+  if (route.txn == TxnCommand::commit && client_txn_ != 'E' && !proxy_failed_txn_ && written_.size() > 1) {
+    // Written on several shards: two-phase commit, answered here.
     co_await drain();
-    if (closing_) co_return false;
-    ScatterRequest req;
-    req.sql = parse ? std::string(parse->query) : std::string();
-    req.extended = true;
-    req.describe = false;
-    for (auto& v : bind->params) req.params.push_back(v ? std::optional<std::string>(*v) : std::nullopt);
-    req.param_formats = bind->param_formats;
-    req.result_formats = bind->result_formats;
-    req.param_types = types;
-    if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
-    scatter_portal_.emplace(std::string(bind->portal), std::move(req));
-    scatter_route_ = route;
+    auto error = co_await commit_two_phase();
+    if (error.empty()) apply_session_commands();
+    else pending_commands_.clear();
+    reset_transaction();
     std::string out;
-    proto::encode_bind_complete(out);
+    if (error.empty()) {
+      local_portal_.emplace(std::string(portal), "COMMIT");
+      proto::encode_bind_complete(out);
+    } else {
+      proto::Writer w(out, 'E');
+      w.bytes(error).finish();
+      skip_until_sync_ = true;
+    }
     co_await stream_.write(out);
     co_return true;
   }
-  leave_batch_shard(*target);
+  {
+    // Finish the other shards first; the client's own message ends the last one.
+    co_await drain();
+    std::optional<std::size_t> last = write_shard_;
+    for (std::size_t s = 0; s < held_.size(); ++s)
+      if (in_transaction_on(s) && !last) last = s;
+    bool failed = client_txn_ == 'E';
+    for (std::size_t s = 0; s < held_.size(); ++s) {
+      if (!in_transaction_on(s) || (s == last && !proxy_failed_txn_)) continue;
+      auto reply = co_await run_on(s, failed || route.txn == TxnCommand::rollback ? "ROLLBACK" : "COMMIT");
+      end_shard(s, !reply.lost && reply.error.empty());
+    }
+    if (proxy_failed_txn_) {
+      // Every shard rolled back; the client's COMMIT/ROLLBACK is answered here.
+      reset_transaction();
+      local_portal_.emplace(std::string(portal), "ROLLBACK");
+      std::string out;
+      proto::encode_bind_complete(out);
+      co_await stream_.write(out);
+      co_return true;
+    }
+    route.kind = RouteKind::shards;
+    route.shards = {last ? *last : pick_any_shard()};
+  }
+  co_return std::nullopt;
+}
+
+// A Bind for several shards: answered by the proxy at Execute; BindComplete now, in order.
+awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::Bind& bind, std::string sql,
+                                      const std::vector<std::int32_t>& types) {
+  leave_batch_shard(kNoShard);
+  if (route.cls != StatementClass::read && in_transaction() && !two_phase())
+    co_return co_await reject(sqlstate::cross_shard_write,
+                              "statement would write to several shards inside a transaction; a transaction may "
+                              "write to one shard only (transactions.cross_shard_writes: refuse)",
+                              true);
+  co_await drain();
+  if (closing_) co_return false;
+  ScatterRequest req;
+  req.sql = std::move(sql);
+  req.extended = true;
+  req.describe = false;
+  for (auto& v : bind.params) req.params.push_back(v ? std::optional<std::string>(*v) : std::nullopt);
+  req.param_formats = bind.param_formats;
+  req.result_formats = bind.result_formats;
+  req.param_types = types;
+  if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
+  scatter_portal_.emplace(std::string(bind.portal), std::move(req));
+  scatter_route_ = route;
+  std::string out;
+  proto::encode_bind_complete(out);
+  co_await stream_.write(out);
+  co_return true;
+}
+
+// A Bind for one shard: the prepared statement made sure of on its backend, the Bind
+// forwarded under the statement's server-side name.
+awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Route& route, std::size_t target,
+                                      const Prepared& p, std::string query) {
+  leave_batch_shard(target);
   std::string error;
-  if (!check_write(route, *target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, true);
+  if (!check_write(route, target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, true);
   pending_started_ = std::chrono::steady_clock::now();
   pending_route_ = label_of(route, false);
   count_route(route, pending_route_);
-  if (!co_await use_shard(*target)) {
+  if (!co_await use_shard(target)) {
     skip_until_sync_ = true;
     co_return !closing_;
   }
   // After attaching: the client's own BEGIN starts the transaction on this backend.
-  if (route.txn == TxnCommand::begin) begin_sql_ = parse ? std::string(parse->query) : std::string("BEGIN");
+  if (route.txn == TxnCommand::begin) begin_sql_ = query.empty() ? std::string("BEGIN") : query;
   ensure_prepared(p);
   if (!in_transaction() && (route.cls == StatementClass::write || route.cls == StatementClass::ddl))
     batch_wrote_ = true;
@@ -644,9 +683,9 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     w.cstr(portal).cstr(p.server_name).bytes(rest).finish();
   }
   expect_.push_back(Expect{'2'});
-  expect_.back().rows = row_shares(route, *target);
+  expect_.back().rows = row_shares(route, target);
   // Kept for the batch's Sync: the session's state once the batch succeeded.
-  if (route.session_command && parse) note_session_commands(parse->query, batch_commands_);
+  if (route.session_command && !query.empty()) note_session_commands(query, batch_commands_);
   sent_after_sync_ = true;
   co_return true;
 }

@@ -50,9 +50,19 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
   auto gid = [&](std::size_t s) { return quote_literal(two_phase::gid(txid, s)); };
   std::vector<std::size_t> prepared;
   std::string error;
+  // A shard known to have max_prepared_transactions = 0 cannot prepare: say what to
+  // set before preparing anything (SPEC §5).
+  for (auto s : written_) {
+    if (pools_[s]->max_prepared_transactions() == 0) {
+      error = error_body(sqlstate::cross_shard_write, two_phase::no_prepared_transactions(pools_[s]->target().shard) +
+                                                          "; the transaction was rolled back");
+      break;
+    }
+  }
   // Phase one. PREPARE of a transaction that failed meanwhile rolls it back and
   // answers ROLLBACK, so the tag is what tells.
   for (auto s : written_) {
+    if (!error.empty()) break;
     const auto& name = pools_[s]->target().shard;
     if (!held_[s]) {
       error = error_body(sqlstate::connection_failure, "lost the connection to shard \"" + name + "\"");
@@ -60,6 +70,15 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
     }
     auto r = co_await run_on(s, "PREPARE TRANSACTION " + gid(s));
     append_notices_and_status(r.messages, *notices);
+    auto fields = r.error.empty() ? std::nullopt : proto::ErrorFields::decode(r.error);
+    if (!r.lost && fields && fields->get('C') == "55000") {
+      // PREPARE's 55000 is "prepared transactions are disabled": a shard whose setting
+      // was not read yet (or changed since).
+      pools_[s]->set_max_prepared_transactions(0);
+      error = error_body(sqlstate::cross_shard_write,
+                         two_phase::no_prepared_transactions(name) + "; the transaction was rolled back");
+      break;
+    }
     if (r.lost || !r.error.empty() || r.tag != "PREPARE TRANSACTION") {
       error = !r.error.empty() ? r.error
                                : error_body(r.lost ? sqlstate::connection_failure : "40001",

@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <random>
+#include <set>
 
 #include "server/server.hpp"
 #include "server/session_util.hpp"
@@ -30,6 +32,25 @@ std::optional<std::string> txid_of(std::string_view g) {
   auto colon = g.rfind(':');
   if (colon == std::string_view::npos || colon == 0) return std::nullopt;
   return std::string(g.substr(0, colon));
+}
+
+std::string no_prepared_transactions(std::string_view shard) {
+  return "shard \"" + std::string(shard) +
+         "\" has max_prepared_transactions = 0: set it above 0 (e.g. to max_connections) and restart it to allow "
+         "writes to several shards in one transaction, or set transactions.cross_shard_writes: refuse";
+}
+
+std::vector<std::string> shards_without_prepared_transactions(const Runtime& rt) {
+  std::vector<std::string> out;
+  for (auto& shard : rt.shards) {
+    for (auto& pool : shard->all()) {
+      if (pool->max_prepared_transactions() == 0) {
+        out.push_back(shard->shard().name);
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -106,10 +127,21 @@ awaitable<int> recover_once(const Runtime& rt, Metrics& metrics) {
 
 awaitable<void> recovery_loop(Server& server) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
+  std::set<std::string> warned;  // shards whose max_prepared_transactions = 0 was logged
   while (!server.shutting_down()) {
     auto rt = server.runtime();
     if (!rt) co_return;
-    if (rt->config.cross_shard_writes == config::CrossShardWrites::two_phase) co_await recover_once(*rt, server.metrics());
+    if (rt->config.cross_shard_writes == config::CrossShardWrites::two_phase) {
+      co_await recover_once(*rt, server.metrics());
+      // Once per shard (again if it was fixed and broke again); the pools learn the
+      // value at their first connection, recovery's own at start-up.
+      auto without = shards_without_prepared_transactions(*rt);
+      for (auto& name : without)
+        if (warned.insert(name).second) spdlog::warn("two-phase commit: {}", no_prepared_transactions(name));
+      std::erase_if(warned, [&](const std::string& n) {
+        return std::find(without.begin(), without.end(), n) == without.end();
+      });
+    }
     timer.expires_after(kRecoverEvery);
     co_await timer.async_wait(use_nothrow);
   }

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/asio.hpp"
 #include "server/metrics.hpp"
@@ -43,6 +44,13 @@ std::string new_txid();
 std::string gid(const std::string& txid, std::size_t shard_index);
 // The transaction id inside a gid made by gid(); nullopt for any other gid.
 std::optional<std::string> txid_of(std::string_view gid);
+
+// What an operator must change when shard `shard` has max_prepared_transactions = 0
+// (the SPT01 of a transaction that wrote to it and another shard, /readyz, the log).
+std::string no_prepared_transactions(std::string_view shard);
+// Shards whose pools read max_prepared_transactions = 0 (Pool::max_prepared_transactions),
+// in config order; those not read yet are not listed.
+std::vector<std::string> shards_without_prepared_transactions(const Runtime& rt);
 
 // Runs recovery every kRecoverEvery while the server runs and the config asks for
 // two_phase; the first pass at start-up.

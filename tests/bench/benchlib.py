@@ -498,6 +498,28 @@ def cmd_report(d):
                         ", ".join(sorted({r["result"] for r in rs}))])
     st_header = ["stream", "target", "rows expected", "rows", "seconds", "rows/s", "status", "result vs direct"]
 
+    # ---- combine step: per table size and statement, direct and splitpoint side by side
+    combine = read_csv(os.path.join(d, "combine.csv"))
+    co_agg = {}
+    for r in combine:
+        co_agg.setdefault((int(r["table_rows"]), r["benchmark"]), {}).setdefault(r["target"], []).append(r)
+    co_rows = []
+    for (n, bench), by_target in co_agg.items():
+        dr, sr = by_target.get("direct", []), by_target.get("splitpoint", [])
+        d_s = median_of([r for r in dr if r["status"] == "ok"], "seconds")
+        s_s = median_of([r for r in sr if r["status"] == "ok"], "seconds")
+        any_r = (sr or dr)[0]
+        co_rows.append([n, bench, fmt(median_of([r for r in dr if r["status"] == "ok"], "rows"), 0),
+                        fmt(d_s, 3), fmt(s_s, 3), ratio(s_s, d_s), any_r.get("pulled_rows", ""),
+                        any_r.get("combine_rows", ""), len(sr),
+                        ", ".join(sorted({r["status"] for r in sr})),
+                        ", ".join(sorted({r["result"] for r in sr}))])
+    co_header = ["table rows", "statement", "rows out", "direct s", "splitpoint s", "sp / direct",
+                 "rows pulled", "combine rows", "rounds", "status", "result vs direct"]
+    co_rss = read_csv(os.path.join(d, "combine_rss.csv"))
+    cr_header = ["table rows", "RSS before kB", "peak RSS sampled kB", "VmHWM kB"]
+    cr_rows = [[r["table_rows"], r["rss_before_kb"], r["rss_peak_sampled_kb"], r["vmhwm_kb"]] for r in co_rss]
+
     # ---- idle connections
     idle = read_csv(os.path.join(d, "idle.csv"))
     id_header = ["target", "requested", "opened", "failed", "RSS before kB", "RSS after kB",
@@ -579,6 +601,10 @@ def cmd_report(d):
         for k in ("stream_sp_rss_before_kb", "stream_sp_rss_peak_sampled_kb", "stream_sp_vmhwm_kb"):
             if meta.get(k):
                 print(f"{k} = {meta[k]}")
+    if co_rows:
+        print("\n== combine step through 3 shards (median seconds per statement) ==")
+        print(text_table(co_header, co_rows))
+        print(text_table(cr_header, cr_rows))
     if id_rows:
         print("\n== idle client connections ==")
         print(text_table(id_header, id_rows))
@@ -650,6 +676,20 @@ def cmd_report(d):
                   md_table(st_header, st_rows), "",
                   f"3-shard splitpoint RSS: {m('stream_sp_rss_before_kb', '?')} kB before, peak sampled "
                   f"{m('stream_sp_rss_peak_sampled_kb', '?')} kB, VmHWM {m('stream_sp_vmhwm_kb', '?')} kB.", ""]
+    if co_rows:
+        lines += ["## Combine step", "",
+                  "`combine_t(id bigint, g int, v int, x numeric)`, g with 10 000 values, hashed by id over 3 "
+                  f"shards ({m('partitions')} partitions), combine database s0; each statement fetched with psql "
+                  f"into a file, {m('rounds')} round(s), direct then splitpoint; median wall seconds, output "
+                  "compared byte for byte with the direct instance's. agg = `SELECT g, count(*)::int, sum(v) "
+                  "... GROUP BY g ORDER BY g` (partial aggregates on the shards), distinct = `SELECT g, "
+                  "count(DISTINCT v) ... GROUP BY g ORDER BY g` (rows pulled), window = `SELECT id, rank() OVER "
+                  "(PARTITION BY g ORDER BY v, id) ... ORDER BY id` (every row pulled and returned). `rows "
+                  "pulled` / `combine rows`: from `SHOW splitpoint.last_scatter` after one untimed run.", "",
+                  md_table(co_header, co_rows), "",
+                  "A fresh 3-shard splitpoint per table size; its RSS (sampled every 20 ms over all of that "
+                  "size's statements) and VmHWM:", "",
+                  md_table(cr_header, cr_rows), ""]
     lines += [f"Main splitpoint VmHWM after the pgbench runs: {m('sp_vmhwm_after_pgbench_kb', '?')} kB; "
               f"after the scatter runs: {m('sp_vmhwm_after_scatter_kb', '?')} kB.", ""]
     if id_rows:

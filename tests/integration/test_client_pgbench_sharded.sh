@@ -5,11 +5,11 @@
 # pgbench_branches and pgbench_tellers reference tables; a fresh database
 # drv_pgbench_<random> on each instance, dropped on exit.
 #
-# 1. `pgbench -i -s 2` THROUGH the proxy: with the default cross_shard_writes: refuse
-#    its data-generation transaction (TRUNCATE, INSERTs into the reference tables, COPY
-#    of pgbench_accounts split by key) writes to both shards and is refused with SPT01;
-#    through a second proxy with cross_shard_writes: two_phase it loads (two-phase
-#    commit), leaving no prepared transaction behind.
+# 1. `pgbench -i -s 2` THROUGH the proxy: its data-generation transaction (TRUNCATE,
+#    INSERTs into the reference tables, COPY of pgbench_accounts split by key) writes to
+#    both shards; through a second proxy with cross_shard_writes: refuse it is refused
+#    with SPT01; through the main proxy, with the default config (two_phase), it loads
+#    (two-phase commit), leaving no prepared transaction behind.
 # 2. Row counts through the proxy (200000 accounts, 2 branches, 20 tellers).
 # 3. pgbench -S and a custom script (SELECT abalance / UPDATE abalance + 1 by aid) in
 #    each of -M simple, extended, prepared with -c 8 -T 5; then a single-shard
@@ -58,35 +58,36 @@ pgbench_error() { # LOG
 # ---------------------------------------------------------------- 1. pgbench -i through the proxy
 # pgbench -i generates its data in ONE transaction (TRUNCATE of all four tables, INSERTs
 # into the reference tables, COPY pgbench_accounts split over both shards): a
-# transaction writing to several shards. With the default
-# transactions.cross_shard_writes: refuse that is SPT01 (SPEC 5).
+# transaction writing to several shards. With transactions.cross_shard_writes: refuse
+# that is SPT01 (SPEC 5).
+main_pid=$SP_PID
+RF_PORT=$(free_port)
+{ "$PYTHON" "$SP_ROOT/tests/lib/clients.py" config "$DRV_DB" "$RF_PORT" "$(free_port)" pgbench
+  printf 'transactions:\n  cross_shard_writes: refuse\n'; } >"$WORK/splitpoint-refuse.yaml"
+sp_start "$WORK/splitpoint-refuse.yaml" "$WORK/splitpoint-refuse.log" || fail "splitpoint (refuse) did not start"
 rc=0
-timeout -k 5 120 pgbench -i -s "$SCALE" -q "$URL" >"$WORK/init.log" 2>&1 || rc=$?
-if ((rc == 0)) || ! grep -q "a transaction may write to one shard only" "$WORK/init.log"; then
-  cat "$WORK/init.log"
+timeout -k 5 120 pgbench -i -s "$SCALE" -q "postgresql://app:secret@127.0.0.1:$RF_PORT/$DRV_DB" \
+  >"$WORK/init-refuse.log" 2>&1 || rc=$?
+if ((rc == 0)) || ! grep -q "a transaction may write to one shard only" "$WORK/init-refuse.log"; then
+  cat "$WORK/init-refuse.log"
   fail "pgbench -i through a proxy with cross_shard_writes: refuse: exit $rc, expected the SPT01 refusal"
 fi
-echo "ok   pgbench -i through the default proxy (cross_shard_writes: refuse) is refused: $(pgbench_error "$WORK/init.log")"
-# With two_phase the same transaction commits on both shards with PREPARE TRANSACTION.
-main_pid=$SP_PID
-TP_PORT=$(free_port)
-{ "$PYTHON" "$SP_ROOT/tests/lib/clients.py" config "$DRV_DB" "$TP_PORT" "$(free_port)" pgbench
-  printf 'transactions:\n  cross_shard_writes: two_phase\n'; } >"$WORK/splitpoint-2pc.yaml"
-sp_start "$WORK/splitpoint-2pc.yaml" "$WORK/splitpoint-2pc.log" || fail "splitpoint (two_phase) did not start"
+echo "ok   pgbench -i through a proxy with cross_shard_writes: refuse is refused: $(pgbench_error "$WORK/init-refuse.log")"
+sp_stop "$SP_PID" || true
+SP_PID=$main_pid
+# With the default (two_phase) the same transaction commits on both shards with
+# PREPARE TRANSACTION.
 rc=0
-timeout -k 5 120 pgbench -i -s "$SCALE" -q "postgresql://app:secret@127.0.0.1:$TP_PORT/$DRV_DB" \
-  >"$WORK/init-2pc.log" 2>&1 || rc=$?
+timeout -k 5 120 pgbench -i -s "$SCALE" -q "$URL" >"$WORK/init.log" 2>&1 || rc=$?
 if ((rc != 0)); then
-  cat "$WORK/init-2pc.log"
-  fail "pgbench -i -s $SCALE through a proxy with cross_shard_writes: two_phase: exit $rc"
+  cat "$WORK/init.log"
+  fail "pgbench -i -s $SCALE through the proxy with the default config (cross_shard_writes: two_phase): exit $rc"
 fi
-echo "ok   pgbench -i -s $SCALE (steps dtgvp) through a proxy with cross_shard_writes: two_phase"
+echo "ok   pgbench -i -s $SCALE (steps dtgvp) through the proxy with the default config (two_phase)"
 for s in 0 1; do
   left=$(shard_sql "$s" -c "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()")
   ((left == 0)) || fail "shard s$s: $left prepared transaction(s) left after pgbench -i"
 done
-sp_stop "$SP_PID" || true
-SP_PID=$main_pid
 
 # ---------------------------------------------------------------- 2. what was loaded
 counts=""

@@ -881,8 +881,11 @@ def show_route_each_case():
     assert r["shard_list"] == ["s0", "s1"], f"keyless ORDER BY: shards {r['shards']!r} (each shard once)"
     assert r["merge"] and not r["merge"].startswith("none") and "refused" not in r["merge"], r
 
-    # count(DISTINCT non-key) refused with SPC01 in the merge column
+    # count(DISTINCT non-key): the combine step, its pull and combine query in the merge column
     r = route("SELECT count(DISTINCT v) FROM users")
+    assert (r["merge"] or "").startswith("combine:") and "sp_combine_1" in r["merge"], r
+    # FOR UPDATE over several shards: refused with SPC01 in the merge column
+    r = route("SELECT v FROM users FOR UPDATE")
     assert "SPC01" in (r["merge"] or "") and "refused" in r["merge"], r
 
     # multi-row INSERT across shards: split

@@ -24,7 +24,8 @@ shards); co-located joins and subqueries with the key fixed; UPDATE/DELETE with 
 without key -> SPR01; list value without partition -> SPR02; reference read (one
 shard) / write (every shard); DDL (every shard); catalog queries and SELECT without
 tables (one shard); hints shard=NAME and key=VALUE; SET splitpoint.shard;
-transactions (write to a second shard -> SPT01, aborted, 25P02 until ROLLBACK,
+transactions with cross_shard_writes: refuse (not the default; two_phase is in
+test_two_phase.py) (write to a second shard -> SPT01, aborted, 25P02 until ROLLBACK,
 nothing left; reads on two shards + a write on one commit); syntax errors (42601 with
 PostgreSQL's own message and position, compared with PostgreSQL itself). Multi-shard
 reads: one place (multi_shard_read_refused_until_scatter_gather) accepts the SPC01
@@ -318,6 +319,8 @@ def setup():
             tables:
               stores: region
         reference_tables: [countries]
+        transactions:
+          cross_shard_writes: refuse
         """, WORKDIR).start()
     c = proxy_conn()
     cur = c.cursor()

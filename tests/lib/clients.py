@@ -117,6 +117,7 @@ distributions:
       - {{ shard: s1 }}
     tables: {{ events: id }}
 reference_tables: [currencies]
+transactions: {{ cross_shard_writes: refuse }}
 """
     if layout == "pgbench":
         return head + f"""\

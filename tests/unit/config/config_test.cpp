@@ -71,7 +71,7 @@ scatter:
   partial_results: deny           # deny | allow
   max_buffered_rows: 1000000      # cap for merges that must buffer (GROUP BY, hash DISTINCT)
 transactions:
-  cross_shard_writes: refuse      # refuse | two_phase
+  cross_shard_writes: two_phase   # two_phase (default) | refuse
 timeouts:
   client_login: 10s
   client_idle: 0                  # 0 = never
@@ -205,7 +205,7 @@ TEST_CASE("the SPEC example loads with every field as written", "[config]") {
   CHECK(c.scatter.max_deadline == 60s);
   CHECK(c.scatter.partial_results == PartialResults::deny);
   CHECK(c.scatter.max_buffered_rows == 1000000);
-  CHECK(c.cross_shard_writes == CrossShardWrites::refuse);
+  CHECK(c.cross_shard_writes == CrossShardWrites::two_phase);
   CHECK(c.timeouts.client_login == 10s);
   CHECK(c.timeouts.client_idle == 0ms);
   CHECK(c.timeouts.server_connect == 3s);
@@ -243,7 +243,7 @@ TEST_CASE("a minimal file gets the documented defaults", "[config]") {
   CHECK(c.scatter.max_deadline == 60s);
   CHECK(c.scatter.partial_results == PartialResults::deny);
   CHECK(c.scatter.max_buffered_rows == 1000000);
-  CHECK(c.cross_shard_writes == CrossShardWrites::refuse);
+  CHECK(c.cross_shard_writes == CrossShardWrites::two_phase);
   CHECK(c.timeouts.client_login == 10s);
   CHECK(c.timeouts.client_idle == 0ms);
   CHECK(c.timeouts.server_connect == 3s);
@@ -288,7 +288,7 @@ distributions:
       - { upto: 1000, shard: c }
 unlisted_tables: shard:c
 scatter: { deadline: 250ms, max_deadline: 2m, partial_results: allow, max_buffered_rows: 0 }
-transactions: { cross_shard_writes: two_phase }
+transactions: { cross_shard_writes: refuse }
 timeouts: { client_login: 1500, client_idle: 1h, server_connect: 1s, shutdown: 0 }
 )");
   CHECK(c.listen.host == "::1");
@@ -318,7 +318,7 @@ timeouts: { client_login: 1500, client_idle: 1h, server_connect: 1s, shutdown: 0
   CHECK(c.scatter.max_deadline == 2min);
   CHECK(c.scatter.partial_results == PartialResults::allow);
   CHECK(c.scatter.max_buffered_rows == 0);
-  CHECK(c.cross_shard_writes == CrossShardWrites::two_phase);
+  CHECK(c.cross_shard_writes == CrossShardWrites::refuse);
   CHECK(c.timeouts.client_login == 1500ms);
   CHECK(c.timeouts.client_idle == 1h);
   CHECK(c.timeouts.server_connect == 1s);
