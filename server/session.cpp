@@ -141,41 +141,43 @@ awaitable<std::optional<proto::Frame>> Session::read_startup_frame() {
   }
 }
 
-awaitable<bool> Session::login() {
+// The startup packet, after SSLRequest (TLS), GSSENCRequest (declined) and a protocol
+// version to negotiate; nullopt: the connection ends (a CancelRequest ends it too).
+awaitable<std::optional<proto::StartupMessage>> Session::read_startup() {
   std::optional<proto::StartupMessage> startup;
   for (int round = 0; round < 3 && !startup; ++round) {
     auto frame = co_await read_startup_frame();
-    if (!frame) co_return false;
+    if (!frame) co_return std::nullopt;
     auto code = proto::startup_code(frame->body);
-    if (!code) co_return false;
+    if (!code) co_return std::nullopt;
     if (*code == proto::kSSLRequestCode) {
       if (runtime_->tls && !stream_.is_tls()) {
         // Anything sent after SSLRequest before the handshake would be read as if it
         // had been encrypted (CVE-2021-23214): refuse it.
         if (cpos_ != cbuf_.size()) {
           spdlog::warn("[{}] closed: data after SSLRequest before TLS handshake", id_);
-          co_return false;
+          co_return std::nullopt;
         }
         cbuf_.clear();
         cpos_ = 0;
-        if (co_await stream_.write("S")) co_return false;
+        if (co_await stream_.write("S")) co_return std::nullopt;
         if (auto ec = co_await stream_.start_tls(*runtime_->tls)) {
           spdlog::info("[{}] closed: TLS handshake failed: {}", id_, ec.message());
-          co_return false;
+          co_return std::nullopt;
         }
       } else {
-        if (co_await stream_.write("N")) co_return false;
+        if (co_await stream_.write("N")) co_return std::nullopt;
       }
       continue;
     }
     if (*code == proto::kGSSENCRequestCode) {
-      if (co_await stream_.write("N")) co_return false;
+      if (co_await stream_.write("N")) co_return std::nullopt;
       continue;
     }
     if (*code == proto::kCancelRequestCode) {
       if (auto c = proto::CancelRequest::decode(frame->body))
         if (auto target = server_.cancels().find(c->process_id)) target->request_cancel(c->secret_key);
-      co_return false;  // the server closes a cancel connection without a reply
+      co_return std::nullopt;  // the server closes a cancel connection without a reply
     }
     std::uint32_t major = static_cast<std::uint32_t>(*code) >> 16, minor = *code & 0xffff;
     if (major != 3) {
@@ -183,7 +185,7 @@ awaitable<bool> Session::login() {
                           "unsupported frontend protocol " + std::to_string(major) + "." +
                               std::to_string(minor) + ": server supports 3.0 to 3.0",
                           false);
-      co_return false;
+      co_return std::nullopt;
     }
     std::string body(frame->body);
     if (minor != 0) {
@@ -194,7 +196,7 @@ awaitable<bool> Session::login() {
     startup = proto::StartupMessage::decode(body);
     if (!startup) {
       co_await send_error("FATAL", sqlstate::protocol_violation, "invalid startup packet layout", false);
-      co_return false;
+      co_return std::nullopt;
     }
     if (minor != 0) {
       // NegotiateProtocolVersion: we speak 3.0 and no protocol options.
@@ -208,12 +210,16 @@ awaitable<bool> Session::login() {
       w.i32(static_cast<std::int32_t>(options.size()));
       for (auto o : options) w.cstr(o);
       w.finish();
-      if (co_await stream_.write(out)) co_return false;
+      if (co_await stream_.write(out)) co_return std::nullopt;
     }
   }
-  if (!startup) co_return false;
+  co_return startup;
+}
 
-  for (auto& [k, v] : startup->parameters) {
+// The startup packet's user, database and settings; admission (client limit, shutdown).
+awaitable<bool> Session::take_startup(const proto::StartupMessage& startup) {
+
+  for (auto& [k, v] : startup.parameters) {
     if (k == "user") {
       user_ = v;
     } else if (k == "database") {
@@ -250,9 +256,12 @@ awaitable<bool> Session::login() {
     co_return false;
   }
 
-  if (!co_await authenticate()) co_return false;
-  if (database_ == kAdminDatabase) co_return co_await admin_login();
+  co_return true;
+}
 
+// After authentication: the pools, the server's settings and the client's, the
+// cancel key, and the client's ReadyForQuery.
+awaitable<bool> Session::greet() {
   for (auto& shard : runtime_->shards) pools_.push_back(shard->get(user_, client_password_, database_));
   held_.resize(pools_.size());
   auto params = pools_.front()->server_parameters();
@@ -297,6 +306,17 @@ awaitable<bool> Session::login() {
   metrics_.clients.add(1);
   server_.register_session(id_, shared_from_this());
   co_return true;
+}
+
+awaitable<bool> Session::login() {
+  auto startup = co_await read_startup();
+  if (!startup) co_return false;
+  const bool taken = co_await take_startup(*startup);
+  if (!taken) co_return false;
+  const bool authenticated = co_await authenticate();
+  if (!authenticated) co_return false;
+  if (database_ == kAdminDatabase) co_return co_await admin_login();
+  co_return co_await greet();
 }
 
 // A parameter from the startup packet; a later one of the same name wins, as in

@@ -131,6 +131,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // ---- session.cpp: login
   awaitable<bool> login();
+  awaitable<std::optional<protocol::StartupMessage>> read_startup();
+  awaitable<bool> take_startup(const protocol::StartupMessage& startup);
+  awaitable<bool> greet();
   awaitable<std::optional<protocol::Frame>> read_startup_frame();
   awaitable<bool> authenticate();
   awaitable<std::optional<std::string>> read_password_message(std::string_view expected);
@@ -141,6 +144,11 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<void> serve();
   void arm_idle_timer();
   awaitable<bool> handle_frame(const protocol::Frame& f);
+  awaitable<bool> handle_describe(const protocol::Frame& f);
+  awaitable<bool> handle_close(const protocol::Frame& f);
+  awaitable<bool> handle_sync(const protocol::Frame& f);
+  awaitable<bool> handle_execute(const protocol::Frame& f);
+  awaitable<bool> protocol_violation(char type);  // FATAL 08P01, the session ends
   awaitable<bool> use_shard(std::size_t shard);
   void leave_batch_shard(std::size_t shard);
   awaitable<bool> attach(std::size_t shard);
@@ -150,6 +158,8 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<void> pump();
   void forward_raw(const protocol::Frame& f, char expect);
   bool process_backend_frame(char type, std::string_view body);
+  void drop_until_sync(bool error);
+  bool on_ready_for_query(std::string_view body);
   bool should_release() const;
   // Transaction pooling: the session keeps its backend to the end (LISTEN, temp tables:
   // state that lives on that backend). Session pooling keeps it anyway.
@@ -247,6 +257,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Commits a transaction that wrote to several shards; "" or the ErrorResponse body.
   // Notices the shards raised while committing are appended to `notices`.
   awaitable<std::string> commit_two_phase(std::string* notices = nullptr);
+  // SPT01 for a transaction that wrote to `shard`, which has max_prepared_transactions = 0.
+  std::string no_prepared_transactions_error(std::size_t shard) const;
   // The client's Sync ends an implicit_txn_: commit (or roll back) on every shard,
   // then one ReadyForQuery 'I'.
   awaitable<bool> end_implicit_transaction();
@@ -254,6 +266,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // With `ext`, the statement runs in the extended protocol with its parameters.
   awaitable<bool> run_on_shards(const routing::Route& route, std::string_view sql,
                                 const ScatterRequest* ext = nullptr);
+  void fail_multi_shard_write(const std::string& failed, const std::string& applied, const std::string& first_error,
+                              bool extended, bool in_txn, std::string& out);
   // `metered`: a client's statement (its wait for a connection is a metric), not the
   // proxy's own (catalog reads, COMMIT, two-phase commit).
   awaitable<Reply> run_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext = nullptr,

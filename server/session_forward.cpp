@@ -113,113 +113,14 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       co_return co_await handle_parse(f);
     case 'B':
       co_return co_await handle_bind(f);
-    case 'D': {
-      auto d = proto::Describe::decode(f.body);
-      if (!d) break;
-      if (d->kind == 'P' && local_portal_ && local_portal_->first == d->name) {
-        std::string out;
-        proto::encode_no_data(out);
-        co_await stream_.write(out);
-        co_return true;
-      }
-      if (d->kind == 'P' && scatter_portal_ && scatter_portal_->first == d->name) {
-        scatter_portal_->second.describe = true;  // answered with the rows at Execute
-        co_return true;
-      }
-      if (!cur() && !co_await use_shard(pick_any_shard())) {
-        skip_until_sync_ = true;
-        co_return !closing_;
-      }
-      auto it = d->kind == 'S' ? prepared_.find(std::string(d->name)) : prepared_.end();
-      if (it == prepared_.end()) {
-        forward_raw(f, 0);
-      } else {
-        ensure_prepared(it->second);
-        proto::Describe{'S', it->second.server_name}.encode(bout_);
-        sent_after_sync_ = true;
-      }
-      co_return true;
-    }
-    case 'C': {
-      auto c = proto::Close::decode(f.body);
-      if (!c) break;
-      auto it = c->kind == 'S' ? prepared_.find(std::string(c->name)) : prepared_.end();
-      if (!cur()) {
-        // Nothing is owed by any backend: answer in order ourselves.
-        if (it != prepared_.end()) prepared_.erase(it);
-        std::string out;
-        proto::encode_close_complete(out);
-        co_await stream_.write(out);
-        co_return true;
-      }
-      if (it == prepared_.end() || it->second.server_name.empty()) {
-        if (it != prepared_.end()) prepared_.erase(it);
-        forward_raw(f, '3');
-      } else {
-        proto::Close{'S', it->second.server_name}.encode(bout_);
-        cur()->prepared.erase(it->second.server_name);
-        expect_.push_back(Expect{'3'});
-        sent_after_sync_ = true;
-        prepared_.erase(it);
-      }
-      co_return true;
-    }
+    case 'D':
+      co_return co_await handle_describe(f);
+    case 'C':
+      co_return co_await handle_close(f);
     case 'S':
-      local_portal_.reset();
-      if (scatter_portal_) {
-        // Described but never executed: the description alone.
-        auto req = std::move(scatter_portal_->second);
-        scatter_portal_.reset();
-        if (req.describe && scatter_route_->cls == routing::StatementClass::read) {
-          req.emit_rows = false;
-          if (!co_await scatter_read(*scatter_route_, std::move(req))) co_return false;
-        }
-      }
-      batch_wrote_ = false;
-      if (implicit_txn_) {
-        for (auto& c : batch_commands_) pending_commands_.push_back(std::move(c));
-        batch_commands_.clear();
-        co_return co_await end_implicit_transaction();
-      }
-      if (!cur()) {
-        batch_commands_.clear();
-        co_await send_ready();
-        co_return true;
-      }
-      if (copy_in_) {
-        // PostgreSQL ignores a Sync that arrives during COPY IN.
-        forward_raw(f, 0);
-        sent_after_sync_ = true;
-        co_return true;
-      }
-      forward_raw(f, 'Z');
-      expect_.back().started = pending_started_;
-      expect_.back().route = pending_route_;
-      expect_.back().commands = std::move(batch_commands_);
-      batch_commands_.clear();
-      pending_started_ = {};
-      co_return true;
+      co_return co_await handle_sync(f);
     case 'E':
-      if (local_portal_) {
-        auto e = proto::Execute::decode(f.body);
-        if (e && e->portal == local_portal_->first) {
-          std::string out;
-          proto::CommandComplete{local_portal_->second}.encode(out);
-          local_portal_.reset();
-          co_await stream_.write(out);
-          co_return true;
-        }
-      }
-      if (scatter_portal_) {
-        auto e = proto::Execute::decode(f.body);
-        if (e && e->portal == scatter_portal_->first) {
-          auto req = std::move(scatter_portal_->second);
-          scatter_portal_.reset();
-          if (scatter_route_->cls != routing::StatementClass::read)
-            co_return co_await run_on_shards(*scatter_route_, req.sql, &req);
-          co_return co_await scatter_read(*scatter_route_, std::move(req));
-        }
-      }
+      if (local_portal_ || scatter_portal_) co_return co_await handle_execute(f);
       [[fallthrough]];
     case 'H':
       if (!cur() && !co_await use_shard(pick_any_shard())) {
@@ -241,10 +142,135 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     default:
       break;
   }
+  co_return co_await protocol_violation(f.type);
+}
+
+awaitable<bool> Session::protocol_violation(char type) {
   co_await detach_for_exit();
   co_await send_error("FATAL", sqlstate::protocol_violation,
-                      "invalid frontend message type " + std::to_string(static_cast<unsigned char>(f.type)), false);
+                      "invalid frontend message type " + std::to_string(static_cast<unsigned char>(type)), false);
   co_return false;
+}
+
+awaitable<bool> Session::handle_describe(const proto::Frame& f) {
+  auto d = proto::Describe::decode(f.body);
+  if (!d) co_return co_await protocol_violation(f.type);
+  if (d->kind == 'P' && local_portal_ && local_portal_->first == d->name) {
+    std::string out;
+    proto::encode_no_data(out);
+    co_await stream_.write(out);
+    co_return true;
+  }
+  if (d->kind == 'P' && scatter_portal_ && scatter_portal_->first == d->name) {
+    scatter_portal_->second.describe = true;  // answered with the rows at Execute
+    co_return true;
+  }
+  if (!cur() && !co_await use_shard(pick_any_shard())) {
+    skip_until_sync_ = true;
+    co_return !closing_;
+  }
+  auto it = d->kind == 'S' ? prepared_.find(std::string(d->name)) : prepared_.end();
+  if (it == prepared_.end()) {
+    forward_raw(f, 0);
+  } else {
+    ensure_prepared(it->second);
+    proto::Describe{'S', it->second.server_name}.encode(bout_);
+    sent_after_sync_ = true;
+  }
+  co_return true;
+}
+
+awaitable<bool> Session::handle_close(const proto::Frame& f) {
+  auto c = proto::Close::decode(f.body);
+  if (!c) co_return co_await protocol_violation(f.type);
+  auto it = c->kind == 'S' ? prepared_.find(std::string(c->name)) : prepared_.end();
+  if (!cur()) {
+    // Nothing is owed by any backend: answer in order ourselves.
+    if (it != prepared_.end()) prepared_.erase(it);
+    std::string out;
+    proto::encode_close_complete(out);
+    co_await stream_.write(out);
+    co_return true;
+  }
+  if (it == prepared_.end() || it->second.server_name.empty()) {
+    if (it != prepared_.end()) prepared_.erase(it);
+    forward_raw(f, '3');
+  } else {
+    proto::Close{'S', it->second.server_name}.encode(bout_);
+    cur()->prepared.erase(it->second.server_name);
+    expect_.push_back(Expect{'3'});
+    sent_after_sync_ = true;
+    prepared_.erase(it);
+  }
+  co_return true;
+}
+
+awaitable<bool> Session::handle_sync(const proto::Frame& f) {
+  local_portal_.reset();
+  if (scatter_portal_) {
+    // Described but never executed: the description alone.
+    auto req = std::move(scatter_portal_->second);
+    scatter_portal_.reset();
+    if (req.describe && scatter_route_->cls == routing::StatementClass::read) {
+      req.emit_rows = false;
+      if (!co_await scatter_read(*scatter_route_, std::move(req))) co_return false;
+    }
+  }
+  batch_wrote_ = false;
+  if (implicit_txn_) {
+    for (auto& c : batch_commands_) pending_commands_.push_back(std::move(c));
+    batch_commands_.clear();
+    co_return co_await end_implicit_transaction();
+  }
+  if (!cur()) {
+    batch_commands_.clear();
+    co_await send_ready();
+    co_return true;
+  }
+  if (copy_in_) {
+    // PostgreSQL ignores a Sync that arrives during COPY IN.
+    forward_raw(f, 0);
+    sent_after_sync_ = true;
+    co_return true;
+  }
+  forward_raw(f, 'Z');
+  expect_.back().started = pending_started_;
+  expect_.back().route = pending_route_;
+  expect_.back().commands = std::move(batch_commands_);
+  batch_commands_.clear();
+  pending_started_ = {};
+  co_return true;
+}
+
+// Execute of a portal the proxy answers itself (COMMIT/ROLLBACK, a multi-shard
+// statement); any other goes to the current backend (or any shard's).
+awaitable<bool> Session::handle_execute(const proto::Frame& f) {
+  if (local_portal_) {
+    auto e = proto::Execute::decode(f.body);
+    if (e && e->portal == local_portal_->first) {
+      std::string out;
+      proto::CommandComplete{local_portal_->second}.encode(out);
+      local_portal_.reset();
+      co_await stream_.write(out);
+      co_return true;
+    }
+  }
+  if (scatter_portal_) {
+    auto e = proto::Execute::decode(f.body);
+    if (e && e->portal == scatter_portal_->first) {
+      auto req = std::move(scatter_portal_->second);
+      scatter_portal_.reset();
+      if (scatter_route_->cls != routing::StatementClass::read)
+        co_return co_await run_on_shards(*scatter_route_, req.sql, &req);
+      co_return co_await scatter_read(*scatter_route_, std::move(req));
+    }
+  }
+  if (!cur() && !co_await use_shard(pick_any_shard())) {
+    skip_until_sync_ = true;
+    co_return !closing_;
+  }
+  forward_raw(f, 0);
+  co_return true;
 }
 
 // Appends a client message unchanged for the current backend. `expect` is the
@@ -446,26 +472,65 @@ void Session::ensure_prepared(const Prepared& p) {
 }
 
 // Handles one backend message; true if it goes to the client.
+// After an error PostgreSQL skips everything up to the next Sync: those responses
+// never come. A client Parse that was skipped created nothing. On an error the Queries
+// sent inside the failed batch are skipped too; on a ReadyForQuery they are what it
+// answers.
+void Session::drop_until_sync(bool error) {
+  while (!expect_.empty() && (expect_.front().type != 'Z' || (error && expect_.front().query_in_batch))) {
+    const Expect& e = expect_.front();
+    if (e.type == '1' && !e.name.empty()) cur()->prepared.erase(e.name);
+    if (e.type == '1' && !e.swallow) {
+      // Only if the client has not parsed that name again since.
+      auto it = prepared_.find(e.text);
+      if (it != prepared_.end() && it->second.parse_seq == e.parse_seq) prepared_.erase(it);
+    }
+    expect_.pop_front();
+  }
+}
+
+// The ReadyForQuery of the oldest Sync/Query owed: metrics, the client's transaction
+// status, and the session state its statements changed.
+bool Session::on_ready_for_query(std::string_view body) {
+  drop_until_sync(false);
+  portal_rows_.clear();
+  char status = body.size() == 1 ? body[0] : 'E';
+  cur()->status = status;
+  if (expect_.empty()) {
+    spdlog::error("[{}] unexpected ReadyForQuery", id_);
+    return true;
+  }
+  Expect e = std::move(expect_.front());
+  expect_.pop_front();
+  if (e.swallow) return false;
+  if (e.started != std::chrono::steady_clock::time_point{}) {
+    metrics_.duration[static_cast<std::size_t>(e.route)].observe_since(e.started);
+    if (cur_ < kMaxShards) metrics_.shards[cur_].query.observe_since(e.started);
+  }
+  batch_failed_ = false;
+  // A block the proxy itself failed stays failed, whatever a shard that does not
+  // know says, until ROLLBACK.
+  client_txn_ = proxy_failed_txn_ && status == 'T' ? 'E' : status;
+  if (!e.failed && e.sql_prepare) {
+    // Not transactional in PostgreSQL: kept even if the transaction rolls back.
+    cur()->sql_prepared[e.sql_prepare->name] = e.sql_prepare->token;
+    std::string name = e.sql_prepare->name;
+    sql_prepared_[name] = std::move(*e.sql_prepare);
+  }
+  if (!e.failed)
+    for (auto& c : e.commands) pending_commands_.push_back(std::move(c));
+  if (status == 'I') {
+    if (last_tag_rollback_) pending_commands_.clear();
+    apply_session_commands();
+    reset_transaction();
+  }
+  return true;
+}
+
 bool Session::process_backend_frame(char type, std::string_view body) {
   // Output of a Query the proxy sent itself (state replay, BEGIN): never the client's.
   auto in_injected_query = [this] {
     return !expect_.empty() && expect_.front().type == 'Z' && expect_.front().swallow && !expect_.front().is_sync;
-  };
-  // After an error PostgreSQL skips everything up to the next Sync: those
-  // responses never come. A client Parse that was skipped created nothing.
-  // On an error the Queries sent inside the failed batch are skipped too; on a
-  // ReadyForQuery they are what it answers.
-  auto drop_until_sync = [this](bool error) {
-    while (!expect_.empty() && (expect_.front().type != 'Z' || (error && expect_.front().query_in_batch))) {
-      const Expect& e = expect_.front();
-      if (e.type == '1' && !e.name.empty()) cur()->prepared.erase(e.name);
-      if (e.type == '1' && !e.swallow) {
-        // Only if the client has not parsed that name again since.
-        auto it = prepared_.find(e.text);
-        if (it != prepared_.end() && it->second.parse_seq == e.parse_seq) prepared_.erase(it);
-      }
-      expect_.pop_front();
-    }
   };
   switch (type) {
     case '1':
@@ -496,41 +561,8 @@ bool Session::process_backend_frame(char type, std::string_view body) {
       }
       return !swallow;
     }
-    case 'Z': {
-      drop_until_sync(false);
-      portal_rows_.clear();
-      char status = body.size() == 1 ? body[0] : 'E';
-      cur()->status = status;
-      if (expect_.empty()) {
-        spdlog::error("[{}] unexpected ReadyForQuery", id_);
-        return true;
-      }
-      Expect e = std::move(expect_.front());
-      expect_.pop_front();
-      if (e.swallow) return false;
-      if (e.started != std::chrono::steady_clock::time_point{}) {
-        metrics_.duration[static_cast<std::size_t>(e.route)].observe_since(e.started);
-        if (cur_ < kMaxShards) metrics_.shards[cur_].query.observe_since(e.started);
-      }
-      batch_failed_ = false;
-      // A block the proxy itself failed stays failed, whatever a shard that does not
-      // know says, until ROLLBACK.
-      client_txn_ = proxy_failed_txn_ && status == 'T' ? 'E' : status;
-      if (!e.failed && e.sql_prepare) {
-        // Not transactional in PostgreSQL: kept even if the transaction rolls back.
-        cur()->sql_prepared[e.sql_prepare->name] = e.sql_prepare->token;
-        std::string name = e.sql_prepare->name;
-        sql_prepared_[name] = std::move(*e.sql_prepare);
-      }
-      if (!e.failed)
-        for (auto& c : e.commands) pending_commands_.push_back(std::move(c));
-      if (status == 'I') {
-        if (last_tag_rollback_) pending_commands_.clear();
-        apply_session_commands();
-        reset_transaction();
-      }
-      return true;
-    }
+    case 'Z':
+      return on_ready_for_query(body);
     case 'C':
       if (in_injected_query()) return false;
       last_tag_rollback_ = body.rfind("ROLLBACK", 0) == 0;

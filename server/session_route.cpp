@@ -868,6 +868,25 @@ void Session::reset_transaction() {
 
 // A write every shard (or several) must apply, outside a transaction: run it on
 // each, then answer with one combined result.
+// A write that failed on some shards: the error names where it was applied and where
+// not, with the first shard's own error.
+void Session::fail_multi_shard_write(const std::string& failed, const std::string& applied,
+                                     const std::string& first_error, bool extended, bool in_txn, std::string& out) {
+  std::string message = "statement failed on shard(s) " + failed;
+  message += applied.empty() ? "; it was applied on no shard" : "; it was applied on shard(s) " + applied;
+  auto original = proto::ErrorFields::decode(first_error);
+  std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
+  if (original) message += ": " + std::string(original->get('M'));
+  proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
+  metrics_.error(code);
+  if (extended) skip_until_sync_ = true;
+  if (in_txn) {
+    // Applied on some shards, failed on others: only ROLLBACK can end it.
+    client_txn_ = 'E';
+    proxy_failed_txn_ = true;
+  }
+}
+
 awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_view sql, const ScatterRequest* ext) {
   std::vector<std::size_t> targets = route.shards;
   if (route.kind == RouteKind::all_shards || targets.empty()) {
@@ -950,19 +969,7 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
   }
   std::string out;
   if (!failed.empty()) {
-    std::string message = "statement failed on shard(s) " + failed;
-    message += applied.empty() ? "; it was applied on no shard" : "; it was applied on shard(s) " + applied;
-    auto original = proto::ErrorFields::decode(first_error);
-    std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
-    if (original) message += ": " + std::string(original->get('M'));
-    proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
-    metrics_.error(code);
-    if (ext) skip_until_sync_ = true;
-    if (in_txn) {
-      // Applied on some shards, failed on others: only ROLLBACK can end it.
-      client_txn_ = 'E';
-      proxy_failed_txn_ = true;
-    }
+    fail_multi_shard_write(failed, applied, first_error, ext != nullptr, in_txn, out);
   } else {
     out += rows;
     std::string tag = verb;

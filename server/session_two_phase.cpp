@@ -36,6 +36,11 @@ awaitable<bool> Session::join_transaction(std::size_t shard) {
   co_return true;
 }
 
+std::string Session::no_prepared_transactions_error(std::size_t shard) const {
+  return error_body(sqlstate::cross_shard_write, two_phase::no_prepared_transactions(pools_[shard]->target().shard) +
+                                                     "; the transaction was rolled back");
+}
+
 awaitable<std::string> Session::commit_two_phase(std::string* notices) {
   std::string ignored_notices;
   if (!notices) notices = &ignored_notices;
@@ -52,13 +57,8 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
   std::string error;
   // A shard known to have max_prepared_transactions = 0 cannot prepare: say what to
   // set before preparing anything (SPEC §5).
-  for (auto s : written_) {
-    if (pools_[s]->max_prepared_transactions() == 0) {
-      error = error_body(sqlstate::cross_shard_write, two_phase::no_prepared_transactions(pools_[s]->target().shard) +
-                                                          "; the transaction was rolled back");
-      break;
-    }
-  }
+  for (auto s : written_)
+    if (pools_[s]->max_prepared_transactions() == 0 && error.empty()) error = no_prepared_transactions_error(s);
   // Phase one. PREPARE of a transaction that failed meanwhile rolls it back and
   // answers ROLLBACK, so the tag is what tells.
   for (auto s : written_) {
@@ -75,8 +75,7 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
       // PREPARE's 55000 is "prepared transactions are disabled": a shard whose setting
       // was not read yet (or changed since).
       pools_[s]->set_max_prepared_transactions(0);
-      error = error_body(sqlstate::cross_shard_write,
-                         two_phase::no_prepared_transactions(name) + "; the transaction was rolled back");
+      error = no_prepared_transactions_error(s);
       break;
     }
     if (r.lost || !r.error.empty() || r.tag != "PREPARE TRANSACTION") {
