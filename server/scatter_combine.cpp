@@ -128,10 +128,7 @@ awaitable<void> ScatterRead::combine() {
   for (std::size_t k = 0; k < combine_->pulls.size(); ++k)
     if (!co_await pull_into(k)) co_return;
   for (auto& sh : shards_)
-    if (sh.state == Shard::State::running) {
-      sh.state = Shard::State::ended;  // owes only its ReadyForQuery
-      sh.done_at = Clock::now();
-    }
+    if (sh.state == Shard::State::running) sh.state = Shard::State::ended;  // owes only its ReadyForQuery
   warn_missing();
   co_await run_combine_query();
 }
@@ -214,7 +211,10 @@ awaitable<bool> ScatterRead::copy_rows_of(Shard& sh, std::string& copy) {
       rejected(sh);
       break;
     }
-    if (type == 'C') co_return true;
+    if (type == 'C') {
+      sh.done_at = Clock::now();  // (its last pull's end is when it finished)
+      co_return true;
+    }
     if (type != 'D') continue;
     ++sh.rows;
     if (++combine_rows_ > max_rows) {

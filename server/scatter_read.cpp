@@ -32,12 +32,14 @@ bool same_columns(const proto::RowDescription& a, const proto::RowDescription& b
 
 }  // namespace
 
-ScatterRead::ScatterRead(Session& session, const routing::Route& route, Session::ScatterRequest req)
-    : s_(session), route_(route), req_(std::move(req)), started_(Clock::now()) {}
+ScatterRead::ScatterRead(Session& session, const routing::Route& route, Session::ScatterRequest req,
+                         std::optional<Clock::time_point> retry_of)
+    : s_(session), route_(route), req_(std::move(req)), started_(retry_of.value_or(Clock::now())),
+      retry_(retry_of.has_value()) {}
 
 awaitable<bool> ScatterRead::run() {
-  s_.count_route(route_, RouteLabel::multi);
-  if (!co_await plan()) co_return !s_.closing_;
+  if (!retry_) s_.count_route(route_, RouteLabel::multi);
+  if (!co_await plan()) co_return !s_.closing_;  // refused (the client was told), or wants_combine()
   co_await s_.drain();
   if (s_.closing_) co_return false;
   if (!co_await acquire()) co_return !s_.closing_;
@@ -50,6 +52,12 @@ awaitable<bool> ScatterRead::run() {
   } else {
     co_await describe();
     start_merge();
+    if (wants_combine_) {  // nothing was sent to the client: the shards are let go
+      stream_done_ = true;
+      timer_->cancel();
+      co_await clean_up();
+      co_return !s_.closing_;
+    }
     if (failure_.empty()) co_await stream();
   }
   stream_done_ = true;
@@ -100,6 +108,10 @@ awaitable<bool> ScatterRead::plan() {
   }
   // COPY (query) TO STDOUT and COPY table TO STDOUT: the rows of the query, merged as
   // the SELECT would be, written in the COPY format the statement asks for.
+  if (splan_->merge && splan_->merge_refused->load() && !route_.needs_combine && !splan_->copy_out) {
+    wants_combine_ = true;  // found by an earlier execution
+    co_return false;
+  }
   copy_out_ = splan_->copy_out ? &*splan_->copy_out : nullptr;
   copy_binary_ = copy_out_ && copy_out_->format == routing::CopyStatement::Format::binary;
   plan_ = splan_->merge ? &*splan_->merge : nullptr;
@@ -411,10 +423,23 @@ void ScatterRead::start_merge() {
   for (auto& p : req_.params) pvals.push_back(p ? std::optional<std::string_view>(*p) : std::nullopt);
   mo.params = routing::MergeParams{pvals, req_.param_formats, req_.param_types};
   auto created = routing::Merger::create(*plan_, shards_.size(), first_->fields->fields, mo);
-  if (auto* err = std::get_if<routing::MergeError>(&created)) return fail(err->sqlstate, err->message);
+  // Column types the merger cannot compare or combine (interval, money, arrays, json,
+  // inet, ...): PostgreSQL combines them.
+  const bool may_combine = !copy_out_ && !route_.needs_combine;
+  if (auto* err = std::get_if<routing::MergeError>(&created)) {
+    if (!may_combine || err->sqlstate != sqlstate::feature_not_supported) return fail(err->sqlstate, err->message);
+    splan_->merge_refused->store(true);
+    wants_combine_ = true;
+    return;
+  }
   merger_ = std::move(std::get<std::unique_ptr<routing::Merger>>(created));
   auto described = routing::client_row_description(*plan_, first_->fields->fields);
-  if (!described) return fail(sqlstate::cannot_merge, "cannot describe the merged result");
+  if (!described && !may_combine) return fail(sqlstate::cannot_merge, "cannot describe the merged result");
+  if (!described) {
+    splan_->merge_refused->store(true);
+    wants_combine_ = true;
+    return;
+  }
   if (copy_out_) return start_copy(*described);
   if (req_.describe) {
     proto::RowDescription rd;

@@ -50,9 +50,17 @@ routing::ScatterOptions scatter_options(const Runtime& rt, const routing::Route&
 class ScatterRead {
  public:
   using Clock = std::chrono::steady_clock;
-  ScatterRead(Session& session, const routing::Route& route, Session::ScatterRequest req);
+  // `retry_of`: the start of a first attempt this one repeats as a combine step.
+  ScatterRead(Session& session, const routing::Route& route, Session::ScatterRequest req,
+              std::optional<Clock::time_point> retry_of = std::nullopt);
   // False: the session must end (the client is gone).
   awaitable<bool> run();
+  // After run(): the merger refused the shards' column types (found only once they
+  // described their rows) before anything reached the client: the statement is to run
+  // again as a combine step (Session::scatter_read does), with this request.
+  bool wants_combine() const { return wants_combine_; }
+  Session::ScatterRequest take_request() { return std::move(req_); }
+  Clock::time_point started() const { return started_; }
 
  private:
   struct Shard {
@@ -160,6 +168,8 @@ class ScatterRead {
   std::unique_ptr<routing::Merger> merger_;
   std::optional<routing::CopyOutFormatter> copy_formatter_;
   bool warned_ = false;
+  bool retry_ = false;
+  bool wants_combine_ = false;
 };
 
 }  // namespace splitpoint::server

@@ -61,7 +61,13 @@ std::optional<std::chrono::milliseconds> Session::local_setting_ms(std::string_v
 // The statement's executor (server/scatter_read.hpp) does the work.
 awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterRequest req) {
   ScatterRead read(*this, route, std::move(req));
-  co_return co_await read.run();
+  const bool ok = co_await read.run();
+  if (!ok || !read.wants_combine()) co_return ok;
+  // The merger refused the shards' column types: the combine step answers instead.
+  routing::Route combined = route;
+  combined.needs_combine = true;
+  ScatterRead again(*this, combined, read.take_request(), read.started());
+  co_return co_await again.run();
 }
 
 // Number of result columns of `sql` (one Parse + Describe on `on`, else on any shard).

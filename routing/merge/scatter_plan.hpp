@@ -9,6 +9,7 @@
 // the COPY's options kept for the output.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -30,6 +31,9 @@ struct ScatterPlan {
   // A combine step planned without some tables' shapes (it pulls every column and does
   // not aggregate on the shards): learn them and plan again. Such a plan is not cached.
   std::vector<std::string> missing_shapes;
+  // Set at run time when the merger refused the shards' column types (known only from
+  // their RowDescription): later executions of the text go to the combine step at once.
+  std::shared_ptr<std::atomic<bool>> merge_refused = std::make_shared<std::atomic<bool>>(false);
   std::size_t bytes = 0;                  // rough footprint, for the cache bound
 };
 

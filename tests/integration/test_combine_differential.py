@@ -116,15 +116,6 @@ psycopg2.extensions.register_type(psycopg2.extensions.new_type(RAW_OIDS, "CB_RAW
 # check that fails prints "KNOWN FAILURE: ..." and does not fail the run; one that
 # passes prints a note so it can be made a hard assertion again.
 KNOWN = {}
-_REFUSED_TYPES = ("the streaming merger refuses the type instead of leaving the statement to the combine step: "
-                  "0A000 'cannot merge rows ordered by a column of type type oid N' (ORDER BY / DISTINCT / GROUP BY "
-                  "on interval, money, int[], jsonb, inet) or 'min()/max()|sum() of type ... cannot be combined by "
-                  "the proxy'")
-for _sid in ("agg-20", "agg-21", "agg-25", "don-02", "don-04", "don-07", "lim-03", "lim-05", "lim-06", "lim-08",
-             "lim-09", "lim-13", "lim-14", "par-05", "par-16", "par-18", "typ-01", "typ-02", "typ-03", "typ-04",
-             "typ-05", "typ-06", "typ-07", "typ-08", "typ-09", "typ-10", "typ-12", "typ-19", "typ-24", "typ-26",
-             "typ-29", "err-19"):
-    KNOWN[(_sid, "*")] = _REFUSED_TYPES
 KNOWN[("err-21", "*")] = ("FOR UPDATE with an aggregate: SPC01 (the proxy refuses FOR UPDATE over several shards "
                           "before PostgreSQL sees it) instead of PostgreSQL's 0A000")
 KNOWN[("ps-portal", "*")] = ("Execute with max_rows on a multi-shard portal (merge and combine alike): every row is "
@@ -132,9 +123,6 @@ KNOWN[("ps-portal", "*")] = ("Execute with max_rows on a multi-shard portal (mer
                              "'portal \"\" does not exist'")
 KNOWN[("multi-query", "*")] = ("several multi-shard SELECTs in one simple Query: refused (0A000/SPC01 'only a single "
                                "SELECT can be answered across shards'; docs/transactions.md)")
-for _sid in ("txw-01", "txw-02", "txw-03"):
-    KNOWN[(_sid, "*")] = ("extended protocol: a multi-shard INSERT inside BEGIN is SPT01 even with cross_shard_writes: "
-                          "two_phase (server/session_route.cpp, the several-shards Bind path); later steps 25P02")
 for _sid in ("txerr-07", "txerr-08"):
     KNOWN[(_sid, "*")] = ("extended protocol, inside BEGIN: a combine statement with a bad column gives SPS01 "
                           "(a shard answers 25P02) instead of 42703, and the transaction is not left failed: the "
