@@ -82,6 +82,7 @@ void ScatterRead::take_combine(ParallelAcquire& acquiring) {
   }
   combine_sh_.borrowed = std::move(r->backend);
   combine_sh_.b = combine_sh_.borrowed.get();
+  s_.add_scatter_cancel_target(combine_sh_.b, combine_sh_.index);
 }
 
 // Every pull in one go: one Query (simple protocol) or one Sync, so the shard answers

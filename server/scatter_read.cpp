@@ -54,6 +54,7 @@ awaitable<bool> ScatterRead::run() {
     start_merge();
     if (wants_combine_) {  // nothing was sent to the client: the shards are let go
       stream_done_ = true;
+      s_.clear_scatter_cancel_targets();
       timer_->cancel();
       co_await clean_up();
       co_return !s_.closing_;
@@ -61,6 +62,7 @@ awaitable<bool> ScatterRead::run() {
     if (failure_.empty()) co_await stream();
   }
   stream_done_ = true;
+  s_.clear_scatter_cancel_targets();
   timer_->cancel();
   if (combine_) co_await end_combine();
   co_await answer();
@@ -190,6 +192,7 @@ awaitable<bool> ScatterRead::acquire() {
     }
   }  // connections acquired after this point go back to their pools
   if (prepare_error_.empty()) co_return true;
+  s_.clear_scatter_cancel_targets();
   for (auto& sh : shards_)
     if (sh.borrowed) s_.pools_[sh.index]->release(std::move(sh.borrowed), true);
   co_await s_.reject(sqlstate::cannot_merge, prepare_error_, req_.extended);
@@ -242,6 +245,7 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
     proto::encode_sync(out);
   }
   sh.sent = true;
+  s_.add_scatter_cancel_target(b, sh.index);
   auto [ec, n] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow);
   if (ec) {
     sh.state = Shard::State::missing;

@@ -3,6 +3,8 @@
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
+#include <tuple>
+
 #include <functional>
 
 #include "protocol/buffer.hpp"
@@ -516,23 +518,35 @@ void Session::set_cancel_target(Backend* b, std::size_t shard) {
   }
 }
 
+void Session::add_scatter_cancel_target(Backend* b, std::size_t shard) {
+  std::lock_guard lock(cancel_mu_);
+  scatter_cancel_.push_back({b, pools_[shard]->target().host, pools_[shard]->target().port});
+}
+
+void Session::clear_scatter_cancel_targets() {
+  std::lock_guard lock(cancel_mu_);
+  scatter_cancel_.clear();
+}
+
 void Session::request_cancel(std::int32_t secret) {
-  std::string host;
-  std::uint16_t port = 0;
-  std::int32_t pid = 0, key = 0;
+  // The backend the pump reads from, or every backend of a multi-shard statement.
+  std::vector<std::tuple<std::string, std::uint16_t, std::int32_t, std::int32_t>> to;
   {
     std::lock_guard lock(cancel_mu_);
-    if (secret != cancel_secret_ || !cancel_backend_) return;
-    // From now on this backend is never handed to another client.
-    cancel_backend_->cancel_sent = true;
-    host = cancel_host_;
-    port = cancel_port_;
-    pid = cancel_backend_->process_id;
-    key = cancel_backend_->secret_key;
+    if (secret != cancel_secret_) return;
+    auto add = [&](Backend* b, const std::string& host, std::uint16_t port) {
+      // From now on this backend is never handed to another client.
+      b->cancel_sent = true;
+      to.emplace_back(host, port, b->process_id, b->secret_key);
+    };
+    if (cancel_backend_) add(cancel_backend_, cancel_host_, cancel_port_);
+    for (auto& t : scatter_cancel_) add(t.backend, t.host, t.port);
   }
-  spdlog::info("[{}] forwarding cancel request", id_);
-  asio::co_spawn(stream_.socket().get_executor(),
-                 send_cancel(host, port, pid, key, runtime_->config.timeouts.server_connect), asio::detached);
+  if (to.empty()) return;
+  spdlog::info("[{}] forwarding cancel request to {} backend(s)", id_, to.size());
+  for (auto& [host, port, pid, key] : to)
+    asio::co_spawn(stream_.socket().get_executor(),
+                   send_cancel(host, port, pid, key, runtime_->config.timeouts.server_connect), asio::detached);
 }
 
 void Session::on_shutdown() {

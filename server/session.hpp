@@ -284,6 +284,10 @@ class Session : public std::enable_shared_from_this<Session> {
                              bool ready_for_query);
   awaitable<void> send_ready();
   void set_cancel_target(Backend* b, std::size_t shard);
+  // A multi-shard statement's backends, while it runs (ScatterRead): a client's
+  // CancelRequest cancels each of them.
+  void add_scatter_cancel_target(Backend* b, std::size_t shard);
+  void clear_scatter_cancel_targets();
 
   Server& server_;
   Worker& worker_;
@@ -390,11 +394,17 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t unnamed_seq_ = 0;
   std::uint64_t parse_seq_ = 0;
 
-  // Guards the cancel target against CancelRequests handled on other threads.
+  // Guards the cancel targets against CancelRequests handled on other threads.
   std::mutex cancel_mu_;
   Backend* cancel_backend_ = nullptr;
   std::string cancel_host_;
   std::uint16_t cancel_port_ = 0;
+  struct CancelTarget {
+    Backend* backend;
+    std::string host;
+    std::uint16_t port;
+  };
+  std::vector<CancelTarget> scatter_cancel_;  // the backends of a running multi-shard statement
 
   std::unique_ptr<asio::steady_timer> idle_timer_;
   bool idle_timed_out_ = false;

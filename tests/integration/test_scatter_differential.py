@@ -180,90 +180,10 @@ class Target:
 PLAIN_T = None
 PROXY_T = None
 
-# ------------------------------------------------------------------ results
+# ------------------------------------------------------------------ results (tests/lib/difftest.py)
 
-
-class Res:
-    def __init__(self, cols=None, rows=None, tag=None, error=None):
-        self.cols = cols or []       # (name, type_oid, size, typmod, format) or (name, oid) for simple
-        self.rows = rows or []       # list of tuples (str / bytes / None)
-        self.tag = tag
-        self.error = error           # (sqlstate, message) or None
-
-    def __repr__(self):
-        if self.error:
-            return f"ERROR {self.error}"
-        return f"cols={self.cols} tag={self.tag} rows({len(self.rows)})={short(self.rows)}"
-
-
-def short(x, n=400):
-    s = repr(x)
-    return s if len(s) <= n else s[:n] + f"... ({len(s)} chars)"
-
-
-def to_psy(sql, params):
-    """$n placeholders -> psycopg2's %(pn)s (literal % doubled)."""
-    if not params:
-        return sql, None
-    s = sql.replace("%", "%%")
-    s = re.sub(r"\$(\d+)", lambda m: f"%(p{m.group(1)})s", s)
-    return s, {f"p{i + 1}": v for i, v in enumerate(params)}
-
-
-def wire_param(v):
-    """A parameter in PostgreSQL's text form (arrays: integers bare, strings quoted)."""
-    if v is None:
-        return None
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, list):
-        return "{" + ",".join(str(x) if isinstance(x, int) else
-                              '"' + str(x).replace("\\", "\\\\").replace('"', '\\"') + '"' for x in v) + "}"
-    return str(v)
-
-
-def psy_param(v):
-    return v  # psycopg2 renders a list as ARRAY[...]
-
-
-def run_simple(t, sql, params=()):
-    s, args = to_psy(sql, [psy_param(p) for p in params])
-    cur = t.psy.cursor()
-    try:
-        cur.execute(s, args)
-    except psycopg2.Error as e:
-        return Res(error=(e.pgcode, (e.pgerror or str(e)).strip()))
-    cols = [(d.name, d.type_code) for d in (cur.description or [])]
-    rows = [tuple(r) for r in cur.fetchall()] if cur.description else []
-    tag = cur.statusmessage
-    notices = list(t.psy.notices)
-    del t.psy.notices[:]
-    cur.close()
-    r = Res(cols, rows, tag)
-    r.notices = notices
-    return r
-
-
-def run_ext(t, sql, params=(), binary=False):
-    r = t.wire.extended(sql, [wire_param(p) for p in params], result_formats=[1] if binary else [])
-    if r.error:
-        return Res(error=(r.error.get("C"), r.error.get("M")))
-    st = None
-    for s in r.results:
-        st = s
-    if st is None:
-        return Res(error=("??", "no result"))
-    cols = [(c.name, c.type_oid, c.type_size, c.type_modifier, c.format) for c in st.columns]
-    rows = [tuple(x) for x in st.rows]
-    res = Res(cols, rows, st.tag)
-    res.notices = r.notices
-    return res
-
-
-def run(t, mode, sql, params=()):
-    if mode == "simple":
-        return run_simple(t, sql, params)
-    return run_ext(t, sql, params, binary=(mode == "binary"))
+from difftest import MODES, first_diff, run, run_simple, short  # noqa: E402
+import difftest  # noqa: E402
 
 
 # ------------------------------------------------------------------ failures
@@ -277,73 +197,9 @@ def check(ok, sid, mode, what):
     return CHECKS.check(ok, f"{sid} {mode}", what, key=key)
 
 
-def multiset(rows):
-    return sorted(rows, key=repr)
-
-
-def groups_by(rows, idx):
-    out = []
-    for r in rows:
-        k = tuple(r[i] for i in idx)
-        if out and out[-1][0] == k:
-            out[-1][1].append(r)
-        else:
-            out.append((k, [r]))
-    return out
-
-
-def first_diff(a, b):
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return f"first difference at row {i}: expected {x!r}, got {y!r}"
-    if len(a) != len(b):
-        return f"row count: expected {len(a)}, got {len(b)}"
-    return "no difference"
-
-
 def compare(sid, mode, sql, params, exp, got, order):
     """order: 'set' | 'exact' | ('keys', [idx...], partial) | 'count' | 'error' (same SQLSTATE)"""
-    head = f"{sql}  params={list(params)}"
-    if order == "error":
-        check(exp.error is not None, sid, mode, lambda: f"plain PostgreSQL did not fail (test bug): {head}: {exp}")
-        check(exp.error is not None and got.error is not None and got.error[0] == exp.error[0], sid, mode,
-              lambda: f"{head}\n    expected error {exp.error}\n    got {got.error or short(got)}")
-        return
-    if exp.error:
-        check(False, sid, mode, lambda: f"plain PostgreSQL failed (test bug): {head}: {exp.error}")
-        return
-    if got.error:
-        check(False, sid, mode, lambda: f"{head}\n    expected {short(exp)}\n    got error {got.error}")
-        return
-    ok = check(exp.cols == got.cols, sid, mode,
-               lambda: f"{head}\n    columns: expected {exp.cols}\n    got      {got.cols}")
-    ok &= check(exp.tag == got.tag, sid, mode, lambda: f"{head}\n    tag: expected {exp.tag!r}, got {got.tag!r}")
-    if order == "exact":
-        ok &= check(exp.rows == got.rows, sid, mode,
-                    lambda: f"{head}\n    rows (ordered): {first_diff(exp.rows, got.rows)}")
-    elif order == "set":
-        a, b = multiset(exp.rows), multiset(got.rows)
-        ok &= check(a == b, sid, mode, lambda: f"{head}\n    rows (multiset): {first_diff(a, b)}")
-    elif order == "count":
-        ok &= check(len(exp.rows) == len(got.rows), sid, mode,
-                    lambda: f"{head}\n    row count: expected {len(exp.rows)}, got {len(got.rows)}")
-    else:
-        _, idx, partial = order
-        ka = [tuple(r[i] for i in idx) for r in exp.rows]
-        kb = [tuple(r[i] for i in idx) for r in got.rows]
-        ok &= check(ka == kb, sid, mode, lambda: f"{head}\n    sort keys in order: {first_diff(ka, kb)}")
-        if ka == kb:
-            ga, gb = groups_by(exp.rows, idx), groups_by(got.rows, idx)
-            bad = []
-            for n, ((k, ra), (_, rb)) in enumerate(zip(ga, gb)):
-                if partial and (n == 0 or n == len(ga) - 1):
-                    continue
-                if multiset(ra) != multiset(rb):
-                    bad.append((k, multiset(ra), multiset(rb)))
-            ok &= check(not bad, sid, mode,
-                        lambda: f"{head}\n    tied group {bad[0][0]!r} differs: expected {short(bad[0][1])}, "
-                                f"got {short(bad[0][2])}")
-    return ok
+    return difftest.compare(check, sid, mode, sql, params, exp, got, order)
 
 
 # ------------------------------------------------------------------ data
@@ -913,7 +769,6 @@ REFUSED = [
 
 # ------------------------------------------------------------------ running
 
-MODES = ("simple", "text", "binary")
 
 
 def scatter_count():
