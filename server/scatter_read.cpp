@@ -554,7 +554,12 @@ awaitable<void> ScatterRead::answer() {
       s_.metrics_.error(failure_code_);
       proto::ErrorFields::make("ERROR", failure_code_, failure_).encode(out_, 'E');
     }
-    if (s_.client_txn_ != 'I') s_.client_txn_ = 'E';
+    if (s_.client_txn_ != 'I') {
+      // As in PostgreSQL the block is failed now, though the shards that answered
+      // do not know: the proxy answers 25P02 until ROLLBACK.
+      s_.client_txn_ = 'E';
+      s_.proxy_failed_txn_ = true;
+    }
     if (req_.extended) s_.skip_until_sync_ = true;
   } else if (req_.emit_rows && copy_formatter_) {
     if (auto t = copy_formatter_->trailer(); !t.empty()) proto::CopyData{t}.encode(out_);
