@@ -33,6 +33,26 @@ std::optional<std::string> copy_query(std::string_view sql, ScatterPlan& plan) {
   return source;
 }
 
+// A statement whose FROM (and WITH) reads no sharded table gets its rows from each shard
+// once: `SELECT EXISTS (SELECT ... FROM sharded)`, or a reference table filtered by a
+// sub-select over a sharded one, would be answered once per shard. Only the combine
+// step, which sees every shard's rows, answers it.
+bool sharded_only_in_sub_selects(PgQuery__ParseResult* tree, const CombineOptions& o) {
+  if (!o.is_sharded_table || tree->n_stmts != 1 || !is(tree->stmts[0]->stmt, PG_QUERY__NODE__NODE_SELECT_STMT))
+    return false;
+  const PgQuery__SelectStmt* top = tree->stmts[0]->stmt->select_stmt;
+  if (top->op != PG_QUERY__SET_OPERATION__SETOP_NONE) return false;  // the merger refuses set operations
+  bool from = false, anywhere = false;
+  auto sharded = [&](bool& seen) {
+    return [&](const PgQuery__RangeVar* rv) { seen = seen || o.is_sharded_table(sv(rv->schemaname), sv(rv->relname)); };
+  };
+  for (std::size_t i = 0; i < top->n_from_clause; ++i) for_each_range_var(&top->from_clause[i]->base, sharded(from));
+  if (top->with_clause != nullptr) for_each_range_var(&top->with_clause->base, sharded(from));
+  if (from) return false;
+  for_each_range_var(&tree->base, sharded(anywhere));
+  return anywhere;
+}
+
 }  // namespace
 
 ScatterPlan plan_scatter(std::string_view sql, const ScatterOptions& options, bool standard_strings) {
@@ -49,9 +69,9 @@ ScatterPlan plan_scatter(std::string_view sql, const ScatterOptions& options, bo
     plan.error = MergeError{parsed.error().sqlstate, parsed.error().message};
     return plan;
   }
-  if (options.combine_only) {
-    plan.error = MergeError{"SPC01", "cannot be answered exactly across shards: the statement reads sharded tables "
-                                     "that are not co-located, which only the combine step can join"};
+  if (options.combine_only || sharded_only_in_sub_selects(parsed.tree(), options.combine)) {
+    plan.error = MergeError{"SPC01", "cannot be answered exactly across shards: only the combine step sees every "
+                                     "shard's rows this statement needs"};
   } else {
     auto merge_tree = unpack_tree(parsed.packed());
     auto merged = plan_merge(merge_tree.get(), options.merge);

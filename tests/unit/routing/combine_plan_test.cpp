@@ -212,3 +212,19 @@ TEST_CASE("what does not combine on the shards pulls rows instead", "[combine]")
     CHECK_FALSE(c.pulls[0].aggregated);
   }
 }
+
+TEST_CASE("a statement whose FROM reads no sharded table goes to the combine step", "[combine]") {
+  // each shard would answer the outer row once
+  for (const char* sql : {"SELECT EXISTS (SELECT * FROM orders WHERE order_id = 1) AS anon_1",
+                          "SELECT true WHERE EXISTS (SELECT 1 FROM orders WHERE amount > 900)",
+                          "SELECT * FROM countries c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.status = c.code)",
+                          "SELECT (SELECT count(*) FROM orders) AS n"}) {
+    INFO(sql);
+    auto p = plan_scatter(sql, options());
+    CHECK_FALSE(p.merge);
+    CHECK(p.combine);
+  }
+  // rows from a sharded table in FROM (or a CTE over one) stay a merge
+  auto merged = plan_scatter("WITH o AS (SELECT * FROM orders) SELECT status FROM o ORDER BY status", options());
+  CHECK(merged.merge);
+}
