@@ -278,6 +278,12 @@ void Analyzer::transaction(const PgQuery__TransactionStmt* s) {
     r.names = std::move(names);
     plan_.cacheable = false;  // the gid is a literal
   }
+  if (r.txn == TxnCommand::savepoint || r.txn == TxnCommand::release_savepoint ||
+      r.txn == TxnCommand::rollback_to_savepoint) {
+    auto names = std::make_shared<Route::Names>();
+    names->savepoint = sv(s->savepoint_name);
+    r.names = std::move(names);
+  }
   r.txn_chain = s->chain;
   plan_.shard_override = false;
   fixed(std::move(r));

@@ -93,8 +93,8 @@ struct Route {
   // SQL-level PREPARE name AS query / EXECUTE name (args), each alone in its text.
   enum class SqlPrepared : std::uint8_t { none, prepare, execute };
   SqlPrepared sql_prepared = SqlPrepared::none;
-  // What names the statement, for sql_prepared and for txn prepare / finish_prepared
-  // (set for those, null otherwise). Rare, so out of line: copying a Route on the hot
+  // What names the statement, for sql_prepared, for txn prepare / finish_prepared and
+  // for savepoints (set for those, null otherwise). Rare, so out of line: copying a Route on the hot
   // path copies a null pointer.
   struct Names {
     std::string prepared_name;   // PREPARE / EXECUTE: the statement's name
@@ -102,6 +102,7 @@ struct Route {
     // EXECUTE: the arguments (nullopt when one of them is not a constant)
     std::optional<std::vector<std::optional<std::string>>> execute_args;
     std::string gid;             // PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED
+    std::string savepoint;       // SAVEPOINT / RELEASE / ROLLBACK TO: its name
   };
   std::shared_ptr<const Names> names;
 };

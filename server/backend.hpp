@@ -45,6 +45,9 @@ class Backend {
   ParameterList parameters;          // ParameterStatus seen at start-up
 
   char status = 'I';                 // transaction status of the last ReadyForQuery
+  // Inside the session's transaction: how many of its savepoints (Session::savepoints_,
+  // from the outermost) this connection has; 0 outside a transaction.
+  std::size_t savepoints = 0;
   // Session state last applied (hash of the session's SET script); 0 = unknown.
   std::uint64_t applied_state = 0;
   // Set when a session-mode client left it: the next user runs DISCARD ALL first.

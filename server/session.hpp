@@ -196,6 +196,9 @@ class Session : public std::enable_shared_from_this<Session> {
   static RouteLabel label_of(const routing::Route& route, bool multi);
   awaitable<bool> handle_query(const protocol::Frame& f);
   awaitable<bool> hold_begin(std::string_view sql);
+  // ROLLBACK TO / RELEASE SAVEPOINT on every shard that has the savepoint; nullopt: not
+  // one of the transaction's (a shard answers, as PostgreSQL).
+  awaitable<std::optional<bool>> savepoint_across_shards(const routing::Route& route, std::string_view sql);
   awaitable<std::optional<bool>> deallocate(routing::Route& route, const std::string& name);
   awaitable<bool> forward_query(const protocol::Frame& f, routing::Route& route, std::size_t target,
                                 std::string_view sql);
@@ -349,6 +352,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // An extended-protocol COMMIT/ROLLBACK the proxy answers itself: (portal, tag).
   std::optional<std::pair<std::string, std::string>> local_portal_;
   std::string begin_sql_;            // the client's BEGIN, replayed on each shard joined
+  // The transaction's savepoints, outermost first, as the client made them; each shard
+  // gets those it lacks before its next statement of the transaction (Backend::savepoints).
+  std::vector<std::string> savepoints_;
   std::optional<std::size_t> write_shard_;
   std::vector<std::size_t> written_;  // two_phase: every shard this transaction wrote
   // Extended protocol outside a transaction block: the current backend ran a write

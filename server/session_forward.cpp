@@ -425,9 +425,20 @@ int Session::sync_backend_state(Backend& b, std::string& out, bool join_transact
     ++queries;
     b.applied_state = state_hash_;
   }
+  if (b.status == 'I') b.savepoints = 0;
   if (join_transaction && in_transaction() && b.status == 'I') {
     proto::Query{begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_)}.encode(out);
     ++queries;
+  }
+  // Savepoints made since this shard last ran a statement of the transaction (or before
+  // it joined): its work from now on comes after them, as on the shards that saw them.
+  if (in_transaction() && (b.status != 'I' || join_transaction) && b.savepoints < savepoints_.size()) {
+    std::string sql;
+    for (std::size_t i = b.savepoints; i < savepoints_.size(); ++i)
+      sql += (sql.empty() ? "SAVEPOINT " : "; SAVEPOINT ") + routing::quote_ident(savepoints_[i]);
+    proto::Query{sql}.encode(out);
+    ++queries;
+    b.savepoints = savepoints_.size();
   }
   return queries;
 }

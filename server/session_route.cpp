@@ -251,6 +251,11 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     // outside a block, the error for COMMIT PREPARED inside one.
   }
   if (route.txn == TxnCommand::begin && client_txn_ == 'I') co_return co_await hold_begin(sql);
+  if ((route.txn == TxnCommand::rollback_to_savepoint || route.txn == TxnCommand::release_savepoint) &&
+      in_transaction()) {
+    auto done = co_await savepoint_across_shards(route, sql);
+    if (done) co_return *done;
+  }
   if (route.syntax_error) {
     // PostgreSQL parses the whole text before running any of it: on a shard it fails
     // at once, with PostgreSQL's own error and every field of it (HINT, DETAIL, ...).
@@ -292,7 +297,14 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     }
     co_return co_await run_on_shards(route, sql);
   }
-  co_return co_await forward_query(f, route, *target, sql);
+  const bool ok = co_await forward_query(f, route, *target, sql);
+  // A SAVEPOINT went to this shard as the client sent it; the others get it before
+  // their next statement of the transaction.
+  if (route.txn == TxnCommand::savepoint && in_transaction() && cur()) {
+    savepoints_.push_back(route.names->savepoint);
+    cur()->savepoints = savepoints_.size();
+  }
+  co_return ok;
 }
 
 // BEGIN is held until the first statement that routes; each shard joins with its text.
@@ -302,6 +314,45 @@ awaitable<bool> Session::hold_begin(std::string_view sql) {
   client_txn_ = 'T';
   std::string out;
   proto::CommandComplete{routing::first_keyword(sql) == "start" ? "START TRANSACTION" : "BEGIN"}.encode(out);
+  proto::ReadyForQuery{client_txn_}.encode(out);
+  co_await stream_.write(out);
+  co_return true;
+}
+
+awaitable<std::optional<bool>> Session::savepoint_across_shards(const routing::Route& route, std::string_view sql) {
+  const std::string& name = route.names->savepoint;
+  auto last = std::find(savepoints_.rbegin(), savepoints_.rend(), name);
+  if (last == savepoints_.rend()) co_return std::nullopt;
+  const std::size_t i = static_cast<std::size_t>(savepoints_.rend() - last) - 1;
+  const bool rollback = route.txn == TxnCommand::rollback_to_savepoint;
+  co_await drain();
+  if (closing_) co_return false;
+  std::string error, notices;
+  for (std::size_t s = 0; s < held_.size() && error.empty(); ++s) {
+    if (!in_transaction_on(s) || held_[s]->savepoints <= i) continue;
+    auto reply = co_await run_on(s, sql);
+    append_notices_and_status(reply.messages, notices);
+    if (reply.lost || !reply.error.empty())
+      error = !reply.error.empty() ? reply.error : error_body(sqlstate::connection_failure, "connection lost");
+  }
+  // What is left of the stack: ROLLBACK TO keeps the savepoint, RELEASE drops it (a
+  // failed one changes nothing).
+  const std::size_t keep = rollback ? i + 1 : i;
+  if (error.empty()) savepoints_.resize(keep);
+  for (auto& b : held_)
+    if (b && error.empty()) b->savepoints = std::min(b->savepoints, keep);
+  std::string out = notices;
+  if (!error.empty()) {
+    proto::Writer(out, 'E').bytes(error).finish();
+    client_txn_ = 'E';
+    proxy_failed_txn_ = true;
+  } else {
+    if (rollback) {  // the block is usable again, as in PostgreSQL
+      client_txn_ = 'T';
+      proxy_failed_txn_ = false;
+    }
+    proto::CommandComplete{rollback ? "ROLLBACK" : "RELEASE"}.encode(out);
+  }
   proto::ReadyForQuery{client_txn_}.encode(out);
   co_await stream_.write(out);
   co_return true;
@@ -857,6 +908,7 @@ awaitable<void> Session::roll_back_everywhere() {
 }
 
 void Session::reset_transaction() {
+  savepoints_.clear();
   implicit_txn_ = false;
   client_txn_ = 'I';
   proxy_failed_txn_ = false;
@@ -866,8 +918,6 @@ void Session::reset_transaction() {
   local_txn_settings_.clear();
 }
 
-// A write every shard (or several) must apply, outside a transaction: run it on
-// each, then answer with one combined result.
 // A write that failed on some shards: the error names where it was applied and where
 // not, with the first shard's own error.
 void Session::fail_multi_shard_write(const std::string& failed, const std::string& applied,
@@ -887,6 +937,8 @@ void Session::fail_multi_shard_write(const std::string& failed, const std::strin
   }
 }
 
+// A write every shard (or several) must apply, outside a transaction: run it on
+// each, then answer with one combined result.
 awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_view sql, const ScatterRequest* ext) {
   std::vector<std::size_t> targets = route.shards;
   if (route.kind == RouteKind::all_shards || targets.empty()) {
