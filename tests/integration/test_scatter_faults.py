@@ -271,8 +271,11 @@ def instance_pids():
 def sigstop_instance():
     pids = instance_pids()
     for p in pids:  # the postmaster first: it forks nothing new while stopped
-        os.kill(p, signal.SIGSTOP)
-    STOPPED.extend(pids)
+        try:
+            os.kill(p, signal.SIGSTOP)
+        except ProcessLookupError:
+            continue  # a backend that ended since it was listed
+        STOPPED.append(p)  # as it goes: whatever was stopped is continued later
     print(f"     SIGSTOP {len(pids)} processes of the private instance (postmaster {pids[0]})")
 
 
