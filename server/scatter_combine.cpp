@@ -63,11 +63,6 @@ bool append_copy_line(std::string_view row, std::string& out) {
   return true;
 }
 
-std::string error_text(std::string_view body) {
-  auto f = proto::ErrorFields::decode(body);
-  return f ? std::string(f->get('C')) + " " + std::string(f->get('M')) : std::string("error");
-}
-
 }  // namespace
 
 void ScatterRead::take_combine(ParallelAcquire& acquiring) {
@@ -97,10 +92,7 @@ void ScatterRead::encode_pulls(std::string& out) const {
   for (const auto& p : combine_->pulls) {
     proto::Parse{"", p.pull_sql, parameter_types_for(p.pull_sql, req_.param_types, req_.param_formats, req_.params.size())}
         .encode(out);
-    proto::Bind bind;
-    bind.param_formats = req_.param_formats;
-    for (auto& v : req_.params) bind.params.push_back(v ? std::optional<std::string_view>(*v) : std::nullopt);
-    bind.encode(out);
+    req_.bind({}).encode(out);  // rows as text
     proto::Execute{"", 0}.encode(out);
   }
   proto::encode_sync(out);
@@ -246,11 +238,7 @@ awaitable<void> ScatterRead::run_combine_query() {
   } else {
     proto::Parse{"", sql, parameter_types_for(sql, req_.param_types, req_.param_formats, req_.params.size())}
         .encode(out);
-    proto::Bind bind;
-    bind.param_formats = req_.param_formats;
-    for (auto& v : req_.params) bind.params.push_back(v ? std::optional<std::string_view>(*v) : std::nullopt);
-    bind.result_formats = req_.result_formats;
-    bind.encode(out);
+    req_.bind(req_.result_formats).encode(out);
     proto::Describe{'P', ""}.encode(out);
     proto::Execute{"", 0}.encode(out);
     proto::encode_sync(out);

@@ -235,11 +235,7 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
   } else {
     proto::Parse parse{"", plan_->shard_sql, req_.param_types};
     parse.encode(out);
-    proto::Bind bind;
-    bind.param_formats = req_.param_formats;
-    for (auto& p : req_.params) bind.params.push_back(p ? std::optional<std::string_view>(*p) : std::nullopt);
-    bind.result_formats = shard_formats_;
-    bind.encode(out);
+    req_.bind(shard_formats_).encode(out);
     proto::Describe{'P', ""}.encode(out);
     proto::Execute{"", 0}.encode(out);
     proto::encode_sync(out);
@@ -332,9 +328,13 @@ void ScatterRead::mark_missing(Shard& sh, std::string status, std::string error)
   if (sh.index < kMaxShards) s_.metrics_.shards[sh.index].missing[static_cast<std::size_t>(reason)].add();
 }
 
+std::string error_text(std::string_view body) {
+  auto f = proto::ErrorFields::decode(body);
+  return f ? std::string(f->get('C')) + " " + std::string(f->get('M')) : std::string("error");
+}
+
 void ScatterRead::rejected(Shard& sh) {
-  auto f = proto::ErrorFields::decode(frame_body_);
-  mark_missing(sh, "error", f ? std::string(f->get('C')) + " " + std::string(f->get('M')) : std::string("error"));
+  mark_missing(sh, "error", error_text(frame_body_));
   sh.error_body = frame_body_;
 }
 

@@ -47,6 +47,9 @@ namespace splitpoint::server {
 routing::ScatterOptions scatter_options(const Runtime& rt, const routing::Route& route,
                                         std::vector<std::shared_ptr<const routing::TableShape>>& keep);
 
+// "SQLSTATE message" of an ErrorResponse body, for SHOW splitpoint.last_scatter and messages.
+std::string error_text(std::string_view body);
+
 class ScatterRead {
  public:
   using Clock = std::chrono::steady_clock;

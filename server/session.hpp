@@ -230,6 +230,14 @@ class Session : public std::enable_shared_from_this<Session> {
     std::vector<std::optional<std::string>> params;
     std::vector<std::int16_t> param_formats, result_formats;
     std::vector<std::int32_t> param_types;
+    // A Bind of these parameters (views into this request) with `result_formats`.
+    protocol::Bind bind(std::vector<std::int16_t> result_formats) const {
+      protocol::Bind b;
+      b.param_formats = param_formats;
+      for (auto& p : params) b.params.push_back(p ? std::optional<std::string_view>(*p) : std::nullopt);
+      b.result_formats = std::move(result_formats);
+      return b;
+    }
   };
   awaitable<bool> scatter_read(const routing::Route& route, ScatterRequest req);
   awaitable<std::optional<std::size_t>> describe_columns(const std::string& sql, const std::vector<std::int32_t>& types,

@@ -1063,11 +1063,7 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
     // A split INSERT keeps the client's parameter numbers but uses only some of them.
     proto::Parse{"", sql, parameter_types_for(sql, ext->param_types, ext->param_formats, ext->params.size())}
         .encode(out);
-    proto::Bind bind;
-    bind.param_formats = ext->param_formats;
-    for (auto& p : ext->params) bind.params.push_back(p ? std::optional<std::string_view>(*p) : std::nullopt);
-    bind.result_formats = ext->result_formats;
-    bind.encode(out);
+    ext->bind(ext->result_formats).encode(out);
     proto::Describe{'P', ""}.encode(out);
     proto::Execute{"", 0}.encode(out);
     proto::encode_sync(out);

@@ -21,6 +21,18 @@ void set_string(char*& field, std::string_view value) {
   field = merge_tree::dup_string(value);
 }
 
+// A reference to a sharded table, turned into one to its temporary table; it keeps the
+// name its columns are qualified with (its alias, else the table's own name).
+void read_temp_table(PgQuery__RangeVar* rv, std::string_view temp_name) {
+  if (rv->alias == nullptr) {
+    rv->alias = static_cast<PgQuery__Alias*>(std::malloc(sizeof(PgQuery__Alias)));
+    *rv->alias = PG_QUERY__ALIAS__INIT;
+    rv->alias->aliasname = merge_tree::dup_string(sv(rv->relname));
+  }
+  set_string(rv->schemaname, "pg_temp");
+  set_string(rv->relname, temp_name);
+}
+
 struct Table {
   std::string schema, name;
   std::vector<PgQuery__RangeVar*> uses;  // every place the statement names it
@@ -376,13 +388,7 @@ std::optional<Aggregation> ShardAggregation::run() {
   merge_tree::free_node(s_->where_clause);
   s_->where_clause = nullptr;
   PgQuery__RangeVar* rv = s_->from_clause[0]->range_var;
-  if (rv->alias == nullptr) {
-    rv->alias = static_cast<PgQuery__Alias*>(std::malloc(sizeof(PgQuery__Alias)));
-    *rv->alias = PG_QUERY__ALIAS__INIT;
-    rv->alias->aliasname = merge_tree::dup_string(sv(rv->relname));
-  }
-  set_string(rv->schemaname, "pg_temp");
-  set_string(rv->relname, "sp_combine_1");
+  read_temp_table(rv, "sp_combine_1");
   auto sql = deparse(copy_.get());
   if (!sql) return std::nullopt;
   a.combine_sql = std::move(*sql);
@@ -449,13 +455,7 @@ std::variant<CombinePlan, MergeError> plan_combine(PgQuery__ParseResult* tree, c
   // qualified with (its alias, else the table's own name).
   for (std::size_t i = 0; i < reads.tables.size(); ++i) {
     for (PgQuery__RangeVar* rv : reads.tables[i].uses) {
-      if (rv->alias == nullptr) {
-        rv->alias = static_cast<PgQuery__Alias*>(std::malloc(sizeof(PgQuery__Alias)));
-        *rv->alias = PG_QUERY__ALIAS__INIT;
-        rv->alias->aliasname = merge_tree::dup_string(reads.tables[i].name);
-      }
-      set_string(rv->schemaname, "pg_temp");
-      set_string(rv->relname, plan.pulls[i].temp_name);
+      read_temp_table(rv, plan.pulls[i].temp_name);
     }
   }
   if (filtered) {
