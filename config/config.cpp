@@ -222,6 +222,8 @@ class Loader {
   void load_frontend(const Fields& top);
   void load_scatter(const Entry& e);
   void load_timeouts(const Entry& e);
+  void load_moves(const Entry& e);
+  void check_catalog_shards(int line);
   void load_distributions(const Fields& top);
   void load_distribution(const Entry& item);
   void load_partitioning(Distribution& d, const Fields& f, const std::string& path);
@@ -556,6 +558,24 @@ void Loader::load_scatter(const Entry& e) {
     assign(s.max_combine_rows, integer(*v, 0, std::numeric_limits<std::int64_t>::max()));
 }
 
+void Loader::load_moves(const Entry& e) {
+  auto f = mapping(e, {"max_hold", "poll", "lease"});
+  if (!f) return;
+  Moves& m = cfg_.moves;
+  if (const Entry* v = f->get("max_hold")) assign(m.max_hold, duration(*v, false));
+  if (const Entry* v = f->get("poll")) assign(m.poll, duration(*v, false));
+  if (const Entry* v = f->get("lease")) assign(m.lease, duration(*v, false));
+  if (m.lease <= m.poll * 2) error(e.line(), "moves.lease must be more than twice moves.poll");
+}
+
+// The catalog and the mover connect to shards on their own, with no client whose
+// database and credentials they could borrow.
+void Loader::check_catalog_shards(int line) {
+  for (const auto& s : cfg_.shards)
+    if (s.database.empty() || s.user.empty())
+      error(s.line ? s.line : line, "with catalog:, shard " + quote(s.name) + " needs database and user");
+}
+
 void Loader::load_timeouts(const Entry& e) {
   auto f = mapping(e, {"client_login", "client_idle", "server_connect", "shutdown"});
   if (!f) return;
@@ -808,7 +828,7 @@ LoadResult Loader::run(const YAML::Node& root) {
   } else if (root.IsMap()) {
     top = mapping(whole, {"listen", "metrics_listen", "pool_mode", "auth", "tls", "users", "shards",
                           "distributions", "reference_tables", "unlisted_tables", "scatter", "transactions",
-                          "timeouts", "max_client_connections", "max_message_size", "workers", "log_level"});
+                          "timeouts", "catalog", "moves", "max_client_connections", "max_message_size", "workers", "log_level"});
   } else {
     error(whole.line(), "the configuration must be a mapping of keys, got " + describe(root));
   }
@@ -818,9 +838,12 @@ LoadResult Loader::run(const YAML::Node& root) {
     load_frontend(*top);
     if (const Entry* e = top->get("scatter")) load_scatter(*e);
     if (const Entry* e = top->get("timeouts")) load_timeouts(*e);
+    if (const Entry* e = top->get("catalog")) assign(cfg_.catalog_shard, shard_ref(*e));
+    if (const Entry* e = top->get("moves")) load_moves(*e);
     load_distributions(*top);
     load_reference_tables(*top);
     if (const Entry* e = top->get("unlisted_tables")) load_unlisted_tables(*e);
+    if (const Entry* e = top->get("catalog")) check_catalog_shards(e->line());
   }
   std::stable_sort(errors_.begin(), errors_.end(),
                    [](const ConfigError& a, const ConfigError& b) { return a.line < b.line; });

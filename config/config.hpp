@@ -93,6 +93,14 @@ struct Timeouts {
   Duration shutdown{30000};
 };
 
+// Online moves (SPEC §9): the catalog's polling and leases, and how long a statement
+// for a partition in cutover waits before SPM01.
+struct Moves {
+  Duration max_hold{5000};
+  Duration poll{500};    // extension: how often each proxy reads the catalog's epoch
+  Duration lease{10000}; // extension: a proxy silent this long is taken for dead
+};
+
 struct Config {
   Endpoint listen{"127.0.0.1", 6432};
   Endpoint metrics_listen{"127.0.0.1", 9930};
@@ -108,6 +116,8 @@ struct Config {
   Scatter scatter;
   CrossShardWrites cross_shard_writes = CrossShardWrites::two_phase;
   Timeouts timeouts;
+  std::optional<std::size_t> catalog_shard;  // `catalog:`: the shard whose database holds the topology
+  Moves moves;
   // Extensions beyond SPEC §2 (documented in docs/configuration.md):
   std::size_t max_client_connections = 1000;
   std::size_t max_message_size = std::size_t{1} << 30;

@@ -1,5 +1,6 @@
 #include "server/runtime.hpp"
 
+#include <atomic>
 #include <stdexcept>
 
 #include "protocol/md5.hpp"
@@ -93,8 +94,17 @@ static UserAuth make_user_auth(const config::User& u) {
   return a;
 }
 
-std::shared_ptr<const Runtime> make_runtime(config::Config config, const Runtime* previous) {
+std::shared_ptr<const Runtime> make_runtime(config::Config config, const Runtime* previous,
+                                            std::shared_ptr<const MoveView> moves, bool continue_lineage) {
+  static std::atomic<std::uint64_t> lineages{0};
   auto rt = std::make_shared<Runtime>();
+  if (continue_lineage && previous) {
+    rt->lineage = previous->lineage;
+    rt->shapes = previous->shapes;
+  } else {
+    rt->lineage = ++lineages;
+  }
+  if (moves) rt->moves = std::move(moves);
   for (const auto& u : config.users) rt->users.emplace(u.name, make_user_auth(u));
   for (std::size_t i = 0; i < config.shards.size(); ++i) {
     const auto& s = config.shards[i];

@@ -72,8 +72,30 @@ class ShapeCache {
   std::map<std::string, std::shared_ptr<const routing::TableShape>, std::less<>> shapes_;
 };
 
+// What the moves in progress mean for the data path at one catalog epoch (SPEC §9).
+struct MoveView {
+  struct Part {
+    std::size_t distribution = 0;
+    std::uint32_t partition = 0;
+    std::size_t shard = 0;  // hidden: the shard holding rows it does not own
+    std::int64_t move = 0;
+  };
+  std::int64_t epoch = 0;
+  bool fenced = false;       // this proxy's catalog lease lapsed: sharded statements wait
+  bool moving = false;       // a move is past `planned`: DDL on every shard waits for it
+  std::vector<Part> held;    // in cutover: statements for these partitions wait
+  std::vector<Part> hidden;  // rows of `partition` on `shard`, which does not own them
+  // Per shard: sharded table -> schema of the view that hides those rows.
+  std::vector<std::map<std::string, std::string, std::less<>>> views;
+  bool active() const { return fenced || moving || !held.empty() || !hidden.empty(); }
+};
+
 struct Runtime {
   config::Config config;
+  // Runtimes of one lineage differ only in placement and moves (catalog epochs), so a
+  // session may move to a newer one between transactions; a reload starts a lineage.
+  std::uint64_t lineage = 0;
+  std::shared_ptr<const MoveView> moves = std::make_shared<MoveView>();
   std::shared_ptr<routing::Router> router;  // shared: its plan cache is internally locked
   std::shared_ptr<routing::Topology> topology;  // key -> partition -> shard, for COPY
   std::shared_ptr<ShapeCache> shapes = std::make_shared<ShapeCache>();
@@ -88,7 +110,10 @@ struct Runtime {
 };
 
 // Builds a runtime; pools of unchanged shards are taken over from `previous`.
-// Throws std::runtime_error when TLS files cannot be loaded.
-std::shared_ptr<const Runtime> make_runtime(config::Config config, const Runtime* previous);
+// `continue_lineage` (a new catalog epoch, same configuration file) also keeps its
+// lineage and its shapes. Throws std::runtime_error when TLS files cannot be loaded.
+std::shared_ptr<const Runtime> make_runtime(config::Config config, const Runtime* previous,
+                                            std::shared_ptr<const MoveView> moves = nullptr,
+                                            bool continue_lineage = false);
 
 }  // namespace splitpoint::server

@@ -82,15 +82,17 @@ void ScatterRead::take_combine(ParallelAcquire& acquiring) {
 
 // Every pull in one go: one Query (simple protocol) or one Sync, so the shard answers
 // them in order and ends with one ReadyForQuery. Rows come back as text.
-void ScatterRead::encode_pulls(std::string& out) const {
+void ScatterRead::encode_pulls(std::string& out, std::size_t shard) const {
+  std::vector<std::string> pulls;
+  for (const auto& p : combine_->pulls) pulls.push_back(s_.hide_foreign_rows(shard, route_, p.pull_sql).value_or(p.pull_sql));
   if (!req_.extended) {
     std::string sql;
-    for (const auto& p : combine_->pulls) sql += (sql.empty() ? "" : "; ") + p.pull_sql;
+    for (const auto& p : pulls) sql += (sql.empty() ? "" : "; ") + p;
     proto::Query{sql}.encode(out);
     return;
   }
-  for (const auto& p : combine_->pulls) {
-    proto::Parse{"", p.pull_sql, parameter_types_for(p.pull_sql, req_.param_types, req_.param_formats, req_.params.size())}
+  for (const auto& p : pulls) {
+    proto::Parse{"", p, parameter_types_for(p, req_.param_types, req_.param_formats, req_.params.size())}
         .encode(out);
     req_.bind({}).encode(out);  // rows as text
     proto::Execute{"", 0}.encode(out);

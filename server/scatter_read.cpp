@@ -228,12 +228,14 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
   Backend* b = sh.b;
   std::string out;
   sh.skip_ready += s_.sync_backend_state(*b, out, true);
+  std::optional<std::string> hidden;  // (SPEC §9)
+  if (!combine_) hidden = s_.hide_foreign_rows(sh.index, route_, plan_->shard_sql);
   if (combine_) {
-    encode_pulls(out);
+    encode_pulls(out, sh.index);
   } else if (!shard_extended_) {
-    proto::Query{plan_->shard_sql}.encode(out);
+    proto::Query{hidden ? *hidden : plan_->shard_sql}.encode(out);
   } else {
-    proto::Parse parse{"", plan_->shard_sql, req_.param_types};
+    proto::Parse parse{"", hidden ? *hidden : plan_->shard_sql, req_.param_types};
     parse.encode(out);
     req_.bind(shard_formats_).encode(out);
     proto::Describe{'P', ""}.encode(out);

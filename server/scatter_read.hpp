@@ -114,7 +114,7 @@ class ScatterRead {
   awaitable<bool> feed(std::size_t i);
   // scatter_combine.cpp: the combine step (SPEC §4.1), instead of describe..stream
   void take_combine(ParallelAcquire& acquiring);
-  void encode_pulls(std::string& out) const;
+  void encode_pulls(std::string& out, std::size_t shard) const;
   awaitable<void> combine();
   awaitable<bool> combine_command(std::string out);  // sends, reads to ReadyForQuery; false: failed
   awaitable<bool> pull_into(std::size_t pull);

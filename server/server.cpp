@@ -4,6 +4,7 @@
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
+#include "server/catalog.hpp"
 #include "server/http.hpp"
 #include "server/session.hpp"
 
@@ -51,12 +52,32 @@ Server::Server(std::shared_ptr<const Runtime> runtime, std::string config_path)
   }
 }
 
+void Server::store_runtime(std::shared_ptr<const Runtime> rt) {
+  moves_active_.store(rt && rt->moves->active(), std::memory_order_relaxed);
+  runtime_.store(std::move(rt));
+  generation_.fetch_add(1, std::memory_order_release);
+}
+
+void Server::apply_topology() {
+  if (!catalog_) return;
+  auto old = runtime();
+  auto config = old->config;
+  auto view = std::make_shared<MoveView>();
+  catalog_->overlay(config, *view);
+  try {
+    store_runtime(make_runtime(std::move(config), old.get(), std::move(view), true));
+  } catch (const std::exception& e) {
+    spdlog::error("catalog: cannot apply topology epoch: {}", e.what());
+  }
+}
+
 Server::~Server() {
   // Teardown order matters. Sessions die with their worker's pending coroutines and
   // use the registry, the cancel keys, the metrics and the pools on the way out; a
   // backend's socket belongs to whichever worker opened it. So: end every worker's
   // coroutines while all contexts still exist, then drop the pools (idle backends),
   // then destroy the contexts.
+  if (catalog_) catalog_->stop();
   signals_.reset();
   acceptor_.reset();
   metrics_acceptor_.reset();
@@ -76,6 +97,16 @@ static tcp::endpoint resolve_listen(const config::Endpoint& e) {
 }
 
 int Server::run() {
+  if (runtime()->config.catalog_shard) {
+    // The catalog's placement before the first client: a proxy never routes by a
+    // YAML placement the catalog has moved on from.
+    catalog_ = std::make_unique<Catalog>(*this, runtime()->config);
+    auto config = runtime()->config;
+    auto view = std::make_shared<MoveView>();
+    catalog_->start(config, *view);
+    store_runtime(make_runtime(std::move(config), runtime().get(), std::move(view), true));
+    catalog_->run();
+  }
   auto rt = runtime();
   auto& main_ctx = workers_.front()->context;
   acceptor_ = std::make_unique<tcp::acceptor>(main_ctx);
@@ -186,7 +217,9 @@ bool Server::reload(std::string& error) {
   }
   try {
     auto old = runtime();
-    runtime_.store(make_runtime(std::move(*result.config), old.get()));
+    auto view = std::make_shared<MoveView>();
+    if (catalog_) catalog_->overlay(*result.config, *view);
+    store_runtime(make_runtime(std::move(*result.config), old.get(), std::move(view)));
   } catch (const std::exception& e) {
     metrics_->config_reload(false);
     spdlog::error("reload rejected: {}", e.what());

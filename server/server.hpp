@@ -19,6 +19,7 @@
 namespace splitpoint::server {
 
 class Session;
+class Catalog;
 
 // Maps the cancel keys splitpoint gives clients to their sessions. Touched at login,
 // logout and cancel only; striped so no lock is global.
@@ -73,6 +74,14 @@ class Server {
 
   // Re-reads the config file; a bad file is rejected and the old config stays.
   bool reload(std::string& error);
+  // A new catalog epoch (or lease state): the same configuration with the catalog's
+  // placement and moves, in the same lineage.
+  void apply_topology();
+  // Bumped whenever a new runtime is stored: sessions compare it between statements.
+  std::uint64_t runtime_generation() const { return generation_.load(std::memory_order_acquire); }
+  Catalog* catalog() { return catalog_.get(); }
+  // The current runtime has moves in progress (or a lapsed lease): sessions check them.
+  bool moves_active() const { return moves_active_.load(std::memory_order_relaxed); }
 
   Metrics& metrics() { return *metrics_; }
 
@@ -88,7 +97,12 @@ class Server {
   void begin_shutdown();
   void spawn_session(Worker& w, tcp::socket socket);
 
+  void store_runtime(std::shared_ptr<const Runtime> rt);
+
   std::atomic<std::shared_ptr<const Runtime>> runtime_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> moves_active_{false};
+  std::unique_ptr<Catalog> catalog_;
   std::string config_path_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<tcp::acceptor> acceptor_;

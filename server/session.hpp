@@ -174,6 +174,16 @@ class Session : public std::enable_shared_from_this<Session> {
   // Inside a transaction block as the client sees it, including a BEGIN already sent
   // in this extended batch whose ReadyForQuery has not come back yet.
   bool in_transaction() const { return client_txn_ != 'I' || !begin_sql_.empty(); }
+  // ---- session_moves.cpp (SPEC §9)
+  // Between transactions: the newest runtime of this one's lineage (a catalog epoch).
+  void follow_runtime();
+  // Waits while the statement is for a partition in cutover (or the lease lapsed), up
+  // to moves.max_hold. 0: go on; 1: the hold ended, route again; -1: refused (SPM01 or
+  // DDL during a move, error sent).
+  awaitable<int> wait_for_moves(const routing::Route& route, bool extended);
+  // The text to send to `shard` so that it leaves out rows it holds but does not own;
+  // nullopt: `sql` as it is.
+  std::optional<std::string> hide_foreign_rows(std::size_t shard, const routing::Route& route, std::string_view sql) const;
   void ensure_prepared(const Prepared& p);
   // Appends the Queries that bring backend `b` to this client's state before its
   // statement; returns how many (each owes a ReadyForQuery the client never sees).
@@ -221,6 +231,7 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<void> serve_admin();
   awaitable<bool> admin_command(std::string_view sql, std::string& out);
   awaitable<void> show_route(std::string_view sql, std::string& out);
+  awaitable<bool> catalog_command(const std::vector<std::string>& words, std::string_view sql, std::string& out);
   // ---- session_scatter.cpp
   struct ScatterRequest {
     std::string sql;  // the client's statement
@@ -325,6 +336,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string client_password_;  // plaintext, when known (for backend auth)
   std::vector<std::pair<std::string, std::string>> startup_params_;  // replayed as SET
   std::vector<std::shared_ptr<Pool>> pools_;                         // per shard
+  std::uint64_t generation_ = 0;                // of the server's runtime when runtime_ was taken
+  std::shared_ptr<const MoveView> moves_;       // the moves the current statement runs with (null: none)
 
   // Client input. Waiting for the next message, an empty buffer keeps at most
   // kIdleInputBytes (an idle client costs little memory); a longer message grows it.

@@ -7,6 +7,9 @@
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
 #include "routing/merge/merge_plan.hpp"
+#include <future>
+
+#include "server/catalog.hpp"
 #include "server/server.hpp"
 #include "server/scatter_read.hpp"
 #include "server/session.hpp"
@@ -234,6 +237,122 @@ awaitable<void> Session::show_route(std::string_view sql, std::string& out) {
   t.encode(out, "SHOW");
 }
 
+namespace {
+
+// Runs blocking catalog work on a thread of its own and waits without blocking the
+// worker; an exception comes back as CatalogError. (`f` by reference, a named local of
+// the caller: GCC 12 mishandles temporaries with destructors in co_await'ed calls.)
+template <typename F>
+awaitable<std::variant<std::invoke_result_t<F>, CatalogError>> off_thread(const F& f) {
+  using R = std::variant<std::invoke_result_t<F>, CatalogError>;
+  auto done = std::async(std::launch::async, [f]() -> R {
+    try {
+      return R(std::in_place_index<0>, f());
+    } catch (const CatalogError& e) {
+      return R(std::in_place_index<1>, e);
+    } catch (const std::exception& e) {
+      return R(std::in_place_index<1>, CatalogError(std::string(sqlstate::internal_error), e.what()));
+    }
+  });
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  while (done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    timer.expires_after(std::chrono::milliseconds(2));
+    co_await timer.async_wait(use_nothrow);
+  }
+  co_return done.get();
+}
+
+// The words of a command as written (names keep their case), without a trailing ';'.
+std::vector<std::string> raw_words(std::string_view sql) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  for (;;) {
+    while (i < sql.size() && (std::isspace(static_cast<unsigned char>(sql[i])) || sql[i] == ';')) ++i;
+    std::size_t start = i;
+    while (i < sql.size() && !std::isspace(static_cast<unsigned char>(sql[i])) && sql[i] != ';') ++i;
+    if (i == start) return out;
+    out.emplace_back(sql.substr(start, i - start));
+  }
+}
+
+std::optional<std::string> opt(const std::optional<std::int64_t>& v) {
+  return v ? std::optional<std::string>(std::to_string(*v)) : std::nullopt;
+}
+
+}  // namespace
+
+// SHOW TOPOLOGY, SHOW MOVES [ALL], MOVE PARTITION dist:part TO shard, CANCEL MOVE id
+// (SPEC §9). False: not one of them.
+awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std::string_view sql, std::string& out) {
+  auto is = [&](std::initializer_list<const char*> expect) {
+    std::size_t i = 0;
+    for (auto e : expect)
+      if (i >= w.size() || w[i++] != e) return false;
+    return true;
+  };
+  if (!is({"SHOW", "TOPOLOGY"}) && !is({"SHOW", "MOVES"}) && !is({"MOVE", "PARTITION"}) && !is({"CANCEL", "MOVE"}))
+    co_return false;
+  Catalog* catalog = server_.catalog();
+  auto error = [&](std::string_view code, const std::string& msg) {
+    metrics_.error(code);
+    proto::ErrorFields::make("ERROR", code, msg).encode(out, 'E');
+  };
+  if (!catalog) {
+    error("SPA01", "no catalog: the topology is the configuration file's (set catalog: to change it online)");
+    co_return true;
+  }
+  const auto words = raw_words(sql);
+  if (is({"SHOW", "TOPOLOGY"})) {
+    auto list = [catalog] { return catalog->proxies(); };
+    auto r = co_await off_thread(list);
+    if (r.index() == 1) co_return error(std::get<1>(r).sqlstate, std::get<1>(r).what()), true;
+    Table t({"proxy", "address", "epoch", "lease_until", "live", "this"});
+    for (const auto& p : std::get<0>(r))
+      t.row({p.id, p.address, std::to_string(p.epoch), p.lease_until, p.live ? "yes" : "no",
+             p.id == catalog->proxy_id() ? "yes" : "no"});
+    t.encode(out, "SHOW");
+  } else if (is({"SHOW", "MOVES"})) {
+    const bool all = w.size() > 2 && w[2] == "ALL";
+    auto list = [catalog, all] { return catalog->moves(all); };
+    auto r = co_await off_thread(list);
+    if (r.index() == 1) co_return error(std::get<1>(r).sqlstate, std::get<1>(r).what()), true;
+    Table t({"id", "distribution", "partition", "source", "target", "state", "rows_copied", "lag_bytes", "hold_ms",
+             "attempts", "owner", "error"});
+    for (const auto& m : std::get<0>(r))
+      t.row({std::to_string(m.id), m.distribution, std::to_string(m.partition), m.source, m.target, m.state,
+             std::to_string(m.rows_copied), opt(m.lag_bytes), opt(m.hold_ms), std::to_string(m.attempts),
+             m.owner.empty() ? std::nullopt : std::optional<std::string>(m.owner),
+             m.error.empty() ? std::nullopt : std::optional<std::string>(m.error)});
+    t.encode(out, "SHOW");
+  } else if (is({"MOVE", "PARTITION"})) {
+    auto colon = words.size() == 5 ? words[2].rfind(':') : std::string::npos;
+    if (colon == std::string::npos || !(words[3] == "TO" || words[3] == "to") || colon + 1 >= words[2].size() ||
+        words[2].find_first_not_of("0123456789", colon + 1) != std::string::npos)
+      co_return error(sqlstate::syntax_error, "usage: MOVE PARTITION distribution:partition TO shard"), true;
+    auto dist = words[2].substr(0, colon);
+    auto part = static_cast<std::uint32_t>(std::stoul(words[2].substr(colon + 1)));
+    auto target = words[4];
+    auto plan = [=] { return catalog->plan_move(dist, part, target); };
+    auto r = co_await off_thread(plan);
+    if (r.index() == 1) co_return error(std::get<1>(r).sqlstate, std::get<1>(r).what()), true;
+    Table t({"move"});
+    t.row({std::to_string(std::get<0>(r))});
+    t.encode(out, "MOVE");
+  } else {
+    if (words.size() != 3 || words[2].find_first_not_of("0123456789") != std::string::npos)
+      co_return error(sqlstate::syntax_error, "usage: CANCEL MOVE id"), true;
+    const std::int64_t id = std::stoll(words[2]);
+    auto cancel = [=] {
+      catalog->cancel_move(id);
+      return 0;
+    };
+    auto r = co_await off_thread(cancel);
+    if (r.index() == 1) co_return error(std::get<1>(r).sqlstate, std::get<1>(r).what()), true;
+    proto::CommandComplete{"CANCEL MOVE"}.encode(out);
+  }
+  co_return true;
+}
+
 // Runs one admin command, appending its result (or an error) to `out`.
 awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
   std::string_view rest;
@@ -311,6 +430,7 @@ awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
     show_config(rt->config, out);
   } else if (is({"SHOW", "ROUTE"})) {
     co_await show_route(sql, out);
+  } else if (co_await catalog_command(w, sql, out)) {
   } else if (is({"RELOAD"})) {
     std::string err;
     if (server_.reload(err)) proto::CommandComplete{"RELOAD"}.encode(out);
@@ -331,7 +451,8 @@ awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
   } else {
     error(sqlstate::syntax_error,
           "unknown admin command; try SHOW SHARDS | POOLS | CLIENTS | PARTITIONS | HOT KEYS | ROUTE <statement> | "
-          "CONFIG, RELOAD, PAUSE [shard], RESUME [shard]");
+          "CONFIG | TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], MOVE PARTITION dist:part TO shard, "
+          "CANCEL MOVE id");
   }
   co_return true;
 }

@@ -106,6 +106,8 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     }
     co_return true;
   }
+  if (server_.runtime_generation() != generation_ && (f.type == 'Q' || f.type == 'P' || f.type == 'B'))
+    follow_runtime();  // (a new catalog epoch, taken between transactions)
   switch (f.type) {
     case 'Q':
       co_return co_await handle_query(f);

@@ -221,6 +221,13 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   // The checks before these calls spare most statements two coroutine frames.
   if (route.kind == RouteKind::need_shapes)
     co_await route_with_shapes(route, [&] { return router.route_simple(sql, routing_, lookup); });
+  if (server_.moves_active()) {  // (a partition in cutover: SPEC §9)
+    const int held = co_await wait_for_moves(route, false);
+    if (held < 0) co_return !closing_;
+    if (held > 0) route = runtime_->router->route_simple(sql, routing_, lookup);
+  } else {
+    moves_.reset();
+  }
 
   if ((pump_active_ || client_txn_ == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
@@ -588,6 +595,13 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   lookahead_.reset();
   if (route.kind == RouteKind::need_shapes)
     co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, routing_, lookup); });
+  if (server_.moves_active()) {
+    const int held = co_await wait_for_moves(route, true);
+    if (held < 0) co_return !closing_;
+    if (held > 0) route = runtime_->router->route(*p.plan, params, routing_, lookup);
+  } else {
+    moves_.reset();
+  }
 
   if ((pump_active_ || client_txn_ == 'E') && co_await refused_in_failed_transaction(route, true))
     co_return !closing_;
@@ -979,6 +993,8 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
     std::string_view stmt = sql;
     for (auto& [shard, text] : route.per_shard_sql)
       if (shard == s) stmt = text;
+    auto hidden = hide_foreign_rows(s, route, stmt);
+    if (hidden) stmt = *hidden;
     const auto shard_started = std::chrono::steady_clock::now();
     auto reply = co_await run_on(s, stmt, ext, true);
     const std::string& name = pools_[s]->target().shard;

@@ -16,22 +16,8 @@ namespace {
 
 // A string field of an unpacked tree: the old value freed unless it is protobuf-c's
 // shared empty string.
-void set_string(char*& field, std::string_view value) {
-  if (field != nullptr && field != protobuf_c_empty_string) std::free(field);
-  field = merge_tree::dup_string(value);
-}
-
-// A reference to a sharded table, turned into one to its temporary table; it keeps the
-// name its columns are qualified with (its alias, else the table's own name).
-void read_temp_table(PgQuery__RangeVar* rv, std::string_view temp_name) {
-  if (rv->alias == nullptr) {
-    rv->alias = static_cast<PgQuery__Alias*>(std::malloc(sizeof(PgQuery__Alias)));
-    *rv->alias = PG_QUERY__ALIAS__INIT;
-    rv->alias->aliasname = merge_tree::dup_string(sv(rv->relname));
-  }
-  set_string(rv->schemaname, "pg_temp");
-  set_string(rv->relname, temp_name);
-}
+// A reference to a sharded table, turned into one to its temporary table.
+void read_temp_table(PgQuery__RangeVar* rv, std::string_view temp_name) { merge_tree::retarget(rv, "pg_temp", temp_name); }
 
 struct Table {
   std::string schema, name;
@@ -262,7 +248,7 @@ bool ShardAggregation::collect() {
   }
   for (std::size_t i = 0; i < s_->n_target_list; ++i) {
     auto* t = s_->target_list[i]->res_target;
-    if (sv(t->name).empty()) set_string(t->name, merge_tree::output_name(t));  // its name stays
+    if (sv(t->name).empty()) merge_tree::set_string(t->name, merge_tree::output_name(t));  // its name stays
     aliases_.emplace(sv(t->name));
     if (!collect_aggregates(t->val)) return false;
   }

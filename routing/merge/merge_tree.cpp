@@ -361,6 +361,22 @@ char* dup_string(std::string_view s) {
   return p;
 }
 
+void set_string(char*& field, std::string_view value) {
+  if (field != nullptr && field != protobuf_c_empty_string) std::free(field);
+  field = dup_string(value);
+}
+
+void retarget(PgQuery__RangeVar* rv, std::string_view schema, std::string_view name) {
+  if (rv->alias == nullptr) {
+    rv->alias = static_cast<PgQuery__Alias*>(std::malloc(sizeof(PgQuery__Alias)));
+    *rv->alias = PG_QUERY__ALIAS__INIT;
+    rv->alias->aliasname = dup_string(sv(rv->relname));
+  }
+  const std::string keep(name);  // (name may be rv->relname itself)
+  set_string(rv->schemaname, schema);
+  set_string(rv->relname, keep);
+}
+
 namespace {
 
 template <typename T>

@@ -61,6 +61,11 @@ PgQuery__Node* make_res_target(PgQuery__Node* val, std::string_view alias);
 PgQuery__Node* make_column_ref(std::string_view name);  // a column by name; "" = *
 PgQuery__Node* make_sort_by(PgQuery__Node* expr, bool descending, bool nulls_first);
 char* dup_string(std::string_view s);  // malloc'd, for string fields in the tree
+// Replaces a string field of the tree (unset fields point at protobuf-c's shared "").
+void set_string(char*& field, std::string_view value);
+// Points a table reference at schema.name; it keeps the name its columns are qualified
+// with (its alias, else the table's own name).
+void retarget(PgQuery__RangeVar* rv, std::string_view schema, std::string_view name);
 // Replaces a call's function name with schema.name (just name when schema is "").
 void set_function_name(PgQuery__FuncCall* f, std::string_view schema, std::string_view name);
 

@@ -225,6 +225,12 @@ synchronous_commit = off
 full_page_writes = off
 max_connections = 300
 max_prepared_transactions = 50
+# partition moves (SPEC 9): logical replication between the test's shards
+wal_level = logical
+max_replication_slots = 20
+max_wal_senders = 20
+max_logical_replication_workers = 8
+max_worker_processes = 16
 log_line_prefix = '%m [%p] %q%u@%d '
 log_connections = off
 EOF

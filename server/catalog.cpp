@@ -1,0 +1,427 @@
+#include "server/catalog.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+#include <pqxx/pqxx>
+
+#include "server/server.hpp"
+
+namespace splitpoint::server {
+
+namespace {
+
+constexpr const char* kChannel = "splitpoint_topology";
+
+// Every table lives in schema splitpoint of the catalog database. The topology row's
+// lock orders every change; the epoch says a proxy has to re-read.
+constexpr const char* kSchema = R"sql(
+CREATE SCHEMA IF NOT EXISTS splitpoint;
+CREATE TABLE IF NOT EXISTS splitpoint.topology (
+  one bool PRIMARY KEY DEFAULT true CHECK (one),
+  epoch bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS splitpoint.placement (
+  distribution text NOT NULL,
+  partition int NOT NULL,
+  shard text NOT NULL,
+  PRIMARY KEY (distribution, partition));
+CREATE TABLE IF NOT EXISTS splitpoint.proxies (
+  id text PRIMARY KEY,
+  address text NOT NULL,
+  epoch bigint NOT NULL DEFAULT 0,
+  started timestamptz NOT NULL DEFAULT now(),
+  lease_until timestamptz NOT NULL);
+CREATE TABLE IF NOT EXISTS splitpoint.moves (
+  id bigserial PRIMARY KEY,
+  distribution text NOT NULL,
+  partition int NOT NULL,
+  source text NOT NULL,
+  target text NOT NULL,
+  state text NOT NULL DEFAULT 'planned',
+  owner text,
+  attempts int NOT NULL DEFAULT 0,
+  cancel boolean NOT NULL DEFAULT false,
+  rows_copied bigint NOT NULL DEFAULT 0,
+  lag_bytes bigint,
+  hold_ms bigint,
+  error text,
+  created timestamptz NOT NULL DEFAULT now(),
+  updated timestamptz NOT NULL DEFAULT now());
+)sql";
+
+constexpr const char* kUnfinished = "state NOT IN ('done', 'failed', 'cancelled')";
+
+std::string random_id() {
+  unsigned char b[4];
+  RAND_bytes(b, sizeof b);
+  char host[64] = {};
+  gethostname(host, sizeof host - 1);
+  char out[128];
+  std::snprintf(out, sizeof out, "%s:%d:%02x%02x%02x%02x", host, static_cast<int>(getpid()), b[0], b[1], b[2], b[3]);
+  return out;
+}
+
+// Partition count of a distribution, whatever its method.
+std::size_t partitions_of(const config::Distribution& d) {
+  switch (d.method) {
+    case config::Method::hash: return d.placement.size();
+    case config::Method::range: return d.ranges.size();
+    case config::Method::list: return d.lists.size();
+  }
+  return 0;
+}
+
+std::size_t& shard_slot(config::Distribution& d, std::size_t p) {
+  switch (d.method) {
+    case config::Method::hash: return d.placement[p];
+    case config::Method::range: return d.ranges[p].shard;
+    case config::Method::list: break;
+  }
+  return d.lists[p].shard;
+}
+
+MoveRow move_row(const pqxx::row& r) {
+  MoveRow m;
+  m.id = r["id"].as<std::int64_t>();
+  m.distribution = r["distribution"].as<std::string>();
+  m.partition = r["partition"].as<std::uint32_t>();
+  m.source = r["source"].as<std::string>();
+  m.target = r["target"].as<std::string>();
+  m.state = r["state"].as<std::string>();
+  m.owner = r["owner"].is_null() ? "" : r["owner"].as<std::string>();
+  m.error = r["error"].is_null() ? "" : r["error"].as<std::string>();
+  m.rows_copied = r["rows_copied"].as<std::int64_t>();
+  if (!r["lag_bytes"].is_null()) m.lag_bytes = r["lag_bytes"].as<std::int64_t>();
+  if (!r["hold_ms"].is_null()) m.hold_ms = r["hold_ms"].as<std::int64_t>();
+  m.attempts = r["attempts"].as<int>();
+  return m;
+}
+
+constexpr const char* kMoveColumns =
+    "id, distribution, partition, source, target, state, owner, error, rows_copied, lag_bytes, hold_ms, attempts";
+
+}  // namespace
+
+std::string shard_dsn(const config::Config& config, const config::Shard& s) {
+  auto quote = [](const std::string& v) {
+    std::string q = "'";
+    for (char c : v) {
+      if (c == '\'' || c == '\\') q += '\\';
+      q += c;
+    }
+    return q + "'";
+  };
+  std::string password = s.password;
+  if (password.empty())
+    if (const auto* u = config.find_user(s.user)) password = u->password;
+  std::string dsn = "host=" + quote(s.host) + " port=" + std::to_string(s.port) + " dbname=" + quote(s.database) +
+                    " user=" + quote(s.user) + " connect_timeout=" +
+                    std::to_string(std::max<long long>(1, config.timeouts.server_connect.count() / 1000));
+  if (!password.empty()) dsn += " password=" + quote(password);
+  return dsn;
+}
+
+void apply_catalog(const CatalogState& state, config::Config& config, MoveView& view) {
+  auto dist_of = [&](const std::string& name) -> std::optional<std::size_t> {
+    for (std::size_t d = 0; d < config.distributions.size(); ++d)
+      if (config.distributions[d].name == name) return d;
+    return std::nullopt;
+  };
+  for (const auto& p : state.placement) {
+    auto d = dist_of(p.distribution);
+    auto s = config.find_shard(p.shard);
+    if (!d || !s || p.partition >= partitions_of(config.distributions[*d])) continue;
+    shard_slot(config.distributions[*d], p.partition) = *s;
+  }
+  view.epoch = state.epoch;
+  view.views.assign(config.shards.size(), {});
+  for (const auto& m : state.moves) {
+    auto d = dist_of(m.distribution);
+    auto src = config.find_shard(m.source), tgt = config.find_shard(m.target);
+    if (!d || !src || !tgt) continue;
+    MoveView::Part part{*d, m.partition, 0, m.id};
+    if (m.state == "planned") continue;
+    view.moving = true;
+    if (m.state == "cutover") view.held.push_back(part);
+    // Before the cutover the target holds a copy; after it the source holds leftovers.
+    part.shard = m.state == "cleanup" ? *src : *tgt;
+    view.hidden.push_back(part);
+    for (const auto& [table, key] : config.distributions[*d].tables)
+      view.views[part.shard][table] = "splitpoint_m" + std::to_string(m.id);
+  }
+}
+
+Catalog::Catalog(Server& server, const config::Config& config)
+    : server_(server), config_(config), proxy_id_(random_id()) {
+  dsn_ = shard_dsn(config_, config_.shards[*config_.catalog_shard]);
+}
+
+Catalog::~Catalog() { stop(); }
+
+std::unique_ptr<pqxx::connection> Catalog::connect_catalog() const { return std::make_unique<pqxx::connection>(dsn_); }
+
+void Catalog::create_schema(pqxx::connection& c) {
+  pqxx::work w(c);
+  // Two proxies starting at once: one creates and seeds, the other waits and reads.
+  w.exec("SELECT pg_advisory_xact_lock(hashtext('splitpoint catalog'))");
+  w.exec("SET LOCAL client_min_messages = warning");
+  w.exec(kSchema);
+  w.commit();
+}
+
+// First start: the YAML's placement becomes the catalog's. Later starts keep the
+// catalog's and only add distributions it does not know yet.
+void Catalog::seed(pqxx::connection& c) {
+  pqxx::work w(c);
+  w.exec("SELECT pg_advisory_xact_lock(hashtext('splitpoint catalog'))");
+  if (w.exec("SELECT 1 FROM splitpoint.topology").empty()) w.exec("INSERT INTO splitpoint.topology VALUES (true, 1)");
+  bool added = false;
+  for (const auto& d : config_.distributions) {
+    auto known = w.exec_params("SELECT count(*) FROM splitpoint.placement WHERE distribution = $1", d.name);
+    auto have = known[0][0].as<std::size_t>();
+    if (have != 0 && have != partitions_of(d))
+      throw CatalogError("SPA01", "the catalog has " + std::to_string(have) + " partitions of distribution \"" + d.name +
+                                      "\", the configuration " + std::to_string(partitions_of(d)));
+    if (have != 0) continue;
+    auto copy = d;
+    for (std::size_t p = 0; p < partitions_of(d); ++p)
+      w.exec_params("INSERT INTO splitpoint.placement VALUES ($1, $2, $3)", d.name, static_cast<int>(p),
+                    config_.shards[shard_slot(copy, p)].name);
+    added = true;
+  }
+  if (added) {
+    w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1");
+    w.exec(std::string("NOTIFY ") + kChannel);
+  }
+  w.commit();
+}
+
+CatalogState Catalog::read_state(pqxx::connection& c) {
+  CatalogState s;
+  pqxx::work w(c, "read topology");
+  w.exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY");
+  s.epoch = w.exec("SELECT epoch FROM splitpoint.topology")[0][0].as<std::int64_t>();
+  for (const auto& r : w.exec("SELECT distribution, partition, shard FROM splitpoint.placement"))
+    s.placement.push_back({r[0].as<std::string>(), r[1].as<std::uint32_t>(), r[2].as<std::string>()});
+  for (const auto& r : w.exec(std::string("SELECT ") + kMoveColumns + " FROM splitpoint.moves WHERE " + kUnfinished +
+                              " ORDER BY id"))
+    s.moves.push_back(move_row(r));
+  std::int64_t by_state[7] = {};
+  for (const auto& r : w.exec("SELECT state, count(*) FROM splitpoint.moves GROUP BY state"))
+    for (int i = 0; i < 7; ++i)
+      if (r[0].as<std::string>() == kMoveStates[i]) by_state[i] = r[1].as<std::int64_t>();
+  for (int i = 0; i < 7; ++i) metrics_.moves_by_state[i] = by_state[i];
+  auto p = w.exec("SELECT count(*) FILTER (WHERE lease_until > now()), count(*) FILTER (WHERE lease_until <= now()) "
+                  "FROM splitpoint.proxies");
+  metrics_.proxies_live = p[0][0].as<std::int64_t>();
+  metrics_.proxies_expired = p[0][1].as<std::int64_t>();
+  w.commit();
+  return s;
+}
+
+void Catalog::renew_lease(pqxx::connection& c) {
+  const auto sent = std::chrono::steady_clock::now();
+  pqxx::nontransaction w(c);
+  w.exec_params(
+      "INSERT INTO splitpoint.proxies (id, address, epoch, lease_until) VALUES ($1, $2, $3, now() + $4::int * "
+      "interval '1 millisecond') ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch, lease_until = "
+      "excluded.lease_until",
+      proxy_id_, config_.listen.host + ":" + std::to_string(config_.listen.port), acked_epoch_,
+      static_cast<int>(config_.moves.lease.count()));
+  // The catalog counts the lease from when it got the renewal, later than `sent`: a
+  // proxy that fences itself at sent + lease is fenced before the catalog lets go.
+  lease_renewed_ = sent;
+}
+
+void Catalog::start(config::Config& config, MoveView& view) {
+  auto c = connect_catalog();
+  create_schema(*c);
+  seed(*c);
+  renew_lease(*c);
+  auto state = read_state(*c);
+  acked_epoch_ = state.epoch;
+  renew_lease(*c);
+  metrics_.epoch = state.epoch;
+  {
+    std::lock_guard lock(mu_);
+    state_ = state;
+  }
+  apply_catalog(state, config, view);
+  spdlog::info("catalog: proxy {} at topology epoch {}", proxy_id_, state.epoch);
+}
+
+void Catalog::overlay(config::Config& config, MoveView& view) const {
+  std::lock_guard lock(const_cast<std::mutex&>(mu_));
+  apply_catalog(state_, config, view);
+  view.fenced = fenced_;
+}
+
+void Catalog::run() {
+  follower_ = std::thread([this] { follow(); });
+  mover_ = std::thread([this] { mover_loop(); });
+}
+
+void Catalog::stop() {
+  if (stop_.exchange(true)) return;
+  cv_.notify_all();
+  if (follower_.joinable()) follower_.join();
+  if (mover_.joinable()) mover_.join();
+  try {  // leave at once instead of letting the lease run out
+    auto c = connect_catalog();
+    pqxx::nontransaction w(*c);
+    w.exec_params("DELETE FROM splitpoint.proxies WHERE id = $1", proxy_id_);
+  } catch (const std::exception&) {
+  }
+}
+
+void Catalog::nap(std::chrono::milliseconds d) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, d, [&] { return stop_.load(); });
+}
+
+void Catalog::wake_follower() {
+  try {
+    auto c = connect_catalog();
+    pqxx::nontransaction w(*c);
+    w.exec(std::string("NOTIFY ") + kChannel);
+  } catch (const std::exception&) {
+  }
+}
+
+// Reads the epoch every moves.poll (at once on a NOTIFY); a new epoch becomes a new
+// runtime. A lease that could not be renewed in time fences this proxy.
+void Catalog::follow() {
+  std::unique_ptr<pqxx::connection> c;
+  while (!stop_) {
+    try {
+      if (!c) {
+        c = connect_catalog();
+        pqxx::nontransaction(*c).exec(std::string("LISTEN ") + kChannel);
+      }
+      follow_once(*c);
+      c->await_notification(0, static_cast<long>(config_.moves.poll.count()) * 1000);
+      c->get_notifs();
+    } catch (const std::exception& e) {
+      spdlog::warn("catalog: {}", e.what());
+      c.reset();
+      nap(config_.moves.poll);
+    }
+    const bool lapsed = std::chrono::steady_clock::now() - lease_renewed_ > config_.moves.lease;
+    if (lapsed != fenced_) {
+      fenced_ = lapsed;
+      spdlog::warn(lapsed ? "catalog: lease lapsed; statements on sharded tables wait until the catalog is back"
+                          : "catalog: lease renewed; serving again");
+      server_.apply_topology();
+    }
+  }
+}
+
+void Catalog::follow_once(pqxx::connection& c) {
+  auto state = read_state(c);
+  if (state.epoch != acked_epoch_ || fenced_) {
+    {
+      std::lock_guard lock(mu_);
+      state_ = std::move(state);
+      acked_epoch_ = state_.epoch;
+    }
+    fenced_ = false;
+    server_.apply_topology();
+    metrics_.epoch = acked_epoch_;
+  }
+  renew_lease(c);
+}
+
+std::int64_t Catalog::update_move(pqxx::connection& c, const MoveRow& m, bool bump_epoch, const std::string& extra_sql) {
+  pqxx::work w(c);
+  std::int64_t epoch = 0;
+  if (bump_epoch) epoch = w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1 RETURNING epoch")[0][0].as<std::int64_t>();
+  w.exec_params(
+      "UPDATE splitpoint.moves SET state = $2, rows_copied = $3, lag_bytes = $4, hold_ms = $5, error = NULLIF($6, ''), "
+      "attempts = $7, updated = now() WHERE id = $1",
+      m.id, m.state, m.rows_copied, m.lag_bytes, m.hold_ms, m.error, m.attempts);
+  if (!extra_sql.empty()) w.exec(extra_sql);
+  if (bump_epoch) w.exec(std::string("NOTIFY ") + kChannel);
+  w.commit();
+  return epoch;
+}
+
+bool Catalog::wait_for_acks(pqxx::connection& c, std::int64_t epoch, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    pqxx::nontransaction w(c);
+    auto r = w.exec_params("SELECT count(*) FROM splitpoint.proxies WHERE lease_until > now() AND epoch < $1", epoch);
+    if (r[0][0].as<std::int64_t>() == 0) return true;
+    if (std::chrono::steady_clock::now() >= until || stop_) return false;
+    nap(std::chrono::milliseconds(5));
+  }
+}
+
+std::int64_t Catalog::plan_move(const std::string& distribution, std::uint32_t partition, const std::string& target) {
+  const config::Distribution* d = nullptr;
+  for (const auto& x : config_.distributions)
+    if (x.name == distribution) d = &x;
+  if (!d) throw CatalogError("SPA01", "unknown distribution \"" + distribution + "\"");
+  if (d->method == config::Method::list) throw CatalogError("SPA01", "list partitions cannot move yet");
+  if (partition >= partitions_of(*d))
+    throw CatalogError("SPA01", "distribution \"" + distribution + "\" has no partition " + std::to_string(partition));
+  if (!config_.find_shard(target)) throw CatalogError("SPA01", "unknown shard \"" + target + "\"");
+  auto c = connect_catalog();
+  pqxx::work w(*c);
+  w.exec("SELECT epoch FROM splitpoint.topology FOR UPDATE");
+  auto busy = w.exec_params(std::string("SELECT id FROM splitpoint.moves WHERE distribution = $1 AND ") + kUnfinished,
+                            distribution);
+  if (!busy.empty())
+    throw CatalogError("SPA01", "move " + busy[0][0].as<std::string>() + " of distribution \"" + distribution +
+                                    "\" is in progress; one move per distribution at a time");
+  auto src = w.exec_params("SELECT shard FROM splitpoint.placement WHERE distribution = $1 AND partition = $2",
+                           distribution, static_cast<int>(partition));
+  const std::string source = src[0][0].as<std::string>();
+  if (source == target)
+    throw CatalogError("SPA01", "partition " + distribution + ":" + std::to_string(partition) + " is on shard \"" +
+                                    target + "\" already");
+  auto id = w.exec_params(
+                 "INSERT INTO splitpoint.moves (distribution, partition, source, target) VALUES ($1, $2, $3, $4) "
+                 "RETURNING id",
+                 distribution, static_cast<int>(partition), source, target)[0][0]
+                .as<std::int64_t>();
+  w.exec(std::string("NOTIFY ") + kChannel);
+  w.commit();
+  cv_.notify_all();
+  return id;
+}
+
+void Catalog::cancel_move(std::int64_t id) {
+  auto c = connect_catalog();
+  pqxx::work w(*c);
+  auto r = w.exec_params("SELECT state FROM splitpoint.moves WHERE id = $1 FOR UPDATE", id);
+  if (r.empty()) throw CatalogError("SPA01", "no move " + std::to_string(id));
+  auto state = r[0][0].as<std::string>();
+  if (state == "cleanup" || state == "done" || state == "failed" || state == "cancelled")
+    throw CatalogError("SPA01", "move " + std::to_string(id) + " is " + state + "; it can no longer be cancelled");
+  w.exec_params("UPDATE splitpoint.moves SET cancel = true, updated = now() WHERE id = $1", id);
+  w.commit();
+}
+
+std::vector<MoveRow> Catalog::moves(bool all) {
+  auto c = connect_catalog();
+  pqxx::nontransaction w(*c);
+  std::vector<MoveRow> out;
+  for (const auto& r : w.exec(std::string("SELECT ") + kMoveColumns + " FROM splitpoint.moves " +
+                              (all ? "" : std::string("WHERE ") + kUnfinished) + " ORDER BY id"))
+    out.push_back(move_row(r));
+  return out;
+}
+
+std::vector<Catalog::ProxyRow> Catalog::proxies() {
+  auto c = connect_catalog();
+  pqxx::nontransaction w(*c);
+  std::vector<ProxyRow> out;
+  for (const auto& r : w.exec("SELECT id, address, epoch, lease_until::text, lease_until > now() FROM "
+                              "splitpoint.proxies ORDER BY started, id"))
+    out.push_back({r[0].as<std::string>(), r[1].as<std::string>(), r[3].as<std::string>(), r[2].as<std::int64_t>(),
+                   r[4].as<bool>()});
+  return out;
+}
+
+}  // namespace splitpoint::server

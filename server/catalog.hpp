@@ -1,0 +1,149 @@
+// The topology as data (SPEC §9): PostgreSQL tables in the `catalog:` shard's
+// database, an epoch every change increments, proxies that register with a lease and
+// follow changes, and the mover that runs partition moves. This is the control plane:
+// slow, synchronous SQL through libpqxx on threads of its own. It reaches the data path
+// only through the immutable Runtime it hands to Server::apply_topology.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/config.hpp"
+#include "server/metrics.hpp"
+#include "server/runtime.hpp"
+
+namespace pqxx {  // libpqxx 6.4's connection, declared as its own headers do
+class connect_direct;
+template <typename Policy>
+class basic_connection_base;
+using connection = basic_connection_base<connect_direct>;
+}  // namespace pqxx
+
+namespace splitpoint::server {
+
+class Server;
+
+// An admin change the catalog refuses (SPEC §6 SPA01), or a failed catalog query.
+struct CatalogError : std::runtime_error {
+  CatalogError(std::string code, const std::string& message) : std::runtime_error(message), sqlstate(std::move(code)) {}
+  std::string sqlstate;
+};
+
+// One row of splitpoint.moves.
+struct MoveRow {
+  std::int64_t id = 0;
+  std::string distribution;
+  std::uint32_t partition = 0;
+  std::string source, target, state, owner, error;
+  std::int64_t rows_copied = 0;
+  std::optional<std::int64_t> lag_bytes, hold_ms;
+  int attempts = 0;
+};
+
+// What the catalog says at one epoch.
+struct CatalogState {
+  std::int64_t epoch = 0;
+  struct Place {
+    std::string distribution;
+    std::uint32_t partition = 0;
+    std::string shard;
+  };
+  std::vector<Place> placement;
+  std::vector<MoveRow> moves;  // those not finished (planned ... cleanup)
+};
+
+// libpq connection string of a shard (the catalog and the mover connect on their own).
+std::string shard_dsn(const config::Config& config, const config::Shard& shard);
+// The partitions placement and move states of `state` applied to `config`; the moves'
+// effect on the data path (held and hidden partitions). Unknown names are skipped.
+void apply_catalog(const CatalogState& state, config::Config& config, MoveView& view);
+
+// Move-related figures for the metrics endpoint (written by the catalog's threads).
+struct MoveMetrics {
+  std::atomic<std::int64_t> epoch{0};
+  std::atomic<std::int64_t> proxies_live{0}, proxies_expired{0};
+  std::atomic<std::int64_t> moves_by_state[7] = {};  // kMoveStates order
+  std::atomic<std::uint64_t> rows_copied{0};
+  std::atomic<std::int64_t> lag_bytes{0};
+  std::atomic<std::uint64_t> held_statements{0};  // statements that waited on a cutover
+  LocalHistogram cutover_hold;  // written by the mover thread only
+};
+inline constexpr const char* kMoveStates[7] = {"planned", "copying", "catching_up", "cutover",
+                                               "cleanup", "done",    "failed"};
+
+class Catalog {
+ public:
+  Catalog(Server& server, const config::Config& config);
+  ~Catalog();
+  Catalog(const Catalog&) = delete;
+  Catalog& operator=(const Catalog&) = delete;
+
+  // Creates the catalog's tables when missing, seeds them from the YAML on first start,
+  // registers this proxy, and applies the catalog to `config` and `view`. Throws.
+  void start(config::Config& config, MoveView& view);
+  // Starts following the catalog and running moves; stop() ends both (and the lease).
+  void run();
+  void stop();
+  // The last catalog state, applied to a configuration re-read on SIGHUP.
+  void overlay(config::Config& config, MoveView& view) const;
+
+  const std::string& proxy_id() const { return proxy_id_; }
+  MoveMetrics& metrics() { return metrics_; }
+
+  // Admin console (blocking: call off the Asio threads). Throw CatalogError.
+  std::int64_t plan_move(const std::string& distribution, std::uint32_t partition, const std::string& target);
+  void cancel_move(std::int64_t id);
+  std::vector<MoveRow> moves(bool all);
+  struct ProxyRow {
+    std::string id, address, lease_until;
+    std::int64_t epoch = 0;
+    bool live = false;
+  };
+  std::vector<ProxyRow> proxies();
+  std::int64_t epoch() const { return metrics_.epoch.load(); }
+
+  // For the mover (mover.cpp): a connection to the catalog, a change of one move's
+  // row with an epoch increment when the data path must learn of it, and the wait
+  // until every live proxy runs at least `epoch`.
+  std::unique_ptr<pqxx::connection> connect_catalog() const;
+  std::int64_t update_move(pqxx::connection& c, const MoveRow& m, bool bump_epoch, const std::string& extra_sql = "");
+  bool wait_for_acks(pqxx::connection& c, std::int64_t epoch, std::chrono::milliseconds timeout);
+  const config::Config& base_config() const { return config_; }
+  bool stopping() const { return stop_.load(); }
+  void wake_follower();
+  // Sleeps up to `d` or until stop().
+  void nap(std::chrono::milliseconds d);
+
+ private:
+  void create_schema(pqxx::connection& c);
+  void seed(pqxx::connection& c);
+  CatalogState read_state(pqxx::connection& c);
+  void renew_lease(pqxx::connection& c);
+  void follow();
+  void follow_once(pqxx::connection& c);
+  void mover_loop();
+
+  Server& server_;
+  config::Config config_;  // the YAML the catalog was seeded from; names shards
+  std::string proxy_id_;
+  std::string dsn_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;  // guards state_ and the nap condition
+  std::condition_variable cv_;
+  CatalogState state_;
+  std::int64_t acked_epoch_ = 0;  // follower thread only
+  std::chrono::steady_clock::time_point lease_renewed_;  // follower thread only
+  bool fenced_ = false;                                  // follower thread only
+  MoveMetrics metrics_;
+  std::thread follower_, mover_;
+};
+
+}  // namespace splitpoint::server

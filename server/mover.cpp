@@ -1,0 +1,501 @@
+// Partition moves (SPEC §9), run by the mover thread of whichever proxy claims them.
+// How a partition's rows are selected, and why (docs/operations.md): a row filter on
+// the shards' ordinary tables. Hash partitions use PostgreSQL's own
+// satisfies_hash_partition() against a small hash-partitioned helper table per key
+// type (splitpoint.hash_<type>, no rows), so source, target, the proxy and PostgreSQL
+// agree on every row; range partitions use key >= lower AND key < upper. The same
+// filter selects the rows for the publication, the fence trigger, the verification,
+// the cleanup and the views that hide rows a shard holds but does not own.
+//
+// States: planned -> copying (publication, fence trigger and views exist; the slot and
+// the subscription copy and stream) -> catching_up -> cutover (the partition is held
+// on every proxy, the fence refuses writes to it on the source, the target's copy is
+// verified, the placement flips) -> cleanup (the source's rows are deleted) -> done.
+// Before the flip any failure, a cancel or a dead mover rolls everything back.
+#include <spdlog/spdlog.h>
+
+#include <pqxx/pqxx>
+
+#include <map>
+
+#include "server/catalog.hpp"
+
+namespace splitpoint::server {
+
+namespace {
+
+using namespace std::chrono_literals;
+constexpr int kLockSpace = 0x5350;  // advisory lock key space of the fences ("SP")
+
+struct Table {
+  std::string name, key, key_type;
+};
+
+struct Abort : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Move {
+ public:
+  Move(Catalog& catalog, MoveRow row, std::string previous_owner)
+      : cat_(catalog), m_(std::move(row)), previous_owner_(std::move(previous_owner)), cfg_(catalog.base_config()),
+        name_("splitpoint_m" + std::to_string(m_.id)) {}
+  void run();
+
+ private:
+  void connect();
+  void load_tables();
+  void create_helpers();
+  std::string filter(const Table& t, const std::string& key_expr, pqxx::connection& side) const;
+  void prepare();
+  void start_copy();
+  void wait_copied();
+  void catch_up();
+  bool cutover();
+  void flip(std::chrono::steady_clock::time_point held_from);
+  void cleanup();
+  void roll_back(const std::string& state, const std::string& why);
+  void drop_views();
+  bool cancelled();
+  void set_state(const std::string& state, bool bump, const std::string& extra = "");
+  void wait_acks(std::chrono::milliseconds timeout);
+  std::string fence_function(std::size_t i, bool refuse_all);
+  std::vector<std::pair<std::int64_t, std::string>> checksums(pqxx::connection& side);
+  void delete_rows(pqxx::connection& side);
+  void drop_subscription();
+  void exec(pqxx::connection& c, const std::string& sql);
+  std::string q(pqxx::connection& c, const std::string& ident) const { return c.quote_name(ident); }
+
+  Catalog& cat_;
+  MoveRow m_;
+  std::string previous_owner_;
+  const config::Config& cfg_;
+  std::string name_;  // of the publication, slot, subscription, view schema
+  const config::Distribution* dist_ = nullptr;
+  std::unique_ptr<pqxx::connection> catalog_, src_, tgt_;
+  std::vector<Table> tables_;
+  std::map<std::pair<pqxx::connection*, std::string>, std::string> helpers_;  // (side, key type) -> oid
+  std::int64_t epoch_ = 0;
+};
+
+void Move::exec(pqxx::connection& c, const std::string& sql) {
+  pqxx::nontransaction w(c);
+  w.exec(sql);
+}
+
+void Move::connect() {
+  catalog_ = cat_.connect_catalog();
+  for (const auto& d : cfg_.distributions)
+    if (d.name == m_.distribution) dist_ = &d;
+  auto src = cfg_.find_shard(m_.source), tgt = cfg_.find_shard(m_.target);
+  if (!dist_ || !src || !tgt) throw Abort("the configuration no longer has its distribution or shards");
+  src_ = std::make_unique<pqxx::connection>(shard_dsn(cfg_, cfg_.shards[*src]));
+  tgt_ = std::make_unique<pqxx::connection>(shard_dsn(cfg_, cfg_.shards[*tgt]));
+  exec(*src_, "SET client_min_messages = warning");
+  exec(*tgt_, "SET client_min_messages = warning");
+}
+
+// The distribution's tables that exist on the source, their key types, and the
+// replica identity logical replication needs for a row filter on the key.
+void Move::load_tables() {
+  tables_.clear();
+  for (const auto& [table, key] : dist_->tables) {
+    pqxx::nontransaction w(*src_);
+    auto r = w.exec_params(
+        "SELECT format_type(a.atttypid, NULL), c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = "
+        "c.oid AND (i.indisprimary AND c.relreplident = 'd' OR i.indisreplident) AND a.attnum = ANY (i.indkey)) "
+        "FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid WHERE c.oid = to_regclass($1) AND a.attname = $2",
+        table, key);
+    if (r.empty()) continue;  // not created on this shard
+    const bool identity = r[0][1].as<std::string>() == "f" || r[0][2].as<bool>();
+    if (!identity)
+      throw Abort("table \"" + table + "\": its replica identity must include the key column \"" + key +
+                  "\" (a primary key that includes it, or REPLICA IDENTITY FULL)");
+    pqxx::nontransaction t(*tgt_);
+    if (t.exec_params("SELECT to_regclass($1)", table)[0][0].is_null())
+      throw Abort("table \"" + table + "\" does not exist on shard \"" + m_.target + "\"");
+    tables_.push_back({table, key, r[0][0].as<std::string>()});
+  }
+  if (tables_.empty()) throw Abort("no table of distribution \"" + m_.distribution + "\" exists on the source");
+  create_helpers();
+}
+
+// The helper tables of the key types on both sides (before any transaction is open on
+// them: filter() then runs no query).
+void Move::create_helpers() {
+  if (dist_->method != config::Method::hash) return;
+  for (auto* side : {src_.get(), tgt_.get()})
+    for (const auto& t : tables_) {
+      std::string helper = "hash_";
+      for (char c : t.key_type) helper += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      pqxx::nontransaction w(*side);
+      w.exec("CREATE SCHEMA IF NOT EXISTS splitpoint");
+      w.exec("CREATE TABLE IF NOT EXISTS splitpoint." + helper + " (k " + t.key_type + ") PARTITION BY HASH (k)");
+      helpers_[{side, t.key_type}] = w.exec("SELECT 'splitpoint." + helper + "'::regclass::oid")[0][0].as<std::string>();
+    }
+}
+
+// The SQL condition "this key is in the moving partition", valid on `side`.
+std::string Move::filter(const Table& t, const std::string& key_expr, pqxx::connection& side) const {
+  if (dist_->method == config::Method::hash)
+    return "satisfies_hash_partition(" + helpers_.at({&side, t.key_type}) + "::oid, " +
+           std::to_string(dist_->partitions) + ", " + std::to_string(m_.partition) + ", " + key_expr + ")";
+  auto literal = [](const std::string& v) {
+    std::string out = "'";
+    for (char c : v) out += c == '\'' ? std::string("''") : std::string(1, c);
+    return out + "'";
+  };
+  std::string cond;
+  const auto& ranges = dist_->ranges;
+  if (m_.partition > 0 && ranges[m_.partition - 1].upto)
+    cond = key_expr + " >= " + literal(*ranges[m_.partition - 1].upto) + "::" + t.key_type;
+  if (ranges[m_.partition].upto)
+    cond += (cond.empty() ? "" : " AND ") + key_expr + " < " + literal(*ranges[m_.partition].upto) + "::" + t.key_type;
+  return cond.empty() ? "true" : "(" + cond + ")";
+}
+
+// The fence on the source: writes to the moving partition pass while they can take the
+// move's advisory lock shared; the cutover takes it exclusively (waiting for every open
+// transaction that wrote the partition), and after the flip the fence refuses always.
+std::string Move::fence_function(std::size_t i, bool refuse_all) {
+  const Table& t = tables_[i];
+  auto new_in = filter(t, "NEW." + q(*src_, t.key), *src_), old_in = filter(t, "OLD." + q(*src_, t.key), *src_);
+  return "CREATE OR REPLACE FUNCTION splitpoint." + name_ + "_fence_" + std::to_string(i) +
+         "() RETURNS trigger LANGUAGE plpgsql AS $f$\nBEGIN\n"
+         "  IF coalesce(current_setting('splitpoint.mover', true), '') <> 'on' AND (\n"
+         "     (TG_OP <> 'DELETE' AND coalesce(" + new_in + ", false)) OR\n"
+         "     (TG_OP <> 'INSERT' AND coalesce(" + old_in + ", false))) THEN\n"
+         "    IF " + (refuse_all ? "true" : "false") + " OR NOT pg_try_advisory_xact_lock_shared(" +
+         std::to_string(kLockSpace) + ", " + std::to_string(m_.id) + ") THEN\n"
+         "      RAISE EXCEPTION 'partition %:% is moving to shard %; retry', " + "'" + m_.distribution + "', " +
+         std::to_string(m_.partition) + ", '" + m_.target + "' USING ERRCODE = 'SPM01';\n"
+         "    END IF;\n  END IF;\n"
+         "  IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;\n  RETURN NEW;\nEND\n$f$";
+}
+
+void Move::prepare() {
+  load_tables();
+  // Leftovers of an earlier attempt on the target are not the target's rows.
+  delete_rows(*tgt_);
+  for (auto* side : {src_.get(), tgt_.get()}) {
+    pqxx::work w(*side);
+    w.exec("SET LOCAL client_min_messages = warning");
+    w.exec("DROP SCHEMA IF EXISTS " + name_ + " CASCADE");
+    w.exec("CREATE SCHEMA " + name_);
+    w.exec("GRANT USAGE ON SCHEMA " + name_ + " TO PUBLIC");
+    for (const auto& t : tables_) {
+      w.exec("CREATE VIEW " + name_ + "." + q(*side, t.name) + " WITH (security_invoker = true) AS SELECT * FROM " +
+             q(*side, t.name) + " WHERE NOT coalesce(" + filter(t, q(*side, t.key), *side) + ", false)");
+      w.exec("GRANT SELECT, INSERT, UPDATE, DELETE ON " + name_ + "." + q(*side, t.name) + " TO PUBLIC");
+    }
+    w.commit();
+  }
+  std::string tables;
+  for (std::size_t i = 0; i < tables_.size(); ++i) {
+    const auto& t = tables_[i];
+    exec(*src_, fence_function(i, false));
+    for (int attempt = 0;; ++attempt) {  // (waits for writers of the table: short, retried)
+      try {
+        pqxx::work w(*src_);
+        w.exec("SET LOCAL lock_timeout = '1s'");
+        w.exec("DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, t.name));
+        w.exec("CREATE TRIGGER " + name_ + "_fence BEFORE INSERT OR UPDATE OR DELETE ON " + q(*src_, t.name) +
+               " FOR EACH ROW EXECUTE FUNCTION splitpoint." + name_ + "_fence_" + std::to_string(i) + "()");
+        w.commit();
+        break;
+      } catch (const pqxx::sql_error& e) {
+        if (attempt >= 10 || cat_.stopping()) throw;
+      }
+    }
+    tables += (i ? ", " : "") + q(*src_, t.name) + " WHERE (" + filter(t, q(*src_, t.key), *src_) + ")";
+  }
+  exec(*src_, "DROP PUBLICATION IF EXISTS " + name_);
+  exec(*src_, "CREATE PUBLICATION " + name_ + " FOR TABLE " + tables + " WITH (publish = 'insert, update, delete')");
+}
+
+void Move::start_copy() {
+  {
+    pqxx::nontransaction w(*src_);
+    if (w.exec_params("SELECT 1 FROM pg_replication_slots WHERE slot_name = $1", name_).empty())
+      w.exec_params("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", name_);
+  }
+  const auto& s = cfg_.shards[*cfg_.find_shard(m_.source)];
+  pqxx::nontransaction w(*tgt_);
+  if (!w.exec_params("SELECT 1 FROM pg_subscription WHERE subname = $1", name_).empty()) return;
+  // (The slot exists already: a subscription to the same cluster could not create it.)
+  w.exec("CREATE SUBSCRIPTION " + name_ + " CONNECTION " + w.quote(shard_dsn(cfg_, s)) + " PUBLICATION " + name_ +
+         " WITH (create_slot = false, slot_name = " + w.quote(name_) + ", copy_data = true)");
+}
+
+void Move::wait_copied() {
+  auto last_count = std::chrono::steady_clock::now() - 1h;
+  for (;;) {
+    if (cancelled()) throw Abort("cancelled");
+    pqxx::nontransaction w(*tgt_);
+    auto r = w.exec_params(
+        "SELECT count(*) FILTER (WHERE r.srsubstate <> 'r'), count(*), (SELECT coalesce(sum(apply_error_count + "
+        "sync_error_count), 0) FROM pg_stat_subscription_stats st WHERE st.subname = $1) FROM pg_subscription_rel r "
+        "JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1",
+        name_);
+    if (r[0][2].as<std::int64_t>() > 0) throw Abort("logical replication reported errors on the target (see its log)");
+    const bool ready = r[0][0].as<std::int64_t>() == 0 && r[0][1].as<std::size_t>() == tables_.size();
+    if (ready || std::chrono::steady_clock::now() - last_count > 1s) {
+      std::int64_t n = 0;
+      for (const auto& t : tables_)
+        n += w.exec("SELECT count(*) FROM " + q(*tgt_, t.name) + " WHERE " + filter(t, q(*tgt_, t.key), *tgt_))[0][0]
+                 .as<std::int64_t>();
+      cat_.metrics().rows_copied += static_cast<std::uint64_t>(std::max<std::int64_t>(0, n - m_.rows_copied));
+      m_.rows_copied = n;
+      set_state(m_.state, false);
+      last_count = std::chrono::steady_clock::now();
+    }
+    if (ready) return;
+    cat_.nap(100ms);
+    if (cat_.stopping()) throw Abort("the proxy is stopping");
+  }
+}
+
+void Move::catch_up() {
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  for (;;) {
+    if (cancelled()) throw Abort("cancelled");
+    pqxx::nontransaction w(*src_);
+    auto r = w.exec_params(
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE "
+        "slot_name = $1",
+        name_);
+    m_.lag_bytes = r.empty() || r[0][0].is_null() ? 0 : r[0][0].as<std::int64_t>();
+    cat_.metrics().lag_bytes = *m_.lag_bytes;
+    set_state(m_.state, false);
+    if (*m_.lag_bytes < (1 << 20) || std::chrono::steady_clock::now() > until) return;
+    cat_.nap(100ms);
+  }
+}
+
+std::vector<std::pair<std::int64_t, std::string>> Move::checksums(pqxx::connection& side) {
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  pqxx::nontransaction w(side);
+  for (const auto& t : tables_) {
+    auto r = w.exec("SELECT count(*), coalesce(sum(hashtextextended(x::text, 0)), 0)::text FROM " + q(side, t.name) +
+                    " x WHERE " + filter(t, "x." + q(side, t.key), side));
+    out.emplace_back(r[0][0].as<std::int64_t>(), r[0][1].as<std::string>());
+  }
+  return out;
+}
+
+// One attempt: false when it had to give up (the partition is released, writes go on
+// on the source, and the move tries again).
+bool Move::cutover() {
+  ++m_.attempts;
+  set_state("cutover", true);
+  const auto held_from = std::chrono::steady_clock::now();
+  const auto hold = cfg_.moves.max_hold;
+  auto give_up = [&](const std::string& why) {
+    spdlog::warn("move {}: cutover attempt {} given up: {}", m_.id, m_.attempts, why);
+    try {
+      exec(*src_, "SELECT pg_advisory_unlock_all()");
+    } catch (const std::exception&) {
+    }
+    set_state("catching_up", true);
+    return false;
+  };
+  if (!cat_.wait_for_acks(*catalog_, epoch_, hold / 3)) return give_up("not every proxy holds the partition yet");
+  try {
+    exec(*src_, "SET lock_timeout = " + std::to_string(std::max<long long>(1, hold.count() / 3)));
+    exec(*src_, "SELECT pg_advisory_lock(" + std::to_string(kLockSpace) + ", " + std::to_string(m_.id) + ")");
+    exec(*src_, "SET lock_timeout = 0");
+  } catch (const pqxx::sql_error& e) {
+    return give_up(std::string("open transactions on the partition: ") + e.what());
+  }
+  // Writes to the partition are fenced: the target has caught up when it holds the
+  // same rows (counts and checksums per table, VDiff-style).
+  auto expected = checksums(*src_);
+  for (;;) {
+    if (checksums(*tgt_) == expected) break;
+    if (std::chrono::steady_clock::now() - held_from > hold * 4 / 5) return give_up("the target did not catch up in time");
+    cat_.nap(10ms);
+  }
+  flip(held_from);
+  return true;
+}
+
+void Move::flip(std::chrono::steady_clock::time_point held_from) {
+  for (std::size_t i = 0; i < tables_.size(); ++i) exec(*src_, fence_function(i, true));
+  drop_subscription();
+  m_.hold_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - held_from).count();
+  set_state("cleanup", true,
+            "UPDATE splitpoint.placement SET shard = " + catalog_->quote(m_.target) + " WHERE distribution = " +
+                catalog_->quote(m_.distribution) + " AND partition = " + std::to_string(m_.partition));
+  exec(*src_, "SELECT pg_advisory_unlock_all()");
+  cat_.metrics().cutover_hold.observe(static_cast<double>(*m_.hold_ms) / 1000.0);
+  spdlog::info("move {}: {}:{} now on {} (held {} ms)", m_.id, m_.distribution, m_.partition, m_.target, *m_.hold_ms);
+}
+
+void Move::delete_rows(pqxx::connection& side) {
+  for (const auto& t : tables_) {
+    for (;;) {
+      pqxx::work w(side);
+      w.exec("SET LOCAL splitpoint.mover = 'on'");
+      auto r = w.exec("DELETE FROM " + q(side, t.name) + " WHERE ctid = ANY (ARRAY (SELECT ctid FROM " +
+                      q(side, t.name) + " WHERE " + filter(t, q(side, t.key), side) + " LIMIT 10000))");
+      w.commit();
+      if (r.affected_rows() == 0) break;
+    }
+  }
+}
+
+void Move::cleanup() {
+  wait_acks(cfg_.moves.lease * 2);  // nobody routes the partition to the source any more
+  delete_rows(*src_);
+  for (std::size_t i = 0; i < tables_.size(); ++i) {
+    exec(*src_, "DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, tables_[i].name));
+    exec(*src_, "DROP FUNCTION IF EXISTS splitpoint." + name_ + "_fence_" + std::to_string(i) + "()");
+  }
+  exec(*src_, "DROP PUBLICATION IF EXISTS " + name_);
+  set_state("done", true);
+  drop_views();
+}
+
+// Once no proxy reads through the move's views: every live one runs the epoch without
+// them, and a statement routed just before it (waiting for a backend, say) had a lease's
+// time to be sent.
+void Move::drop_views() {
+  wait_acks(cfg_.moves.lease * 2);
+  cat_.nap(cfg_.moves.lease);
+  for (auto* side : {src_.get(), tgt_.get()}) exec(*side, "DROP SCHEMA IF EXISTS " + name_ + " CASCADE");
+}
+
+void Move::drop_subscription() {
+  pqxx::nontransaction w(*tgt_);
+  if (!w.exec_params("SELECT 1 FROM pg_subscription WHERE subname = $1", name_).empty()) {
+    try {
+      w.exec("DROP SUBSCRIPTION " + name_);  // drops the slot on the source too
+    } catch (const pqxx::sql_error&) {  // the source is unreachable: keep its slot for later
+      w.exec("ALTER SUBSCRIPTION " + name_ + " DISABLE");
+      w.exec("ALTER SUBSCRIPTION " + name_ + " SET (slot_name = NONE)");
+      w.exec("DROP SUBSCRIPTION " + name_);
+    }
+  }
+  for (int attempt = 0; attempt < 50; ++attempt) {  // (a walsender may still be letting go)
+    try {
+      pqxx::nontransaction s(*src_);
+      s.exec_params("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
+                    name_);
+      return;
+    } catch (const pqxx::sql_error&) {
+      cat_.nap(100ms);
+    }
+  }
+}
+
+// Before the flip: the source still owns every row, so undo everything else.
+void Move::roll_back(const std::string& state, const std::string& why) {
+  spdlog::warn("move {}: rolling back ({})", m_.id, why);
+  m_.error = why;
+  try {
+    exec(*src_, "SELECT pg_advisory_unlock_all()");
+  } catch (const std::exception&) {
+  }
+  drop_subscription();
+  exec(*src_, "DROP PUBLICATION IF EXISTS " + name_);
+  for (std::size_t i = 0; i < tables_.size(); ++i) {
+    exec(*src_, "DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, tables_[i].name));
+    exec(*src_, "DROP FUNCTION IF EXISTS splitpoint." + name_ + "_fence_" + std::to_string(i) + "()");
+  }
+  delete_rows(*tgt_);
+  set_state(state, true);
+  drop_views();
+}
+
+bool Move::cancelled() {
+  pqxx::nontransaction w(*catalog_);
+  return w.exec_params("SELECT cancel FROM splitpoint.moves WHERE id = $1", m_.id)[0][0].as<bool>();
+}
+
+void Move::set_state(const std::string& state, bool bump, const std::string& extra) {
+  if (state != m_.state) spdlog::info("move {}: {}", m_.id, state);
+  m_.state = state;
+  auto epoch = cat_.update_move(*catalog_, m_, bump, extra);
+  if (bump) epoch_ = epoch;
+}
+
+void Move::wait_acks(std::chrono::milliseconds timeout) {
+  if (!cat_.wait_for_acks(*catalog_, epoch_, timeout)) spdlog::warn("move {}: a live proxy did not acknowledge epoch {}", m_.id, epoch_);
+}
+
+void Move::run() {
+  connect();
+  if (m_.state == "cleanup") {
+    load_tables();
+    cleanup();
+    return;
+  }
+  try {
+    if (m_.state != "planned") {
+      load_tables();
+      throw Abort("its mover (proxy " + previous_owner_ + ") stopped during " + m_.state);
+    }
+    prepare();
+    set_state("copying", true);
+    if (!cat_.wait_for_acks(*catalog_, epoch_, cfg_.moves.lease * 2))
+      throw Abort("a live proxy did not acknowledge the move");
+    start_copy();
+    wait_copied();
+    set_state("catching_up", false);
+    for (;;) {
+      catch_up();
+      if (cutover()) break;
+      if (m_.attempts >= 5) throw Abort("cutover failed " + std::to_string(m_.attempts) + " times");
+      cat_.nap(500ms);
+    }
+  } catch (const std::exception& e) {
+    const std::string why = e.what();
+    if (m_.state == "cleanup") throw;  // flipped: the target owns the rows, cleanup is retried
+    roll_back(why == "cancelled" ? "cancelled" : "failed", why == "cancelled" ? "" : why);
+    return;
+  }
+  cleanup();
+}
+
+}  // namespace
+
+void Catalog::mover_loop() {
+  std::unique_ptr<pqxx::connection> c;
+  while (!stop_) {
+    try {
+      if (!c) c = connect_catalog();
+      pqxx::work w(*c);
+      auto r = w.exec_params(
+          "WITH c AS (SELECT id, owner AS previous FROM splitpoint.moves m WHERE state NOT IN ('done', 'failed', "
+          "'cancelled') AND (owner IS NULL OR owner = $1 OR NOT EXISTS (SELECT 1 FROM splitpoint.proxies p WHERE p.id "
+          "= m.owner AND p.lease_until > now())) ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) "
+          "UPDATE splitpoint.moves m SET owner = $1 FROM c WHERE m.id = c.id RETURNING m.id, m.distribution, "
+          "m.partition, m.source, m.target, m.state, m.owner, m.error, m.rows_copied, m.lag_bytes, m.hold_ms, "
+          "m.attempts, coalesce(c.previous, '')",
+          proxy_id_);
+      w.commit();
+      if (r.empty()) {
+        nap(config_.moves.poll);
+        continue;
+      }
+      MoveRow m;
+      m.id = r[0][0].as<std::int64_t>();
+      m.distribution = r[0][1].as<std::string>();
+      m.partition = r[0][2].as<std::uint32_t>();
+      m.source = r[0][3].as<std::string>();
+      m.target = r[0][4].as<std::string>();
+      m.state = r[0][5].as<std::string>();
+      m.rows_copied = r[0][8].as<std::int64_t>();
+      m.attempts = r[0][11].as<int>();
+      spdlog::info("move {}: {}:{} from {} to {}, state {}", m.id, m.distribution, m.partition, m.source, m.target,
+                   m.state);
+      Move(*this, m, r[0][12].as<std::string>()).run();
+    } catch (const std::exception& e) {
+      spdlog::warn("mover: {}", e.what());
+      c.reset();
+      nap(config_.moves.poll * 4);
+    }
+  }
+}
+
+}  // namespace splitpoint::server

@@ -1,0 +1,91 @@
+// What a session does about the catalog (SPEC §9): it moves to a new topology epoch
+// between transactions, holds statements for a partition in cutover, and reads the
+// distribution's tables through views on shards that hold rows they do not own.
+#include <spdlog/spdlog.h>
+
+#include "protocol/sqlstate.hpp"
+#include "routing/hide_rows.hpp"
+#include "server/catalog.hpp"
+#include "server/server.hpp"
+#include "server/session.hpp"
+
+namespace splitpoint::server {
+
+using routing::RouteKind;
+
+void Session::follow_runtime() {
+  if (in_transaction() || pump_active_ || implicit_txn_) return;  // (asked again at the next frame)
+  const auto generation = server_.runtime_generation();
+  auto rt = server_.runtime();
+  generation_ = generation;
+  if (!rt || rt == runtime_ || rt->lineage != runtime_->lineage) return;  // a reload: keep the session's
+  runtime_ = std::move(rt);
+  if (pools_.size() != runtime_->shards.size()) {
+    pools_.clear();
+    for (auto& shard : runtime_->shards) pools_.push_back(shard->get(user_, client_password_, database_));
+    held_.resize(pools_.size());
+  }
+}
+
+namespace {
+
+bool touches(const MoveView& v, const routing::Route& r) {
+  if (r.kind == RouteKind::local || r.kind == RouteKind::error || !r.distribution) return false;
+  if (v.fenced) return true;
+  for (const auto& h : v.held) {
+    if (*r.distribution != h.distribution && r.partitions.empty()) continue;
+    if (r.partitions.empty()) return true;  // every partition of the distribution
+    for (const auto& p : r.partitions)
+      if (p.distribution == h.distribution && p.partition == h.partition) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+awaitable<int> Session::wait_for_moves(const routing::Route& route, bool extended) {
+  moves_ = runtime_->moves->active() ? runtime_->moves : server_.runtime()->moves;
+  if (!moves_->active()) {
+    moves_.reset();
+    co_return 0;
+  }
+  if (route.cls == routing::StatementClass::ddl && route.kind == RouteKind::all_shards && moves_->moving) {
+    co_await reject("SPA01", "a partition move is in progress (SHOW MOVES); DDL on the shards waits until it ends",
+                    extended);
+    co_return -1;
+  }
+  if (!touches(*moves_, route)) co_return 0;
+  const auto until = std::chrono::steady_clock::now() + runtime_->config.moves.max_hold;
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  if (auto* c = server_.catalog()) c->metrics().held_statements.fetch_add(1, std::memory_order_relaxed);
+  while (touches(*moves_, route)) {
+    if (std::chrono::steady_clock::now() >= until || closing_) {
+      co_await reject("SPM01",
+                      moves_->fenced ? "this proxy lost its catalog lease; retry when it is back"
+                                     : "the partition is moving and its hold expired before the move finished; retry",
+                      extended);
+      co_return -1;
+    }
+    timer.expires_after(std::chrono::milliseconds(2));
+    co_await timer.async_wait(use_nothrow);
+    moves_ = server_.runtime()->moves;
+  }
+  follow_runtime();  // outside a transaction the statement routes with the new placement
+  co_return 1;
+}
+
+std::optional<std::string> Session::hide_foreign_rows(std::size_t shard, const routing::Route& route,
+                                                      std::string_view sql) const {
+  if (!moves_ || shard >= moves_->views.size() || moves_->views[shard].empty()) return std::nullopt;
+  if (!route.partitions.empty()) {
+    // Keys confine the statement to their partitions: only those hidden here matter.
+    bool any = false;
+    for (const auto& h : moves_->hidden)
+      for (const auto& p : route.partitions)
+        any |= h.shard == shard && p.distribution == h.distribution && p.partition == h.partition;
+    if (!any) return std::nullopt;
+  }
+  return routing::read_through_views(sql, moves_->views[shard], routing_.standard_conforming_strings);
+}
+
+}  // namespace splitpoint::server

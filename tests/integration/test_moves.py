@@ -1,0 +1,406 @@
+#!/usr/bin/env python3
+"""Online partition moves (SPEC 9): the topology in a catalog, two proxies following it,
+partitions moved with PostgreSQL logical replication while writers and readers go on.
+
+Shards: s0 and s1 (databases mv_<random> on the two shared instances) and s2 (a second
+database on the first instance: logical replication within one cluster, the trap
+where CREATE SUBSCRIPTION cannot create its own slot). The catalog lives on s0. A hash
+distribution (counters: id, events: uid; 8 partitions on s0/s1) and a range one
+(items: id; 3 ranges). Two proxies, A and B, share the catalog.
+
+While writer threads (each statement through A or B: unique-id inserts into events,
+per-key increments of counters, inserts into items) and reader threads (scatter
+`count(*)` of counters, which never changes) run:
+- MOVE PARTITION by_user:1 TO s2 through A, by_user:5 TO s2 through B (both done);
+- a move cancelled while copying, then run again;
+- the proxy that runs a move killed with SIGKILL mid-move: the other proxy's mover rolls
+  the move back once the lease lapses; the proxy restarted, the move run again;
+- a range partition moved.
+Afterwards: every acknowledged insert exactly once, every counter equal to its
+acknowledged increments, every row on the shard the catalog names (checked with
+PostgreSQL's own satisfies_hash_partition), every scatter count exact, no replication
+slot, publication, subscription, fence trigger, view schema or prepared transaction
+left, and no client error other than SPM01 (which writers retry, as the SQLSTATE asks).
+"""
+# test-timeout: 300
+
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import psycopg2  # noqa: E402
+import sptest  # noqa: E402
+
+WORKDIR = sptest.workdir("moves")
+DB = None
+EXTRA_DB = None
+A = B = None
+N_COUNTERS = 200
+ERRORS = []  # unexpected client errors
+LOCK = threading.Lock()
+ACKED_EVENTS, ACKED_ITEMS = set(), set()
+INCREMENTS = {}
+SPM01 = [0]
+DOWN = set()  # proxies killed and not yet listening again
+READS = [0]
+STOP = threading.Event()
+
+
+def config(db, extra_db):
+    p0, p1 = sptest.PG_PORTS
+    return f"""
+    auth: scram-sha-256
+    users:
+      - {{ name: app, password: secret }}
+      - {{ name: admin, password: adminpw, admin: true }}
+    shards:
+      - {{ name: s0, host: 127.0.0.1, port: {p0}, database: {db}, user: postgres, password: postgres, pool_size: 10 }}
+      - {{ name: s1, host: 127.0.0.1, port: {p1}, database: {db}, user: postgres, password: postgres, pool_size: 10 }}
+      - {{ name: s2, host: 127.0.0.1, port: {p0}, database: {extra_db}, user: postgres, password: postgres, pool_size: 10 }}
+    distributions:
+      - name: by_user
+        method: hash
+        partitions: 8
+        placement: {{ s0: 0-3, s1: 4-7 }}
+        tables: {{ counters: id, events: uid }}
+      - name: by_range
+        method: range
+        ranges:
+          - {{ upto: 1000, shard: s0 }}
+          - {{ upto: 2000, shard: s1 }}
+          - {{ shard: s1 }}
+        tables: {{ items: id }}
+    catalog: s0
+    moves: {{ max_hold: 5s, poll: 100ms, lease: 2s }}
+    scatter: {{ deadline: 10s }}
+    """
+
+
+def shards():
+    p0, p1 = sptest.PG_PORTS
+    return [(p0, DB), (p1, DB), (p0, EXTRA_DB)]
+
+
+def direct(i, sql, params=None):
+    port, db = shards()[i]
+    c = sptest.connect(port, db, "postgres", "postgres")
+    try:
+        cur = c.cursor()
+        cur.execute(sql, params)
+        return cur.fetchall() if cur.description else None
+    finally:
+        c.close()
+
+
+def admin(proxy, sql):
+    c = sptest.connect(proxy.port, "splitpoint", "admin", "adminpw")
+    try:
+        cur = c.cursor()
+        cur.execute(sql)
+        return cur.fetchall() if cur.description else None
+    finally:
+        c.close()
+
+
+def moves(proxy):
+    rows = admin(proxy, "SHOW MOVES ALL")
+    return {int(r[0]): {"state": r[5], "owner": r[10], "error": r[11], "hold_ms": r[8]} for r in rows}
+
+
+def wait_move(proxy, move, states, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = moves(proxy).get(move)
+        if m and m["state"] in states:
+            return m
+        time.sleep(0.05)
+    raise AssertionError(f"move {move} not in {states} after {timeout}s: {moves(proxy).get(move)}")
+
+
+def move(proxy, what, target):
+    return int(admin(proxy, f"MOVE PARTITION {what} TO {target}")[0][0])
+
+
+def start_proxies():
+    global A, B
+    body = config(DB, EXTRA_DB)
+    A = A or sptest.Proxy("moves-a", body, WORKDIR)
+    B = B or sptest.Proxy("moves-b", body, WORKDIR)
+    A.start()
+    B.start()
+
+
+def setup():
+    global DB, EXTRA_DB
+    for port in sptest.PG_PORTS:
+        c = sptest.superuser(port)
+        cur = c.cursor()
+        cur.execute("SHOW wal_level")
+        assert cur.fetchone()[0] == "logical", "the shared instances need wal_level = logical (tests/lib/pg.sh)"
+        c.close()
+    DB = sptest.Databases("mv").name
+    EXTRA_DB = DB + "_c"
+    c = sptest.superuser(sptest.PG_PORTS[0])
+    c.cursor().execute(f"CREATE DATABASE {EXTRA_DB} OWNER app")
+    c.close()
+    start_proxies()
+    c = A.connect(DB)
+    cur = c.cursor()
+    cur.execute("CREATE TABLE counters (id bigint PRIMARY KEY, n bigint NOT NULL DEFAULT 0)")
+    cur.execute("CREATE TABLE events (uid bigint NOT NULL, id bigint NOT NULL, PRIMARY KEY (uid, id))")
+    cur.execute("CREATE TABLE items (id int PRIMARY KEY, note text)")
+    cur.execute("INSERT INTO counters (id) VALUES " + ",".join(f"({i})" for i in range(1, N_COUNTERS + 1)))
+    c.close()
+    for i in range(1, N_COUNTERS + 1):
+        INCREMENTS[i] = 0
+
+
+def writer(seed):
+    rnd = random.Random(seed)
+    conns = {}
+    seq = 0
+    while not STOP.is_set():
+        proxy = rnd.choice([A, B])
+        if proxy.name in DOWN:
+            time.sleep(0.01)
+            continue
+        cpid = None
+        try:
+            pid = proxy.proc.pid
+            c, cpid = conns.get(proxy.name, (None, None))
+            if c is None:
+                c, cpid = conns[proxy.name] = (proxy.connect(DB), pid)
+            cur = c.cursor()
+            kind = rnd.random()
+            seq += 1
+            if kind < 0.45:
+                key = rnd.randint(1, N_COUNTERS)
+                cur.execute("UPDATE counters SET n = n + 1 WHERE id = %s", (key,))
+                assert cur.rowcount == 1, ("update", key, cur.rowcount)
+                with LOCK:
+                    INCREMENTS[key] += 1
+            elif kind < 0.9:
+                uid, eid = rnd.randint(1, N_COUNTERS), seed * 1_000_000 + seq
+                cur.execute("INSERT INTO events (uid, id) VALUES (%s, %s)", (uid, eid))
+                with LOCK:
+                    ACKED_EVENTS.add((uid, eid))
+            else:
+                iid = rnd.randint(0, 2999)
+                cur.execute("INSERT INTO items (id, note) VALUES (%s, 'w') ON CONFLICT (id) DO NOTHING", (iid,))
+                if cur.rowcount == 1:
+                    with LOCK:
+                        ACKED_ITEMS.add(iid)
+        except psycopg2.Error as e:
+            code = getattr(e, "pgcode", None)
+            if code == "SPM01":
+                with LOCK:
+                    SPM01[0] += 1
+                continue
+            # (A connection to a proxy that was killed: what it was running may or may not
+            # have been applied.)
+            if isinstance(e, psycopg2.OperationalError) and (proxy.name in DOWN or cpid != proxy.proc.pid):
+                conns.pop(proxy.name, None)  # the proxy was killed: its statement's fate is unknown
+                with LOCK:
+                    UNKNOWN.append(proxy.name)
+                continue
+            with LOCK:
+                ERRORS.append(f"{proxy.name}: {code} {e}".strip())
+            conns.pop(proxy.name, None)
+    for c, _ in conns.values():
+        try:
+            c.close()
+        except psycopg2.Error:
+            pass
+
+
+UNKNOWN = []
+
+
+def reader(seed):
+    rnd = random.Random(seed)
+    while not STOP.is_set():
+        proxy = rnd.choice([A, B])
+        if proxy.name in DOWN:
+            time.sleep(0.01)
+            continue
+        try:
+            c = proxy.connect(DB)
+            cur = c.cursor()
+            for _ in range(20):
+                cur.execute("SELECT count(*), count(DISTINCT id) FROM counters")
+                n, d = cur.fetchone()
+                if n != N_COUNTERS or d != N_COUNTERS:
+                    with LOCK:
+                        ERRORS.append(f"{proxy.name}: scatter count(*) of counters = {n} ({d} distinct), "
+                                      f"expected {N_COUNTERS}")
+                with LOCK:
+                    READS[0] += 1
+            c.close()
+        except psycopg2.Error as e:
+            if getattr(e, "pgcode", None) == "SPM01" or proxy.name in DOWN:
+                continue
+            with LOCK:
+                ERRORS.append(f"{proxy.name} reader: {getattr(e, 'pgcode', None)} {e}")
+
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+@test
+def moves_under_load():
+    threads = [threading.Thread(target=writer, args=(i + 1,), daemon=True) for i in range(4)]
+    threads += [threading.Thread(target=reader, args=(100 + i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1)
+        m1 = move(A, "by_user:1", "s2")
+        assert wait_move(A, m1, {"done", "failed"})["state"] == "done", moves(A)[m1]
+        m2 = move(B, "by_user:5", "s2")
+        assert wait_move(B, m2, {"done", "failed"})["state"] == "done", moves(B)[m2]
+
+        # A cancel while copying (or just after: then the move may have finished).
+        m3 = move(A, "by_user:6", "s2")
+        wait_move(A, m3, {"copying", "catching_up", "cutover", "cleanup", "done"})
+        try:
+            admin(A, f"CANCEL MOVE {m3}")
+        except psycopg2.Error as e:
+            assert e.pgcode == "SPA01", e
+        st = wait_move(A, m3, {"done", "cancelled", "failed"})["state"]
+        assert st in ("done", "cancelled"), moves(A)[m3]
+        if st == "cancelled":
+            m3b = move(A, "by_user:6", "s2")
+            assert wait_move(A, m3b, {"done", "failed"})["state"] == "done", moves(A)[m3b]
+
+        # The proxy running a move killed mid-move; the other one rolls it back.
+        m4 = move(A, "by_user:0", "s1")
+        owner = wait_move(A, m4, {"copying", "catching_up", "cutover", "cleanup", "done"})["owner"]
+        victim = A if owner and str(A.proc.pid) in owner else B
+        survivor = B if victim is A else A
+        DOWN.add(victim.name)
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait()
+        st = wait_move(survivor, m4, {"done", "failed"}, timeout=60)
+        victim.start()
+        DOWN.discard(victim.name)
+        if st["state"] == "failed":
+            assert "stopped" in (st["error"] or ""), st
+            m4b = move(survivor, "by_user:0", "s1")
+            assert wait_move(survivor, m4b, {"done", "failed"})["state"] == "done", moves(survivor)[m4b]
+
+        m5 = move(B, "by_range:2", "s2")
+        assert wait_move(B, m5, {"done", "failed"})["state"] == "done", moves(B)[m5]
+        time.sleep(1)
+    finally:
+        STOP.set()
+        for t in threads:
+            t.join(30)
+    holds = [m["hold_ms"] for m in moves(A).values() if m["state"] == "done"]
+    print(f"writes: {len(ACKED_EVENTS)} events, {sum(INCREMENTS.values())} increments, {len(ACKED_ITEMS)} items; "
+          f"reads: {READS[0]}; SPM01 retried: {SPM01[0]}; statements lost with a killed proxy: {len(UNKNOWN)}; "
+          f"holds (ms): {holds}", flush=True)
+    assert not ERRORS, "client errors:\n" + "\n".join(ERRORS[:20])
+    assert READS[0] > 0
+
+
+@test
+def data_is_exact_and_placed():
+    placement = {(r[0], int(r[1])): r[2] for r in admin(A, "SHOW PARTITIONS")}
+    names = ["s0", "s1", "s2"]
+    events, counters, items = [], {}, []
+    for i, name in enumerate(names):
+        direct(i, "CREATE TABLE IF NOT EXISTS chk_hash (k bigint) PARTITION BY HASH (k)")
+        for (eid_uid, eid, part) in direct(i, "SELECT uid, id, (SELECT r FROM generate_series(0, 7) r WHERE "
+                                              "satisfies_hash_partition('chk_hash'::regclass, 8, r, uid)) FROM events"):
+            assert placement[("by_user", part)] == name, (name, eid_uid, part)
+            events.append((eid_uid, eid))
+        for (cid, n, part) in direct(i, "SELECT id, n, (SELECT r FROM generate_series(0, 7) r WHERE "
+                                        "satisfies_hash_partition('chk_hash'::regclass, 8, r, id)) FROM counters"):
+            assert placement[("by_user", part)] == name, (name, cid, part)
+            assert cid not in counters, f"counter {cid} on two shards"
+            counters[cid] = n
+        for (iid,) in direct(i, "SELECT id FROM items"):
+            part = 0 if iid < 1000 else 1 if iid < 2000 else 2
+            assert placement[("by_range", part)] == name, (name, iid, part)
+            items.append(iid)
+        direct(i, "DROP TABLE chk_hash")
+    assert len(events) == len(set(events)), "an event is on two shards"
+    missing = ACKED_EVENTS - set(events)
+    assert not missing, f"{len(missing)} acknowledged events lost, e.g. {sorted(missing)[:5]}"
+    # (Events beyond the acknowledged ones: statements whose proxy was killed before answering.)
+    assert len(set(events) - ACKED_EVENTS) <= len(UNKNOWN), "events nobody acknowledged"
+    assert sorted(counters) == list(range(1, N_COUNTERS + 1))
+    over = {k: (counters[k], INCREMENTS[k]) for k in counters if counters[k] < INCREMENTS[k]}
+    assert not over, f"counters below their acknowledged increments: {list(over.items())[:5]}"
+    extra = sum(counters.values()) - sum(INCREMENTS.values())
+    assert 0 <= extra <= len(UNKNOWN), f"{extra} increments nobody acknowledged"
+    assert ACKED_ITEMS <= set(items) and len(items) == len(set(items))
+    c = B.connect(DB)
+    cur = c.cursor()
+    cur.execute("SELECT count(*), sum(n) FROM counters")
+    assert cur.fetchone() == (N_COUNTERS, sum(counters.values()))
+    cur.execute("SELECT count(*) FROM events")
+    assert cur.fetchone()[0] == len(events)
+    c.close()
+
+
+def left_behind(i):
+    return direct(i, "SELECT 'slot ' || slot_name FROM pg_replication_slots WHERE database = current_database() "
+                         "UNION ALL SELECT 'publication ' || pubname FROM pg_publication "
+                         "UNION ALL SELECT 'subscription ' || subname FROM pg_subscription s JOIN pg_database d ON "
+                         "d.oid = s.subdbid AND d.datname = current_database() "
+                         "UNION ALL SELECT 'trigger ' || tgname FROM pg_trigger WHERE tgname LIKE 'splitpoint%' "
+                         "UNION ALL SELECT 'schema ' || nspname FROM pg_namespace WHERE nspname LIKE 'splitpoint_m%' "
+                         "UNION ALL SELECT 'prepared ' || gid FROM pg_prepared_xacts WHERE database = "
+                         "current_database()")
+
+
+@test
+def nothing_left_behind():
+    # (A finished move drops its views a lease after it says done.)
+    deadline = time.monotonic() + 15
+    for i in range(len(shards())):
+        while left_behind(i) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left_behind(i), f"shard s{i}: {left_behind(i)}"
+    topo = admin(A, "SHOW TOPOLOGY")
+    live = [r for r in topo if r[4] == "yes"]
+    assert len(live) == 2, topo
+    assert len({r[2] for r in live}) == 1, f"proxies at different epochs: {topo}"
+
+
+@test
+def admin_refusals():
+    for sql, code in [("MOVE PARTITION by_user:99 TO s1", "SPA01"), ("MOVE PARTITION nope:1 TO s1", "SPA01"),
+                      ("MOVE PARTITION by_user:1 TO s9", "SPA01"), ("MOVE PARTITION by_user:1 TO s2", "SPA01"),
+                      ("MOVE PARTITION by_user TO s1", "42601"), ("CANCEL MOVE 99999", "SPA01")]:
+        try:
+            admin(A, sql)
+            raise AssertionError(f"{sql}: accepted")
+        except psycopg2.Error as e:
+            assert e.pgcode == code, (sql, e.pgcode, str(e))
+
+
+def teardown():
+    for p in (A, B):
+        if p:
+            p.stop()
+    if DB:
+        sptest.drop_databases(DB)
+        c = sptest.superuser(sptest.PG_PORTS[0])
+        c.cursor().execute(f"DROP DATABASE IF EXISTS {EXTRA_DB} WITH (FORCE)")
+        c.close()
+
+
+if __name__ == "__main__":
+    sys.exit(sptest.run_tests(TESTS, setup, teardown))
