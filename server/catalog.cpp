@@ -12,8 +12,6 @@ namespace splitpoint::server {
 
 namespace {
 
-constexpr const char* kChannel = "splitpoint_topology";
-
 // Every table lives in schema splitpoint of the catalog database. The topology row's
 // lock orders every change; the epoch says a proxy has to re-read.
 constexpr const char* kSchema = R"sql(
@@ -26,6 +24,15 @@ CREATE TABLE IF NOT EXISTS splitpoint.placement (
   partition int NOT NULL,
   shard text NOT NULL,
   PRIMARY KEY (distribution, partition));
+CREATE TABLE IF NOT EXISTS splitpoint.shards (
+  name text PRIMARY KEY,
+  host text NOT NULL,
+  port int NOT NULL,
+  database text NOT NULL,
+  "user" text NOT NULL,
+  password text,
+  pool_size int NOT NULL,
+  added timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE TABLE IF NOT EXISTS splitpoint.proxies (
   id text PRIMARY KEY,
   address text NOT NULL,
@@ -62,7 +69,8 @@ std::string random_id() {
   return out;
 }
 
-// Partition count of a distribution, whatever its method.
+}  // namespace
+
 std::size_t partitions_of(const config::Distribution& d) {
   switch (d.method) {
     case config::Method::hash: return d.placement.size();
@@ -80,6 +88,8 @@ std::size_t& shard_slot(config::Distribution& d, std::size_t p) {
   }
   return d.lists[p].shard;
 }
+
+namespace {
 
 MoveRow move_row(const pqxx::row& r) {
   MoveRow m;
@@ -123,6 +133,8 @@ std::string shard_dsn(const config::Config& config, const config::Shard& s) {
 }
 
 void apply_catalog(const CatalogState& state, config::Config& config, MoveView& view) {
+  for (const auto& sh : state.shards)  // (after the file's, in the order they were added)
+    if (!config.find_shard(sh.name)) config.shards.push_back(sh);
   auto dist_of = [&](const std::string& name) -> std::optional<std::size_t> {
     for (std::size_t d = 0; d < config.distributions.size(); ++d)
       if (config.distributions[d].name == name) return d;
@@ -151,6 +163,8 @@ void apply_catalog(const CatalogState& state, config::Config& config, MoveView& 
       view.views[part.shard][table] = "splitpoint_m" + std::to_string(m.id);
   }
 }
+
+const char* const kCatalogChannel = "splitpoint_topology";
 
 Catalog::Catalog(Server& server, const config::Config& config)
     : server_(server), config_(config), proxy_id_(random_id()) {
@@ -192,7 +206,7 @@ void Catalog::seed(pqxx::connection& c) {
   }
   if (added) {
     w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1");
-    w.exec(std::string("NOTIFY ") + kChannel);
+    w.exec(std::string("NOTIFY ") + kCatalogChannel);
   }
   w.commit();
 }
@@ -202,6 +216,18 @@ CatalogState Catalog::read_state(pqxx::connection& c) {
   pqxx::work w(c, "read topology");
   w.exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY");
   s.epoch = w.exec("SELECT epoch FROM splitpoint.topology")[0][0].as<std::int64_t>();
+  for (const auto& r : w.exec("SELECT name, host, port, database, \"user\", coalesce(password, ''), pool_size FROM "
+                              "splitpoint.shards ORDER BY added, name")) {
+    config::Shard sh;
+    sh.name = r[0].as<std::string>();
+    sh.host = r[1].as<std::string>();
+    sh.port = r[2].as<std::uint16_t>();
+    sh.database = r[3].as<std::string>();
+    sh.user = r[4].as<std::string>();
+    sh.password = r[5].as<std::string>();
+    sh.pool_size = r[6].as<int>();
+    s.shards.push_back(std::move(sh));
+  }
   for (const auto& r : w.exec("SELECT distribution, partition, shard FROM splitpoint.placement"))
     s.placement.push_back({r[0].as<std::string>(), r[1].as<std::uint32_t>(), r[2].as<std::string>()});
   for (const auto& r : w.exec(std::string("SELECT ") + kMoveColumns + " FROM splitpoint.moves WHERE " + kUnfinished +
@@ -251,6 +277,14 @@ void Catalog::start(config::Config& config, MoveView& view) {
   spdlog::info("catalog: proxy {} at topology epoch {}", proxy_id_, state.epoch);
 }
 
+config::Config Catalog::effective_config() const {
+  auto config = config_;
+  MoveView unused;
+  std::lock_guard lock(const_cast<std::mutex&>(mu_));
+  apply_catalog(state_, config, unused);
+  return config;
+}
+
 void Catalog::overlay(config::Config& config, MoveView& view) const {
   std::lock_guard lock(const_cast<std::mutex&>(mu_));
   apply_catalog(state_, config, view);
@@ -267,6 +301,11 @@ void Catalog::stop() {
   cv_.notify_all();
   if (follower_.joinable()) follower_.join();
   if (mover_.joinable()) mover_.join();
+  {
+    std::lock_guard lock(droppers_mu_);
+    for (auto& t : droppers_)
+      if (t.joinable()) t.join();
+  }
   try {  // leave at once instead of letting the lease run out
     auto c = connect_catalog();
     pqxx::nontransaction w(*c);
@@ -284,7 +323,7 @@ void Catalog::wake_follower() {
   try {
     auto c = connect_catalog();
     pqxx::nontransaction w(*c);
-    w.exec(std::string("NOTIFY ") + kChannel);
+    w.exec(std::string("NOTIFY ") + kCatalogChannel);
   } catch (const std::exception&) {
   }
 }
@@ -297,7 +336,7 @@ void Catalog::follow() {
     try {
       if (!c) {
         c = connect_catalog();
-        pqxx::nontransaction(*c).exec(std::string("LISTEN ") + kChannel);
+        pqxx::nontransaction(*c).exec(std::string("LISTEN ") + kCatalogChannel);
       }
       follow_once(*c);
       c->await_notification(0, static_cast<long>(config_.moves.poll.count()) * 1000);
@@ -341,7 +380,7 @@ std::int64_t Catalog::update_move(pqxx::connection& c, const MoveRow& m, bool bu
       "attempts = $7, updated = now() WHERE id = $1",
       m.id, m.state, m.rows_copied, m.lag_bytes, m.hold_ms, m.error, m.attempts);
   if (!extra_sql.empty()) w.exec(extra_sql);
-  if (bump_epoch) w.exec(std::string("NOTIFY ") + kChannel);
+  if (bump_epoch) w.exec(std::string("NOTIFY ") + kCatalogChannel);
   w.commit();
   return epoch;
 }
@@ -358,37 +397,42 @@ bool Catalog::wait_for_acks(pqxx::connection& c, std::int64_t epoch, std::chrono
 }
 
 std::int64_t Catalog::plan_move(const std::string& distribution, std::uint32_t partition, const std::string& target) {
+  const auto config = effective_config();
   const config::Distribution* d = nullptr;
-  for (const auto& x : config_.distributions)
+  for (const auto& x : config.distributions)
     if (x.name == distribution) d = &x;
   if (!d) throw CatalogError("SPA01", "unknown distribution \"" + distribution + "\"");
   if (d->method == config::Method::list) throw CatalogError("SPA01", "list partitions cannot move yet");
   if (partition >= partitions_of(*d))
     throw CatalogError("SPA01", "distribution \"" + distribution + "\" has no partition " + std::to_string(partition));
-  if (!config_.find_shard(target)) throw CatalogError("SPA01", "unknown shard \"" + target + "\"");
+  if (!config.find_shard(target)) throw CatalogError("SPA01", "unknown shard \"" + target + "\"");
   auto c = connect_catalog();
   pqxx::work w(*c);
   w.exec("SELECT epoch FROM splitpoint.topology FOR UPDATE");
-  auto busy = w.exec_params(std::string("SELECT id FROM splitpoint.moves WHERE distribution = $1 AND ") + kUnfinished,
-                            distribution);
-  if (!busy.empty())
-    throw CatalogError("SPA01", "move " + busy[0][0].as<std::string>() + " of distribution \"" + distribution +
-                                    "\" is in progress; one move per distribution at a time");
-  auto src = w.exec_params("SELECT shard FROM splitpoint.placement WHERE distribution = $1 AND partition = $2",
-                           distribution, static_cast<int>(partition));
-  const std::string source = src[0][0].as<std::string>();
-  if (source == target)
-    throw CatalogError("SPA01", "partition " + distribution + ":" + std::to_string(partition) + " is on shard \"" +
-                                    target + "\" already");
-  auto id = w.exec_params(
-                 "INSERT INTO splitpoint.moves (distribution, partition, source, target) VALUES ($1, $2, $3, $4) "
-                 "RETURNING id",
-                 distribution, static_cast<int>(partition), source, target)[0][0]
-                .as<std::int64_t>();
-  w.exec(std::string("NOTIFY ") + kChannel);
+  auto id = insert_move(w, distribution, partition, target);
+  w.exec(std::string("NOTIFY ") + kCatalogChannel);
   w.commit();
   cv_.notify_all();
   return id;
+}
+
+// A planned move, queued behind the distribution's unfinished ones (they run in order).
+std::int64_t Catalog::insert_move(pqxx::transaction_base& w, const std::string& distribution, std::uint32_t partition,
+                                  const std::string& target) {
+  const std::string part = distribution + ":" + std::to_string(partition);
+  auto busy = w.exec_params(std::string("SELECT id FROM splitpoint.moves WHERE distribution = $1 AND partition = $2 AND ") +
+                                kUnfinished,
+                            distribution, static_cast<int>(partition));
+  if (!busy.empty())
+    throw CatalogError("SPA01", "move " + busy[0][0].as<std::string>() + " of partition " + part + " is unfinished");
+  auto src = w.exec_params("SELECT shard FROM splitpoint.placement WHERE distribution = $1 AND partition = $2",
+                           distribution, static_cast<int>(partition));
+  const std::string source = src[0][0].as<std::string>();
+  if (source == target) throw CatalogError("SPA01", "partition " + part + " is on shard \"" + target + "\" already");
+  return w.exec_params("INSERT INTO splitpoint.moves (distribution, partition, source, target) VALUES ($1, $2, $3, $4) "
+                       "RETURNING id",
+                       distribution, static_cast<int>(partition), source, target)[0][0]
+      .as<std::int64_t>();
 }
 
 void Catalog::cancel_move(std::int64_t id) {

@@ -25,6 +25,7 @@ class connect_direct;
 template <typename Policy>
 class basic_connection_base;
 using connection = basic_connection_base<connect_direct>;
+class transaction_base;
 }  // namespace pqxx
 
 namespace splitpoint::server {
@@ -58,26 +59,20 @@ struct CatalogState {
   };
   std::vector<Place> placement;
   std::vector<MoveRow> moves;  // those not finished (planned ... cleanup)
+  std::vector<config::Shard> shards;  // added with ADD SHARD, in the order they were added
 };
+
+// Logical partitions of a distribution, whatever its method, and where one's shard
+// index is kept.
+std::size_t partitions_of(const config::Distribution& d);
+std::size_t& shard_slot(config::Distribution& d, std::size_t partition);
+extern const char* const kCatalogChannel;  // LISTEN/NOTIFY channel of epoch changes
 
 // libpq connection string of a shard (the catalog and the mover connect on their own).
 std::string shard_dsn(const config::Config& config, const config::Shard& shard);
 // The partitions placement and move states of `state` applied to `config`; the moves'
 // effect on the data path (held and hidden partitions). Unknown names are skipped.
 void apply_catalog(const CatalogState& state, config::Config& config, MoveView& view);
-
-// Move-related figures for the metrics endpoint (written by the catalog's threads).
-struct MoveMetrics {
-  std::atomic<std::int64_t> epoch{0};
-  std::atomic<std::int64_t> proxies_live{0}, proxies_expired{0};
-  std::atomic<std::int64_t> moves_by_state[7] = {};  // kMoveStates order
-  std::atomic<std::uint64_t> rows_copied{0};
-  std::atomic<std::int64_t> lag_bytes{0};
-  std::atomic<std::uint64_t> held_statements{0};  // statements that waited on a cutover
-  LocalHistogram cutover_hold;  // written by the mover thread only
-};
-inline constexpr const char* kMoveStates[7] = {"planned", "copying", "catching_up", "cutover",
-                                               "cleanup", "done",    "failed"};
 
 class Catalog {
  public:
@@ -100,6 +95,13 @@ class Catalog {
 
   // Admin console (blocking: call off the Asio threads). Throw CatalogError.
   std::int64_t plan_move(const std::string& distribution, std::uint32_t partition, const std::string& target);
+  // ADD SHARD: `options` host=, port=, database=, user=, password=, pool_size= (missing
+  // ones from the first shard). Copies the schema of every sharded and reference table
+  // and the reference tables' rows from the first shard (pg_dump), then registers it.
+  void add_shard(const std::string& name, const std::vector<std::pair<std::string, std::string>>& options);
+  // REBALANCE: the fewest moves after which every shard holds floor or ceil(P/N) of the
+  // distribution's partitions; queued unless `dry_run`.
+  std::vector<MoveRow> rebalance(const std::string& distribution, bool dry_run);
   void cancel_move(std::int64_t id);
   std::vector<MoveRow> moves(bool all);
   struct ProxyRow {
@@ -117,8 +119,12 @@ class Catalog {
   std::int64_t update_move(pqxx::connection& c, const MoveRow& m, bool bump_epoch, const std::string& extra_sql = "");
   bool wait_for_acks(pqxx::connection& c, std::int64_t epoch, std::chrono::milliseconds timeout);
   const config::Config& base_config() const { return config_; }
+  // The file's configuration with the catalog's shards and placement, as last read.
+  config::Config effective_config() const;
   bool stopping() const { return stop_.load(); }
   void wake_follower();
+  // Drops a move's view schema on these shards a lease from now, in the background.
+  void drop_later(std::vector<std::string> dsns, std::string schema);
   // Sleeps up to `d` or until stop().
   void nap(std::chrono::milliseconds d);
 
@@ -130,6 +136,9 @@ class Catalog {
   void follow();
   void follow_once(pqxx::connection& c);
   void mover_loop();
+  void sweep_views();
+  std::int64_t insert_move(pqxx::transaction_base& w, const std::string& distribution, std::uint32_t partition,
+                           const std::string& target);
 
   Server& server_;
   config::Config config_;  // the YAML the catalog was seeded from; names shards
@@ -144,6 +153,8 @@ class Catalog {
   bool fenced_ = false;                                  // follower thread only
   MoveMetrics metrics_;
   std::thread follower_, mover_;
+  std::mutex droppers_mu_;
+  std::vector<std::thread> droppers_;
 };
 
 }  // namespace splitpoint::server

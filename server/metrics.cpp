@@ -189,18 +189,15 @@ void add_gauge(pm::MetricFamily& f, std::vector<pm::ClientMetric::Label> labels,
   f.metric.push_back(std::move(m));
 }
 
-// Sums one histogram over every worker.
-template <class Get>
-pm::ClientMetric histogram(const std::vector<std::unique_ptr<WorkerMetrics>>& workers, Get get,
-                           std::vector<pm::ClientMetric::Label> labels) {
+// One histogram summed over several (every worker's, say).
+pm::ClientMetric histogram_of(const std::vector<const LocalHistogram*>& parts, std::vector<pm::ClientMetric::Label> labels) {
   pm::ClientMetric m;
   m.label = std::move(labels);
   std::vector<std::uint64_t> counts(LocalHistogram::kBounds.size() + 1, 0);
-  for (auto& w : workers) {
-    const LocalHistogram& h = get(*w);
-    for (std::size_t i = 0; i < counts.size(); ++i) counts[i] += h.bucket(i);
-    m.histogram.sample_count += h.count();
-    m.histogram.sample_sum += h.sum();
+  for (const LocalHistogram* h : parts) {
+    for (std::size_t i = 0; i < counts.size(); ++i) counts[i] += h->bucket(i);
+    m.histogram.sample_count += h->count();
+    m.histogram.sample_sum += h->sum();
   }
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < counts.size(); ++i) {
@@ -210,6 +207,15 @@ pm::ClientMetric histogram(const std::vector<std::unique_ptr<WorkerMetrics>>& wo
     m.histogram.bucket.push_back({cumulative, bound});
   }
   return m;
+}
+
+// Sums one histogram over every worker.
+template <class Get>
+pm::ClientMetric histogram(const std::vector<std::unique_ptr<WorkerMetrics>>& workers, Get get,
+                           std::vector<pm::ClientMetric::Label> labels) {
+  std::vector<const LocalHistogram*> parts;
+  for (auto& w : workers) parts.push_back(&get(*w));
+  return histogram_of(parts, std::move(labels));
 }
 
 const char* route_name(std::size_t r) {
@@ -232,12 +238,14 @@ double Metrics::sum(Get get) const {
   return v;
 }
 
-std::string Metrics::render(const config::Config& config, const std::vector<PoolGauge>& pools) const {
+std::string Metrics::render(const config::Config& config, const std::vector<PoolGauge>& pools,
+                            const MoveMetrics* moves) const {
   std::vector<pm::MetricFamily> out;
   render_connections(out, pools);
   render_statements(out, config);
   render_partitions(out, config);
   render_totals(out);
+  if (moves) render_moves(out, *moves);
   std::ostringstream text;
   pm::TextSerializer().Serialize(text, out);
   return text.str();
@@ -418,6 +426,37 @@ double Metrics::skew(const config::Config& config, std::size_t distribution) con
   }
   if (total == 0 || n == 0) return 0;
   return static_cast<double>(busiest) / static_cast<double>(total) * static_cast<double>(n);
+}
+
+// SPEC §9: the catalog as this proxy last read it, and its own mover's work.
+void Metrics::render_moves(std::vector<pm::MetricFamily>& out, const MoveMetrics& m) {
+  auto epoch = family("splitpoint_topology_epoch", "Catalog epoch this proxy runs.", pm::MetricType::Gauge);
+  add_gauge(epoch, {}, double(m.epoch.load()));
+  out.push_back(std::move(epoch));
+  auto proxies = family("splitpoint_proxies", "Proxies registered in the catalog, by lease state.", pm::MetricType::Gauge);
+  add_gauge(proxies, {label("state", "live")}, double(m.proxies_live.load()));
+  add_gauge(proxies, {label("state", "expired")}, double(m.proxies_expired.load()));
+  out.push_back(std::move(proxies));
+  auto moves = family("splitpoint_moves", "Partition moves in the catalog, by state.", pm::MetricType::Gauge);
+  for (std::size_t i = 0; i < std::size(kMoveStates); ++i)
+    add_gauge(moves, {label("state", kMoveStates[i])}, double(m.moves_by_state[i].load()));
+  out.push_back(std::move(moves));
+  auto lag = family("splitpoint_move_lag_bytes", "WAL the running move's target has still to apply.",
+                    pm::MetricType::Gauge);
+  add_gauge(lag, {}, double(m.lag_bytes.load()));
+  out.push_back(std::move(lag));
+  auto rows = family("splitpoint_move_rows_copied_total", "Rows copied by this proxy's moves.", pm::MetricType::Counter);
+  add_counter(rows, {}, double(m.rows_copied.load()));
+  out.push_back(std::move(rows));
+  auto held = family("splitpoint_held_statements_total", "Statements that waited for a partition in cutover.",
+                     pm::MetricType::Counter);
+  add_counter(held, {}, double(m.held_statements.load()));
+  out.push_back(std::move(held));
+  auto hold = family("splitpoint_cutover_hold_seconds", "How long each cutover held its partition.",
+                     pm::MetricType::Histogram);
+  auto h = histogram_of({&m.cutover_hold}, {});
+  hold.metric.push_back(std::move(h));
+  out.push_back(std::move(hold));
 }
 
 }  // namespace splitpoint::server

@@ -139,6 +139,19 @@ struct WorkerMetrics {
   std::vector<HotKeys> hot;  // per distribution
 };
 
+// The catalog's and the mover's figures (SPEC §9), written by their threads.
+inline constexpr const char* kMoveStates[7] = {"planned", "copying", "catching_up", "cutover",
+                                               "cleanup", "done",    "failed"};
+struct MoveMetrics {
+  std::atomic<std::int64_t> epoch{0};
+  std::atomic<std::int64_t> proxies_live{0}, proxies_expired{0};
+  std::atomic<std::int64_t> moves_by_state[7] = {};  // kMoveStates order
+  std::atomic<std::uint64_t> rows_copied{0};
+  std::atomic<std::int64_t> lag_bytes{0};             // of the move this proxy runs
+  std::atomic<std::uint64_t> held_statements{0};      // statements that waited on a cutover
+  LocalHistogram cutover_hold;                        // written by the mover thread only
+};
+
 // Point-in-time values the scrape asks the server for.
 struct PoolGauge {
   std::string shard;
@@ -166,7 +179,8 @@ class Metrics {
   void two_phase(TwoPhase o) { two_phase_[static_cast<std::size_t>(o)].fetch_add(1, std::memory_order_relaxed); }
 
   // Prometheus text exposition; `config` names shards and distributions.
-  std::string render(const config::Config& config, const std::vector<PoolGauge>& pools) const;
+  std::string render(const config::Config& config, const std::vector<PoolGauge>& pools,
+                     const MoveMetrics* moves = nullptr) const;
 
   struct PartitionRow {
     std::string distribution;
@@ -192,6 +206,7 @@ class Metrics {
   void render_statements(std::vector<prometheus::MetricFamily>& out, const config::Config& config) const;
   void render_partitions(std::vector<prometheus::MetricFamily>& out, const config::Config& config) const;
   void render_totals(std::vector<prometheus::MetricFamily>& out) const;
+  static void render_moves(std::vector<prometheus::MetricFamily>& out, const MoveMetrics& m);
 
   std::vector<std::unique_ptr<WorkerMetrics>> workers_;
   std::vector<std::size_t> offsets_;  // per distribution, into the flat partition arrays

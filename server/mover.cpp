@@ -17,6 +17,7 @@
 #include <pqxx/pqxx>
 
 #include <map>
+#include <set>
 
 #include "server/catalog.hpp"
 
@@ -38,7 +39,7 @@ struct Abort : std::runtime_error {
 class Move {
  public:
   Move(Catalog& catalog, MoveRow row, std::string previous_owner)
-      : cat_(catalog), m_(std::move(row)), previous_owner_(std::move(previous_owner)), cfg_(catalog.base_config()),
+      : cat_(catalog), m_(std::move(row)), previous_owner_(std::move(previous_owner)), cfg_(catalog.effective_config()),
         name_("splitpoint_m" + std::to_string(m_.id)) {}
   void run();
 
@@ -69,7 +70,7 @@ class Move {
   Catalog& cat_;
   MoveRow m_;
   std::string previous_owner_;
-  const config::Config& cfg_;
+  const config::Config cfg_;  // (with the catalog's shards)
   std::string name_;  // of the publication, slot, subscription, view schema
   const config::Distribution* dist_ = nullptr;
   std::unique_ptr<pqxx::connection> catalog_, src_, tgt_;
@@ -358,11 +359,12 @@ void Move::cleanup() {
 
 // Once no proxy reads through the move's views: every live one runs the epoch without
 // them, and a statement routed just before it (waiting for a backend, say) had a lease's
-// time to be sent.
+// time to be sent. In the background, so the next move need not wait.
 void Move::drop_views() {
   wait_acks(cfg_.moves.lease * 2);
-  cat_.nap(cfg_.moves.lease);
-  for (auto* side : {src_.get(), tgt_.get()}) exec(*side, "DROP SCHEMA IF EXISTS " + name_ + " CASCADE");
+  cat_.drop_later({shard_dsn(cfg_, cfg_.shards[*cfg_.find_shard(m_.source)]),
+                   shard_dsn(cfg_, cfg_.shards[*cfg_.find_shard(m_.target)])},
+                  name_);
 }
 
 void Move::drop_subscription() {
@@ -459,8 +461,55 @@ void Move::run() {
 
 }  // namespace
 
+void Catalog::drop_later(std::vector<std::string> dsns, std::string schema) {
+  std::lock_guard lock(droppers_mu_);
+  droppers_.emplace_back([this, dsns = std::move(dsns), schema = std::move(schema)] {
+    nap(config_.moves.lease);
+    if (stop_) return;  // (the next start's sweep drops it)
+    for (const auto& dsn : dsns) {
+      try {
+        pqxx::connection c(dsn);
+        pqxx::nontransaction w(c);
+        w.exec("SET client_min_messages = warning");
+        w.exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE");
+      } catch (const std::exception& e) {
+        spdlog::warn("catalog: cannot drop {} yet: {}", schema, e.what());
+      }
+    }
+  });
+}
+
+// View schemas of finished moves that a stopped proxy left behind.
+void Catalog::sweep_views() {
+  auto config = effective_config();
+  auto c = connect_catalog();
+  pqxx::nontransaction w(*c);
+  auto done = w.exec("SELECT 'splitpoint_m' || id FROM splitpoint.moves WHERE state IN ('done', 'failed', "
+                     "'cancelled') AND updated < now() - interval '1 minute'");
+  std::set<std::string> finished;
+  for (const auto& r : done) finished.insert(r[0].as<std::string>());
+  for (const auto& s : config.shards) {
+    try {
+      pqxx::connection sc(shard_dsn(config, s));
+      pqxx::nontransaction sw(sc);
+      for (const auto& r : sw.exec("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'splitpoint\\_m%'"))
+        if (finished.count(r[0].as<std::string>())) {
+          sw.exec("SET client_min_messages = warning");
+          sw.exec("DROP SCHEMA IF EXISTS " + r[0].as<std::string>() + " CASCADE");
+        }
+    } catch (const std::exception& e) {
+      spdlog::warn("catalog: view sweep on shard {}: {}", s.name, e.what());
+    }
+  }
+}
+
 void Catalog::mover_loop() {
   std::unique_ptr<pqxx::connection> c;
+  try {
+    sweep_views();
+  } catch (const std::exception& e) {
+    spdlog::warn("catalog: view sweep: {}", e.what());
+  }
   while (!stop_) {
     try {
       if (!c) c = connect_catalog();
@@ -468,7 +517,9 @@ void Catalog::mover_loop() {
       auto r = w.exec_params(
           "WITH c AS (SELECT id, owner AS previous FROM splitpoint.moves m WHERE state NOT IN ('done', 'failed', "
           "'cancelled') AND (owner IS NULL OR owner = $1 OR NOT EXISTS (SELECT 1 FROM splitpoint.proxies p WHERE p.id "
-          "= m.owner AND p.lease_until > now())) ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) "
+          "= m.owner AND p.lease_until > now())) AND NOT EXISTS (SELECT 1 FROM splitpoint.moves o WHERE o.distribution = "
+          "m.distribution AND o.id < m.id AND o.state NOT IN ('done', 'failed', 'cancelled')) "
+          "ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) "
           "UPDATE splitpoint.moves m SET owner = $1 FROM c WHERE m.id = c.id RETURNING m.id, m.distribution, "
           "m.partition, m.source, m.target, m.state, m.owner, m.error, m.rows_copied, m.lag_bytes, m.hold_ms, "
           "m.attempts, coalesce(c.previous, '')",

@@ -52,6 +52,21 @@ Server::Server(std::shared_ptr<const Runtime> runtime, std::string config_path)
   }
 }
 
+// Same shards in the same order and the same distributions (method, partitions,
+// tables): a statement's plan means the same in both.
+static bool same_layout(const config::Config& a, const config::Config& b) {
+  if (a.shards.size() != b.shards.size() || a.distributions.size() != b.distributions.size()) return false;
+  for (std::size_t i = 0; i < a.shards.size(); ++i)
+    if (a.shards[i].name != b.shards[i].name) return false;
+  for (std::size_t i = 0; i < a.distributions.size(); ++i) {
+    const auto &x = a.distributions[i], &y = b.distributions[i];
+    if (x.name != y.name || x.method != y.method || x.partitions != y.partitions || x.tables != y.tables ||
+        x.ranges.size() != y.ranges.size() || x.lists.size() != y.lists.size())
+      return false;
+  }
+  return a.reference_tables == b.reference_tables;
+}
+
 void Server::store_runtime(std::shared_ptr<const Runtime> rt) {
   moves_active_.store(rt && rt->moves->active(), std::memory_order_relaxed);
   runtime_.store(std::move(rt));
@@ -219,7 +234,10 @@ bool Server::reload(std::string& error) {
     auto old = runtime();
     auto view = std::make_shared<MoveView>();
     if (catalog_) catalog_->overlay(*result.config, *view);
-    store_runtime(make_runtime(std::move(*result.config), old.get(), std::move(view)));
+    // With a catalog, sessions must follow its epochs after a reload too: when the file
+    // keeps the shards and distributions, their plans stay valid.
+    const bool same = catalog_ && same_layout(old->config, *result.config);
+    store_runtime(make_runtime(std::move(*result.config), old.get(), std::move(view), same));
   } catch (const std::exception& e) {
     metrics_->config_reload(false);
     spdlog::error("reload rejected: {}", e.what());
@@ -264,7 +282,7 @@ std::string Server::render_metrics() {
     }
     pools.push_back(std::move(g));
   }
-  return metrics_->render(rt->config, pools);
+  return metrics_->render(rt->config, pools, catalog_ ? &catalog_->metrics() : nullptr);
 }
 
 }  // namespace splitpoint::server

@@ -281,8 +281,8 @@ std::optional<std::string> opt(const std::optional<std::int64_t>& v) {
 
 }  // namespace
 
-// SHOW TOPOLOGY, SHOW MOVES [ALL], MOVE PARTITION dist:part TO shard, CANCEL MOVE id
-// (SPEC §9). False: not one of them.
+// SHOW TOPOLOGY, SHOW MOVES [ALL], ADD SHARD, REBALANCE dist [DRY RUN], MOVE PARTITION
+// dist:part TO shard, CANCEL MOVE id (SPEC §9). False: not one of them.
 awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std::string_view sql, std::string& out) {
   auto is = [&](std::initializer_list<const char*> expect) {
     std::size_t i = 0;
@@ -290,7 +290,8 @@ awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std:
       if (i >= w.size() || w[i++] != e) return false;
     return true;
   };
-  if (!is({"SHOW", "TOPOLOGY"}) && !is({"SHOW", "MOVES"}) && !is({"MOVE", "PARTITION"}) && !is({"CANCEL", "MOVE"}))
+  if (!is({"SHOW", "TOPOLOGY"}) && !is({"SHOW", "MOVES"}) && !is({"MOVE", "PARTITION"}) && !is({"CANCEL", "MOVE"}) &&
+      !is({"ADD", "SHARD"}) && !is({"REBALANCE"}))
     co_return false;
   Catalog* catalog = server_.catalog();
   auto error = [&](std::string_view code, const std::string& msg) {
@@ -324,6 +325,43 @@ awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std:
              m.owner.empty() ? std::nullopt : std::optional<std::string>(m.owner),
              m.error.empty() ? std::nullopt : std::optional<std::string>(m.error)});
     t.encode(out, "SHOW");
+  } else if (is({"ADD", "SHARD"})) {
+    std::vector<std::pair<std::string, std::string>> options;
+    for (std::size_t i = 3; i < words.size(); ++i) {
+      auto eq = words[i].find('=');
+      if (eq == std::string::npos || eq == 0)
+        co_return error(sqlstate::syntax_error, "usage: ADD SHARD name host=... port=... [database=...] [user=...] "
+                                                "[password=...] [pool_size=...]"),
+            true;
+      options.emplace_back(words[i].substr(0, eq), words[i].substr(eq + 1));
+    }
+    if (words.size() < 3) co_return error(sqlstate::syntax_error, "usage: ADD SHARD name host=... port=..."), true;
+    auto name = words[2];
+    auto add = [=] {
+      catalog->add_shard(name, options);
+      return 0;
+    };
+    auto r = co_await off_thread(add);
+    if (r.index() == 1) co_return error(std::get<1>(r).sqlstate, std::get<1>(r).what()), true;
+    // Answered once this proxy routes with it (SHOW SHARDS next shows it).
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (int i = 0; i < 1000 && !server_.runtime()->config.find_shard(name); ++i) {
+      timer.expires_after(std::chrono::milliseconds(5));
+      co_await timer.async_wait(use_nothrow);
+    }
+    proto::CommandComplete{"ADD SHARD"}.encode(out);
+  } else if (is({"REBALANCE"})) {
+    const bool dry = words.size() == 4 && (w.size() > 2 && w[2] == "DRY") && (words[3] == "RUN" || words[3] == "run");
+    if (words.size() != 2 && !dry) co_return error(sqlstate::syntax_error, "usage: REBALANCE distribution [DRY RUN]"), true;
+    auto dist = words[1];
+    auto plan = [=] { return catalog->rebalance(dist, dry); };
+    auto r = co_await off_thread(plan);
+    if (r.index() == 1) co_return error(std::get<1>(r).sqlstate, std::get<1>(r).what()), true;
+    Table t({"move", "distribution", "partition", "source", "target"});
+    for (const auto& m : std::get<0>(r))
+      t.row({dry ? std::nullopt : std::optional<std::string>(std::to_string(m.id)), m.distribution,
+             std::to_string(m.partition), m.source, m.target});
+    t.encode(out, "REBALANCE");
   } else if (is({"MOVE", "PARTITION"})) {
     auto colon = words.size() == 5 ? words[2].rfind(':') : std::string::npos;
     if (colon == std::string::npos || !(words[3] == "TO" || words[3] == "to") || colon + 1 >= words[2].size() ||
@@ -451,8 +489,8 @@ awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
   } else {
     error(sqlstate::syntax_error,
           "unknown admin command; try SHOW SHARDS | POOLS | CLIENTS | PARTITIONS | HOT KEYS | ROUTE <statement> | "
-          "CONFIG | TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], MOVE PARTITION dist:part TO shard, "
-          "CANCEL MOVE id");
+          "CONFIG | TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., "
+          "REBALANCE dist [DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id");
   }
   co_return true;
 }

@@ -2,16 +2,18 @@
 """Online partition moves (SPEC 9): the topology in a catalog, two proxies following it,
 partitions moved with PostgreSQL logical replication while writers and readers go on.
 
-Shards: s0 and s1 (databases mv_<random> on the two shared instances) and s2 (a second
-database on the first instance: logical replication within one cluster, the trap
-where CREATE SUBSCRIPTION cannot create its own slot). The catalog lives on s0. A hash
-distribution (counters: id, events: uid; 8 partitions on s0/s1) and a range one
-(items: id; 3 ranges). Two proxies, A and B, share the catalog.
+Shards: s0 and s1 in the file (databases mv_<random> on the two shared instances); s2
+added online (a second, empty database on the first instance: logical replication
+within one cluster, the trap where CREATE SUBSCRIPTION cannot create its own slot).
+The catalog lives on s0. A hash distribution (counters: id, events: uid; 8 partitions
+on s0/s1), a range one (items: id; 3 ranges) and a reference table. Two proxies, A and
+B, share the catalog.
 
 While writer threads (each statement through A or B: unique-id inserts into events,
 per-key increments of counters, inserts into items) and reader threads (scatter
 `count(*)` of counters, which never changes) run:
-- MOVE PARTITION by_user:1 TO s2 through A, by_user:5 TO s2 through B (both done);
+- ADD SHARD s2 through A (schema and reference rows copied with pg_dump), then
+  REBALANCE by_user through B: 2 of the 8 partitions move to s2 (3/3/2);
 - a move cancelled while copying, then run again;
 - the proxy that runs a move killed with SIGKILL mid-move: the other proxy's mover rolls
   the move back once the lease lapses; the proxy restarted, the move run again;
@@ -61,7 +63,6 @@ def config(db, extra_db):
     shards:
       - {{ name: s0, host: 127.0.0.1, port: {p0}, database: {db}, user: postgres, password: postgres, pool_size: 10 }}
       - {{ name: s1, host: 127.0.0.1, port: {p1}, database: {db}, user: postgres, password: postgres, pool_size: 10 }}
-      - {{ name: s2, host: 127.0.0.1, port: {p0}, database: {extra_db}, user: postgres, password: postgres, pool_size: 10 }}
     distributions:
       - name: by_user
         method: hash
@@ -75,6 +76,7 @@ def config(db, extra_db):
           - {{ upto: 2000, shard: s1 }}
           - {{ shard: s1 }}
         tables: {{ items: id }}
+    reference_tables: [countries]
     catalog: s0
     moves: {{ max_hold: 5s, poll: 100ms, lease: 2s }}
     scatter: {{ deadline: 10s }}
@@ -154,6 +156,8 @@ def setup():
     cur.execute("CREATE TABLE counters (id bigint PRIMARY KEY, n bigint NOT NULL DEFAULT 0)")
     cur.execute("CREATE TABLE events (uid bigint NOT NULL, id bigint NOT NULL, PRIMARY KEY (uid, id))")
     cur.execute("CREATE TABLE items (id int PRIMARY KEY, note text)")
+    cur.execute("CREATE TABLE countries (code text PRIMARY KEY, name text)")
+    cur.execute("INSERT INTO countries VALUES ('jp', 'Japan'), ('fr', 'France')")
     cur.execute("INSERT INTO counters (id) VALUES " + ",".join(f"({i})" for i in range(1, N_COUNTERS + 1)))
     c.close()
     for i in range(1, N_COUNTERS + 1):
@@ -264,13 +268,25 @@ def moves_under_load():
         t.start()
     try:
         time.sleep(1)
-        m1 = move(A, "by_user:1", "s2")
-        assert wait_move(A, m1, {"done", "failed"})["state"] == "done", moves(A)[m1]
-        m2 = move(B, "by_user:5", "s2")
-        assert wait_move(B, m2, {"done", "failed"})["state"] == "done", moves(B)[m2]
+        admin(A, f"ADD SHARD s2 host=127.0.0.1 port={sptest.PG_PORTS[0]} database={EXTRA_DB}")
+        assert "s2" in [r[0] for r in admin(A, "SHOW SHARDS")]
+        assert direct(2, "SELECT code, name FROM countries ORDER BY code") == [("fr", "France"), ("jp", "Japan")]
+        plan = admin(B, "REBALANCE by_user DRY RUN")
+        assert len(plan) == 2 and {r[4] for r in plan} == {"s2"} and {r[3] for r in plan} == {"s0", "s1"}, plan
+        planned = [int(r[0]) for r in admin(B, "REBALANCE by_user")]
+        assert len(planned) == 2, planned
+        for m in planned:
+            assert wait_move(B, m, {"done", "failed", "cancelled"})["state"] == "done", moves(B)[m]
+        counts = {}
+        for r in admin(A, "SHOW PARTITIONS"):
+            if r[0] == "by_user":
+                counts[r[2]] = counts.get(r[2], 0) + 1
+        assert sorted(counts.values()) == [2, 3, 3] and counts["s2"] == 2, counts
+        on_s1 = [int(r[1]) for r in admin(A, "SHOW PARTITIONS") if r[0] == "by_user" and r[2] == "s1"]
+        on_s0 = [int(r[1]) for r in admin(A, "SHOW PARTITIONS") if r[0] == "by_user" and r[2] == "s0"]
 
         # A cancel while copying (or just after: then the move may have finished).
-        m3 = move(A, "by_user:6", "s2")
+        m3 = move(A, f"by_user:{on_s1[0]}", "s2")
         wait_move(A, m3, {"copying", "catching_up", "cutover", "cleanup", "done"})
         try:
             admin(A, f"CANCEL MOVE {m3}")
@@ -279,11 +295,11 @@ def moves_under_load():
         st = wait_move(A, m3, {"done", "cancelled", "failed"})["state"]
         assert st in ("done", "cancelled"), moves(A)[m3]
         if st == "cancelled":
-            m3b = move(A, "by_user:6", "s2")
+            m3b = move(A, f"by_user:{on_s1[0]}", "s2")
             assert wait_move(A, m3b, {"done", "failed"})["state"] == "done", moves(A)[m3b]
 
         # The proxy running a move killed mid-move; the other one rolls it back.
-        m4 = move(A, "by_user:0", "s1")
+        m4 = move(A, f"by_user:{on_s0[0]}", "s1")
         owner = wait_move(A, m4, {"copying", "catching_up", "cutover", "cleanup", "done"})["owner"]
         victim = A if owner and str(A.proc.pid) in owner else B
         survivor = B if victim is A else A
@@ -295,7 +311,7 @@ def moves_under_load():
         DOWN.discard(victim.name)
         if st["state"] == "failed":
             assert "stopped" in (st["error"] or ""), st
-            m4b = move(survivor, "by_user:0", "s1")
+            m4b = move(survivor, f"by_user:{on_s0[0]}", "s1")
             assert wait_move(survivor, m4b, {"done", "failed"})["state"] == "done", moves(survivor)[m4b]
 
         m5 = move(B, "by_range:2", "s2")
@@ -382,7 +398,8 @@ def nothing_left_behind():
 @test
 def admin_refusals():
     for sql, code in [("MOVE PARTITION by_user:99 TO s1", "SPA01"), ("MOVE PARTITION nope:1 TO s1", "SPA01"),
-                      ("MOVE PARTITION by_user:1 TO s9", "SPA01"), ("MOVE PARTITION by_user:1 TO s2", "SPA01"),
+                      ("MOVE PARTITION by_user:1 TO s9", "SPA01"), ("ADD SHARD s2 host=127.0.0.1", "SPA01"),
+                      ("REBALANCE nope", "SPA01"), ("ADD SHARD s3 colour=blue", "42601"),
                       ("MOVE PARTITION by_user TO s1", "42601"), ("CANCEL MOVE 99999", "SPA01")]:
         try:
             admin(A, sql)

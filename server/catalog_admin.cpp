@@ -1,0 +1,167 @@
+// ADD SHARD and REBALANCE (SPEC §9): changes of the catalog that the admin console asks
+// for. Blocking; the console runs them off the Asio threads.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <pqxx/pqxx>
+#include <sstream>
+
+#include "server/catalog.hpp"
+
+namespace splitpoint::server {
+
+namespace {
+
+std::string shell_quote(const std::string& v) {
+  std::string q = "'";
+  for (char c : v) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// A PostgreSQL client program (pg_dump, psql): from PATH, else PostgreSQL 15's.
+std::string pg_program(const std::string& name) {
+  if (std::system(("command -v " + name + " >/dev/null 2>&1").c_str()) == 0) return name;
+  return "/usr/lib/postgresql/15/bin/" + name;
+}
+
+// libpq's environment for one side of a pipe.
+std::string pg_env(const config::Config& config, const config::Shard& s) {
+  std::string password = s.password;
+  if (password.empty())
+    if (const auto* u = config.find_user(s.user)) password = u->password;
+  return "PGHOST=" + shell_quote(s.host) + " PGPORT=" + std::to_string(s.port) + " PGDATABASE=" +
+         shell_quote(s.database) + " PGUSER=" + shell_quote(s.user) + " PGPASSWORD=" + shell_quote(password) +
+         " PGCONNECT_TIMEOUT=10";
+}
+
+// Runs `pg_dump ARGS` on `from` into psql on `to`; throws with pg_dump's or psql's words.
+void dump_into(const config::Config& config, const config::Shard& from, const config::Shard& to,
+               const std::string& args) {
+  char path[] = "/tmp/splitpoint-add-shard-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd >= 0) close(fd);
+  const std::string cmd = "set -o pipefail; " + pg_env(config, from) + " " + pg_program("pg_dump") + " " + args +
+                          " | " + pg_env(config, to) + " " + pg_program("psql") + " -X -q -v ON_ERROR_STOP=1 >/dev/null";
+  const int status = std::system(("bash -c " + shell_quote(cmd) + " 2>" + shell_quote(path)).c_str());
+  std::ifstream in(path);
+  std::stringstream err;
+  err << in.rdbuf();
+  unlink(path);
+  if (status != 0) throw CatalogError("SPA01", "copying the schema to the new shard failed: " + err.str());
+}
+
+}  // namespace
+
+void Catalog::add_shard(const std::string& name, const std::vector<std::pair<std::string, std::string>>& options) {
+  const auto config = effective_config();
+  if (config.find_shard(name)) throw CatalogError("SPA01", "shard \"" + name + "\" exists already");
+  const config::Shard& first = config.shards.front();
+  config::Shard s = first;
+  s.name = name;
+  s.line = 0;
+  for (const auto& [k, v] : options) {
+    if (k == "host") s.host = v;
+    else if (k == "port") s.port = static_cast<std::uint16_t>(std::stoi(v));
+    else if (k == "database") s.database = v;
+    else if (k == "user") s.user = v;
+    else if (k == "password") s.password = v;
+    else if (k == "pool_size") s.pool_size = std::stoi(v);
+    else throw CatalogError("42601", "unknown ADD SHARD option \"" + k + "\" (host, port, database, user, password, pool_size)");
+  }
+  try {
+    pqxx::connection probe(shard_dsn(config, s));
+  } catch (const std::exception& e) {
+    throw CatalogError("SPA01", "cannot connect to the new shard: " + std::string(e.what()));
+  }
+  // The tables that exist on the first shard: every sharded and reference table.
+  std::vector<std::string> tables, reference;
+  {
+    pqxx::connection c(shard_dsn(config, first));
+    pqxx::nontransaction w(c);
+    auto exists = [&](const std::string& t) { return !w.exec_params("SELECT to_regclass($1)", t)[0][0].is_null(); };
+    for (const auto& d : config.distributions)
+      for (const auto& [t, key] : d.tables)
+        if (exists(t)) tables.push_back(t);
+    for (const auto& t : config.reference_tables)
+      if (exists(t)) {
+        tables.push_back(t);
+        reference.push_back(t);
+      }
+  }
+  auto table_args = [](const std::vector<std::string>& v) {
+    std::string a;
+    for (const auto& t : v) a += " --table=" + shell_quote(t);
+    return a;
+  };
+  if (!tables.empty()) dump_into(config, first, s, "--schema-only" + table_args(tables));
+  if (!reference.empty()) dump_into(config, first, s, "--data-only" + table_args(reference));
+  auto c = connect_catalog();
+  pqxx::work w(*c);
+  w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1");
+  w.exec_params("INSERT INTO splitpoint.shards (name, host, port, database, \"user\", password, pool_size) VALUES "
+                "($1, $2, $3, $4, $5, NULLIF($6, ''), $7)",
+                s.name, s.host, static_cast<int>(s.port), s.database, s.user, s.password, s.pool_size);
+  w.exec(std::string("NOTIFY ") + kCatalogChannel);
+  w.commit();
+  spdlog::info("catalog: shard {} added ({} tables, {} reference tables copied)", name, tables.size(), reference.size());
+}
+
+std::vector<MoveRow> Catalog::rebalance(const std::string& distribution, bool dry_run) {
+  const auto config = effective_config();
+  const config::Distribution* d = nullptr;
+  for (const auto& x : config.distributions)
+    if (x.name == distribution) d = &x;
+  if (!d) throw CatalogError("SPA01", "unknown distribution \"" + distribution + "\"");
+  if (d->method == config::Method::list) throw CatalogError("SPA01", "list partitions cannot move yet");
+  auto c = connect_catalog();
+  pqxx::work w(*c);
+  w.exec("SELECT epoch FROM splitpoint.topology FOR UPDATE");
+  if (!w.exec_params("SELECT 1 FROM splitpoint.moves WHERE distribution = $1 AND state NOT IN ('done', 'failed', "
+                     "'cancelled')",
+                     distribution)
+           .empty())
+    throw CatalogError("SPA01", "distribution \"" + distribution + "\" has unfinished moves (SHOW MOVES)");
+  std::map<std::string, std::vector<std::uint32_t>> on;  // shard -> its partitions
+  for (const auto& s : config.shards) on[s.name];
+  for (const auto& r : w.exec_params("SELECT partition, shard FROM splitpoint.placement WHERE distribution = $1 "
+                                     "ORDER BY partition",
+                                     distribution))
+    on[r[1].as<std::string>()].push_back(r[0].as<std::uint32_t>());
+  // Every shard gets floor(P/N); the P mod N extra partitions stay with the shards that
+  // hold most already, so nothing moves that need not.
+  const std::size_t n = on.size(), p = partitions_of(*d);
+  std::vector<std::pair<std::string, std::size_t>> order;
+  for (const auto& [s, parts] : on) order.emplace_back(s, parts.size());
+  std::stable_sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  std::map<std::string, std::size_t> want;
+  for (std::size_t i = 0; i < order.size(); ++i) want[order[i].first] = p / n + (i < p % n ? 1 : 0);
+  std::vector<MoveRow> planned;
+  for (auto& [to, parts_to] : on) {
+    while (parts_to.size() < want[to]) {
+      auto from = std::max_element(on.begin(), on.end(), [&](auto& a, auto& b) {
+        return a.second.size() - std::min(a.second.size(), want[a.first]) <
+               b.second.size() - std::min(b.second.size(), want[b.first]);
+      });
+      MoveRow m;
+      m.distribution = distribution;
+      m.partition = from->second.back();
+      m.source = from->first;
+      m.target = to;
+      m.state = dry_run ? "" : "planned";
+      from->second.pop_back();
+      parts_to.push_back(m.partition);
+      planned.push_back(m);
+    }
+  }
+  if (dry_run) return planned;
+  for (auto& m : planned) m.id = insert_move(w, m.distribution, m.partition, m.target);
+  w.exec(std::string("NOTIFY ") + kCatalogChannel);
+  w.commit();
+  cv_.notify_all();
+  return planned;
+}
+
+}  // namespace splitpoint::server
