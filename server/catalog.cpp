@@ -113,6 +113,15 @@ constexpr const char* kMoveColumns =
 
 }  // namespace
 
+const config::Distribution* movable_distribution(const config::Config& config, const std::string& name) {
+  for (const auto& d : config.distributions)
+    if (d.name == name) {
+      if (d.method == config::Method::list) throw CatalogError("SPA01", "list partitions cannot move yet");
+      return &d;
+    }
+  throw CatalogError("SPA01", "unknown distribution \"" + name + "\"");
+}
+
 std::string shard_dsn(const config::Config& config, const config::Shard& s) {
   auto quote = [](const std::string& v) {
     std::string q = "'";
@@ -398,11 +407,7 @@ bool Catalog::wait_for_acks(pqxx::connection& c, std::int64_t epoch, std::chrono
 
 std::int64_t Catalog::plan_move(const std::string& distribution, std::uint32_t partition, const std::string& target) {
   const auto config = effective_config();
-  const config::Distribution* d = nullptr;
-  for (const auto& x : config.distributions)
-    if (x.name == distribution) d = &x;
-  if (!d) throw CatalogError("SPA01", "unknown distribution \"" + distribution + "\"");
-  if (d->method == config::Method::list) throw CatalogError("SPA01", "list partitions cannot move yet");
+  const config::Distribution* d = movable_distribution(config, distribution);
   if (partition >= partitions_of(*d))
     throw CatalogError("SPA01", "distribution \"" + distribution + "\" has no partition " + std::to_string(partition));
   if (!config.find_shard(target)) throw CatalogError("SPA01", "unknown shard \"" + target + "\"");

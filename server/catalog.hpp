@@ -66,7 +66,9 @@ struct CatalogState {
 // index is kept.
 std::size_t partitions_of(const config::Distribution& d);
 std::size_t& shard_slot(config::Distribution& d, std::size_t partition);
-extern const char* const kCatalogChannel;  // LISTEN/NOTIFY channel of epoch changes
+extern const char* const kCatalogChannel;
+// The hash or range distribution of that name; CatalogError SPA01 otherwise.
+const config::Distribution* movable_distribution(const config::Config& config, const std::string& name);  // LISTEN/NOTIFY channel of epoch changes
 
 // libpq connection string of a shard (the catalog and the mover connect on their own).
 std::string shard_dsn(const config::Config& config, const config::Shard& shard);

@@ -111,11 +111,7 @@ void Catalog::add_shard(const std::string& name, const std::vector<std::pair<std
 
 std::vector<MoveRow> Catalog::rebalance(const std::string& distribution, bool dry_run) {
   const auto config = effective_config();
-  const config::Distribution* d = nullptr;
-  for (const auto& x : config.distributions)
-    if (x.name == distribution) d = &x;
-  if (!d) throw CatalogError("SPA01", "unknown distribution \"" + distribution + "\"");
-  if (d->method == config::Method::list) throw CatalogError("SPA01", "list partitions cannot move yet");
+  const config::Distribution* d = movable_distribution(config, distribution);
   auto c = connect_catalog();
   pqxx::work w(*c);
   w.exec("SELECT epoch FROM splitpoint.topology FOR UPDATE");
