@@ -347,6 +347,9 @@ void Move::delete_rows(pqxx::connection& side) {
 
 void Move::cleanup() {
   wait_acks(cfg_.moves.lease * 2);  // nobody routes the partition to the source any more
+  // A grace period for transactions that began before the flip and still route by the
+  // old placement: the fence refuses their writes to the partition until the rows go.
+  cat_.nap(cfg_.moves.lease);
   delete_rows(*src_);
   for (std::size_t i = 0; i < tables_.size(); ++i) {
     exec(*src_, "DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, tables_[i].name));
@@ -479,13 +482,15 @@ void Catalog::drop_later(std::vector<std::string> dsns, std::string schema) {
   });
 }
 
-// View schemas of finished moves that a stopped proxy left behind.
+// View schemas of moves finished a while ago that a stopped proxy left behind (its
+// drop_later did not run).
 void Catalog::sweep_views() {
   auto config = effective_config();
   auto c = connect_catalog();
   pqxx::nontransaction w(*c);
-  auto done = w.exec("SELECT 'splitpoint_m' || id FROM splitpoint.moves WHERE state IN ('done', 'failed', "
-                     "'cancelled') AND updated < now() - interval '1 minute'");
+  auto done = w.exec_params("SELECT 'splitpoint_m' || id FROM splitpoint.moves WHERE state IN ('done', 'failed', "
+                     "'cancelled') AND updated < now() - $1::int * interval '1 millisecond'",
+                            static_cast<int>(config_.moves.lease.count() * 2));
   std::set<std::string> finished;
   for (const auto& r : done) finished.insert(r[0].as<std::string>());
   for (const auto& s : config.shards) {
@@ -505,12 +510,16 @@ void Catalog::sweep_views() {
 
 void Catalog::mover_loop() {
   std::unique_ptr<pqxx::connection> c;
-  try {
-    sweep_views();
-  } catch (const std::exception& e) {
-    spdlog::warn("catalog: view sweep: {}", e.what());
-  }
+  auto swept = std::chrono::steady_clock::now() - std::chrono::hours(1);
   while (!stop_) {
+    if (std::chrono::steady_clock::now() - swept > config_.moves.lease * 3) {  // (when idle)
+      swept = std::chrono::steady_clock::now();
+      try {
+        sweep_views();
+      } catch (const std::exception& e) {
+        spdlog::warn("catalog: view sweep: {}", e.what());
+      }
+    }
     try {
       if (!c) c = connect_catalog();
       pqxx::work w(*c);

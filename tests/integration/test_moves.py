@@ -396,6 +396,20 @@ def nothing_left_behind():
 
 
 @test
+def metrics_and_config():
+    epoch = A.metric("splitpoint_topology_epoch")
+    assert epoch and epoch > 1, epoch
+    assert A.metric("splitpoint_proxies", {"state": "live"}) == 2
+    assert (A.metric("splitpoint_moves", {"state": "done"}) or 0) >= 4
+    holds = (A.metric("splitpoint_cutover_hold_seconds_count") or 0) + (B.metric("splitpoint_cutover_hold_seconds_count") or 0)
+    assert holds >= 1, holds  # (the killed proxy restarted with fresh counters)
+    rows = (A.metric("splitpoint_move_rows_copied_total") or 0) + (B.metric("splitpoint_move_rows_copied_total") or 0)
+    assert rows > 0, rows
+    config = dict(admin(B, "SHOW CONFIG"))
+    assert config["catalog"] == "s0" and config["moves.max_hold"] == "5000ms" and config["moves.lease"] == "2000ms", config
+
+
+@test
 def admin_refusals():
     for sql, code in [("MOVE PARTITION by_user:99 TO s1", "SPA01"), ("MOVE PARTITION nope:1 TO s1", "SPA01"),
                       ("MOVE PARTITION by_user:1 TO s9", "SPA01"), ("ADD SHARD s2 host=127.0.0.1", "SPA01"),
