@@ -310,24 +310,35 @@ bool Move::cutover() {
   }
   // Writes to the partition are fenced: the target has caught up when it holds the
   // same rows (counts and checksums per table, VDiff-style).
+  const auto locked = std::chrono::steady_clock::now();
+  // A commit with synchronous_commit on flushes the source's WAL, so the last writes
+  // before the fence reach the walsender now, not at the WAL writer's next round.
+  exec(*src_, "BEGIN; SET LOCAL synchronous_commit = on; SELECT pg_logical_emit_message(true, 'splitpoint', "
+              "'fence'); COMMIT");
   auto expected = checksums(*src_);
   for (;;) {
     if (checksums(*tgt_) == expected) break;
     if (std::chrono::steady_clock::now() - held_from > hold * 4 / 5) return give_up("the target did not catch up in time");
-    cat_.nap(10ms);
+    cat_.nap(2ms);
   }
+  const auto verified = std::chrono::steady_clock::now();
   flip(held_from);
+  auto ms = [](auto a, auto b) { return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count(); };
+  spdlog::info("move {}: cutover: {} ms to hold and lock, {} ms to verify, {} ms to flip", m_.id, ms(held_from, locked),
+               ms(locked, verified), ms(verified, std::chrono::steady_clock::now()));
   return true;
 }
 
 void Move::flip(std::chrono::steady_clock::time_point held_from) {
   for (std::size_t i = 0; i < tables_.size(); ++i) exec(*src_, fence_function(i, true));
-  drop_subscription();
-  m_.hold_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - held_from).count();
   set_state("cleanup", true,
             "UPDATE splitpoint.placement SET shard = " + catalog_->quote(m_.target) + " WHERE distribution = " +
                 catalog_->quote(m_.distribution) + " AND partition = " + std::to_string(m_.partition));
+  // (Held statements go on as each proxy reads the new epoch, a NOTIFY away.)
+  m_.hold_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - held_from).count();
+  set_state("cleanup", false);
   exec(*src_, "SELECT pg_advisory_unlock_all()");
+  drop_subscription();  // (the fence refuses every write it could still bring)
   cat_.metrics().cutover_hold.observe(static_cast<double>(*m_.hold_ms) / 1000.0);
   spdlog::info("move {}: {}:{} now on {} (held {} ms)", m_.id, m_.distribution, m_.partition, m_.target, *m_.hold_ms);
 }
@@ -346,6 +357,7 @@ void Move::delete_rows(pqxx::connection& side) {
 }
 
 void Move::cleanup() {
+  drop_subscription();              // (already gone unless the mover stopped just after the flip)
   wait_acks(cfg_.moves.lease * 2);  // nobody routes the partition to the source any more
   // A grace period for transactions that began before the flip and still route by the
   // old placement: the fence refuses their writes to the partition until the rows go.

@@ -20,11 +20,14 @@ void Session::follow_runtime() {
   generation_ = generation;
   if (!rt || rt == runtime_ || rt->lineage != runtime_->lineage) return;  // a reload: keep the session's
   runtime_ = std::move(rt);
-  if (pools_.size() != runtime_->shards.size()) {
-    pools_.clear();
-    for (auto& shard : runtime_->shards) pools_.push_back(shard->get(user_, client_password_, database_));
-    held_.resize(pools_.size());
+  // A reload may have given a shard new pools; a backend the session holds (session
+  // pooling, LISTEN) goes back to the pool it came from, so those stay.
+  for (std::size_t i = 0; i < runtime_->shards.size(); ++i) {
+    auto pool = runtime_->shards[i]->get(user_, client_password_, database_);
+    if (i == pools_.size()) pools_.push_back(std::move(pool));
+    else if (!held_[i]) pools_[i] = std::move(pool);
   }
+  held_.resize(pools_.size());
 }
 
 namespace {

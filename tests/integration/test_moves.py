@@ -10,7 +10,8 @@ on s0/s1), a range one (items: id; 3 ranges) and a reference table. Two proxies,
 B, share the catalog.
 
 While writer threads (each statement through A or B: unique-id inserts into events,
-per-key increments of counters, inserts into items) and reader threads (scatter
+per-key increments of counters, inserts into items; two of them with psycopg 3's
+server-side prepared statements) and reader threads (scatter
 `count(*)` of counters, which never changes) run:
 - ADD SHARD s2 through A (schema and reference rows copied with pg_dump), then
   REBALANCE by_user through B: 2 of the 8 partitions move to s2 (3/3/2);
@@ -164,6 +165,46 @@ def setup():
         INCREMENTS[i] = 0
 
 
+def prepared_writer(seed):
+    """psycopg 3 with server-side prepared statements: Parse once, then Bind/Execute,
+    across epochs and cutovers (the extended protocol's path)."""
+    import psycopg
+    rnd = random.Random(seed)
+    conns = {}
+    while not STOP.is_set():
+        proxy = rnd.choice([A, B])
+        if proxy.name in DOWN:
+            time.sleep(0.01)
+            continue
+        cpid = None
+        try:
+            c, cpid = conns.get(proxy.name, (None, None))
+            if c is None:
+                c = psycopg.connect(host=sptest.HOST, port=proxy.port, dbname=DB, user="app", password="secret",
+                                    autocommit=True, connect_timeout=10)
+                cpid = proxy.proc.pid
+                conns[proxy.name] = (c, cpid)
+            key = rnd.randint(1, N_COUNTERS)
+            cur = c.execute("UPDATE counters SET n = n + 1 WHERE id = %s", (key,), prepare=True)
+            assert cur.rowcount == 1, ("prepared update", key, cur.rowcount)
+            with LOCK:
+                INCREMENTS[key] += 1
+        except psycopg.Error as e:
+            if e.sqlstate == "SPM01":
+                with LOCK:
+                    SPM01[0] += 1
+                continue
+            conns.pop(proxy.name, None)
+            if isinstance(e, psycopg.OperationalError) and (proxy.name in DOWN or cpid != proxy.proc.pid):
+                with LOCK:
+                    UNKNOWN.append(proxy.name)
+                continue
+            with LOCK:
+                ERRORS.append(f"{proxy.name} prepared: {e.sqlstate} {e}")
+    for c, _ in conns.values():
+        c.close()
+
+
 def writer(seed):
     rnd = random.Random(seed)
     conns = {}
@@ -263,6 +304,7 @@ def test(fn):
 @test
 def moves_under_load():
     threads = [threading.Thread(target=writer, args=(i + 1,), daemon=True) for i in range(4)]
+    threads += [threading.Thread(target=prepared_writer, args=(50 + i,), daemon=True) for i in range(2)]
     threads += [threading.Thread(target=reader, args=(100 + i,), daemon=True) for i in range(2)]
     for t in threads:
         t.start()
