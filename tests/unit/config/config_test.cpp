@@ -682,3 +682,25 @@ TEST_CASE("placement errors name partitions compactly", "[config][errors]") {
   expect_one_error(base + "    placement:\n      s0: 0-7\n      s1: [8, 10, 12-13]\n", 8,
                    "partitions 9, 11, 14-15 are not placed on any shard");
 }
+
+TEST_CASE("catalog and moves (SPEC 9)", "[config]") {
+  const std::string shards = "shards:\n  - { name: s0, database: app, user: sp }\n  - { name: s1, database: app, user: sp }\n";
+  auto r = load_string(shards + "catalog: s1\nmoves: { max_hold: 2s, poll: 100ms, lease: 3s }\n");
+  INFO(describe(r));
+  REQUIRE(r.config);
+  CHECK(r.config->catalog_shard == std::optional<std::size_t>(1));
+  CHECK(r.config->moves.max_hold.count() == 2000);
+  CHECK(r.config->moves.poll.count() == 100);
+  CHECK(r.config->moves.lease.count() == 3000);
+  r = load_string(shards);
+  REQUIRE(r.config);
+  CHECK_FALSE(r.config->catalog_shard);
+  CHECK(r.config->moves.max_hold.count() == 5000);
+  CHECK(r.config->moves.lease.count() == 10000);
+
+  expect_one_error(shards + "catalog: s9\n", 4, "unknown shard \"s9\"");
+  expect_one_error(shards + "moves: { poll: 1s, lease: 2s }\n", 4, "moves.lease must be more than twice moves.poll");
+  expect_one_error(shards + "moves: { hold: 1s }\n", 4, "moves.hold: unknown key");
+  expect_one_error("shards:\n  - { name: s0, database: app }\ncatalog: s0\n", 2,
+                   "with catalog:, shard \"s0\" needs database and user");
+}
