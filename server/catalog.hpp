@@ -152,7 +152,7 @@ class Catalog {
   CatalogState state_;
   std::int64_t acked_epoch_ = 0;  // follower thread only
   std::chrono::steady_clock::time_point lease_renewed_;  // follower thread only
-  bool fenced_ = false;                                  // follower thread only
+  std::atomic<bool> fenced_{false};  // written by the follower thread; read by overlay()
   MoveMetrics metrics_;
   std::thread follower_, mover_;
   std::mutex droppers_mu_;
