@@ -16,6 +16,7 @@
 
 #include <pqxx/pqxx>
 
+#include <future>
 #include <map>
 #include <set>
 
@@ -124,6 +125,13 @@ void Move::load_tables() {
 // The helper tables of the key types on both sides (before any transaction is open on
 // them: filter() then runs no query).
 void Move::create_helpers() {
+  for (auto* side : {src_.get(), tgt_.get()}) {
+    pqxx::nontransaction w(*side);
+    w.exec("CREATE SCHEMA IF NOT EXISTS splitpoint");
+    w.exec("CREATE TABLE IF NOT EXISTS splitpoint.move_marks (move bigint PRIMARY KEY, attempt int NOT NULL, at "
+           "timestamptz NOT NULL)");
+    w.exec("DELETE FROM splitpoint.move_marks WHERE move = " + std::to_string(m_.id));
+  }
   if (dist_->method != config::Method::hash) return;
   for (auto* side : {src_.get(), tgt_.get()})
     for (const auto& t : tables_) {
@@ -211,6 +219,9 @@ void Move::prepare() {
     tables += (i ? ", " : "") + q(*src_, t.name) + " WHERE (" + filter(t, q(*src_, t.key), *src_) + ")";
   }
   exec(*src_, "DROP PUBLICATION IF EXISTS " + name_);
+  // The move's row of splitpoint.move_marks travels with the partition's rows: the
+  // cutover's barrier.
+  tables += ", splitpoint.move_marks WHERE (move = " + std::to_string(m_.id) + ")";
   exec(*src_, "CREATE PUBLICATION " + name_ + " FOR TABLE " + tables + " WITH (publish = 'insert, update, delete')");
 }
 
@@ -239,7 +250,7 @@ void Move::wait_copied() {
         "JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1",
         name_);
     if (r[0][2].as<std::int64_t>() > 0) throw Abort("logical replication reported errors on the target (see its log)");
-    const bool ready = r[0][0].as<std::int64_t>() == 0 && r[0][1].as<std::size_t>() == tables_.size();
+    const bool ready = r[0][0].as<std::int64_t>() == 0 && r[0][1].as<std::size_t>() == tables_.size() + 1;  // (and the marks)
     if (ready || std::chrono::steady_clock::now() - last_count > 1s) {
       std::int64_t n = 0;
       for (const auto& t : tables_)
@@ -308,23 +319,28 @@ bool Move::cutover() {
   } catch (const pqxx::sql_error& e) {
     return give_up(std::string("open transactions on the partition: ") + e.what());
   }
-  // Writes to the partition are fenced: the target has caught up when it holds the
-  // same rows (counts and checksums per table, VDiff-style).
   const auto locked = std::chrono::steady_clock::now();
-  // A commit with synchronous_commit on flushes the source's WAL, so the last writes
-  // before the fence reach the walsender now, not at the WAL writer's next round.
-  exec(*src_, "BEGIN; SET LOCAL synchronous_commit = on; SELECT pg_logical_emit_message(true, 'splitpoint', "
-              "'fence'); COMMIT");
-  auto expected = checksums(*src_);
+  // Writes to the partition are fenced. A mark committed on the source now (with
+  // synchronous_commit on, so the WAL goes out at once) reaches the target after every
+  // earlier commit: when it is there, the target has caught up.
+  const std::string mark = std::to_string(m_.id) + ", " + std::to_string(m_.attempts);
+  exec(*src_, "BEGIN; SET LOCAL synchronous_commit = on; INSERT INTO splitpoint.move_marks VALUES (" + mark +
+                  ", now()) ON CONFLICT (move) DO UPDATE SET attempt = excluded.attempt, at = excluded.at; COMMIT");
   for (;;) {
-    if (checksums(*tgt_) == expected) break;
+    pqxx::nontransaction w(*tgt_);
+    if (!w.exec("SELECT 1 FROM splitpoint.move_marks WHERE (move, attempt) = (" + mark + ")").empty()) break;
     if (std::chrono::steady_clock::now() - held_from > hold * 4 / 5) return give_up("the target did not catch up in time");
-    cat_.nap(2ms);
+    cat_.nap(1ms);
   }
+  // Then the same rows on both sides (counts and checksums per table, VDiff-style), the
+  // two sides computed at once; a difference is a failed copy, not lag.
+  auto target = std::async(std::launch::async, [this] { return checksums(*tgt_); });
+  auto expected = checksums(*src_);
+  if (target.get() != expected) throw Abort("verification failed: the target's rows differ from the source's");
   const auto verified = std::chrono::steady_clock::now();
   flip(held_from);
   auto ms = [](auto a, auto b) { return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count(); };
-  spdlog::info("move {}: cutover: {} ms to hold and lock, {} ms to verify, {} ms to flip", m_.id, ms(held_from, locked),
+  spdlog::info("move {}: cutover: {} ms to hold and lock, {} ms to catch up and verify, {} ms to flip", m_.id, ms(held_from, locked),
                ms(locked, verified), ms(verified, std::chrono::steady_clock::now()));
   return true;
 }
@@ -368,6 +384,8 @@ void Move::cleanup() {
     exec(*src_, "DROP FUNCTION IF EXISTS splitpoint." + name_ + "_fence_" + std::to_string(i) + "()");
   }
   exec(*src_, "DROP PUBLICATION IF EXISTS " + name_);
+  for (auto* side : {src_.get(), tgt_.get()})
+    exec(*side, "DELETE FROM splitpoint.move_marks WHERE move = " + std::to_string(m_.id));
   set_state("done", true);
   drop_views();
 }
@@ -420,6 +438,8 @@ void Move::roll_back(const std::string& state, const std::string& why) {
     exec(*src_, "DROP FUNCTION IF EXISTS splitpoint." + name_ + "_fence_" + std::to_string(i) + "()");
   }
   delete_rows(*tgt_);
+  for (auto* side : {src_.get(), tgt_.get()})
+    exec(*side, "DELETE FROM splitpoint.move_marks WHERE move = " + std::to_string(m_.id));
   set_state(state, true);
   drop_views();
 }

@@ -47,7 +47,7 @@ bool touches(const MoveView& v, const routing::Route& r) {
 }  // namespace
 
 awaitable<int> Session::wait_for_moves(const routing::Route& route, bool extended) {
-  moves_ = runtime_->moves->active() ? runtime_->moves : server_.runtime()->moves;
+  moves_ = server_.runtime()->moves;  // (the newest epoch's: the session's may predate a cutover)
   if (!moves_->active()) {
     moves_.reset();
     co_return 0;

@@ -82,7 +82,7 @@ def main():
     for i, parts in owned.items():
         port, db = shards[i]
         cond = " OR ".join(f"satisfies_hash_partition('chk'::regclass, {P}, {r}, g)" for r in parts)
-        q(port, db, f"INSERT INTO t SELECT g, 0 FROM generate_series(1, {ROWS}) g WHERE {cond}")
+        q(port, db, f"INSERT INTO t SELECT g, 0 FROM generate_series(1::bigint, {ROWS}) g WHERE {cond}")
         q(port, db, "VACUUM ANALYZE t")
     sp_port, metrics_port = int(sh("free_port")), int(sh("free_port"))
     config = f"""listen: 127.0.0.1:{sp_port}
