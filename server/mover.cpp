@@ -312,6 +312,10 @@ bool Move::cutover() {
     return false;
   };
   if (!cat_.wait_for_acks(*catalog_, epoch_, hold / 3)) return give_up("not every proxy holds the partition yet");
+  // A statement routed just before its proxy took the epoch may still be on its way to
+  // the source: a moment for it to arrive and take the fence's lock shared (then the
+  // lock below waits for it instead of the fence refusing it).
+  cat_.nap(50ms);
   try {
     exec(*src_, "SET lock_timeout = " + std::to_string(std::max<long long>(1, hold.count() / 3)));
     exec(*src_, "SELECT pg_advisory_lock(" + std::to_string(kLockSpace) + ", " + std::to_string(m_.id) + ")");

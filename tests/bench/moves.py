@@ -112,6 +112,7 @@ moves: {{ max_hold: 5s, poll: 200ms, lease: 3s }}
     part_of = {}
     stop = threading.Event()
     samples = []  # (start, seconds, partition, error)
+    messages = {}  # SQLSTATE -> the first message seen
     lock = threading.Lock()
 
     def writer(seed):
@@ -126,6 +127,8 @@ moves: {{ max_hold: 5s, poll: 200ms, lease: 3s }}
                 cur.execute("UPDATE t SET n = n + 1 WHERE id = %s", (k,))
             except psycopg2.Error as e:
                 err = e.pgcode or str(e)
+                with lock:
+                    messages.setdefault(err, str(e).strip())
                 if c.closed:
                     c = connect(sp_port, "bm", "app", "secret")
                     cur = c.cursor()
@@ -212,6 +215,8 @@ moves: {{ max_hold: 5s, poll: 200ms, lease: 3s }}
     print(f"throughput: baseline {len(base) / BASELINE:.0f}/s, during moves "
           f"{(len(during_other) + len(during_moving)) / (moves_ended - moves_started):.0f}/s")
     print(f"client errors: {errors or 'none'}")
+    for code, text in messages.items():
+        print(f"  {code}: {text}")
     proxy.terminate()
     proxy.wait(20)
     for d in (f"{WORK}/pg0", f"{WORK}/pg1"):
