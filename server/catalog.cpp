@@ -55,6 +55,8 @@ CREATE TABLE IF NOT EXISTS splitpoint.moves (
   error text,
   created timestamptz NOT NULL DEFAULT now(),
   updated timestamptz NOT NULL DEFAULT now());
+ALTER TABLE splitpoint.moves ADD COLUMN IF NOT EXISTS rows_total bigint;
+ALTER TABLE splitpoint.moves ADD COLUMN IF NOT EXISTS copy_started timestamptz;
 )sql";
 
 constexpr const char* kUnfinished = "state NOT IN ('done', 'failed', 'cancelled')";
@@ -105,11 +107,17 @@ MoveRow move_row(const pqxx::row& r) {
   if (!r["lag_bytes"].is_null()) m.lag_bytes = r["lag_bytes"].as<std::int64_t>();
   if (!r["hold_ms"].is_null()) m.hold_ms = r["hold_ms"].as<std::int64_t>();
   m.attempts = r["attempts"].as<int>();
+  if (!r["rows_total"].is_null()) m.rows_total = r["rows_total"].as<std::int64_t>();
+  if (!r["eta_s"].is_null()) m.eta_s = r["eta_s"].as<std::int64_t>();
   return m;
 }
 
+// (eta_s: the initial copy's rate so far, applied to the rows still to copy.)
 constexpr const char* kMoveColumns =
-    "id, distribution, partition, source, target, state, owner, error, rows_copied, lag_bytes, hold_ms, attempts";
+    "id, distribution, partition, source, target, state, owner, error, rows_copied, lag_bytes, hold_ms, attempts, "
+    "rows_total, CASE WHEN state = 'copying' AND rows_copied > 0 AND rows_total IS NOT NULL THEN "
+    "round(extract(epoch FROM now() - copy_started) * greatest(rows_total - rows_copied, 0) / rows_copied)::bigint "
+    "END AS eta_s";
 
 }  // namespace
 
@@ -386,8 +394,9 @@ std::int64_t Catalog::update_move(pqxx::connection& c, const MoveRow& m, bool bu
   if (bump_epoch) epoch = w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1 RETURNING epoch")[0][0].as<std::int64_t>();
   w.exec_params(
       "UPDATE splitpoint.moves SET state = $2, rows_copied = $3, lag_bytes = $4, hold_ms = $5, error = NULLIF($6, ''), "
+      "rows_total = $8, copy_started = CASE WHEN $2 = 'copying' THEN coalesce(copy_started, now()) END, "
       "attempts = $7, updated = now() WHERE id = $1",
-      m.id, m.state, m.rows_copied, m.lag_bytes, m.hold_ms, m.error, m.attempts);
+      m.id, m.state, m.rows_copied, m.lag_bytes, m.hold_ms, m.error, m.attempts, m.rows_total);
   if (!extra_sql.empty()) w.exec(extra_sql);
   if (bump_epoch) w.exec(std::string("NOTIFY ") + kCatalogChannel);
   w.commit();

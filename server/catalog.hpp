@@ -46,6 +46,7 @@ struct MoveRow {
   std::string source, target, state, owner, error;
   std::int64_t rows_copied = 0;
   std::optional<std::int64_t> lag_bytes, hold_ms;
+  std::optional<std::int64_t> rows_total, eta_s;  // the partition's rows on the source; seconds left to copy
   int attempts = 0;
 };
 

@@ -477,6 +477,11 @@ void Move::run() {
       throw Abort("its mover (proxy " + previous_owner_ + ") stopped during " + m_.state);
     }
     prepare();
+    m_.rows_total = 0;
+    for (const auto& t : tables_)
+      *m_.rows_total += pqxx::nontransaction(*src_)
+                            .exec("SELECT count(*) FROM " + q(*src_, t.name) + " WHERE " + filter(t, q(*src_, t.key), *src_))[0][0]
+                            .as<std::int64_t>();
     set_state("copying", true);
     if (!cat_.wait_for_acks(*catalog_, epoch_, cfg_.moves.lease * 2))
       throw Abort("a live proxy did not acknowledge the move");

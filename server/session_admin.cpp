@@ -321,11 +321,13 @@ awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std:
     auto list = [catalog, all] { return catalog->moves(all); };
     auto r = co_await off_thread(list);
     if (r.index() == 1) co_return error(std::get<1>(r).sqlstate, std::get<1>(r).what()), true;
-    Table t({"id", "distribution", "partition", "source", "target", "state", "rows_copied", "lag_bytes", "hold_ms",
+    Table t({"id", "distribution", "partition", "source", "target", "state", "rows_copied", "rows_total", "eta_s",
+             "lag_bytes", "hold_ms",
              "attempts", "owner", "error"});
     for (const auto& m : std::get<0>(r))
       t.row({std::to_string(m.id), m.distribution, std::to_string(m.partition), m.source, m.target, m.state,
-             std::to_string(m.rows_copied), opt(m.lag_bytes), opt(m.hold_ms), std::to_string(m.attempts),
+             std::to_string(m.rows_copied), opt(m.rows_total), opt(m.eta_s), opt(m.lag_bytes), opt(m.hold_ms),
+             std::to_string(m.attempts),
              m.owner.empty() ? std::nullopt : std::optional<std::string>(m.owner),
              m.error.empty() ? std::nullopt : std::optional<std::string>(m.error)});
     t.encode(out, "SHOW");

@@ -167,7 +167,7 @@ moves: {{ max_hold: 5s, poll: 200ms, lease: 3s }}
             time.sleep(0.02)
         placement[part] = target
         done.append({"move": move, "partition": part, "state": state, "rows": int(row[6]),
-                     "hold_ms": int(row[8]) if row[8] else None, "seconds": time.monotonic() - t_start,
+                     "hold_ms": int(row[10]) if row[10] else None, "seconds": time.monotonic() - t_start,
                      "copy_seconds": (copied_at - copying_from) if copying_from and copied_at else None})
         intervals.append((part, t_start, time.monotonic()))
     moves_ended = time.monotonic()

@@ -112,7 +112,8 @@ def admin(proxy, sql):
 
 def moves(proxy):
     rows = admin(proxy, "SHOW MOVES ALL")
-    return {int(r[0]): {"state": r[5], "owner": r[10], "error": r[11], "hold_ms": r[8]} for r in rows}
+    return {int(r[0]): {"state": r[5], "owner": r[12], "error": r[13], "hold_ms": r[10], "rows": r[6],
+                        "rows_total": r[7]} for r in rows}
 
 
 def wait_move(proxy, move, states, timeout=60):
@@ -363,7 +364,10 @@ def moves_under_load():
         STOP.set()
         for t in threads:
             t.join(30)
-    holds = [m["hold_ms"] for m in moves(A).values() if m["state"] == "done"]
+    done = [m for m in moves(A).values() if m["state"] == "done"]
+    for m in done:  # (the initial copy's count, against the source's count when the move started)
+        assert m["rows_total"] is not None and int(m["rows"]) >= 0, m
+    holds = [m["hold_ms"] for m in done]
     print(f"writes: {len(ACKED_EVENTS)} events, {sum(INCREMENTS.values())} increments, {len(ACKED_ITEMS)} items; "
           f"reads: {READS[0]}; SPM01 retried: {SPM01[0]}; statements lost with a killed proxy: {len(UNKNOWN)}; "
           f"holds (ms): {holds}", flush=True)
