@@ -559,12 +559,13 @@ void Loader::load_scatter(const Entry& e) {
 }
 
 void Loader::load_moves(const Entry& e) {
-  auto f = mapping(e, {"max_hold", "poll", "lease"});
+  auto f = mapping(e, {"max_hold", "poll", "lease", "verify"});
   if (!f) return;
   Moves& m = cfg_.moves;
   if (const Entry* v = f->get("max_hold")) assign(m.max_hold, duration(*v, false));
   if (const Entry* v = f->get("poll")) assign(m.poll, duration(*v, false));
   if (const Entry* v = f->get("lease")) assign(m.lease, duration(*v, false));
+  if (const Entry* v = f->get("verify")) assign(m.verify, boolean(*v));
   if (m.lease <= m.poll * 2) error(e.line(), "moves.lease must be more than twice moves.poll");
 }
 

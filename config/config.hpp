@@ -99,6 +99,7 @@ struct Moves {
   Duration max_hold{5000};
   Duration poll{500};    // extension: how often each proxy reads the catalog's epoch
   Duration lease{10000}; // extension: a proxy silent this long is taken for dead
+  bool verify = true;     // extension: compare counts and checksums during the cutover
 };
 
 struct Config {

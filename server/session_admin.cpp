@@ -119,6 +119,7 @@ void show_config(const config::Config& c, std::string& out) {
   t.row({"moves.max_hold", dur(c.moves.max_hold)});
   t.row({"moves.poll", dur(c.moves.poll)});
   t.row({"moves.lease", dur(c.moves.lease)});
+  t.row({"moves.verify", c.moves.verify ? "on" : "off"});
   t.row({"timeouts.client_login", dur(c.timeouts.client_login)});
   t.row({"timeouts.client_idle", dur(c.timeouts.client_idle)});
   t.row({"timeouts.server_connect", dur(c.timeouts.server_connect)});

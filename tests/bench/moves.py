@@ -3,6 +3,7 @@
 
     tests/bench/moves.py                 # 20 moves, 2M rows (250k per partition), 8 writers
     MOVES=30 ROWS=8000000 WRITERS=16 tests/bench/moves.py
+    VERIFY=false tests/bench/moves.py    # moves.verify: false (no checksums in the hold)
 
 Starts two PostgreSQL 15 instances (tests/lib/pg.sh, free ports under $BENCH_WORK) and
 one splitpoint with a catalog over three shards: s0 and s1 on the first and second
@@ -102,7 +103,7 @@ distributions:
     placement: {{ s0: 0-3, s1: 4-7 }}
     tables: {{ t: id }}
 catalog: s0
-moves: {{ max_hold: 5s, poll: 200ms, lease: 3s }}
+moves: {{ max_hold: 5s, poll: 200ms, lease: 3s, verify: {os.environ.get("VERIFY", "true")} }}
 """
     with open(f"{WORK}/sp.yaml", "w") as f:
         f.write(config)

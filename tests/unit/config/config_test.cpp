@@ -685,18 +685,20 @@ TEST_CASE("placement errors name partitions compactly", "[config][errors]") {
 
 TEST_CASE("catalog and moves (SPEC 9)", "[config]") {
   const std::string shards = "shards:\n  - { name: s0, database: app, user: sp }\n  - { name: s1, database: app, user: sp }\n";
-  auto r = load_string(shards + "catalog: s1\nmoves: { max_hold: 2s, poll: 100ms, lease: 3s }\n");
+  auto r = load_string(shards + "catalog: s1\nmoves: { max_hold: 2s, poll: 100ms, lease: 3s, verify: false }\n");
   INFO(describe(r));
   REQUIRE(r.config);
   CHECK(r.config->catalog_shard == std::optional<std::size_t>(1));
   CHECK(r.config->moves.max_hold.count() == 2000);
   CHECK(r.config->moves.poll.count() == 100);
   CHECK(r.config->moves.lease.count() == 3000);
+  CHECK_FALSE(r.config->moves.verify);
   r = load_string(shards);
   REQUIRE(r.config);
   CHECK_FALSE(r.config->catalog_shard);
   CHECK(r.config->moves.max_hold.count() == 5000);
   CHECK(r.config->moves.lease.count() == 10000);
+  CHECK(r.config->moves.verify);
 
   expect_one_error(shards + "catalog: s9\n", 4, "unknown shard \"s9\"");
   expect_one_error(shards + "moves: { poll: 1s, lease: 2s }\n", 4, "moves.lease must be more than twice moves.poll");
