@@ -192,6 +192,12 @@ Catalog::~Catalog() { stop(); }
 
 std::unique_ptr<pqxx::connection> Catalog::connect_catalog() const { return std::make_unique<pqxx::connection>(dsn_); }
 
+pqxx::connection& Catalog::admin_connection(std::unique_lock<std::mutex>& lock) {
+  lock = std::unique_lock(admin_mu_);
+  if (!admin_ || !admin_->is_open()) admin_ = connect_catalog();
+  return *admin_;
+}
+
 void Catalog::create_schema(pqxx::connection& c) {
   pqxx::work w(c);
   // Two proxies starting at once: one creates and seeds, the other waits and reads.
@@ -420,7 +426,8 @@ std::int64_t Catalog::plan_move(const std::string& distribution, std::uint32_t p
   if (partition >= partitions_of(*d))
     throw CatalogError("SPA01", "distribution \"" + distribution + "\" has no partition " + std::to_string(partition));
   if (!config.find_shard(target)) throw CatalogError("SPA01", "unknown shard \"" + target + "\"");
-  auto c = connect_catalog();
+  std::unique_lock<std::mutex> lock;
+  auto* c = &admin_connection(lock);
   pqxx::work w(*c);
   w.exec("SELECT epoch FROM splitpoint.topology FOR UPDATE");
   auto id = insert_move(w, distribution, partition, target);
@@ -450,7 +457,8 @@ std::int64_t Catalog::insert_move(pqxx::transaction_base& w, const std::string& 
 }
 
 void Catalog::cancel_move(std::int64_t id) {
-  auto c = connect_catalog();
+  std::unique_lock<std::mutex> lock;
+  auto* c = &admin_connection(lock);
   pqxx::work w(*c);
   auto r = w.exec_params("SELECT state FROM splitpoint.moves WHERE id = $1 FOR UPDATE", id);
   if (r.empty()) throw CatalogError("SPA01", "no move " + std::to_string(id));
@@ -462,7 +470,8 @@ void Catalog::cancel_move(std::int64_t id) {
 }
 
 std::vector<MoveRow> Catalog::moves(bool all) {
-  auto c = connect_catalog();
+  std::unique_lock<std::mutex> lock;
+  auto* c = &admin_connection(lock);
   pqxx::nontransaction w(*c);
   std::vector<MoveRow> out;
   for (const auto& r : w.exec(std::string("SELECT ") + kMoveColumns + " FROM splitpoint.moves " +
@@ -472,7 +481,8 @@ std::vector<MoveRow> Catalog::moves(bool all) {
 }
 
 std::vector<Catalog::ProxyRow> Catalog::proxies() {
-  auto c = connect_catalog();
+  std::unique_lock<std::mutex> lock;
+  auto* c = &admin_connection(lock);
   pqxx::nontransaction w(*c);
   std::vector<ProxyRow> out;
   for (const auto& r : w.exec("SELECT id, address, epoch, lease_until::text, lease_until > now() FROM "

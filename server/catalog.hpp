@@ -119,6 +119,9 @@ class Catalog {
   // row with an epoch increment when the data path must learn of it, and the wait
   // until every live proxy runs at least `epoch`.
   std::unique_ptr<pqxx::connection> connect_catalog() const;
+  // The admin console's connection to the catalog, kept open, one command at a time
+  // (`lock` holds it).
+  pqxx::connection& admin_connection(std::unique_lock<std::mutex>& lock);
   std::int64_t update_move(pqxx::connection& c, const MoveRow& m, bool bump_epoch, const std::string& extra_sql = "");
   bool wait_for_acks(pqxx::connection& c, std::int64_t epoch, std::chrono::milliseconds timeout);
   const config::Config& base_config() const { return config_; }
@@ -156,6 +159,8 @@ class Catalog {
   std::atomic<bool> fenced_{false};  // written by the follower thread; read by overlay()
   MoveMetrics metrics_;
   std::thread follower_, mover_;
+  std::mutex admin_mu_;
+  std::unique_ptr<pqxx::connection> admin_;
   std::mutex droppers_mu_;
   std::vector<std::thread> droppers_;
 };

@@ -98,7 +98,8 @@ void Catalog::add_shard(const std::string& name, const std::vector<std::pair<std
   };
   if (!tables.empty()) dump_into(config, first, s, "--schema-only" + table_args(tables));
   if (!reference.empty()) dump_into(config, first, s, "--data-only" + table_args(reference));
-  auto c = connect_catalog();
+  std::unique_lock<std::mutex> lock;
+  auto* c = &admin_connection(lock);
   pqxx::work w(*c);
   w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1");
   w.exec_params("INSERT INTO splitpoint.shards (name, host, port, database, \"user\", password, pool_size) VALUES "
@@ -112,7 +113,8 @@ void Catalog::add_shard(const std::string& name, const std::vector<std::pair<std
 std::vector<MoveRow> Catalog::rebalance(const std::string& distribution, bool dry_run) {
   const auto config = effective_config();
   const config::Distribution* d = movable_distribution(config, distribution);
-  auto c = connect_catalog();
+  std::unique_lock<std::mutex> lock;
+  auto* c = &admin_connection(lock);
   pqxx::work w(*c);
   w.exec("SELECT epoch FROM splitpoint.topology FOR UPDATE");
   if (!w.exec_params("SELECT 1 FROM splitpoint.moves WHERE distribution = $1 AND state NOT IN ('done', 'failed', "

@@ -65,6 +65,7 @@ class Move {
   std::vector<std::pair<std::int64_t, std::string>> checksums(pqxx::connection& side);
   void delete_rows(pqxx::connection& side);
   void drop_subscription();
+  void drop_publication();
   void exec(pqxx::connection& c, const std::string& sql);
   std::string q(pqxx::connection& c, const std::string& ident) const { return c.quote_name(ident); }
 
@@ -218,7 +219,7 @@ void Move::prepare() {
     }
     tables += (i ? ", " : "") + q(*src_, t.name) + " WHERE (" + filter(t, q(*src_, t.key), *src_) + ")";
   }
-  exec(*src_, "DROP PUBLICATION IF EXISTS " + name_);
+  drop_publication();  // (an earlier attempt's)
   // The move's row of splitpoint.move_marks travels with the partition's rows: the
   // cutover's barrier.
   tables += ", splitpoint.move_marks WHERE (move = " + std::to_string(m_.id) + ")";
@@ -389,7 +390,7 @@ void Move::cleanup() {
     exec(*src_, "DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, tables_[i].name));
     exec(*src_, "DROP FUNCTION IF EXISTS splitpoint." + name_ + "_fence_" + std::to_string(i) + "()");
   }
-  exec(*src_, "DROP PUBLICATION IF EXISTS " + name_);
+  drop_publication();
   for (auto* side : {src_.get(), tgt_.get()})
     exec(*side, "DELETE FROM splitpoint.move_marks WHERE move = " + std::to_string(m_.id));
   set_state("done", true);
@@ -404,6 +405,16 @@ void Move::drop_views() {
   cat_.drop_later({shard_dsn(cfg_, cfg_.shards[*cfg_.find_shard(m_.source)]),
                    shard_dsn(cfg_, cfg_.shards[*cfg_.find_shard(m_.target)])},
                   name_);
+}
+
+// The application's tables leave the publication first, then it goes: a write that
+// looked the publication up just before a plain DROP PUBLICATION can fail with "cache
+// lookup failed for publication" (XX000, seen under load).
+void Move::drop_publication() {
+  pqxx::nontransaction w(*src_);
+  if (w.exec_params("SELECT 1 FROM pg_publication WHERE pubname = $1", name_).empty()) return;
+  w.exec("ALTER PUBLICATION " + name_ + " SET TABLE splitpoint.move_marks");
+  w.exec("DROP PUBLICATION " + name_);
 }
 
 void Move::drop_subscription() {
@@ -438,7 +449,7 @@ void Move::roll_back(const std::string& state, const std::string& why) {
   } catch (const std::exception&) {
   }
   drop_subscription();
-  exec(*src_, "DROP PUBLICATION IF EXISTS " + name_);
+  drop_publication();
   for (std::size_t i = 0; i < tables_.size(); ++i) {
     exec(*src_, "DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, tables_[i].name));
     exec(*src_, "DROP FUNCTION IF EXISTS splitpoint." + name_ + "_fence_" + std::to_string(i) + "()");

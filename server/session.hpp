@@ -42,6 +42,7 @@
 namespace splitpoint::server {
 
 class Server;
+class Catalog;
 struct Worker;
 class ScatterRead;
 class CopyIn;
@@ -232,6 +233,8 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> admin_command(std::string_view sql, std::string& out);
   awaitable<void> show_route(std::string_view sql, std::string& out);
   awaitable<bool> catalog_command(const std::vector<std::string>& words, std::string_view sql, std::string& out);
+  awaitable<void> topology_change(const std::vector<std::string>& w, const std::vector<std::string>& words,
+                                  Catalog& catalog, std::string& out);
   // ---- session_scatter.cpp
   struct ScatterRequest {
     std::string sql;  // the client's statement

@@ -21,6 +21,10 @@ namespace proto = splitpoint::protocol;
 namespace {
 
 constexpr std::size_t kHotKeysShown = 10;
+constexpr const char* kAdminHelp =
+    "unknown admin command; try SHOW SHARDS | POOLS | CLIENTS | PARTITIONS | HOT KEYS | ROUTE <statement> | CONFIG | "
+    "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., REBALANCE dist "
+    "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id";
 
 // Upper-cased words of a command, without a trailing semicolon.
 std::vector<std::string> words_of(std::string_view sql, std::size_t max_words, std::string_view& rest) {
@@ -332,24 +336,51 @@ awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std:
              m.owner.empty() ? std::nullopt : std::optional<std::string>(m.owner),
              m.error.empty() ? std::nullopt : std::optional<std::string>(m.error)});
     t.encode(out, "SHOW");
-  } else if (is({"ADD", "SHARD"})) {
+  } else {
+    co_await topology_change(w, words, *catalog, out);
+  }
+  co_return true;
+}
+
+// ADD SHARD, REBALANCE, MOVE PARTITION, CANCEL MOVE: `w` upper-cased, `words` as written.
+awaitable<void> Session::topology_change(const std::vector<std::string>& w, const std::vector<std::string>& words,
+                                         Catalog& c, std::string& out) {
+  auto is = [&](std::initializer_list<const char*> expect) {
+    std::size_t i = 0;
+    for (auto e : expect)
+      if (i >= w.size() || w[i++] != e) return false;
+    return true;
+  };
+  auto error = [&](std::string_view code, const std::string& msg) {
+    metrics_.error(code);
+    proto::ErrorFields::make("ERROR", code, msg).encode(out, 'E');
+  };
+  Catalog* catalog = &c;
+  if (is({"ADD", "SHARD"})) {
     std::vector<std::pair<std::string, std::string>> options;
     for (std::size_t i = 3; i < words.size(); ++i) {
       auto eq = words[i].find('=');
-      if (eq == std::string::npos || eq == 0)
-        co_return error(sqlstate::syntax_error, "usage: ADD SHARD name host=... port=... [database=...] [user=...] "
-                                                "[password=...] [pool_size=...]"),
-            true;
+      if (eq == std::string::npos || eq == 0) {
+        error(sqlstate::syntax_error,
+              "usage: ADD SHARD name host=... port=... [database=...] [user=...] [password=...] [pool_size=...]");
+        co_return;
+      }
       options.emplace_back(words[i].substr(0, eq), words[i].substr(eq + 1));
     }
-    if (words.size() < 3) co_return error(sqlstate::syntax_error, "usage: ADD SHARD name host=... port=..."), true;
+    if (words.size() < 3) {
+      error(sqlstate::syntax_error, "usage: ADD SHARD name host=... port=...");
+      co_return;
+    }
     auto name = words[2];
     auto add = [=] {
       catalog->add_shard(name, options);
       return 0;
     };
     auto r = co_await off_thread(add);
-    if (r.index() == 1) co_return error(std::get<1>(r).sqlstate, std::get<1>(r).what()), true;
+    if (r.index() == 1) {
+      error(std::get<1>(r).sqlstate, std::get<1>(r).what());
+      co_return;
+    }
     // Answered once this proxy routes with it (SHOW SHARDS next shows it).
     asio::steady_timer timer(co_await asio::this_coro::executor);
     for (int i = 0; i < 1000 && !server_.runtime()->config.find_shard(name); ++i) {
@@ -359,11 +390,17 @@ awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std:
     proto::CommandComplete{"ADD SHARD"}.encode(out);
   } else if (is({"REBALANCE"})) {
     const bool dry = words.size() == 4 && (w.size() > 2 && w[2] == "DRY") && (words[3] == "RUN" || words[3] == "run");
-    if (words.size() != 2 && !dry) co_return error(sqlstate::syntax_error, "usage: REBALANCE distribution [DRY RUN]"), true;
+    if (words.size() != 2 && !dry) {
+      error(sqlstate::syntax_error, "usage: REBALANCE distribution [DRY RUN]");
+      co_return;
+    }
     auto dist = words[1];
     auto plan = [=] { return catalog->rebalance(dist, dry); };
     auto r = co_await off_thread(plan);
-    if (r.index() == 1) co_return error(std::get<1>(r).sqlstate, std::get<1>(r).what()), true;
+    if (r.index() == 1) {
+      error(std::get<1>(r).sqlstate, std::get<1>(r).what());
+      co_return;
+    }
     Table t({"move", "distribution", "partition", "source", "target"});
     for (const auto& m : std::get<0>(r))
       t.row({dry ? std::nullopt : std::optional<std::string>(std::to_string(m.id)), m.distribution,
@@ -372,30 +409,40 @@ awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std:
   } else if (is({"MOVE", "PARTITION"})) {
     auto colon = words.size() == 5 ? words[2].rfind(':') : std::string::npos;
     if (colon == std::string::npos || !(words[3] == "TO" || words[3] == "to") || colon + 1 >= words[2].size() ||
-        words[2].find_first_not_of("0123456789", colon + 1) != std::string::npos)
-      co_return error(sqlstate::syntax_error, "usage: MOVE PARTITION distribution:partition TO shard"), true;
+        words[2].size() - colon > 10 || words[2].find_first_not_of("0123456789", colon + 1) != std::string::npos) {
+      error(sqlstate::syntax_error, "usage: MOVE PARTITION distribution:partition TO shard");
+      co_return;
+    }
     auto dist = words[2].substr(0, colon);
     auto part = static_cast<std::uint32_t>(std::stoul(words[2].substr(colon + 1)));
     auto target = words[4];
     auto plan = [=] { return catalog->plan_move(dist, part, target); };
     auto r = co_await off_thread(plan);
-    if (r.index() == 1) co_return error(std::get<1>(r).sqlstate, std::get<1>(r).what()), true;
+    if (r.index() == 1) {
+      error(std::get<1>(r).sqlstate, std::get<1>(r).what());
+      co_return;
+    }
     Table t({"move"});
     t.row({std::to_string(std::get<0>(r))});
     t.encode(out, "MOVE");
   } else {
-    if (words.size() != 3 || words[2].find_first_not_of("0123456789") != std::string::npos)
-      co_return error(sqlstate::syntax_error, "usage: CANCEL MOVE id"), true;
+    if (words.size() != 3 || words[2].empty() || words[2].size() > 18 ||
+        words[2].find_first_not_of("0123456789") != std::string::npos) {
+      error(sqlstate::syntax_error, "usage: CANCEL MOVE id");
+      co_return;
+    }
     const std::int64_t id = std::stoll(words[2]);
     auto cancel = [=] {
       catalog->cancel_move(id);
       return 0;
     };
     auto r = co_await off_thread(cancel);
-    if (r.index() == 1) co_return error(std::get<1>(r).sqlstate, std::get<1>(r).what()), true;
+    if (r.index() == 1) {
+      error(std::get<1>(r).sqlstate, std::get<1>(r).what());
+      co_return;
+    }
     proto::CommandComplete{"CANCEL MOVE"}.encode(out);
   }
-  co_return true;
 }
 
 // Runs one admin command, appending its result (or an error) to `out`.
@@ -494,10 +541,7 @@ awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
   } else if (w.empty()) {
     proto::encode_empty_query(out);
   } else {
-    error(sqlstate::syntax_error,
-          "unknown admin command; try SHOW SHARDS | POOLS | CLIENTS | PARTITIONS | HOT KEYS | ROUTE <statement> | "
-          "CONFIG | TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., "
-          "REBALANCE dist [DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id");
+    error(sqlstate::syntax_error, kAdminHelp);
   }
   co_return true;
 }

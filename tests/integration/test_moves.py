@@ -460,7 +460,8 @@ def admin_refusals():
     for sql, code in [("MOVE PARTITION by_user:99 TO s1", "SPA01"), ("MOVE PARTITION nope:1 TO s1", "SPA01"),
                       ("MOVE PARTITION by_user:1 TO s9", "SPA01"), ("ADD SHARD s2 host=127.0.0.1", "SPA01"),
                       ("REBALANCE nope", "SPA01"), ("ADD SHARD s3 colour=blue", "42601"),
-                      ("MOVE PARTITION by_user TO s1", "42601"), ("CANCEL MOVE 99999", "SPA01")]:
+                      ("MOVE PARTITION by_user TO s1", "42601"), ("CANCEL MOVE 99999", "SPA01"),
+                      ("MOVE PARTITION by_user:99999999999999999999 TO s1", "42601"), ("CANCEL MOVE x", "42601")]:
         try:
             admin(A, sql)
             raise AssertionError(f"{sql}: accepted")
