@@ -130,6 +130,12 @@ const config::Distribution* movable_distribution(const config::Config& config, c
   throw CatalogError("SPA01", "unknown distribution \"" + name + "\"");
 }
 
+std::string shard_password(const config::Config& config, const config::Shard& s) {
+  if (!s.password.empty()) return s.password;
+  const auto* u = config.find_user(s.user);
+  return u ? u->password : std::string();
+}
+
 std::string shard_dsn(const config::Config& config, const config::Shard& s) {
   auto quote = [](const std::string& v) {
     std::string q = "'";
@@ -139,9 +145,7 @@ std::string shard_dsn(const config::Config& config, const config::Shard& s) {
     }
     return q + "'";
   };
-  std::string password = s.password;
-  if (password.empty())
-    if (const auto* u = config.find_user(s.user)) password = u->password;
+  const std::string password = shard_password(config, s);
   std::string dsn = "host=" + quote(s.host) + " port=" + std::to_string(s.port) + " dbname=" + quote(s.database) +
                     " user=" + quote(s.user) + " connect_timeout=" +
                     std::to_string(std::max<long long>(1, config.timeouts.server_connect.count() / 1000));

@@ -71,6 +71,9 @@ extern const char* const kCatalogChannel;
 // The hash or range distribution of that name; CatalogError SPA01 otherwise.
 const config::Distribution* movable_distribution(const config::Config& config, const std::string& name);  // LISTEN/NOTIFY channel of epoch changes
 
+// The password the catalog and the mover use for a shard: its own, else the `users`
+// entry of its user.
+std::string shard_password(const config::Config& config, const config::Shard& shard);
 // libpq connection string of a shard (the catalog and the mover connect on their own).
 std::string shard_dsn(const config::Config& config, const config::Shard& shard);
 // The partitions placement and move states of `state` applied to `config`; the moves'

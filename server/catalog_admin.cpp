@@ -29,11 +29,8 @@ std::string pg_program(const std::string& name) {
 
 // libpq's environment for one side of a pipe.
 std::string pg_env(const config::Config& config, const config::Shard& s) {
-  std::string password = s.password;
-  if (password.empty())
-    if (const auto* u = config.find_user(s.user)) password = u->password;
   return "PGHOST=" + shell_quote(s.host) + " PGPORT=" + std::to_string(s.port) + " PGDATABASE=" +
-         shell_quote(s.database) + " PGUSER=" + shell_quote(s.user) + " PGPASSWORD=" + shell_quote(password) +
+         shell_quote(s.database) + " PGUSER=" + shell_quote(s.user) + " PGPASSWORD=" + shell_quote(shard_password(config, s)) +
          " PGCONNECT_TIMEOUT=10";
 }
 

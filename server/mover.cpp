@@ -49,6 +49,11 @@ class Move {
   void load_tables();
   void create_helpers();
   std::string filter(const Table& t, const std::string& key_expr, pqxx::connection& side) const;
+  // filter() on the table's own key column.
+  std::string in_partition(const Table& t, pqxx::connection& side) const { return filter(t, q(side, t.key), side); }
+  std::int64_t partition_rows(pqxx::connection& side);
+  void drop_fences();
+  void delete_marks();
   void prepare();
   void start_copy();
   void wait_copied();
@@ -139,7 +144,6 @@ void Move::create_helpers() {
       std::string helper = "hash_";
       for (char c : t.key_type) helper += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
       pqxx::nontransaction w(*side);
-      w.exec("CREATE SCHEMA IF NOT EXISTS splitpoint");
       w.exec("CREATE TABLE IF NOT EXISTS splitpoint." + helper + " (k " + t.key_type + ") PARTITION BY HASH (k)");
       helpers_[{side, t.key_type}] = w.exec("SELECT 'splitpoint." + helper + "'::regclass::oid")[0][0].as<std::string>();
     }
@@ -195,7 +199,7 @@ void Move::prepare() {
     w.exec("GRANT USAGE ON SCHEMA " + name_ + " TO PUBLIC");
     for (const auto& t : tables_) {
       w.exec("CREATE VIEW " + name_ + "." + q(*side, t.name) + " WITH (security_invoker = true) AS SELECT * FROM " +
-             q(*side, t.name) + " WHERE NOT coalesce(" + filter(t, q(*side, t.key), *side) + ", false)");
+             q(*side, t.name) + " WHERE NOT coalesce(" + in_partition(t, *side) + ", false)");
       w.exec("GRANT SELECT, INSERT, UPDATE, DELETE ON " + name_ + "." + q(*side, t.name) + " TO PUBLIC");
     }
     w.commit();
@@ -217,7 +221,7 @@ void Move::prepare() {
         if (attempt >= 10 || cat_.stopping()) throw;
       }
     }
-    tables += (i ? ", " : "") + q(*src_, t.name) + " WHERE (" + filter(t, q(*src_, t.key), *src_) + ")";
+    tables += (i ? ", " : "") + q(*src_, t.name) + " WHERE (" + in_partition(t, *src_) + ")";
   }
   drop_publication();  // (an earlier attempt's)
   // The move's row of splitpoint.move_marks travels with the partition's rows: the
@@ -244,8 +248,7 @@ void Move::wait_copied() {
   auto last_count = std::chrono::steady_clock::now() - 1h;
   for (;;) {
     if (cancelled()) throw Abort("cancelled");
-    pqxx::nontransaction w(*tgt_);
-    auto r = w.exec_params(
+    auto r = pqxx::nontransaction(*tgt_).exec_params(
         "SELECT count(*) FILTER (WHERE r.srsubstate <> 'r'), count(*), (SELECT coalesce(sum(apply_error_count + "
         "sync_error_count), 0) FROM pg_stat_subscription_stats st WHERE st.subname = $1) FROM pg_subscription_rel r "
         "JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1",
@@ -253,10 +256,7 @@ void Move::wait_copied() {
     if (r[0][2].as<std::int64_t>() > 0) throw Abort("logical replication reported errors on the target (see its log)");
     const bool ready = r[0][0].as<std::int64_t>() == 0 && r[0][1].as<std::size_t>() == tables_.size() + 1;  // (and the marks)
     if (ready || std::chrono::steady_clock::now() - last_count > 1s) {
-      std::int64_t n = 0;
-      for (const auto& t : tables_)
-        n += w.exec("SELECT count(*) FROM " + q(*tgt_, t.name) + " WHERE " + filter(t, q(*tgt_, t.key), *tgt_))[0][0]
-                 .as<std::int64_t>();
+      const std::int64_t n = partition_rows(*tgt_);
       cat_.metrics().rows_copied += static_cast<std::uint64_t>(std::max<std::int64_t>(0, n - m_.rows_copied));
       m_.rows_copied = n;
       set_state(m_.state, false);
@@ -283,6 +283,15 @@ void Move::catch_up() {
     if (*m_.lag_bytes < (1 << 20) || std::chrono::steady_clock::now() > until) return;
     cat_.nap(100ms);
   }
+}
+
+// The partition's rows on one side, every table of the distribution.
+std::int64_t Move::partition_rows(pqxx::connection& side) {
+  pqxx::nontransaction w(side);
+  std::int64_t n = 0;
+  for (const auto& t : tables_)
+    n += w.exec("SELECT count(*) FROM " + q(side, t.name) + " WHERE " + in_partition(t, side))[0][0].as<std::int64_t>();
+  return n;
 }
 
 std::vector<std::pair<std::int64_t, std::string>> Move::checksums(pqxx::connection& side) {
@@ -372,7 +381,7 @@ void Move::delete_rows(pqxx::connection& side) {
       pqxx::work w(side);
       w.exec("SET LOCAL splitpoint.mover = 'on'");
       auto r = w.exec("DELETE FROM " + q(side, t.name) + " WHERE ctid = ANY (ARRAY (SELECT ctid FROM " +
-                      q(side, t.name) + " WHERE " + filter(t, q(side, t.key), side) + " LIMIT 10000))");
+                      q(side, t.name) + " WHERE " + in_partition(t, side) + " LIMIT 10000))");
       w.commit();
       if (r.affected_rows() == 0) break;
     }
@@ -386,13 +395,9 @@ void Move::cleanup() {
   // old placement: the fence refuses their writes to the partition until the rows go.
   cat_.nap(cfg_.moves.lease);
   delete_rows(*src_);
-  for (std::size_t i = 0; i < tables_.size(); ++i) {
-    exec(*src_, "DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, tables_[i].name));
-    exec(*src_, "DROP FUNCTION IF EXISTS splitpoint." + name_ + "_fence_" + std::to_string(i) + "()");
-  }
+  drop_fences();
   drop_publication();
-  for (auto* side : {src_.get(), tgt_.get()})
-    exec(*side, "DELETE FROM splitpoint.move_marks WHERE move = " + std::to_string(m_.id));
+  delete_marks();
   set_state("done", true);
   drop_views();
 }
@@ -440,6 +445,18 @@ void Move::drop_subscription() {
   }
 }
 
+void Move::drop_fences() {
+  for (std::size_t i = 0; i < tables_.size(); ++i) {
+    exec(*src_, "DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, tables_[i].name));
+    exec(*src_, "DROP FUNCTION IF EXISTS splitpoint." + name_ + "_fence_" + std::to_string(i) + "()");
+  }
+}
+
+void Move::delete_marks() {
+  for (auto* side : {src_.get(), tgt_.get()})
+    exec(*side, "DELETE FROM splitpoint.move_marks WHERE move = " + std::to_string(m_.id));
+}
+
 // Before the flip: the source still owns every row, so undo everything else.
 void Move::roll_back(const std::string& state, const std::string& why) {
   spdlog::warn("move {}: rolling back ({})", m_.id, why);
@@ -450,13 +467,9 @@ void Move::roll_back(const std::string& state, const std::string& why) {
   }
   drop_subscription();
   drop_publication();
-  for (std::size_t i = 0; i < tables_.size(); ++i) {
-    exec(*src_, "DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, tables_[i].name));
-    exec(*src_, "DROP FUNCTION IF EXISTS splitpoint." + name_ + "_fence_" + std::to_string(i) + "()");
-  }
+  drop_fences();
   delete_rows(*tgt_);
-  for (auto* side : {src_.get(), tgt_.get()})
-    exec(*side, "DELETE FROM splitpoint.move_marks WHERE move = " + std::to_string(m_.id));
+  delete_marks();
   set_state(state, true);
   drop_views();
 }
@@ -490,11 +503,7 @@ void Move::run() {
       throw Abort("its mover (proxy " + previous_owner_ + ") stopped during " + m_.state);
     }
     prepare();
-    m_.rows_total = 0;
-    for (const auto& t : tables_)
-      *m_.rows_total += pqxx::nontransaction(*src_)
-                            .exec("SELECT count(*) FROM " + q(*src_, t.name) + " WHERE " + filter(t, q(*src_, t.key), *src_))[0][0]
-                            .as<std::int64_t>();
+    m_.rows_total = partition_rows(*src_);
     set_state("copying", true);
     if (!cat_.wait_for_acks(*catalog_, epoch_, cfg_.moves.lease * 2))
       throw Abort("a live proxy did not acknowledge the move");

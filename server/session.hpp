@@ -179,9 +179,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // Between transactions: the newest runtime of this one's lineage (a catalog epoch).
   void follow_runtime();
   // Waits while the statement is for a partition in cutover (or the lease lapsed), up
-  // to moves.max_hold. 0: go on; 1: the hold ended, route again; -1: refused (SPM01 or
-  // DDL during a move, error sent).
-  awaitable<int> wait_for_moves(const routing::Route& route, bool extended);
+  // to moves.max_hold, then routes it `again` with the new placement. False: refused
+  // (SPM01, or DDL during a move), the error sent.
+  awaitable<bool> wait_for_moves(routing::Route& route, bool extended, const std::function<routing::Route()>& again);
   // The text to send to `shard` so that it leaves out rows it holds but does not own;
   // nullopt: `sql` as it is.
   std::optional<std::string> hide_foreign_rows(std::size_t shard, const routing::Route& route, std::string_view sql) const;

@@ -43,6 +43,20 @@ std::vector<std::string> words_of(std::string_view sql, std::size_t max_words, s
   return words;
 }
 
+// The command's first words are `expect` (upper-cased words, as words_of gives them).
+bool command_is(const std::vector<std::string>& w, std::initializer_list<const char*> expect) {
+  if (w.size() < expect.size()) return false;
+  std::size_t i = 0;
+  for (auto e : expect)
+    if (w[i++] != e) return false;
+  return true;
+}
+
+void admin_error(WorkerMetrics& metrics, std::string& out, std::string_view code, const std::string& message) {
+  metrics.error(code);
+  proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
+}
+
 // A result set of text columns.
 class Table {
  public:
@@ -293,20 +307,12 @@ std::optional<std::string> opt(const std::optional<std::int64_t>& v) {
 // SHOW TOPOLOGY, SHOW MOVES [ALL], ADD SHARD, REBALANCE dist [DRY RUN], MOVE PARTITION
 // dist:part TO shard, CANCEL MOVE id (SPEC §9). False: not one of them.
 awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std::string_view sql, std::string& out) {
-  auto is = [&](std::initializer_list<const char*> expect) {
-    std::size_t i = 0;
-    for (auto e : expect)
-      if (i >= w.size() || w[i++] != e) return false;
-    return true;
-  };
+  auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
   if (!is({"SHOW", "TOPOLOGY"}) && !is({"SHOW", "MOVES"}) && !is({"MOVE", "PARTITION"}) && !is({"CANCEL", "MOVE"}) &&
       !is({"ADD", "SHARD"}) && !is({"REBALANCE"}))
     co_return false;
   Catalog* catalog = server_.catalog();
-  auto error = [&](std::string_view code, const std::string& msg) {
-    metrics_.error(code);
-    proto::ErrorFields::make("ERROR", code, msg).encode(out, 'E');
-  };
+  auto error = [&](std::string_view code, const std::string& msg) { admin_error(metrics_, out, code, msg); };
   if (!catalog) {
     error("SPA01", "no catalog: the topology is the configuration file's (set catalog: to change it online)");
     co_return true;
@@ -345,16 +351,8 @@ awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std:
 // ADD SHARD, REBALANCE, MOVE PARTITION, CANCEL MOVE: `w` upper-cased, `words` as written.
 awaitable<void> Session::topology_change(const std::vector<std::string>& w, const std::vector<std::string>& words,
                                          Catalog& c, std::string& out) {
-  auto is = [&](std::initializer_list<const char*> expect) {
-    std::size_t i = 0;
-    for (auto e : expect)
-      if (i >= w.size() || w[i++] != e) return false;
-    return true;
-  };
-  auto error = [&](std::string_view code, const std::string& msg) {
-    metrics_.error(code);
-    proto::ErrorFields::make("ERROR", code, msg).encode(out, 'E');
-  };
+  auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
+  auto error = [&](std::string_view code, const std::string& msg) { admin_error(metrics_, out, code, msg); };
   Catalog* catalog = &c;
   if (is({"ADD", "SHARD"})) {
     std::vector<std::pair<std::string, std::string>> options;
@@ -450,17 +448,8 @@ awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
   std::string_view rest;
   auto w = words_of(sql, 3, rest);
   auto rt = server_.runtime();
-  auto error = [&](std::string_view code, std::string msg) {
-    metrics_.error(code);
-    proto::ErrorFields::make("ERROR", code, msg).encode(out, 'E');
-  };
-  auto is = [&](std::initializer_list<const char*> expect) {
-    if (w.size() < expect.size()) return false;
-    std::size_t i = 0;
-    for (auto e : expect)
-      if (w[i++] != e) return false;
-    return true;
-  };
+  auto error = [&](std::string_view code, const std::string& msg) { admin_error(metrics_, out, code, msg); };
+  auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
   auto shard_arg = [&](std::size_t at) -> std::optional<std::string> {
     if (w.size() <= at) return std::nullopt;
     std::string_view r2;

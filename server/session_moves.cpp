@@ -46,18 +46,19 @@ bool touches(const MoveView& v, const routing::Route& r) {
 
 }  // namespace
 
-awaitable<int> Session::wait_for_moves(const routing::Route& route, bool extended) {
+awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
+                                        const std::function<routing::Route()>& again) {
   moves_ = server_.runtime()->moves;  // (the newest epoch's: the session's may predate a cutover)
   if (!moves_->active()) {
     moves_.reset();
-    co_return 0;
+    co_return true;
   }
   if (route.cls == routing::StatementClass::ddl && route.kind == RouteKind::all_shards && moves_->moving) {
     co_await reject("SPA01", "a partition move is in progress (SHOW MOVES); DDL on the shards waits until it ends",
                     extended);
-    co_return -1;
+    co_return false;
   }
-  if (!touches(*moves_, route)) co_return 0;
+  if (!touches(*moves_, route)) co_return true;
   const auto until = std::chrono::steady_clock::now() + runtime_->config.moves.max_hold;
   asio::steady_timer timer(co_await asio::this_coro::executor);
   if (auto* c = server_.catalog()) c->metrics().held_statements.fetch_add(1, std::memory_order_relaxed);
@@ -67,14 +68,15 @@ awaitable<int> Session::wait_for_moves(const routing::Route& route, bool extende
                       moves_->fenced ? "this proxy lost its catalog lease; retry when it is back"
                                      : "the partition is moving and its hold expired before the move finished; retry",
                       extended);
-      co_return -1;
+      co_return false;
     }
     timer.expires_after(std::chrono::milliseconds(2));
     co_await timer.async_wait(use_nothrow);
     moves_ = server_.runtime()->moves;
   }
   follow_runtime();  // outside a transaction the statement routes with the new placement
-  co_return 1;
+  route = again();
+  co_return true;
 }
 
 std::optional<std::string> Session::hide_foreign_rows(std::size_t shard, const routing::Route& route,

@@ -221,13 +221,10 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   // The checks before these calls spare most statements two coroutine frames.
   if (route.kind == RouteKind::need_shapes)
     co_await route_with_shapes(route, [&] { return router.route_simple(sql, routing_, lookup); });
-  if (server_.moves_active()) {  // (a partition in cutover: SPEC §9)
-    const int held = co_await wait_for_moves(route, false);
-    if (held < 0) co_return !closing_;
-    if (held > 0) route = runtime_->router->route_simple(sql, routing_, lookup);
-  } else {
+  if (!server_.moves_active())  // (a partition in cutover: SPEC §9)
     moves_.reset();
-  }
+  else if (!co_await wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, routing_, lookup); }))
+    co_return !closing_;
 
   if ((pump_active_ || client_txn_ == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
@@ -595,13 +592,10 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   lookahead_.reset();
   if (route.kind == RouteKind::need_shapes)
     co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, routing_, lookup); });
-  if (server_.moves_active()) {
-    const int held = co_await wait_for_moves(route, true);
-    if (held < 0) co_return !closing_;
-    if (held > 0) route = runtime_->router->route(*p.plan, params, routing_, lookup);
-  } else {
+  if (!server_.moves_active())
     moves_.reset();
-  }
+  else if (!co_await wait_for_moves(route, true, [&] { return runtime_->router->route(*p.plan, params, routing_, lookup); }))
+    co_return !closing_;
 
   if ((pump_active_ || client_txn_ == 'E') && co_await refused_in_failed_transaction(route, true))
     co_return !closing_;
