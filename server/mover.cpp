@@ -314,7 +314,8 @@ bool Move::cutover() {
   const auto hold = cfg_.moves.max_hold;
   auto give_up = [&](const std::string& why) {
     spdlog::warn("move {}: cutover attempt {} given up: {}", m_.id, m_.attempts, why);
-    try {
+    try {  // (a lock that timed out left the session's lock_timeout set: the cleanup must wait, not fail)
+      exec(*src_, "SET lock_timeout = 0");
       exec(*src_, "SELECT pg_advisory_unlock_all()");
     } catch (const std::exception&) {
     }
