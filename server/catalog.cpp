@@ -172,9 +172,8 @@ void apply_catalog(const CatalogState& state, config::Config& config, MoveView& 
   for (const auto& m : state.moves) {
     auto d = dist_of(m.distribution);
     auto src = config.find_shard(m.source), tgt = config.find_shard(m.target);
-    if (!d || !src || !tgt) continue;
+    if (!d || !src || !tgt || m.state == "planned") continue;
     MoveView::Part part{*d, m.partition, 0, m.id};
-    if (m.state == "planned") continue;
     view.moving = true;
     if (m.state == "cutover") view.held.push_back(part);
     // Before the cutover the target holds a copy; after it the source holds leftovers.
@@ -307,13 +306,13 @@ void Catalog::start(config::Config& config, MoveView& view) {
 config::Config Catalog::effective_config() const {
   auto config = config_;
   MoveView unused;
-  std::lock_guard lock(const_cast<std::mutex&>(mu_));
+  std::lock_guard lock(mu_);
   apply_catalog(state_, config, unused);
   return config;
 }
 
 void Catalog::overlay(config::Config& config, MoveView& view) const {
-  std::lock_guard lock(const_cast<std::mutex&>(mu_));
+  std::lock_guard lock(mu_);
   apply_catalog(state_, config, view);
   view.fenced = fenced_;
 }
@@ -344,15 +343,6 @@ void Catalog::stop() {
 void Catalog::nap(std::chrono::milliseconds d) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, d, [&] { return stop_.load(); });
-}
-
-void Catalog::wake_follower() {
-  try {
-    auto c = connect_catalog();
-    pqxx::nontransaction w(*c);
-    w.exec(std::string("NOTIFY ") + kCatalogChannel);
-  } catch (const std::exception&) {
-  }
 }
 
 // Reads the epoch every moves.poll (at once on a NOTIFY); a new epoch becomes a new

@@ -127,11 +127,9 @@ class Catalog {
   pqxx::connection& admin_connection(std::unique_lock<std::mutex>& lock);
   std::int64_t update_move(pqxx::connection& c, const MoveRow& m, bool bump_epoch, const std::string& extra_sql = "");
   bool wait_for_acks(pqxx::connection& c, std::int64_t epoch, std::chrono::milliseconds timeout);
-  const config::Config& base_config() const { return config_; }
   // The file's configuration with the catalog's shards and placement, as last read.
   config::Config effective_config() const;
   bool stopping() const { return stop_.load(); }
-  void wake_follower();
   // Drops a move's view schema on these shards a lease from now, in the background.
   void drop_later(std::vector<std::string> dsns, std::string schema);
   // Sleeps up to `d` or until stop().
@@ -154,7 +152,7 @@ class Catalog {
   std::string proxy_id_;
   std::string dsn_;
   std::atomic<bool> stop_{false};
-  std::mutex mu_;  // guards state_ and the nap condition
+  mutable std::mutex mu_;  // guards state_ and the nap condition
   std::condition_variable cv_;
   CatalogState state_;
   std::int64_t acked_epoch_ = 0;  // follower thread only
