@@ -31,6 +31,13 @@ std::optional<std::size_t> Config::find_shard(std::string_view name) const {
   return std::nullopt;
 }
 
+std::vector<Endpoint> Shard::all_hosts() const {
+  std::vector<Endpoint> all = hosts;
+  if (all.empty()) all.push_back({host, port});
+  all.insert(all.end(), replicas.begin(), replicas.end());
+  return all;
+}
+
 namespace {
 
 constexpr std::int64_t kMaxPartitions = 65536;  // memory and per-partition metrics
@@ -211,6 +218,7 @@ class Loader {
   std::optional<Duration> duration(const Entry& e, bool allow_zero);
   std::optional<std::size_t> size(const Entry& e, std::size_t min, std::size_t max);
   std::optional<Endpoint> endpoint(const Entry& e);
+  std::vector<Endpoint> hosts(const Entry& e);
   template <class T>
   std::optional<T> choice(const Entry& e, std::initializer_list<std::pair<std::string_view, T>> options);
   std::optional<std::size_t> shard_named(std::string_view name, int line, const std::string& path);
@@ -372,6 +380,27 @@ std::optional<std::size_t> Loader::size(const Entry& e, std::size_t min, std::si
   return v;
 }
 
+// A list of hosts: each "host:port" or {host: ..., port: ...} (port default 5432).
+std::vector<Endpoint> Loader::hosts(const Entry& e) {
+  std::vector<Endpoint> out;
+  auto items = sequence(e);
+  if (!items) return out;
+  if (items->empty()) error(e, "expected at least one host");
+  for (const Entry& item : *items) {
+    if (!item.value.IsMap()) {
+      if (auto ep = endpoint(item)) out.push_back(*ep);
+      continue;
+    }
+    auto f = mapping(item, {"host", "port"});
+    if (!f) continue;
+    Endpoint ep{"", 5432};
+    if (const Entry* h = required(*f, item.path, "host")) assign(ep.host, text(*h));
+    if (const Entry* p = f->get("port")) assign(ep.port, integer(*p, 1, 65535));
+    if (!ep.host.empty()) out.push_back(std::move(ep));
+  }
+  return out;
+}
+
 std::optional<Endpoint> Loader::endpoint(const Entry& e) {
   auto s = text(e);
   if (!s) return std::nullopt;
@@ -443,7 +472,7 @@ void Loader::load_shards(const Fields& top) {
   if (items->empty()) error(e->key_line, "shards: no shards configured; at least one is required");
   std::map<std::string, int, std::less<>> seen;
   for (const Entry& item : *items) {
-    auto f = mapping(item, {"name", "host", "port", "database", "user", "password", "pool_size"});
+    auto f = mapping(item, {"name", "host", "port", "hosts", "replicas", "database", "user", "password", "pool_size"});
     if (!f) continue;
     Shard s;
     s.line = item.key_line;
@@ -461,6 +490,15 @@ void Loader::load_shards(const Fields& top) {
     if (const Entry* v = f->get("user")) assign(s.user, text(*v));
     if (const Entry* v = f->get("password")) assign(s.password, text(*v));
     if (const Entry* v = f->get("pool_size")) assign(s.pool_size, integer(*v, 1, INT_MAX));
+    if (const Entry* v = f->get("hosts")) {
+      if (f->get("host") || f->get("port")) error(*v, "give either hosts or host/port, not both");
+      s.hosts = hosts(*v);
+      if (!s.hosts.empty()) {
+        s.host = s.hosts.front().host;
+        s.port = s.hosts.front().port;
+      }
+    }
+    if (const Entry* v = f->get("replicas")) s.replicas = hosts(*v);
     cfg_.shards.push_back(std::move(s));
   }
 }
@@ -523,6 +561,16 @@ void Loader::load_frontend(const Fields& f) {
                                                          {"warn", "warn"},
                                                          {"error", "error"},
                                                          {"off", "off"}}));
+  if (const Entry* e = f.get("reads"))
+    assign(cfg_.reads, choice<Reads>(*e, {{"primary", Reads::primary}, {"replica", Reads::replica}}));
+  if (const Entry* e = f.get("max_replica_lag")) assign(cfg_.max_replica_lag, duration(*e, true));
+  if (const Entry* e = f.get("health")) {
+    if (auto h = mapping(*e, {"interval", "timeout", "ban"})) {
+      if (const Entry* v = h->get("interval")) assign(cfg_.health.interval, duration(*v, false));
+      if (const Entry* v = h->get("timeout")) assign(cfg_.health.timeout, duration(*v, false));
+      if (const Entry* v = h->get("ban")) assign(cfg_.health.ban, duration(*v, false));
+    }
+  }
   if (const Entry* e = f.get("transactions")) {
     if (auto t = mapping(*e, {"cross_shard_writes"}))
       if (const Entry* c = t->get("cross_shard_writes"))
@@ -829,7 +877,7 @@ LoadResult Loader::run(const YAML::Node& root) {
   } else if (root.IsMap()) {
     top = mapping(whole, {"listen", "metrics_listen", "pool_mode", "auth", "tls", "users", "shards",
                           "distributions", "reference_tables", "unlisted_tables", "scatter", "transactions",
-                          "timeouts", "catalog", "moves", "max_client_connections", "max_message_size", "workers", "log_level"});
+                          "timeouts", "catalog", "moves", "reads", "max_replica_lag", "health", "max_client_connections", "max_message_size", "workers", "log_level"});
   } else {
     error(whole.line(), "the configuration must be a mapping of keys, got " + describe(root));
   }

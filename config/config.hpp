@@ -21,6 +21,7 @@ enum class Method { hash, range, list };
 enum class UnlistedPolicy { reference, reject, shard };
 enum class PartialResults { deny, allow };
 enum class CrossShardWrites { refuse, two_phase };
+enum class Reads { primary, replica };
 
 struct Endpoint {
   std::string host;
@@ -47,7 +48,14 @@ struct Shard {
   std::string user;      // empty: the client's own user name
   std::string password;  // empty: the client's password from `users` (if plaintext)
   int pool_size = 20;
+  // SPEC §10. `hosts:` lists the hosts that may be primary (the one where
+  // pg_is_in_recovery() is false is; host/port is the first of them); without it the one
+  // host/port. `replicas:` are standbys that serve reads only.
+  std::vector<Endpoint> hosts;
+  std::vector<Endpoint> replicas;
   int line = 0;
+  // Every host of the shard, the possible primaries first: index = host number.
+  std::vector<Endpoint> all_hosts() const;
 };
 
 struct Range {
@@ -102,6 +110,15 @@ struct Moves {
   bool verify = true;     // extension: compare counts and checksums during the cutover
 };
 
+// Replicas and failover (SPEC §10): how often each host is checked (role, replay lag),
+// how long one check may take, and the first ban of a failing host (doubled on each
+// failure in a row, up to 32 times it).
+struct Health {
+  Duration interval{1000};
+  Duration timeout{2000};
+  Duration ban{2000};
+};
+
 struct Config {
   Endpoint listen{"127.0.0.1", 6432};
   Endpoint metrics_listen{"127.0.0.1", 9930};
@@ -119,6 +136,9 @@ struct Config {
   Timeouts timeouts;
   std::optional<std::size_t> catalog_shard;  // `catalog:`: the shard whose database holds the topology
   Moves moves;
+  Reads reads = Reads::primary;  // statements outside a transaction block (SPEC §10)
+  Duration max_replica_lag{1000};
+  Health health;  // extension
   // Extensions beyond SPEC §2 (documented in docs/configuration.md):
   std::size_t max_client_connections = 1000;
   std::size_t max_message_size = std::size_t{1} << 30;

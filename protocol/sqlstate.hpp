@@ -29,5 +29,8 @@ inline constexpr const char* scatter_incomplete = "SPS01";
 inline constexpr const char* scatter_buffer_limit = "SPS02";
 inline constexpr const char* cannot_merge = "SPC01";
 inline constexpr const char* partial_result = "01SP1";
+// SPEC §10: the shard has no primary to write to (none found within moves.max_hold
+// after a failover, or two hosts out of recovery).
+inline constexpr const char* no_primary = "SPH01";
 
 }  // namespace splitpoint::sqlstate

@@ -142,6 +142,43 @@ bool creates_lasting_temp(const PgQuery__Node* stmt) {
   return temp;
 }
 
+// A SELECT a hot standby answers as the primary would (SPEC §10): no row locks, no
+// SELECT INTO, no data-modifying WITH, and none of the built-in functions that write or
+// need the session's own earlier calls (sequences, advisory locks, xids, NOTIFY, large
+// objects). A user function that writes is not seen here: reads: primary (or a
+// transaction block) for those.
+bool standby_can_answer(const PgQuery__Node* stmt) {
+  static constexpr std::string_view kWriters[] = {
+      "nextval", "setval", "currval", "lastval", "txid_current", "pg_current_xact_id", "pg_notify",
+      "lo_create", "lo_creat", "lo_import", "lo_unlink", "lo_open", "lo_put", "lo_from_bytea", "set_config"};
+  if (!is(stmt, PG_QUERY__NODE__NODE_SELECT_STMT)) return false;
+  bool ok = stmt->select_stmt->n_locking_clause == 0 && stmt->select_stmt->into_clause == nullptr;
+  walk_nodes(&stmt->base, [&](const PgQuery__Node* n) {
+    switch (n->node_case) {
+      case PG_QUERY__NODE__NODE_SELECT_STMT:
+        ok = ok && n->select_stmt->n_locking_clause == 0 && n->select_stmt->into_clause == nullptr;
+        break;
+      case PG_QUERY__NODE__NODE_INSERT_STMT:
+      case PG_QUERY__NODE__NODE_UPDATE_STMT:
+      case PG_QUERY__NODE__NODE_DELETE_STMT:
+      case PG_QUERY__NODE__NODE_MERGE_STMT:
+        ok = false;
+        break;
+      case PG_QUERY__NODE__NODE_FUNC_CALL: {
+        const auto* f = n->func_call;
+        const std::string_view name = last_name(f->funcname, f->n_funcname);
+        if (name.starts_with("pg_advisory") || name.starts_with("pg_try_advisory")) ok = false;
+        for (std::string_view w : kWriters) ok = ok && name != w;
+        break;
+      }
+      default:
+        break;
+    }
+    return ok;
+  });
+  return ok;
+}
+
 }  // namespace
 
 void Analyzer::fixed(Route route) { fixed_routes_.push_back(std::move(route)); }
@@ -464,6 +501,9 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
     analyzer.statement(stmt, n == 1);
   }
   analyzer.finish(n);
+  plan->replica_safe = n > 0 && plan->fixed.cls != StatementClass::write && !plan->session_command && !plan->pins_session;
+  for (std::size_t i = 0; i < n && plan->replica_safe; ++i)
+    plan->replica_safe = standby_can_answer(tree.tree()->stmts[i]->stmt);
   for (const InsertRows& rows : plan->inserts)
     if (rows.splittable && rows.rows.size() > 1) plan->packed_tree = tree.packed();
   plan->bytes = plan_bytes(*plan) + sql.size();

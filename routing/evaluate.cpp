@@ -87,6 +87,7 @@ Route Evaluator::run(bool* needs_exact_plan) {
     if (k != "shard" && k != "key") r.hints.emplace_back(k, v);
   r.session_command = plan_.session_command;
   r.pins_session = plan_.pins_session;
+  r.replica_safe = plan_.replica_safe && r.kind != RouteKind::error;
   return r;
 }
 

@@ -96,6 +96,7 @@ class Plan {
   Hints hints;                          // from the statement's comments
   bool session_command = false;         // Route::session_command
   bool pins_session = false;            // Route::pins_session
+  bool replica_safe = false;            // Route::replica_safe
   bool cacheable = true;                // may be shared by texts differing only in literals
   bool uses_slots = false;              // constants were turned into literal slots
   std::vector<int> slots_used;          // the literal indices those slots read

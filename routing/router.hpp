@@ -84,6 +84,9 @@ struct Route {
   // transaction: it lives on the backend, so the session keeps that backend (as after
   // LISTEN).
   bool pins_session = false;
+  // Only SELECTs a hot standby answers as the primary would (no row locks, nothing that
+  // writes): what `reads: replica` may send to a replica (SPEC §10).
+  bool replica_safe = false;
   // A read of sharded tables that are not co-located (joined, or united, other than on
   // one distribution's key): only the combine step answers it, never a merge.
   bool needs_combine = false;

@@ -152,6 +152,7 @@ awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
         co_return failure(code, "shard \"" + t.shard + "\": " + msg);
       }
       case 'Z':
+        conn->host = t.host_index;
         co_return ConnectResult{std::move(conn), {}, {}};
       default:
         break;  // NoticeResponse, NegotiateProtocolVersion: nothing to do

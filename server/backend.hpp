@@ -23,6 +23,7 @@ namespace splitpoint::server {
 // Where and as whom to connect; one per pool.
 struct BackendTarget {
   std::string shard;
+  std::size_t host_index = 0;  // which of the shard's hosts (ShardHosts)
   std::string host;
   std::uint16_t port = 5432;
   std::string user;
@@ -43,6 +44,7 @@ class Backend {
   std::int32_t process_id = 0;       // BackendKeyData, for CancelRequest
   std::int32_t secret_key = 0;
   ParameterList parameters;          // ParameterStatus seen at start-up
+  std::size_t host = 0;              // BackendTarget::host_index of its pool
 
   char status = 'I';                 // transaction status of the last ReadyForQuery
   // Inside the session's transaction: how many of its savepoints (Session::savepoints_,

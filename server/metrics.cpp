@@ -271,6 +271,32 @@ void Metrics::render_connections(std::vector<pm::MetricFamily>& out, const std::
   }
   out.push_back(std::move(servers));
   out.push_back(std::move(waiting));
+
+  auto lag = family("splitpoint_replica_lag_seconds", "Replay lag of each standby, as the last health check saw it.",
+                    pm::MetricType::Gauge);
+  auto lag_bytes = family("splitpoint_replica_lag_bytes", "WAL bytes each standby's replay is behind its primary.",
+                          pm::MetricType::Gauge);
+  auto bans = family("splitpoint_host_bans_total", "Hosts banned after a failed check or connection, by reason.",
+                     pm::MetricType::Counter);
+  auto failovers = family("splitpoint_failovers_total", "Times a shard's primary moved to another host.",
+                          pm::MetricType::Counter);
+  for (auto& p : pools) {
+    if (p.hosts.empty()) continue;
+    add_counter(failovers, {label("shard", p.shard)}, static_cast<double>(p.failovers));
+    for (auto& h : p.hosts) {
+      const std::string host = h.host + ":" + std::to_string(h.port);
+      if (h.role == "standby" && h.lag_s) add_gauge(lag, {label("shard", p.shard), label("host", host)}, *h.lag_s);
+      if (h.role == "standby" && h.lag_bytes)
+        add_gauge(lag_bytes, {label("shard", p.shard), label("host", host)}, static_cast<double>(*h.lag_bytes));
+      for (std::size_t r = 0; r < kBanReasons; ++r)
+        add_counter(bans, {label("shard", p.shard), label("host", host), label("reason", kBanReasonNames[r])},
+                    static_cast<double>(h.bans[r]));
+    }
+  }
+  out.push_back(std::move(lag));
+  out.push_back(std::move(lag_bytes));
+  out.push_back(std::move(bans));
+  out.push_back(std::move(failovers));
 }
 
 // Statements by route, and per shard: latency, pool waits, connect errors, missing shards.
@@ -279,7 +305,10 @@ void Metrics::render_statements(std::vector<pm::MetricFamily>& out, const config
   auto duration = family("splitpoint_query_duration_seconds", "Statement latency through the proxy by route.",
                          pm::MetricType::Histogram);
   for (std::size_t r = 0; r < kRouteLabels; ++r) {
-    add_counter(queries, {label("route", route_name(r))}, sum([r](auto& w) { return w.queries[r].get(); }));
+    const double replica = sum([r](auto& w) { return w.replica_queries[r].get(); });
+    add_counter(queries, {label("route", route_name(r)), label("target", "primary")},
+                sum([r](auto& w) { return w.queries[r].get(); }) - replica);
+    add_counter(queries, {label("route", route_name(r)), label("target", "replica")}, replica);
     duration.metric.push_back(
         histogram(workers_, [r](const WorkerMetrics& w) -> const LocalHistogram& { return w.duration[r]; },
                   {label("route", route_name(r))}));

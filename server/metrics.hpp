@@ -18,6 +18,7 @@
 #include "config/config.hpp"
 #include "routing/router.hpp"
 #include "routing/topology.hpp"
+#include "server/hosts.hpp"
 
 namespace prometheus {
 struct MetricFamily;
@@ -118,6 +119,7 @@ struct WorkerMetrics {
       : partition_queries(partitions), partition_writes(partitions), hot(distributions) {}
 
   std::array<LocalCounter, kRouteLabels> queries;
+  std::array<LocalCounter, kRouteLabels> replica_queries;  // of `queries`, those a standby answered
   std::array<LocalHistogram, kRouteLabels> duration;
   LocalCounter bytes_in, bytes_out;
   LocalCounter combines, combine_rows;  // combine steps run, partial rows they moved
@@ -156,6 +158,9 @@ struct MoveMetrics {
 struct PoolGauge {
   std::string shard;
   int idle = 0, active = 0, opening = 0, waiting = 0;
+  // SPEC §10, for shards with more than one host: what the health checks saw.
+  std::vector<ShardHosts::View> hosts;
+  std::uint64_t failovers = 0;
 };
 
 class Metrics {

@@ -8,17 +8,18 @@
 namespace splitpoint::server {
 
 std::shared_ptr<Pool> ShardPools::get(const std::string& client_user, const std::string& client_password,
-                                      const std::string& client_database) {
+                                      const std::string& client_database, std::optional<std::size_t> host) {
   BackendTarget t;
   t.shard = shard_.name;
-  t.host = shard_.host;
-  t.port = shard_.port;
+  t.host_index = host ? *host : hosts_->primary();
+  t.host = hosts_->endpoint(t.host_index).host;
+  t.port = hosts_->endpoint(t.host_index).port;
   t.user = shard_.user.empty() ? client_user : shard_.user;
   t.password = shard_.password.empty() ? client_password : shard_.password;
   t.database = shard_.database.empty() ? client_database : shard_.database;
   t.connect_timeout = connect_timeout_;
   std::lock_guard lock(mu_);
-  auto& pool = pools_[{t.user, t.database}];
+  auto& pool = pools_[{t.host_index, t.user, t.database}];
   if (!pool) {
     pool = std::make_shared<Pool>(std::move(t), shard_.pool_size);
     if (paused_) pool->set_paused(true);
@@ -44,8 +45,10 @@ std::vector<std::shared_ptr<Pool>> ShardPools::all() const {
   return v;
 }
 
-bool ShardPools::same_definition(const config::Shard& o, std::chrono::milliseconds connect_timeout) const {
-  return shard_.host == o.host && shard_.port == o.port && shard_.database == o.database &&
+bool ShardPools::same_definition(const config::Shard& o, std::chrono::milliseconds connect_timeout,
+                                 const config::Health& health) const {
+  return shard_.host == o.host && shard_.port == o.port && hosts_->same_hosts(o, health) &&
+         shard_.database == o.database &&
          shard_.user == o.user && shard_.password == o.password && shard_.pool_size == o.pool_size &&
          connect_timeout_ == connect_timeout;
 }
@@ -109,11 +112,16 @@ std::shared_ptr<const Runtime> make_runtime(config::Config config, const Runtime
   for (std::size_t i = 0; i < config.shards.size(); ++i) {
     const auto& s = config.shards[i];
     std::shared_ptr<ShardPools> pools;
+    std::shared_ptr<ShardHosts> hosts;  // what the checks saw is kept while the hosts stay
     if (previous) {
-      for (const auto& old : previous->shards)
-        if (old->shard().name == s.name && old->same_definition(s, config.timeouts.server_connect)) pools = old;
+      for (const auto& old : previous->shards) {
+        if (old->shard().name != s.name) continue;
+        if (old->same_definition(s, config.timeouts.server_connect, config.health)) pools = old;
+        if (old->hosts().same_hosts(s, config.health)) hosts = old->hosts_ptr();
+      }
     }
-    if (!pools) pools = std::make_shared<ShardPools>(s, config.timeouts.server_connect);
+    if (!pools) pools = std::make_shared<ShardPools>(s, config.timeouts.server_connect, config.health, hosts);
+    rt->standbys = rt->standbys || pools->hosts().has_standbys();
     rt->shards.push_back(std::move(pools));
   }
   if (config.tls) {

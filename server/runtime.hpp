@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "routing/router.hpp"
 #include "routing/topology.hpp"
 #include "server/asio.hpp"
+#include "server/hosts.hpp"
 #include "server/pool.hpp"
 
 namespace splitpoint::server {
@@ -29,25 +31,34 @@ struct UserAuth {
   std::optional<protocol::scram::Verifier> scram;   // if derivable
 };
 
-// The pools of one shard, one per (backend user, database).
+// The pools of one shard, one per (host, backend user, database), and its hosts'
+// health (SPEC §10).
 class ShardPools {
  public:
-  explicit ShardPools(config::Shard shard, std::chrono::milliseconds connect_timeout)
-      : shard_(std::move(shard)), connect_timeout_(connect_timeout) {}
+  ShardPools(config::Shard shard, std::chrono::milliseconds connect_timeout, const config::Health& health,
+             std::shared_ptr<ShardHosts> hosts = nullptr)
+      : shard_(std::move(shard)),
+        connect_timeout_(connect_timeout),
+        hosts_(hosts ? std::move(hosts) : std::make_shared<ShardHosts>(shard_, health)) {}
+  // The pool on host `host` (a number of ShardHosts); by default the primary's.
   std::shared_ptr<Pool> get(const std::string& client_user, const std::string& client_password,
-                            const std::string& client_database);
+                            const std::string& client_database, std::optional<std::size_t> host = std::nullopt);
   const config::Shard& shard() const { return shard_; }
+  ShardHosts& hosts() const { return *hosts_; }
+  const std::shared_ptr<ShardHosts>& hosts_ptr() const { return hosts_; }
   std::vector<std::shared_ptr<Pool>> all() const;
   void set_paused(bool paused);
   bool paused() const;
   // Same server, credentials and size: pools can be kept across a reload.
-  bool same_definition(const config::Shard& other, std::chrono::milliseconds connect_timeout) const;
+  bool same_definition(const config::Shard& other, std::chrono::milliseconds connect_timeout,
+                       const config::Health& health) const;
 
  private:
   config::Shard shard_;
   std::chrono::milliseconds connect_timeout_;
+  std::shared_ptr<ShardHosts> hosts_;
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, std::string>, std::shared_ptr<Pool>> pools_;
+  std::map<std::tuple<std::size_t, std::string, std::string>, std::shared_ptr<Pool>> pools_;
   bool paused_ = false;
 };
 
@@ -102,6 +113,7 @@ struct Runtime {
   std::unordered_map<std::string, UserAuth> users;
   std::vector<std::shared_ptr<ShardPools>> shards;  // index = config shard index
   std::shared_ptr<asio::ssl::context> tls;          // null without `tls`
+  bool standbys = false;  // some shard has a host besides its primary (SPEC §10)
 
   const UserAuth* find_user(const std::string& name) const {
     auto it = users.find(name);

@@ -298,7 +298,7 @@ awaitable<void> ScatterRead::end_combine() {
       co_await send_cancel(target.host, target.port, combine_sh_.b->process_id, combine_sh_.b->secret_key,
                            s_.runtime_->config.timeouts.server_connect);
     }
-    s_.pools_[combine_sh_.index]->release(std::move(combine_sh_.borrowed), reusable);
+    s_.give_back(combine_sh_.index, std::move(combine_sh_.borrowed), reusable);
     combine_sh_.b = nullptr;
   }
 }

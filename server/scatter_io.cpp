@@ -53,7 +53,7 @@ ParallelAcquire::~ParallelAcquire() { abandon(); }
 
 void ParallelAcquire::start(std::size_t slot, std::shared_ptr<Pool> pool) {
   if (st_->slots.size() <= slot) st_->slots.resize(slot + 1);
-  st_->slots[slot].pool = pool;
+  st_->slots[slot] = State::Slot{pool};  // (again: after a standby failed, on the primary)
   ++st_->pending;
   auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(st_->deadline - Clock::now());
   asio::co_spawn(st_->timer.get_executor(),

@@ -146,8 +146,12 @@ awaitable<bool> ScatterRead::acquire() {
     for (std::size_t i = 0; i < targets.size(); ++i) {
       auto& sh = shards_[i];
       sh.index = targets[i];
-      if (s_.held_[sh.index]) sh.b = s_.held_[sh.index].get();
-      else acquiring.start(i, s_.pools_[sh.index]);
+      if (s_.held_[sh.index]) {
+        sh.b = s_.held_[sh.index].get();
+        continue;
+      }
+      if (s_.runtime_->standbys) sh.standby = co_await s_.read_host(sh.index, route_);
+      acquiring.start(i, sh.standby ? s_.pool_on(sh.index, *sh.standby) : s_.pools_[sh.index]);
     }
     // The combine database's connection is one more, acquired with the others.
     if (combine_) {
@@ -163,6 +167,12 @@ awaitable<bool> ScatterRead::acquire() {
         if (auto r = acquiring.take(i, waited)) {
           if (sh.index < kMaxShards)
             metrics.shards[sh.index].pool_wait.observe(std::chrono::duration<double>(waited).count());
+          if (!r->backend && sh.standby) {  // the primary answers instead
+            if (host_unreachable(r->sqlstate)) s_.host_failed(sh.index, *sh.standby, BanReason::connect);
+            sh.standby.reset();
+            acquiring.start(i, s_.pools_[sh.index]);
+            continue;
+          }
           if (!r->backend) {
             sh.state = Shard::State::missing;
             sh.status = "error";
@@ -179,7 +189,7 @@ awaitable<bool> ScatterRead::acquire() {
         if (!prepared_ && !combine_) co_await prepare(*sh.b);
         if (prepare_error_.empty()) co_await send_statement(sh);
       }
-      if (all_acquired || Clock::now() >= deadline_ || !prepare_error_.empty()) break;
+      if ((all_acquired && acquiring.pending() == 0) || Clock::now() >= deadline_ || !prepare_error_.empty()) break;
       co_await acquiring.wait();
     }
     for (auto& sh : shards_) {
@@ -194,7 +204,7 @@ awaitable<bool> ScatterRead::acquire() {
   if (prepare_error_.empty()) co_return true;
   s_.clear_scatter_cancel_targets();
   for (auto& sh : shards_)
-    if (sh.borrowed) s_.pools_[sh.index]->release(std::move(sh.borrowed), true);
+    if (sh.borrowed) s_.give_back(sh.index, std::move(sh.borrowed), true);
   co_await s_.reject(sqlstate::cannot_merge, prepare_error_, req_.extended);
   co_return false;
 }
@@ -588,12 +598,13 @@ awaitable<void> ScatterRead::clean_up() {
     auto elapsed = (sh.done_at == Clock::time_point{} ? Clock::now() : sh.done_at) - started_;
     s_.last_scatter_.push_back({s_.pools_[sh.index]->target().shard, sh.status,
                                 sh.state == Shard::State::missing ? 0 : sh.rows,
-                                std::chrono::duration<double, std::milli>(elapsed).count(), sh.error});
+                                std::chrono::duration<double, std::milli>(elapsed).count(), sh.error,
+                                sh.b ? s_.host_label(sh.index, sh.b->host) : std::string()});
     if (sh.borrowed) {
       if (s_.in_transaction() && reusable) {
         s_.held_[sh.index] = std::move(sh.borrowed);  // joined the transaction
       } else {
-        s_.pools_[sh.index]->release(std::move(sh.borrowed), reusable);
+        s_.give_back(sh.index, std::move(sh.borrowed), reusable);
       }
     } else if (sh.b && !reusable) {
       s_.release_shard(sh.index, false);
@@ -628,7 +639,7 @@ awaitable<void> ScatterRead::drain_shard(Shard& sh, bool& reusable) {
   const auto& cfg = s_.runtime_->config;
   if (!answered) {
     sh.b->cancel_sent = true;
-    const auto& target = s_.pools_[sh.index]->target();
+    const auto& target = s_.pool_on(sh.index, sh.b->host)->target();
     co_await send_cancel(target.host, target.port, sh.b->process_id, sh.b->secret_key, cfg.timeouts.server_connect);
   }
   auto ex = co_await asio::this_coro::executor;

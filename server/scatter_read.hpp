@@ -68,6 +68,7 @@ class ScatterRead {
  private:
   struct Shard {
     std::size_t index = 0;
+    std::optional<std::size_t> standby;  // the host that answers, when not the primary (SPEC §10)
     std::unique_ptr<Backend> borrowed;  // acquired for this statement (not held by a transaction)
     Backend* b = nullptr;
     enum class State : std::uint8_t { running, ended, missing } state = State::running;

@@ -1,10 +1,12 @@
 #include "server/server.hpp"
+
 #include "server/two_phase.hpp"
 
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
 #include "server/catalog.hpp"
+#include "server/health.hpp"
 #include "server/http.hpp"
 #include "server/session.hpp"
 
@@ -147,6 +149,7 @@ int Server::run() {
   asio::co_spawn(main_ctx, handle_signals(), asio::detached);
   asio::co_spawn(main_ctx, accept_loop(), asio::detached);
   asio::co_spawn(main_ctx, two_phase::recovery_loop(*this), asio::detached);
+  asio::co_spawn(main_ctx, health_loop(*this), asio::detached);
 
   std::vector<std::thread> threads;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;
@@ -279,6 +282,10 @@ std::string Server::render_metrics() {
       g.active += s.active;
       g.opening += s.opening;
       g.waiting += s.waiting;
+    }
+    if (shard->hosts().has_standbys()) {
+      g.hosts = shard->hosts().view(ShardHosts::Clock::now());
+      g.failovers = shard->hosts().failovers();
     }
     pools.push_back(std::move(g));
   }

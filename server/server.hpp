@@ -79,6 +79,9 @@ class Server {
   void apply_topology();
   // Bumped whenever a new runtime is stored: sessions compare it between statements.
   std::uint64_t runtime_generation() const { return generation_.load(std::memory_order_acquire); }
+  // A shard's primary moved (SPEC §10): sessions take the new one's pools between
+  // transactions.
+  void primary_changed() { generation_.fetch_add(1, std::memory_order_release); }
   Catalog* catalog() { return catalog_.get(); }
   // The current runtime has moves in progress (or a lapsed lease): sessions check them.
   bool moves_active() const { return moves_active_.load(std::memory_order_relaxed); }

@@ -266,6 +266,7 @@ awaitable<bool> Session::take_startup(const proto::StartupMessage& startup) {
 awaitable<bool> Session::greet() {
   for (auto& shard : runtime_->shards) pools_.push_back(shard->get(user_, client_password_, database_));
   held_.resize(pools_.size());
+  ryw_.resize(pools_.size());
   auto params = pools_.front()->server_parameters();
   if (!params) {
     // First client for this pool: open a connection to learn the server's settings
@@ -513,14 +514,16 @@ void Session::set_cancel_target(Backend* b, std::size_t shard) {
   std::lock_guard lock(cancel_mu_);
   cancel_backend_ = b;
   if (b) {
-    cancel_host_ = pools_[shard]->target().host;
-    cancel_port_ = pools_[shard]->target().port;
+    const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);  // (a standby's, SPEC §10)
+    cancel_host_ = e.host;
+    cancel_port_ = e.port;
   }
 }
 
 void Session::add_scatter_cancel_target(Backend* b, std::size_t shard) {
+  const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);
   std::lock_guard lock(cancel_mu_);
-  scatter_cancel_.push_back({b, pools_[shard]->target().host, pools_[shard]->target().port});
+  scatter_cancel_.push_back({b, e.host, e.port});
 }
 
 void Session::clear_scatter_cancel_targets() {

@@ -17,6 +17,8 @@
 //                          in scatter_combine.cpp)
 //   session_admin.cpp      the admin console (database "splitpoint")
 //   session_rows.cpp       rows written per partition, from the shards' tags
+//   session_replicas.cpp   which host runs a statement: standbys for reads, the
+//                          primary through a failover (SPEC §10)
 #pragma once
 
 #include <cstdint>
@@ -150,9 +152,10 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> handle_sync(const protocol::Frame& f);
   awaitable<bool> handle_execute(const protocol::Frame& f);
   awaitable<bool> protocol_violation(char type);  // FATAL 08P01, the session ends
-  awaitable<bool> use_shard(std::size_t shard);
+  // `standby`: a host of the shard's that answers the read (read_host); else the primary.
+  awaitable<bool> use_shard(std::size_t shard, std::optional<std::size_t> standby = std::nullopt);
   void leave_batch_shard(std::size_t shard);
-  awaitable<bool> attach(std::size_t shard);
+  awaitable<bool> attach(std::size_t shard, std::optional<std::size_t> standby);
   awaitable<void> drain();
   awaitable<void> flush_to_backend();
   void start_pump();
@@ -196,6 +199,27 @@ class Session : public std::enable_shared_from_this<Session> {
   void apply_session_commands();
   void rebuild_state_script();
 
+  // ---- session_replicas.cpp (SPEC §10)
+  bool reads_from_standby(const routing::Route& route) const;  // hint > SET splitpoint.reads > config
+  bool may_read_standby(std::size_t shard, const routing::Route& route) const;
+  // The standby that runs this read on `shard`; nullopt: the primary.
+  awaitable<std::optional<std::size_t>> read_host(std::size_t shard, const routing::Route& route);
+  std::shared_ptr<Pool> pool_on(std::size_t shard, std::size_t host);
+  // Back to the pool of the host it came from.
+  void give_back(std::size_t shard, std::unique_ptr<Backend> b, bool reusable);
+  // A statement that may write (or commit) goes to `shard`'s primary: the next standby
+  // read there must have replayed past it.
+  void may_write_on(std::size_t shard) {
+    if (runtime_->standbys) ryw_.unknown[shard] = 1;
+  }
+  void host_failed(std::size_t shard, std::size_t host, BanReason why);
+  awaitable<bool> wait_for_primary(std::size_t shard);
+  std::string no_primary_message(std::size_t shard) const;
+  std::string host_label(std::size_t shard, std::size_t host) const;  // "host:port"
+  // After use_shard(): counts the statement's target (queries_total{target}).
+  void count_target(RouteLabel label);
+  // `standby` is reset when the standby could not be reached (the primary answers).
+  awaitable<AcquireResult> acquire_backend(std::size_t shard, std::optional<std::size_t>& standby);
   // ---- session_rows.cpp: rows written per partition, from the shards' CommandComplete
   RowShares row_shares(const routing::Route& route, std::size_t shard) const;
   void count_written(std::string_view tag);
@@ -341,6 +365,17 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<std::shared_ptr<Pool>> pools_;                         // per shard
   std::uint64_t generation_ = 0;                // of the server's runtime when runtime_ was taken
   std::shared_ptr<const MoveView> moves_;       // the moves the current statement runs with (null: none)
+  // Read-your-writes (SPEC §10), per shard: the primary LSN a standby must have
+  // replayed before it may answer this session, and whether the session used the
+  // primary since that LSN was read (then it is read again before a standby read).
+  struct ReadYourWrites {
+    std::vector<std::uint64_t> lsn;
+    std::vector<char> unknown;
+    void resize(std::size_t n) {
+      lsn.resize(n, 0);
+      unknown.resize(n, 0);
+    }
+  } ryw_;
 
   // Client input. Waiting for the next message, an empty buffer keeps at most
   // kIdleInputBytes (an idle client costs little memory); a longer message grows it.
@@ -396,6 +431,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::uint64_t rows = 0;
     double elapsed_ms = 0;
     std::string error;
+    std::string host;  // host:port that answered (SPEC §10); empty when none did
   };
   std::vector<ScatterStatus> last_scatter_;  // SHOW splitpoint.last_scatter
   // An extended-protocol multi-shard read bound to the unnamed or a named portal,

@@ -22,7 +22,7 @@ namespace {
 
 constexpr std::size_t kHotKeysShown = 10;
 constexpr const char* kAdminHelp =
-    "unknown admin command; try SHOW SHARDS | POOLS | CLIENTS | PARTITIONS | HOT KEYS | ROUTE <statement> | CONFIG | "
+    "unknown admin command; try SHOW SHARDS | POOLS | HOSTS | CLIENTS | PARTITIONS | HOT KEYS | ROUTE <statement> | CONFIG | "
     "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., REBALANCE dist "
     "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id";
 
@@ -470,19 +470,36 @@ awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
     Table t({"shard", "host", "port", "database", "user", "pool_size", "paused"});
     for (auto& sp : rt->shards) {
       auto& s = sp->shard();
-      t.row({s.name, s.host, std::to_string(s.port), s.database.empty() ? "(client's)" : s.database,
+      const auto& primary = sp->hosts().endpoint(sp->hosts().primary());  // (after a failover: the new one)
+      t.row({s.name, primary.host, std::to_string(primary.port), s.database.empty() ? "(client's)" : s.database,
              s.user.empty() ? "(client's)" : s.user, std::to_string(s.pool_size), sp->paused() ? "yes" : "no"});
     }
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "POOLS"})) {
-    Table t({"shard", "user", "database", "idle", "active", "opening", "waiting", "max", "paused"});
+    Table t({"shard", "user", "database", "idle", "active", "opening", "waiting", "max", "paused", "host"});
     for (auto& sp : rt->shards)
       for (auto& pool : sp->all()) {
         auto s = pool->stats();
         auto& tg = pool->target();
         t.row({tg.shard, tg.user, tg.database, std::to_string(s.idle), std::to_string(s.active),
                std::to_string(s.opening), std::to_string(s.waiting), std::to_string(pool->max_size()),
-               pool->paused() ? "yes" : "no"});
+               pool->paused() ? "yes" : "no", tg.host + ":" + std::to_string(tg.port)});
+      }
+    t.encode(out, "SHOW");
+  } else if (is({"SHOW", "HOSTS"})) {  // SPEC §10
+    Table t({"shard", "host", "port", "role", "lag_s", "lag_bytes", "banned_s", "bans"});
+    const auto now = ShardHosts::Clock::now();
+    for (auto& sp : rt->shards)
+      for (auto& h : sp->hosts().view(now)) {
+        std::uint64_t bans = 0;
+        for (auto n : h.bans) bans += n;
+        char lag[32] = "", banned[32] = "";
+        if (h.lag_s) std::snprintf(lag, sizeof lag, "%.3f", *h.lag_s);
+        if (h.banned) std::snprintf(banned, sizeof banned, "%.1f", h.banned_for_s);
+        using opt = std::optional<std::string>;
+        t.row({sp->shard().name, h.host, std::to_string(h.port), h.role, h.lag_s ? opt(lag) : std::nullopt,
+               h.lag_bytes ? opt(std::to_string(*h.lag_bytes)) : std::nullopt, h.banned ? opt(banned) : std::nullopt,
+               std::to_string(bans)});
       }
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "CLIENTS"})) {

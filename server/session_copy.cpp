@@ -179,8 +179,10 @@ awaitable<bool> CopyIn::find_key() {
 // COPY on every shard, one after the other, up to its CopyInResponse.
 awaitable<void> CopyIn::start() {
   for (std::size_t s = 0; s < shards_.size() && start_error_.empty(); ++s) {
+    s_.may_write_on(s);
     if (!s_.held_[s]) {
-      auto r = co_await s_.pools_[s]->acquire(s_.runtime_->config.timeouts.client_login);
+      std::optional<std::size_t> primary;
+      auto r = co_await s_.acquire_backend(s, primary);
       if (!r.backend) {
         start_error_ = error_body(r.sqlstate, r.message);
         break;

@@ -335,8 +335,9 @@ void Session::leave_batch_shard(std::size_t shard) {
 
 // Makes `shard` the current backend: waits until the current one owes nothing,
 // then attaches. False if it failed (the error was reported to the client).
-awaitable<bool> Session::use_shard(std::size_t shard) {
-  if (cur_ == shard && pump_active_) co_return true;
+awaitable<bool> Session::use_shard(std::size_t shard, std::optional<std::size_t> standby) {
+  if (cur_ == shard && pump_active_ && cur()->host == (standby ? *standby : pools_[shard]->target().host_index))
+    co_return true;
   bool mid_batch = sent_after_sync_;
   leave_batch_shard(shard);
   if (pump_active_) co_await drain();
@@ -347,15 +348,20 @@ awaitable<bool> Session::use_shard(std::size_t shard) {
     skip_until_sync_ = true;
     co_return false;
   }
-  co_return co_await attach(shard);
+  co_return co_await attach(shard, standby);
 }
 
-awaitable<bool> Session::attach(std::size_t shard) {
+awaitable<bool> Session::attach(std::size_t shard, std::optional<std::size_t> standby) {
+  // A backend held outside a transaction on another host than the statement wants
+  // (a standby's after a read, or the old primary's after a failover) goes back.
+  if (runtime_->standbys && held_[shard] && held_[shard]->status == 'I' && !pinned_ &&
+      held_[shard]->host != (standby ? *standby : pools_[shard]->target().host_index))
+    release_shard(shard, true);
   if (!held_[shard]) {
-    // Wait for a connection as long as a login may take.
-    auto waited_from = std::chrono::steady_clock::now();
-    AcquireResult r{pools_[shard]->take_idle(stream_.socket().get_executor()), {}, {}};
-    if (!r.backend) r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
+    const auto waited_from = std::chrono::steady_clock::now();
+    AcquireResult r;
+    if (!runtime_->standbys) r.backend = pools_[shard]->take_idle(stream_.socket().get_executor());  // no coroutine frame
+    if (!r.backend) r = co_await acquire_backend(shard, standby);
     if (shard < kMaxShards) metrics_.shards[shard].pool_wait.observe_since(waited_from);
     if (!r.backend) {
       if (shard < kMaxShards) metrics_.shards[shard].connect_errors.add();
@@ -666,7 +672,7 @@ void Session::release_shard(std::size_t shard, bool reusable) {
   }
   if (!b) return;
   if (!b->read_buf.empty() || b->status != 'I') reusable = false;
-  pools_[shard]->release(std::move(b), reusable);
+  give_back(shard, std::move(b), reusable);
 }
 
 void Session::end_shard(std::size_t shard, bool ok) {
@@ -738,6 +744,7 @@ awaitable<void> Session::pump() {
   pump_exit_->cancel();
   if (lost && !closing_) {
     spdlog::warn("[{}] lost connection to shard {}", id_, pools_[shard]->target().shard);
+    if (runtime_->standbys) host_failed(shard, b->host, BanReason::lost);
     backend_lost_ = true;
     release_shard(shard, false);
     expect_.clear();

@@ -18,9 +18,10 @@ void Session::follow_runtime() {
   const auto generation = server_.runtime_generation();
   auto rt = server_.runtime();
   generation_ = generation;
-  if (!rt || rt == runtime_ || rt->lineage != runtime_->lineage) return;  // a reload: keep the session's
-  runtime_ = std::move(rt);
-  // A reload may have given a shard new pools; a backend the session holds (session
+  // A reload starts another lineage: the session keeps its runtime, but follows its
+  // shards' primaries (a failover, SPEC §10, also bumps the generation).
+  if (rt && rt != runtime_ && rt->lineage == runtime_->lineage) runtime_ = std::move(rt);
+  // A new epoch may have given a shard new pools; a backend the session holds (session
   // pooling, LISTEN) goes back to the pool it came from, so those stay.
   for (std::size_t i = 0; i < runtime_->shards.size(); ++i) {
     auto pool = runtime_->shards[i]->get(user_, client_password_, database_);
@@ -28,6 +29,7 @@ void Session::follow_runtime() {
     else if (!held_[i]) pools_[i] = std::move(pool);
   }
   held_.resize(pools_.size());
+  ryw_.resize(pools_.size());
 }
 
 namespace {

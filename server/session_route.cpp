@@ -409,11 +409,15 @@ awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& ro
   auto started = std::chrono::steady_clock::now();
   auto label = label_of(route, false);
   count_route(route, label);
-  if (!co_await use_shard(target)) {
+  std::optional<std::size_t> standby;
+  if (runtime_->standbys) standby = co_await read_host(target, route);
+  if (!standby && !route.replica_safe) may_write_on(target);
+  if (!co_await use_shard(target, standby)) {
     if (closing_) co_return false;
     co_await send_ready();
     co_return true;
   }
+  count_target(label);
   if (route.sql_prepared != routing::Route::SqlPrepared::none) sync_sql_prepared(route);
   bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
   Expect e{'Z'};
@@ -508,6 +512,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
   if (!cur()) {
     // Prepare where the statement will run if its Bind is already here; else anywhere.
     std::size_t shard = pick_any_shard();
+    std::optional<std::size_t> standby;
     std::size_t pos = cpos_ + f.size;
     for (;;) {
       auto next = proto::decode_frame(std::string_view(cbuf_).substr(pos), proto::Direction::frontend, limits_);
@@ -518,14 +523,17 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
           std::vector<std::shared_ptr<const routing::TableShape>> keep;
           routing::BoundParams params{bind->params, bind->param_formats, parse->param_types};
           auto route = runtime_->router->route(*slot.plan, params, routing_, shape_lookup(keep));
-          if (auto t = single_target(route)) shard = *t;
+          if (auto t = single_target(route)) {
+            shard = *t;
+            if (runtime_->standbys) standby = co_await read_host(shard, route);
+          }
           lookahead_.emplace(Lookahead{slot.parse_seq, std::string(next.frame.body), std::move(route)});
         }
         break;
       }
       pos += next.frame.size;
     }
-    if (!co_await use_shard(shard)) {
+    if (!co_await use_shard(shard, standby)) {
       skip_until_sync_ = true;
       co_return !closing_;
     }
@@ -722,10 +730,14 @@ awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Rout
   pending_started_ = std::chrono::steady_clock::now();
   pending_route_ = label_of(route, false);
   count_route(route, pending_route_);
-  if (!co_await use_shard(target)) {
+  std::optional<std::size_t> standby;
+  if (runtime_->standbys) standby = co_await read_host(target, route);
+  if (!standby && !route.replica_safe) may_write_on(target);
+  if (!co_await use_shard(target, standby)) {
     skip_until_sync_ = true;
     co_return !closing_;
   }
+  count_target(pending_route_);
   // After attaching: the client's own BEGIN starts the transaction on this backend.
   if (route.txn == TxnCommand::begin) begin_sql_ = query.empty() ? std::string("BEGIN") : query;
   ensure_prepared(p);
@@ -1051,10 +1063,12 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
                                           bool metered) {
   Reply reply;
   std::unique_ptr<Backend> borrowed;
+  may_write_on(shard);  // (the proxy's own statements too: BEGIN, COMMIT, a write on every shard)
   Backend* b = held_[shard].get();
   if (!b) {
     auto waited_from = std::chrono::steady_clock::now();
-    auto r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
+    std::optional<std::size_t> primary;
+    auto r = co_await acquire_backend(shard, primary);
     if (metered && shard < kMaxShards) metrics_.shards[shard].pool_wait.observe_since(waited_from);
     if (!r.backend) {
       if (metered && shard < kMaxShards) metrics_.shards[shard].connect_errors.add();
@@ -1093,7 +1107,7 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
       if (type == 'C') reply.tag.assign(body.substr(0, body.find('\0')));
       if (type != 'A' && type != '1' && type != '2') reply.messages.append(message);
     });
-  if (borrowed) pools_[shard]->release(std::move(borrowed), !reply.lost);
+  if (borrowed) give_back(shard, std::move(borrowed), !reply.lost);
   if (reply.lost && held_[shard]) {
     error_code ignored;
     held_[shard]->socket.close(ignored);
@@ -1104,7 +1118,7 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
 // SET / RESET / SHOW splitpoint.<name>: the proxy's own session settings.
 awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
   using Kind = routing::LocalCommand::Kind;
-  static const std::vector<std::string> known = {"shard", "deadline", "partial_results", "last_scatter"};
+  static const std::vector<std::string> known = {"shard", "deadline", "partial_results", "reads", "last_scatter"};
   std::string out;
   if (c.kind != Kind::show || c.name != "all") {
     if (std::find(known.begin(), known.end(), c.name) == known.end())
@@ -1126,7 +1140,8 @@ awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
         routing_.shard = *s;
       }
       if ((c.name == "deadline" && !config::parse_duration(c.value)) ||
-          (c.name == "partial_results" && c.value != "allow" && c.value != "deny"))
+          (c.name == "partial_results" && c.value != "allow" && c.value != "deny") ||
+          (c.name == "reads" && c.value != "primary" && c.value != "replica"))
         co_return co_await reject(sqlstate::invalid_parameter_value,
                                   "invalid value for parameter \"splitpoint." + c.name + "\": \"" + c.value + "\"",
                                   false);
@@ -1160,6 +1175,7 @@ awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
         if (c.name == "deadline") value = std::to_string(runtime_->config.scatter.deadline.count()) + "ms";
         if (c.name == "partial_results")
           value = runtime_->config.scatter.partial_results == config::PartialResults::allow ? "allow" : "deny";
+        if (c.name == "reads") value = runtime_->config.reads == config::Reads::replica ? "replica" : "primary";
       }
       proto::RowDescription rd;
       proto::FieldDescription fd;
@@ -1185,9 +1201,9 @@ awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
 // SHOW splitpoint.last_scatter: one row per shard of the last multi-shard statement.
 void Session::show_last_scatter(std::string& out) const {
   proto::RowDescription rd;
-  const char* names[] = {"shard", "status", "rows", "elapsed_ms", "error"};
-  const std::int32_t types[] = {25, 25, 20, 701, 25};  // text, text, int8, float8, text
-  for (int i = 0; i < 5; ++i) {
+  const char* names[] = {"shard", "status", "rows", "elapsed_ms", "error", "host"};
+  const std::int32_t types[] = {25, 25, 20, 701, 25, 25};  // text, text, int8, float8, text, text
+  for (int i = 0; i < 6; ++i) {
     proto::FieldDescription fd;
     fd.name = names[i];
     fd.type_oid = types[i];
@@ -1202,7 +1218,8 @@ void Session::show_last_scatter(std::string& out) const {
     std::string rows = std::to_string(s.rows);
     proto::DataRow row;
     row.values = {std::string_view(s.shard), std::string_view(s.status), std::string_view(rows), std::string_view(ms),
-                  s.error.empty() ? std::nullopt : std::optional<std::string_view>(s.error)};
+                  s.error.empty() ? std::nullopt : std::optional<std::string_view>(s.error),
+                  s.host.empty() ? std::nullopt : std::optional<std::string_view>(s.host)};
     row.encode(out);
   }
   proto::CommandComplete{"SHOW"}.encode(out);

@@ -24,7 +24,8 @@ void Session::note_written(std::size_t shard) {
 awaitable<bool> Session::join_transaction(std::size_t shard) {
   if (in_transaction_on(shard)) co_return true;
   if (!held_[shard]) {  // (in session mode it may be held since an earlier transaction)
-    auto r = co_await pools_[shard]->acquire(runtime_->config.timeouts.client_login);
+    std::optional<std::size_t> primary;
+    auto r = co_await acquire_backend(shard, primary);
     if (!r.backend) co_return false;
     held_[shard] = std::move(r.backend);
   }

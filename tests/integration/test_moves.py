@@ -101,13 +101,7 @@ def direct(i, sql, params=None):
 
 
 def admin(proxy, sql):
-    c = sptest.connect(proxy.port, "splitpoint", "admin", "adminpw")
-    try:
-        cur = c.cursor()
-        cur.execute(sql)
-        return cur.fetchall() if cur.description else None
-    finally:
-        c.close()
+    return sptest.admin(proxy.port, sql)
 
 
 def moves(proxy):

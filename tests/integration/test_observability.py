@@ -249,9 +249,12 @@ def settled_metrics(p, done=None, within=10):
 
 
 def mv(m, name, **labels):
-    key = (name, frozenset(labels.items()))
-    assert key in m, f"no series {name}{labels} in /metrics"
-    return m[key]
+    """The value of the series `name` with these labels, summed over any further labels
+    (queries_total{route} over its target)."""
+    want = frozenset(labels.items())
+    hits = [v for (n, ls), v in m.items() if n == name and want <= ls]
+    assert hits, f"no series {name}{labels} in /metrics"
+    return sum(hits)
 
 
 ROUTES = ["single", "multi", "all", "reference", "admin"]
@@ -1175,10 +1178,12 @@ def prometheus_scrapes_the_proxy():
             j = api("/api/v1/query?" + urllib.parse.urlencode({"query": "splitpoint_queries_total"}))
             if not j or j.get("status") != "success":
                 return None
-            s = [x for x in j["data"]["result"] if x["metric"].get("route") == "single"]
+            s = [x for x in j["data"]["result"]
+                 if x["metric"].get("route") == "single" and x["metric"].get("target") == "primary"]
             return s or None
 
-        series = wait_until(single_series, 30, "splitpoint_queries_total{route=\"single\"} in prometheus")
+        series = wait_until(single_series, 30,
+                            "splitpoint_queries_total{route=\"single\", target=\"primary\"} in prometheus")
         assert len(series) == 1, series
         assert series[0]["metric"].get("job") == "splitpoint", series
         prom_value = float(series[0]["value"][1])

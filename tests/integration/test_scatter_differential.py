@@ -777,7 +777,7 @@ def scatter_count():
         text = f.read().decode()
     n = 0
     for line in text.splitlines():
-        m = re.match(r'splitpoint_queries_total\{route="(multi|all)"\} (\d+)', line)
+        m = re.match(r'splitpoint_queries_total\{route="(multi|all)"[^}]*\} (\d+)', line)
         if m:
             n += int(m.group(2))
     return n

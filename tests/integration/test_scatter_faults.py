@@ -17,7 +17,7 @@ Phase 1, the private instance SIGSTOPped (every process of it): a statement that
 needs s2 (and s3) waits for its deadline. Deadline sources, checked by the time the
 answer takes (lower bound: the deadline was waited for; upper bound: below the next
 weaker source in force) and by SHOW splitpoint.last_scatter (columns shard, status,
-rows, elapsed_ms, error; the stopped shards 'timeout' with elapsed_ms about the
+rows, elapsed_ms, error, host; the stopped shards 'timeout' with elapsed_ms about the
 deadline and an error text, s0/s1 'ok' with their row counts, untouched shards
 'skipped'): scatter.deadline, SET splitpoint.deadline, SET LOCAL splitpoint.deadline
 inside BEGIN (gone after COMMIT/ROLLBACK), a /* splitpoint: deadline=300ms */ hint,
@@ -214,7 +214,7 @@ def expect_last_scatter(cid, c, statuses, deadline_ms=None, rows=None):
     if c in DROPPED:
         return {}
     names, ls = last_scatter(c)
-    check(names == ["shard", "status", "rows", "elapsed_ms", "error"], cid,
+    check(names == ["shard", "status", "rows", "elapsed_ms", "error", "host"], cid,
           lambda: f"SHOW splitpoint.last_scatter columns: {names}")
     for s, want in statuses.items():
         row = ls.get(s)

@@ -27,6 +27,10 @@
 #   pg_stop DIR                    fast shutdown (no-op when not running)
 #   pg_restart DIR                 fast restart, wait ready
 #   pg_kill DIR                    immediate shutdown (crash-like, recovery on start)
+#   pg_replica PRIMARY_DIR DIR PORT  a streaming standby of PRIMARY_DIR's instance
+#                                  (pg_basebackup -R), started and ready; EXTRA_CONF
+#                                  lines go into its config (e.g. recovery_min_apply_delay)
+#   pg_promote DIR                 pg_ctl promote, wait until out of recovery
 #   pg_is_running DIR              status 0 when the postmaster runs
 #   psql_as DIR PORT USER DB ARGS  psql over DIR's unix socket (trust) as USER; output
 #                                  unaligned and tuples-only, ON_ERROR_STOP
@@ -299,18 +303,28 @@ pg_start() {
       _pg_as_owner "$dir" "$PG_BIN/pg_ctl" restart -D "$dir/data" -l "$dir/log" -m fast -w \
         -t "$PG_START_TIMEOUT" -s >/dev/null || return 1
     fi
-  elif ! _pg_as_owner "$dir" "$PG_BIN/pg_ctl" start -D "$dir/data" -l "$dir/log" -w \
-    -t "$PG_START_TIMEOUT" -s >/dev/null; then
+  else
+    _pg_ctl_start "$dir" || return 1
+  fi
+  _pg_wait_ready "$dir" "$port" || return 1
+  _pg_setup_roles "$dir" "$port" || { _sp_log "role setup failed in $dir"; return 1; }
+  _pg_stop_at_exit "$dir"
+}
+
+_pg_ctl_start() {
+  local dir=$1
+  if ! _pg_as_owner "$dir" "$PG_BIN/pg_ctl" start -D "$dir/data" -l "$dir/log" -w -t "$PG_START_TIMEOUT" -s \
+    >/dev/null; then
     _sp_log "pg_ctl start failed for $dir; log tail:"
     tail -n 30 "$dir/log" >&2
     return 1
   fi
-  _pg_wait_ready "$dir" "$port" || return 1
-  _pg_setup_roles "$dir" "$port" || { _sp_log "role setup failed in $dir"; return 1; }
+}
 
+_pg_stop_at_exit() {
   if ((_SP_AUTOCLEAN)); then
     local cmd
-    printf -v cmd 'pg_stop %q' "$dir"
+    printf -v cmd 'pg_stop %q' "$1"
     on_exit "$cmd"
   fi
 }
@@ -322,6 +336,40 @@ pg_stop() {
     _sp_log "fast shutdown of $dir failed; stopping immediately"
     _pg_as_owner "$dir" "$PG_BIN/pg_ctl" stop -D "$dir/data" -m immediate -w -t 30 -s
   fi
+}
+
+pg_replica() {
+  if (($# != 3)); then
+    _sp_log "usage: pg_replica PRIMARY_DIR DIR PORT"
+    return 2
+  fi
+  local primary dir port=$3 owner pport
+  primary=$(_pg_abs "$1") || return 1
+  dir=$(_pg_abs "$2") || return 1
+  pport=$(<"$primary/port") || return 1
+  owner=$(_pg_owner "$primary")
+  if ((EUID == 0)); then
+    chown "$owner:" "$dir" && chmod 755 "$dir" || return 1
+    _pg_make_traversable "$dir" "$owner" || return 1
+  fi
+  rm -rf "$dir/data"
+  if ! _pg_as_owner "$primary" "$PG_BIN/pg_basebackup" -h "$primary" -p "$pport" -U postgres -D "$dir/data" \
+    -R -X stream -c fast >"$dir/basebackup.log" 2>&1; then
+    _sp_log "pg_basebackup failed for $dir:"
+    cat "$dir/basebackup.log" >&2
+    return 1
+  fi
+  { _pg_conf "$dir" "$port"; echo "hot_standby = on"; echo "${EXTRA_CONF:-}"; } |
+    _pg_as_owner "$dir" tee "$dir/data/splitpoint-test.conf" >/dev/null || return 1
+  echo "$port" | _pg_as_owner "$dir" tee "$dir/port" >/dev/null || return 1
+  _pg_ctl_start "$dir" || return 1
+  _pg_wait_ready "$dir" "$port" || return 1
+  _pg_stop_at_exit "$dir"
+}
+
+pg_promote() {
+  local dir=${1:?usage: pg_promote DIR}
+  _pg_as_owner "$dir" "$PG_BIN/pg_ctl" promote -D "$dir/data" -w -t "$PG_START_TIMEOUT" -s
 }
 
 pg_kill() {

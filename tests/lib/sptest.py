@@ -226,6 +226,17 @@ class Proxy:
         return metric_value(text, name, labels or {})
 
 
+def admin(port, sql, user="admin", password="adminpw"):
+    """One admin console command (database splitpoint); its rows, or None."""
+    c = connect(port, "splitpoint", user, password)
+    try:
+        cur = c.cursor()
+        cur.execute(sql)
+        return cur.fetchall() if cur.description else None
+    finally:
+        c.close()
+
+
 def metric_value(text, name, labels):
     """Sum of the samples of `name` in Prometheus text `text` whose labels include `labels`."""
     total = 0.0

@@ -410,8 +410,8 @@ TEST_CASE("YAML syntax errors are reported with their line", "[config][errors]")
 TEST_CASE("unknown and duplicate keys are errors at every level", "[config][errors]") {
   expect_one_error(std::string(kTwoShards) + "listne: 0.0.0.0:1\n", 4,
                    "listne: unknown key (did you mean \"listen\"?)");
-  expect_one_error("shards:\n  - name: s0\n    hots: x\n", 3,
-                   "shards[0].hots: unknown key (did you mean \"host\"?)");
+  expect_one_error("shards:\n  - name: s0\n    hsot: x\n", 3,
+                   "shards[0].hsot: unknown key (did you mean \"host\"?)");
   expect_one_error(std::string(kTwoShards) + "scatter:\n  deadline: 1s\n  colour: blue\n", 6,
                    "scatter.colour: unknown key");
   expect_one_error(std::string(kTwoShards) + "timeouts: { idle: 1s }\n", 4, "timeouts.idle: unknown key");
@@ -705,4 +705,45 @@ TEST_CASE("catalog and moves (SPEC 9)", "[config]") {
   expect_one_error(shards + "moves: { hold: 1s }\n", 4, "moves.hold: unknown key");
   expect_one_error("shards:\n  - { name: s0, database: app }\ncatalog: s0\n", 2,
                    "with catalog:, shard \"s0\" needs database and user");
+}
+
+TEST_CASE("replicas, hosts, reads and health checks (SPEC 10)", "[config]") {
+  auto r = load_string(
+      "shards:\n"
+      "  - name: s0\n"
+      "    host: 10.0.0.1\n"
+      "    replicas: [ { host: 10.0.0.7, port: 5433 }, \"10.0.0.8:5434\", { host: r3 } ]\n"
+      "  - name: s1\n"
+      "    hosts: [ 10.0.1.1:5432, { host: 10.0.1.2, port: 6432 } ]\n"
+      "reads: replica\nmax_replica_lag: 250ms\nhealth: { interval: 100ms, timeout: 1s, ban: 3s }\n");
+  INFO(describe(r));
+  REQUIRE(r.config);
+  const auto& c = *r.config;
+  CHECK(c.reads == Reads::replica);
+  CHECK(c.max_replica_lag.count() == 250);
+  CHECK(c.health.interval.count() == 100);
+  CHECK(c.health.timeout.count() == 1000);
+  CHECK(c.health.ban.count() == 3000);
+  auto all0 = c.shards[0].all_hosts();
+  REQUIRE(all0.size() == 4);
+  CHECK(all0[0].host == "10.0.0.1");
+  CHECK(all0[1].port == 5433);
+  CHECK(all0[2].host == "10.0.0.8");
+  CHECK(all0[3].port == 5432);  // default port
+  CHECK(c.shards[1].host == "10.0.1.1");  // host/port: the first of hosts
+  auto all1 = c.shards[1].all_hosts();
+  REQUIRE(all1.size() == 2);
+  CHECK(all1[1].port == 6432);
+
+  r = load_string("shards:\n  - { name: s0 }\n");
+  REQUIRE(r.config);
+  CHECK(r.config->reads == Reads::primary);
+  CHECK(r.config->max_replica_lag.count() == 1000);
+  CHECK(r.config->shards[0].all_hosts().size() == 1);
+
+  expect_one_error("shards:\n  - { name: s0 }\nreads: standby\n", 3, "reads");
+  expect_one_error("shards:\n  - { name: s0, host: a, hosts: [ b:1 ] }\n", 2, "give either hosts or host/port");
+  expect_one_error("shards:\n  - { name: s0, replicas: [] }\n", 2, "expected at least one host");
+  expect_one_error("shards:\n  - { name: s0, replicas: [ { port: 1 } ] }\n", 2, "host");
+  expect_one_error("shards:\n  - { name: s0 }\nhealth: { every: 1s }\n", 3, "health.every: unknown key");
 }

@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""Replicas and failover (SPEC 10) with real streaming replication.
+
+A private PostgreSQL P (started here, port of its own) is shard s0's primary, and R a
+standby of it made with `pg_basebackup -R`; s1 is a database on the first shared
+instance, without replicas. The proxy runs with `reads: primary`, health checks every
+200 ms, max_replica_lag 1s. A hash distribution `kv` (id) over s0/s1.
+
+- reads go to the primary by default; the hint reads=replica and SET splitpoint.reads
+  send a SELECT to the standby (pg_is_in_recovery() answers which host ran it);
+  SELECT ... FOR UPDATE and nextval() stay on the primary; queries_total{target} counts;
+- read-your-writes: with the standby made slow (recovery_min_apply_delay 1.5s) every
+  read right after the session's own write sees it (from the primary), and reads go back
+  to the standby once it has replayed;
+- a standby lagging beyond max_replica_lag is not used by a session that wrote nothing;
+- scatter reads use the standby for s0 (SHOW splitpoint.last_scatter says which host);
+- the standby killed: reads fall back to the primary with no client error, the host is
+  banned (splitpoint_host_bans_total); restarted, it serves reads again;
+- planned switchover with the shard listed as `hosts: [P, R]` and writers running:
+  PAUSE s0, stop P, promote R, RESUME s0: no client error, no acknowledged write lost,
+  writes land on R (the new primary); P, rebuilt as a standby of R, serves reads again.
+"""
+# test-timeout: 300
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import psycopg2  # noqa: E402
+import sptest  # noqa: E402
+
+WORKDIR = sptest.workdir("replicas")
+PG_SH = os.path.join(sptest.SP_ROOT, "tests", "lib", "pg.sh")
+DB = "rep"
+P_DIR, R_DIR = os.path.join(WORKDIR, "p"), os.path.join(WORKDIR, "r")
+P_PORT = R_PORT = None
+SHARED = None  # the database on the shared instance (s1)
+PROXY = None
+
+
+def pg(*args, extra_conf=None):
+    env = dict(os.environ)
+    if extra_conf:
+        env["EXTRA_CONF"] = extra_conf
+    r = subprocess.run(["bash", PG_SH, *args], capture_output=True, text=True, env=env, timeout=180)
+    if r.returncode != 0:
+        raise AssertionError(f"pg.sh {' '.join(args)} failed: {r.stderr[-2000:]}")
+    return r.stdout
+
+
+def direct(port, sql, args=None, db=None):
+    c = sptest.connect(port, db or DB)
+    try:
+        cur = c.cursor()
+        cur.execute(sql, args)
+        return cur.fetchall() if cur.description else None
+    finally:
+        c.close()
+
+
+def config(s0_hosts):
+    p0 = sptest.PG_PORTS[0]
+    return f"""
+    auth: scram-sha-256
+    users:
+      - {{ name: app, password: secret }}
+      - {{ name: admin, password: adminpw, admin: true }}
+    shards:
+      - name: s0
+        {s0_hosts}
+        database: {DB}
+        user: app
+        password: secret
+        pool_size: 8
+      - {{ name: s1, host: 127.0.0.1, port: {p0}, database: {SHARED.name}, user: app, password: secret }}
+    distributions:
+      - {{ name: d, method: hash, partitions: 8, tables: {{ kv: id }} }}
+    reads: primary
+    max_replica_lag: 1s
+    health: {{ interval: 200ms, timeout: 1s, ban: 500ms }}
+    moves: {{ max_hold: 8s }}
+    timeouts: {{ client_login: 20s }}
+    """
+
+
+REPLICA_HOSTS = None  # set in setup: `host/port + replicas:` lines
+
+
+def admin(sql):
+    return sptest.admin(PROXY.port, sql)
+
+
+def hosts():
+    return {(r[0], int(r[2])): r for r in admin("SHOW HOSTS")}
+
+
+def wait_until(pred, secs, what):
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {secs}s waiting for {what}")
+
+
+def standby_ready():
+    """The proxy's checks see R as a standby within the lag limit."""
+    def ok():
+        h = hosts().get(("s0", R_PORT))
+        return h is not None and h[3] == "standby" and h[4] is not None and float(h[4]) <= 1.0 and h[6] is None
+    wait_until(ok, 30, f"R (port {R_PORT}) usable as a standby: {hosts()}")
+
+
+def key_on_s0():
+    """Rows 1..100 inserted through the proxy; the ids that landed on s0 (on P)."""
+    c = PROXY.connect(DB)
+    for i in range(1, 101):
+        c.cursor().execute("INSERT INTO kv VALUES (%s, 'init')", (i,))
+    c.close()
+    keys = sorted(r[0] for r in direct(P_PORT, "SELECT id FROM kv"))
+    assert len(keys) >= 10, keys
+    return keys
+
+
+S0_KEYS = []
+
+
+def setup():
+    global P_PORT, R_PORT, SHARED, PROXY, REPLICA_HOSTS
+    P_PORT, R_PORT = sptest.free_port(), sptest.free_port()
+    pg("pg_start", P_DIR, str(P_PORT))
+    c = sptest.superuser(P_PORT)
+    c.cursor().execute(f"CREATE DATABASE {DB} OWNER app")
+    c.close()
+    SHARED = sptest.Databases("rep")
+    for port, db in ((P_PORT, DB), (sptest.PG_PORTS[0], SHARED.name)):
+        c = sptest.connect(port, db)
+        c.cursor().execute("CREATE TABLE kv (id int PRIMARY KEY, v text); CREATE SEQUENCE seq")
+        c.close()
+    pg("pg_replica", P_DIR, R_DIR, str(R_PORT))
+    REPLICA_HOSTS = (f"host: 127.0.0.1\n        port: {P_PORT}\n"
+                     f"        replicas: [ {{ host: 127.0.0.1, port: {R_PORT} }} ]")
+    PROXY = sptest.Proxy("replicas", config(REPLICA_HOSTS), WORKDIR).start()
+    # The checks need credentials: the configured user has them from the start.
+    standby_ready()
+    S0_KEYS.extend(key_on_s0())
+
+
+def teardown():
+    if PROXY:
+        PROXY.stop()
+    for d in (R_DIR, P_DIR):
+        try:
+            pg("pg_stop", d)
+        except AssertionError as e:
+            print(e)
+    if SHARED:
+        SHARED.drop()
+
+
+def one(cur, sql, args=None):
+    cur.execute(sql, args)
+    return cur.fetchone()
+
+
+def reads_go_where_asked():
+    c = PROXY.connect(DB)
+    cur = c.cursor()
+    # (A session's first read: after it used the primary, a standby must also have
+    # replayed what the primary had then, which the checks see within their interval.)
+    assert one(cur, "/* splitpoint: shard=s0, reads=replica */ SELECT pg_is_in_recovery()")[0] is True
+    assert one(cur, "/* splitpoint: shard=s0 */ SELECT pg_is_in_recovery()")[0] is False
+    time.sleep(0.5)
+    before = PROXY.metric("splitpoint_queries_total", {"target": "replica"})
+    cur.execute("SET splitpoint.reads = replica")
+    assert one(cur, "SHOW splitpoint.reads")[0] == "replica"
+    for _ in range(20):
+        assert one(cur, "SELECT pg_is_in_recovery() FROM kv WHERE id = %s", (S0_KEYS[0],))[0] is True
+    assert PROXY.metric("splitpoint_queries_total", {"target": "replica"}) - before >= 20
+    # Not for a standby: row locks, sequences, a transaction block.
+    assert one(cur, "SELECT pg_is_in_recovery() FROM kv WHERE id = %s FOR UPDATE", (S0_KEYS[0],))[0] is False
+    assert one(cur, "/* splitpoint: shard=s0 */ SELECT nextval('seq'), pg_is_in_recovery()")[1] is False
+    c.autocommit = False
+    assert one(cur, "/* splitpoint: shard=s0 */ SELECT pg_is_in_recovery()")[0] is False
+    c.rollback()
+    c.autocommit = True
+    cur.execute("RESET splitpoint.reads")
+    assert one(cur, "/* splitpoint: shard=s0 */ SELECT pg_is_in_recovery()")[0] is False
+    c.close()
+    # asyncpg-style extended protocol with psycopg 3 server-side prepare, if installed.
+    try:
+        import psycopg
+    except ImportError:
+        return
+    with psycopg.connect(host=sptest.HOST, port=PROXY.port, dbname=DB, user="app", password="secret",
+                         autocommit=True, prepare_threshold=0) as c3:
+        # (SET splitpoint.* is simple-protocol only: the hint, in every statement.)
+        read = "/* splitpoint: reads=replica */ SELECT pg_is_in_recovery(), v FROM kv WHERE id = %s"
+        for _ in range(5):
+            row = c3.execute(read, (S0_KEYS[1],)).fetchone()
+            assert row[0] is True, row
+        c3.execute("INSERT INTO kv VALUES (%s, 'p3') ON CONFLICT (id) DO UPDATE SET v = 'p3'", (S0_KEYS[1],))
+        row = c3.execute(read, (S0_KEYS[1],)).fetchone()
+        assert row[1] == "p3", row
+
+
+def set_apply_delay(value):
+    c = sptest.superuser(R_PORT)
+    c.cursor().execute(f"ALTER SYSTEM SET recovery_min_apply_delay = '{value}'")
+    c.cursor().execute("SELECT pg_reload_conf()")
+    c.close()
+
+
+def read_your_writes():
+    set_apply_delay("1500ms")
+    try:
+        c = PROXY.connect(DB)
+        cur = c.cursor()
+        cur.execute("SET splitpoint.reads = replica")
+        on_primary = 0
+        for i, k in enumerate(S0_KEYS[:10]):
+            cur.execute("INSERT INTO kv VALUES (%s, %s) ON CONFLICT (id) DO UPDATE SET v = excluded.v",
+                        (k, f"w{i}"))
+            row = one(cur, "SELECT v, pg_is_in_recovery() FROM kv WHERE id = %s", (k,))
+            assert row is not None and row[0] == f"w{i}", f"read after own write of id {k}: {row}"
+            on_primary += row[1] is False
+        assert on_primary >= 8, f"only {on_primary} of 10 reads after a write went to the primary"
+        # Once the standby replayed them (1.5 s delay), reads are on it again and see them.
+        time.sleep(2.5)
+        row = wait_until(lambda: (lambda r: r if r[1] else None)(
+            one(cur, "SELECT v, pg_is_in_recovery() FROM kv WHERE id = %s", (S0_KEYS[9],))), 10,
+            "reads back on the standby")
+        assert row[0] == "w9", row
+        c.close()
+        # A session that wrote nothing: with the standby 1.5 s behind (above the 1 s limit)
+        # after a write elsewhere, its reads go to the primary.
+        w = PROXY.connect(DB)
+        w.cursor().execute("UPDATE kv SET v = 'lag' WHERE id = %s", (S0_KEYS[0],))
+        r = PROXY.connect(DB)
+        rc = r.cursor()
+        rc.execute("SET splitpoint.reads = replica")
+        time.sleep(0.8)  # a check round sees the lag
+        got = one(rc, "SELECT v, pg_is_in_recovery() FROM kv WHERE id = %s", (S0_KEYS[0],))
+        assert got == ("lag", False), f"read with the standby beyond max_replica_lag: {got}; hosts {hosts()}"
+        lag = PROXY.metric("splitpoint_replica_lag_seconds", {"shard": "s0"})
+        print(f"     replica lag seen by the proxy while delayed: {lag:.2f} s")
+        w.close()
+        r.close()
+    finally:
+        set_apply_delay("0")
+    standby_ready()
+
+
+def scatter_on_standby():
+    expected = direct(P_PORT, "SELECT count(*) FROM kv")[0][0] + direct(sptest.PG_PORTS[0], "SELECT count(*) FROM kv", db=SHARED.name)[0][0]
+    c = PROXY.connect(DB)
+    cur = c.cursor()
+    cur.execute("SET splitpoint.reads = replica")
+    cur.execute("SELECT count(*) FROM kv")
+    n = cur.fetchone()[0]
+    assert n == expected, (n, expected)
+    cur.execute("SHOW splitpoint.last_scatter")
+    cols = [d[0] for d in cur.description]
+    rows = {r[0]: dict(zip(cols, r)) for r in cur.fetchall()}
+    assert rows["s0"]["host"] == f"127.0.0.1:{R_PORT}", rows
+    assert rows["s1"]["host"] == f"127.0.0.1:{sptest.PG_PORTS[0]}", rows
+    cur.execute("RESET splitpoint.reads")
+    cur.execute("SELECT count(*) FROM kv")
+    assert cur.fetchone()[0] == n
+    c.close()
+
+
+def standby_killed_and_back():
+    bans = PROXY.metric("splitpoint_host_bans_total", {"shard": "s0"})
+    pg("pg_kill", R_DIR)
+    c = PROXY.connect(DB)
+    cur = c.cursor()
+    cur.execute("SET splitpoint.reads = replica")
+    primary_reads = 0
+    for _ in range(50):
+        row = one(cur, "SELECT pg_is_in_recovery() FROM kv WHERE id = %s", (S0_KEYS[2],))
+        primary_reads += row[0] is False
+        time.sleep(0.02)
+    assert primary_reads == 50, f"{primary_reads} of 50 reads on the primary with the standby down"
+    assert PROXY.metric("splitpoint_host_bans_total", {"shard": "s0"}) > bans
+    h = hosts()[("s0", R_PORT)]
+    assert h[3] == "down" and h[6] is not None, h
+    # Restarted: used again once a check finds it.
+    pg("pg_restart", R_DIR)
+    standby_ready()
+    assert one(cur, "SELECT pg_is_in_recovery() FROM kv WHERE id = %s", (S0_KEYS[2],))[0] is True
+    c.close()
+
+
+def switchover():
+    """hosts: [P, R] (either may be primary); writers running; planned switchover."""
+    global P_PORT, R_PORT, P_DIR, R_DIR
+    PROXY.reload(config(f"hosts: [ 127.0.0.1:{P_PORT}, 127.0.0.1:{R_PORT} ]"))
+    wait_until(lambda: hosts().get(("s0", P_PORT), [None] * 4)[3] == "primary"
+               and hosts().get(("s0", R_PORT), [None] * 4)[3] == "standby", 20, f"both hosts checked: {hosts()}")
+    stop = threading.Event()
+    acked, errors, lock = [], [], threading.Lock()
+
+    def writer(n):
+        c = None
+        i = 0
+        while not stop.is_set():
+            k = 100000 + n * 100000 + i
+            try:
+                if c is None:
+                    c = PROXY.connect(DB)
+                c.cursor().execute("INSERT INTO kv VALUES (%s, 'sw')", (k,))
+                with lock:
+                    acked.append(k)
+                i += 1
+            except psycopg2.Error as e:
+                with lock:
+                    errors.append(f"{k}: {e.pgcode} {str(e).strip()}")
+                i += 1
+                try:
+                    c.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                c = None
+                time.sleep(0.05)
+        if c:
+            c.close()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        admin("PAUSE s0")
+        pg("pg_stop", P_DIR)
+        pg("pg_promote", R_DIR)
+        wait_until(lambda: hosts()[("s0", R_PORT)][3] == "primary", 20, f"R seen as primary: {hosts()}")
+        admin("RESUME s0")
+        n0 = len(acked)
+        wait_until(lambda: len(acked) > n0 + 50, 20, "writes after the switchover")
+        took = time.monotonic() - t0
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, f"{len(errors)} client errors during the switchover: {errors[:5]}"
+    on_r = {r[0] for r in direct(R_PORT, "SELECT id FROM kv WHERE id >= 100000")}
+    on_s1 = {r[0] for r in direct(sptest.PG_PORTS[0], "SELECT id FROM kv WHERE id >= 100000", db=SHARED.name)}
+    missing = [k for k in acked if k not in on_r and k not in on_s1]
+    assert not missing, f"{len(missing)} acknowledged writes lost, e.g. {missing[:5]}"
+    assert PROXY.metric("splitpoint_failovers_total", {"shard": "s0"}) >= 1
+    print(f"     switchover: {len(acked)} writes acknowledged, none lost, no client error; "
+          f"writes resumed {took:.1f} s after PAUSE")
+    # The old primary comes back as a standby of the new one and serves reads again.
+    subprocess.run(["rm", "-rf", os.path.join(P_DIR, "data")], check=True)
+    pg("pg_replica", R_DIR, P_DIR, str(P_PORT))
+    wait_until(lambda: hosts()[("s0", P_PORT)][3] == "standby", 30, f"P seen as a standby: {hosts()}")
+    c = PROXY.connect(DB)
+    cur = c.cursor()
+    got = wait_until(lambda: one(cur, "/* splitpoint: shard=s0, reads=replica */ SELECT pg_is_in_recovery(), "
+                                      "inet_server_port()")[0], 10, "a read on the rebuilt standby")
+    assert got is True
+    assert one(cur, "/* splitpoint: shard=s0 */ SELECT pg_is_in_recovery(), inet_server_port()") == (False, R_PORT)
+    c.close()
+    # From here on P is the primary and R the standby again, by name.
+    P_PORT, R_PORT = R_PORT, P_PORT
+    P_DIR, R_DIR = R_DIR, P_DIR
+
+
+def two_primaries_refused():
+    """After the switchover R is primary; P promoted too: writes to s0 refused (SPH01)."""
+    pg("pg_promote", R_DIR)  # the rebuilt standby (the old primary)
+    wait_until(lambda: any("second" in h[3] for h in admin("SHOW HOSTS")), 20, f"two primaries seen: {hosts()}")
+    c = PROXY.connect(DB)
+    try:
+        c.cursor().execute("/* splitpoint: shard=s0 */ INSERT INTO kv VALUES (-1, 'x')")
+        raise AssertionError("a write with two primaries was accepted")
+    except psycopg2.Error as e:
+        assert e.pgcode == "SPH01", (e.pgcode, str(e))
+        print(f"     two primaries: {e.pgcode} {str(e).strip()}")
+    finally:
+        c.close()
+
+
+TESTS = [reads_go_where_asked, read_your_writes, scatter_on_standby, standby_killed_and_back, switchover,
+         two_primaries_refused]
+
+if __name__ == "__main__":
+    sys.exit(sptest.run_tests(TESTS, setup, teardown, watch=lambda: [PROXY] if PROXY else []))
