@@ -368,7 +368,8 @@ known_metrics="splitpoint_client_connections splitpoint_server_connections split
 splitpoint_query_duration_seconds splitpoint_shard_query_duration_seconds splitpoint_scatter_missing_total
 splitpoint_partition_queries_total splitpoint_errors_total splitpoint_pool_wait_seconds
 splitpoint_config_reloads_total splitpoint_bytes_total splitpoint_pool_waits_total
-splitpoint_server_connect_errors_total splitpoint_partition_skew splitpoint_partition_writes_total"
+splitpoint_server_connect_errors_total splitpoint_partition_skew splitpoint_partition_writes_total
+splitpoint_replica_lag_seconds splitpoint_host_bans_total splitpoint_failovers_total"
 export KNOWN_METRICS=$known_metrics
 check "dashboard JSON: panels, PromQL, metric names; alerts' metric names" "$PY" - <<'PY'
 import json, os, re, sys, yaml
