@@ -28,8 +28,12 @@ bool Session::may_read_standby(std::size_t shard, const routing::Route& route) c
   if (in_transaction() || implicit_txn_ || batch_wrote_ || pinned_ ||
       runtime_->config.pool_mode != config::PoolMode::transaction)
     return false;
-  // A backend held for this shard in the current batch: the statement stays on it.
-  if (held_[shard] && held_[shard]->host == pools_[shard]->target().host_index && sent_after_sync_) return false;
+  // The shard's primary is in the current batch, or still owes answers (a write sent
+  // just before may not have committed yet, so its LSN is not known): the statement
+  // stays on it.
+  if (held_[shard] && held_[shard]->host == pools_[shard]->target().host_index &&
+      (sent_after_sync_ || (cur_ == shard && !expect_.empty())))
+    return false;
   return reads_from_standby(route);
 }
 

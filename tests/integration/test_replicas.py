@@ -11,7 +11,7 @@ instance, without replicas. The proxy runs with `reads: primary`, health checks 
   SELECT ... FOR UPDATE and nextval() stay on the primary; queries_total{target} counts;
 - read-your-writes: with the standby made slow (recovery_min_apply_delay 1.5s) every
   read right after the session's own write sees it (from the primary), and reads go back
-  to the standby once it has replayed;
+  to the standby once it has replayed; a read pipelined behind a slow write sees it;
 - a standby lagging beyond max_replica_lag is not used by a session that wrote nothing;
 - scatter reads use the standby for s0 (SHOW splitpoint.last_scatter says which host);
 - the standby killed: reads fall back to the primary with no client error, the host is
@@ -230,6 +230,7 @@ def read_your_writes():
             assert row is not None and row[0] == f"w{i}", f"read after own write of id {k}: {row}"
             on_primary += row[1] is False
         assert on_primary >= 8, f"only {on_primary} of 10 reads after a write went to the primary"
+
         # Once the standby replayed them (1.5 s delay), reads are on it again and see them.
         time.sleep(2.5)
         row = wait_until(lambda: (lambda r: r if r[1] else None)(
@@ -254,6 +255,23 @@ def read_your_writes():
     finally:
         set_apply_delay("0")
     standby_ready()
+
+
+def pipelined_read_your_writes():
+    """The read is sent before the write's answer came back (the write takes 300 ms to
+    commit): it must wait for the write on the primary, not go to the standby with
+    the LSN the primary had before the commit."""
+    import pgwire
+    standby_ready()
+    with pgwire.Connection.open(sptest.HOST, PROXY.port) as w:
+        w.startup("app", DB, "secret")
+        assert w.query("SET splitpoint.reads = replica").error is None
+        for i, k in enumerate(S0_KEYS[10:14]):
+            w.send([pgwire.query_msg(f"UPDATE kv SET v = 'pipe{i}' WHERE id = {k} AND pg_sleep(0.3) IS NOT NULL"),
+                    pgwire.query_msg(f"SELECT v FROM kv WHERE id = {k}")])
+            first, second = w.query_collect(), w.query_collect()
+            assert first.error is None and second.error is None, (first.error, second.error)
+            assert second.rows == [[f"pipe{i}"]], f"pipelined read after own write of id {k}: {second.rows}"
 
 
 def scatter_on_standby():
@@ -389,7 +407,7 @@ def two_primaries_refused():
         c.close()
 
 
-TESTS = [reads_go_where_asked, read_your_writes, scatter_on_standby, standby_killed_and_back, switchover,
+TESTS = [reads_go_where_asked, read_your_writes, pipelined_read_your_writes, scatter_on_standby, standby_killed_and_back, switchover,
          two_primaries_refused]
 
 if __name__ == "__main__":
