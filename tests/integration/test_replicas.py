@@ -18,7 +18,11 @@ instance, without replicas. The proxy runs with `reads: primary`, health checks 
   banned (splitpoint_host_bans_total); restarted, it serves reads again;
 - planned switchover with the shard listed as `hosts: [P, R]` and writers running:
   PAUSE s0, stop P, promote R, RESUME s0: no client error, no acknowledged write lost,
-  writes land on R (the new primary); P, rebuilt as a standby of R, serves reads again.
+  writes land on R (the new primary); P, rebuilt as a standby of R, serves reads again;
+- unplanned failover: the primary killed (immediate shutdown) under writers and the
+  standby (synchronous) promoted: only statements in flight fail (08006), writes
+  resume within moves.max_hold, no acknowledged write lost;
+- two hosts out of recovery: writes refused with SPH01.
 """
 # test-timeout: 300
 
@@ -105,7 +109,7 @@ def wait_until(pred, secs, what):
         if v:
             return v
         time.sleep(0.1)
-    raise AssertionError(f"timed out after {secs}s waiting for {what}")
+    raise AssertionError(f"timed out after {secs}s waiting for {what() if callable(what) else what}")
 
 
 def standby_ready():
@@ -315,31 +319,34 @@ def standby_killed_and_back():
     c.close()
 
 
-def switchover():
-    """hosts: [P, R] (either may be primary); writers running; planned switchover."""
-    global P_PORT, R_PORT, P_DIR, R_DIR
-    PROXY.reload(config(f"hosts: [ 127.0.0.1:{P_PORT}, 127.0.0.1:{R_PORT} ]"))
-    wait_until(lambda: hosts().get(("s0", P_PORT), [None] * 4)[3] == "primary"
-               and hosts().get(("s0", R_PORT), [None] * 4)[3] == "standby", 20, f"both hosts checked: {hosts()}")
-    stop = threading.Event()
-    acked, errors, lock = [], [], threading.Lock()
+class Writers:
+    """Threads inserting unique ids through the proxy (a new connection after an error),
+    recording what was acknowledged and every error."""
 
-    def writer(n):
-        c = None
-        i = 0
-        while not stop.is_set():
-            k = 100000 + n * 100000 + i
+    def __init__(self, base, n=4):
+        self.base, self.stop_event = base, threading.Event()
+        self.acked, self.errors, self.lock = [], [], threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(n)]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def run(self, n):
+        c, i = None, 0
+        while not self.stop_event.is_set():
+            k = self.base + n * 100000 + i
+            i += 1
             try:
                 if c is None:
                     c = PROXY.connect(DB)
-                c.cursor().execute("INSERT INTO kv VALUES (%s, 'sw')", (k,))
-                with lock:
-                    acked.append(k)
-                i += 1
+                c.cursor().execute("INSERT INTO kv VALUES (%s, 'w')", (k,))
+                with self.lock:
+                    self.acked.append(k)
             except psycopg2.Error as e:
-                with lock:
-                    errors.append(f"{k}: {e.pgcode} {str(e).strip()}")
-                i += 1
+                with self.lock:
+                    self.errors.append((e.pgcode, f"{k}: {str(e).strip()}"))
                 try:
                     c.close()
                 except Exception:  # noqa: BLE001
@@ -349,34 +356,27 @@ def switchover():
         if c:
             c.close()
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    try:
-        time.sleep(1.0)
-        t0 = time.monotonic()
-        admin("PAUSE s0")
-        pg("pg_stop", P_DIR)
-        pg("pg_promote", R_DIR)
-        wait_until(lambda: hosts()[("s0", R_PORT)][3] == "primary", 20, f"R seen as primary: {hosts()}")
-        admin("RESUME s0")
-        n0 = len(acked)
-        wait_until(lambda: len(acked) > n0 + 50, 20, "writes after the switchover")
-        took = time.monotonic() - t0
-        time.sleep(1.0)
-    finally:
-        stop.set()
-        for t in threads:
+    def stop(self):
+        self.stop_event.set()
+        for t in self.threads:
             t.join(30)
-    assert not errors, f"{len(errors)} client errors during the switchover: {errors[:5]}"
-    on_r = {r[0] for r in direct(R_PORT, "SELECT id FROM kv WHERE id >= 100000")}
-    on_s1 = {r[0] for r in direct(sptest.PG_PORTS[0], "SELECT id FROM kv WHERE id >= 100000", db=SHARED.name)}
-    missing = [k for k in acked if k not in on_r and k not in on_s1]
-    assert not missing, f"{len(missing)} acknowledged writes lost, e.g. {missing[:5]}"
-    assert PROXY.metric("splitpoint_failovers_total", {"shard": "s0"}) >= 1
-    print(f"     switchover: {len(acked)} writes acknowledged, none lost, no client error; "
-          f"writes resumed {took:.1f} s after PAUSE")
-    # The old primary comes back as a standby of the new one and serves reads again.
+
+    def wait_for_more(self, n, secs, what):
+        n0 = len(self.acked)
+        wait_until(lambda: len(self.acked) > n0 + n, secs, what)
+
+    def check_nothing_lost(self, primary_port):
+        on_primary = {r[0] for r in direct(primary_port, "SELECT id FROM kv WHERE id >= %s", (self.base,))}
+        on_s1 = {r[0] for r in direct(sptest.PG_PORTS[0], "SELECT id FROM kv WHERE id >= %s", (self.base,),
+                                      db=SHARED.name)}
+        missing = [k for k in self.acked if k not in on_primary and k not in on_s1]
+        assert not missing, f"{len(missing)} acknowledged writes lost, e.g. {missing[:5]}"
+
+
+def rebuild_old_primary_as_standby():
+    """The old primary (P) comes back as a standby of the new one (R) and serves reads;
+    then the names swap: P is the primary again, R the standby."""
+    global P_PORT, R_PORT, P_DIR, R_DIR
     subprocess.run(["rm", "-rf", os.path.join(P_DIR, "data")], check=True)
     pg("pg_replica", R_DIR, P_DIR, str(P_PORT))
     wait_until(lambda: hosts()[("s0", P_PORT)][3] == "standby", 30, f"P seen as a standby: {hosts()}")
@@ -387,9 +387,75 @@ def switchover():
     assert got is True
     assert one(cur, "/* splitpoint: shard=s0 */ SELECT pg_is_in_recovery(), inet_server_port()") == (False, R_PORT)
     c.close()
-    # From here on P is the primary and R the standby again, by name.
     P_PORT, R_PORT = R_PORT, P_PORT
     P_DIR, R_DIR = R_DIR, P_DIR
+
+
+def switchover():
+    """hosts: [P, R] (either may be primary); writers running; planned switchover."""
+    PROXY.reload(config(f"hosts: [ 127.0.0.1:{P_PORT}, 127.0.0.1:{R_PORT} ]"))
+    wait_until(lambda: hosts().get(("s0", P_PORT), [None] * 4)[3] == "primary"
+               and hosts().get(("s0", R_PORT), [None] * 4)[3] == "standby", 20, f"both hosts checked: {hosts()}")
+    w = Writers(100000).start()
+    try:
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        admin("PAUSE s0")
+        pg("pg_stop", P_DIR)
+        pg("pg_promote", R_DIR)
+        wait_until(lambda: hosts()[("s0", R_PORT)][3] == "primary", 20, f"R seen as primary: {hosts()}")
+        admin("RESUME s0")
+        w.wait_for_more(50, 20, "writes after the switchover")
+        took = time.monotonic() - t0
+        time.sleep(1.0)
+    finally:
+        w.stop()
+    assert not w.errors, f"{len(w.errors)} client errors during the switchover: {w.errors[:5]}"
+    w.check_nothing_lost(R_PORT)
+    assert PROXY.metric("splitpoint_failovers_total", {"shard": "s0"}) >= 1
+    print(f"     switchover: {len(w.acked)} writes acknowledged, none lost, no client error; "
+          f"writes resumed {took:.1f} s after PAUSE")
+    rebuild_old_primary_as_standby()
+
+
+def unplanned_failover():
+    """The primary killed (immediate shutdown) under writers, the standby promoted: only
+    the statements in flight at that moment fail (their connection broke), the next ones
+    wait for the new primary and succeed; nothing acknowledged is lost. (With
+    synchronous replication: asynchronously, what the standby had not received when the
+    primary died is lost by PostgreSQL whatever the proxy does.)"""
+    c = sptest.superuser(P_PORT)
+    c.cursor().execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+    c.cursor().execute("ALTER SYSTEM SET synchronous_commit = on")
+    c.cursor().execute("SELECT pg_reload_conf()")
+
+    def sync_state():
+        cur = c.cursor()
+        cur.execute("SELECT sync_state FROM pg_stat_replication")
+        return cur.fetchall() == [("sync",)]
+    wait_until(sync_state, 10, "the standby synchronous")
+    c.close()
+    failovers = PROXY.metric("splitpoint_failovers_total", {"shard": "s0"})
+    w = Writers(1000000).start()
+    try:
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        pg("pg_kill", P_DIR)
+        pg("pg_promote", R_DIR)
+        w.wait_for_more(50, 20, "writes after the failover")
+        took = time.monotonic() - t0
+        time.sleep(0.5)
+    finally:
+        w.stop()
+    w.check_nothing_lost(R_PORT)
+    codes = sorted({code for code, _ in w.errors})
+    assert set(codes) <= {"08006", "57P01", None}, f"unexpected errors: {w.errors[:5]}"
+    assert len(w.errors) <= 2 * len(w.threads), f"{len(w.errors)} errors for 4 writers: {w.errors[:8]}"
+    assert took < 8.0, f"writes resumed {took:.1f} s after the kill (moves.max_hold 8s)"
+    assert PROXY.metric("splitpoint_failovers_total", {"shard": "s0"}) > failovers
+    print(f"     unplanned failover: {len(w.acked)} writes acknowledged, none lost; {len(w.errors)} statements "
+          f"in flight failed ({', '.join(str(c) for c in codes)}); writes resumed {took:.1f} s after the kill")
+    rebuild_old_primary_as_standby()
 
 
 def two_primaries_refused():
@@ -407,8 +473,8 @@ def two_primaries_refused():
         c.close()
 
 
-TESTS = [reads_go_where_asked, read_your_writes, pipelined_read_your_writes, scatter_on_standby, standby_killed_and_back, switchover,
-         two_primaries_refused]
+TESTS = [reads_go_where_asked, read_your_writes, pipelined_read_your_writes, scatter_on_standby, standby_killed_and_back,
+         switchover, unplanned_failover, two_primaries_refused]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS, setup, teardown, watch=lambda: [PROXY] if PROXY else []))
