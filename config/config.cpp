@@ -902,9 +902,75 @@ LoadResult Loader::run(const YAML::Node& root) {
   return result;
 }
 
+// yaml-cpp 0.7 (Debian 12's) never returns, allocating without bound, from a ','
+// outside any flow collection where a node would start — at the start of the file, of
+// a line, after "- ", or after a quoted scalar ("', x", "- a\n, b", "'x' , y"; found by
+// tests/fuzz's config_fuzz). Such a ',' is invalid YAML anyway (a plain scalar cannot
+// start with an indicator), so it is refused here first: the position of the first one,
+// or nullopt. A ',' inside a plain scalar ("a: b, c"), in quotes, a comment, a flow
+// collection or a block scalar is left to yaml-cpp.
+std::optional<ConfigError> stray_flow_entry(std::string_view text) {
+  int depth = 0;                       // [ and { open
+  std::size_t block_indent = std::string_view::npos;  // inside a | or > scalar: its parent's indent
+  int line = 1;
+  for (std::size_t pos = 0; pos < text.size(); ++line) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view l = text.substr(pos, end - pos);
+    pos = end + 1;
+    const std::size_t indent = l.find_first_not_of(' ');
+    if (block_indent != std::string_view::npos) {
+      if (indent == std::string_view::npos || indent > block_indent) continue;  // the scalar's text
+      block_indent = std::string_view::npos;
+    }
+    char prev = 0;  // the last character that is not a space, on this line (0: none)
+    char quote = 0;
+    std::size_t token = 0;  // where the line's last word starts (a block scalar's | or >)
+    for (std::size_t i = 0; i < l.size(); ++i) {
+      const char c = l[i];
+      if (quote) {
+        if (c == quote && !(quote == '"' && i > 0 && l[i - 1] == '\\')) {
+          quote = 0;
+          prev = c;
+        }
+        continue;
+      }
+      if (c == '#' && (i == 0 || l[i - 1] == ' ' || l[i - 1] == '\t')) break;
+      if ((c == '\'' || c == '"') && (prev == 0 || prev == ':' || prev == '-' || prev == '?' || prev == ',' ||
+                                       prev == '[' || prev == '{')) {
+        quote = c;
+        continue;
+      }
+      if (c == '[' || c == '{') ++depth;
+      if ((c == ']' || c == '}') && depth > 0) --depth;
+      if (c == ',' && depth == 0 &&
+          (prev == 0 || prev == '-' || prev == '?' || prev == ':' || prev == '\'' || prev == '"' || prev == ']' ||
+           prev == '}'))
+        return ConfigError{line, "YAML syntax error at column " + std::to_string(i + 1) +
+                                     ": ',' outside a flow collection ([...] or {...})"};
+      if (c != ' ' && c != '\t') {
+        if (prev == 0 || l[i - 1] == ' ' || l[i - 1] == '\t') token = i;
+        prev = c;
+      }
+    }
+    // "key: |", "- >-", "key: |2+": the lines after it, more indented, are its text.
+    if (depth == 0 && !quote && prev != 0 && (l[token] == '|' || l[token] == '>')) {
+      std::size_t e = l.find_first_of(" \t#", token);
+      const std::string_view word = l.substr(token, e == std::string_view::npos ? l.size() - token : e - token);
+      if (word.find_first_not_of("-+0123456789", 1) == std::string_view::npos) block_indent = indent;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 LoadResult load_string(std::string_view yaml) {
+  if (auto e = stray_flow_entry(yaml)) {
+    LoadResult result;
+    result.errors.push_back(std::move(*e));
+    return result;
+  }
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(std::string(yaml));

@@ -747,3 +747,25 @@ TEST_CASE("replicas, hosts, reads and health checks (SPEC 10)", "[config]") {
   expect_one_error("shards:\n  - { name: s0, replicas: [ { port: 1 } ] }\n", 2, "host");
   expect_one_error("shards:\n  - { name: s0 }\nhealth: { every: 1s }\n", 3, "health.every: unknown key");
 }
+
+TEST_CASE("a ',' outside a flow collection is refused before yaml-cpp sees it", "[config][errors]") {
+  // yaml-cpp 0.7 never returns from these (found by tests/fuzz/config_fuzz).
+  for (const char* text : {", { name: s2 } ]\n", ",\n", " , x\n", "# c\n, x\n", "shards:\n  - { name: s0 }\n, x\n",
+                           "- a\n, b\n", "'x' , y\n", "a: \"q\" ,\n"}) {
+    INFO(text);
+    const LoadResult r = load_string(text);
+    CHECK_FALSE(r.config);
+    REQUIRE(r.errors.size() == 1);
+    CHECK_THAT(r.errors[0].message, Catch::Matchers::Contains("',' outside a flow collection"));
+  }
+  // Commas that are no such thing still load.
+  auto r = load_string(
+      "shards:\n  - { name: s0, port: 5433 }   # a, comment\n  - name: s1\n    password: 'x, y'\n"
+      "    user: \"a,\"\nreference_tables: [a,\n  b]\nunlisted_tables: reference\nlog_level: info\n"
+      "users:\n  - name: u\n    password: |\n      , not yaml\n      a, b\n");
+  INFO(describe(r));
+  REQUIRE(r.config);
+  CHECK(r.config->reference_tables == std::vector<std::string>{"a", "b"});
+  CHECK(r.config->shards[1].password == "x, y");
+  CHECK(r.config->users[0].password == ", not yaml\na, b\n");
+}
