@@ -903,15 +903,17 @@ LoadResult Loader::run(const YAML::Node& root) {
 }
 
 // yaml-cpp 0.7 (Debian 12's) never returns, allocating without bound, from a ','
-// outside any flow collection where a node would start — at the start of the file, of
-// a line, after "- ", or after a quoted scalar ("', x", "- a\n, b", "'x' , y"; found by
-// tests/fuzz's config_fuzz). Such a ',' is invalid YAML anyway (a plain scalar cannot
-// start with an indicator), so it is refused here first: the position of the first one,
-// or nullopt. A ',' inside a plain scalar ("a: b, c"), in quotes, a comment, a flow
-// collection or a block scalar is left to yaml-cpp.
+// outside any flow collection where a node would start: at the start of a line, after
+// "- ", "? " or ": ", after a quoted scalar, a tag, an anchor or an alias (", x",
+// "- a\n, b", "'x' , y", "!, x"; found by tests/fuzz's config_fuzz). Such a ',' is
+// invalid YAML anyway (a plain scalar cannot start with an indicator), so it is refused
+// here first: the position of the first one, or nullopt. A ',' inside a plain scalar
+// ("a: b, c"), in quotes, a comment, a flow collection or a block scalar is left to
+// yaml-cpp.
 std::optional<ConfigError> stray_flow_entry(std::string_view text) {
-  int depth = 0;                       // [ and { open
+  int depth = 0;                                      // [ and { open
   std::size_t block_indent = std::string_view::npos;  // inside a | or > scalar: its parent's indent
+  char quote = 0;                                     // inside a quoted scalar (may span lines)
   int line = 1;
   for (std::size_t pos = 0; pos < text.size(); ++line) {
     std::size_t end = text.find('\n', pos);
@@ -923,41 +925,48 @@ std::optional<ConfigError> stray_flow_entry(std::string_view text) {
       if (indent == std::string_view::npos || indent > block_indent) continue;  // the scalar's text
       block_indent = std::string_view::npos;
     }
-    char prev = 0;  // the last character that is not a space, on this line (0: none)
-    char quote = 0;
-    std::size_t token = 0;  // where the line's last word starts (a block scalar's | or >)
+    bool node_start = depth == 0 && !quote;  // the next token may start a node
+    bool scalar = false;                     // inside a plain scalar
     for (std::size_t i = 0; i < l.size(); ++i) {
       const char c = l[i];
+      const char next = i + 1 < l.size() ? l[i + 1] : ' ';
       if (quote) {
-        if (c == quote && !(quote == '"' && i > 0 && l[i - 1] == '\\')) {
-          quote = 0;
-          prev = c;
-        }
+        if (c == '\\' && quote == '"') ++i;
+        else if (c == quote && !(quote == '\'' && next == '\'')) quote = 0, node_start = depth == 0;
+        else if (c == '\'' && quote == '\'') ++i;
         continue;
       }
+      if (c == ' ' || c == '\t') continue;
       if (c == '#' && (i == 0 || l[i - 1] == ' ' || l[i - 1] == '\t')) break;
-      if ((c == '\'' || c == '"') && (prev == 0 || prev == ':' || prev == '-' || prev == '?' || prev == ',' ||
-                                       prev == '[' || prev == '{')) {
-        quote = c;
+      if (depth > 0) {  // flow context: commas separate entries
+        if (c == '[' || c == '{') ++depth;
+        if (c == ']' || c == '}') node_start = --depth == 0;
+        if (c == '\'' || c == '"') quote = c;
         continue;
       }
-      if (c == '[' || c == '{') ++depth;
-      if ((c == ']' || c == '}') && depth > 0) --depth;
-      if (c == ',' && depth == 0 &&
-          (prev == 0 || prev == '-' || prev == '?' || prev == ':' || prev == '\'' || prev == '"' || prev == ']' ||
-           prev == '}'))
+      if (scalar) {  // a plain scalar runs to ": " (then a value may start) or the line's end
+        if (c == ':' && (next == ' ' || next == '\t')) scalar = false, node_start = true;
+        continue;
+      }
+      if (c == ',' && node_start)
         return ConfigError{line, "YAML syntax error at column " + std::to_string(i + 1) +
                                      ": ',' outside a flow collection ([...] or {...})"};
-      if (c != ' ' && c != '\t') {
-        if (prev == 0 || l[i - 1] == ' ' || l[i - 1] == '\t') token = i;
-        prev = c;
+      if ((c == '-' || c == '?' || c == ':') && (next == ' ' || next == '\t' || i + 1 == l.size())) {
+        node_start = true;
+      } else if (c == '!' || c == '&' || c == '*') {  // a tag, an anchor or an alias, up to a space or ','
+        while (i + 1 < l.size() && l[i + 1] != ' ' && l[i + 1] != '\t' && l[i + 1] != ',') ++i;
+        node_start = true;
+      } else if (c == '\'' || c == '"') {
+        quote = c;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if (c == '|' || c == '>') {  // "key: |", "- >-", "key: |2+": the more indented lines are its text
+        block_indent = indent;
+        break;
+      } else {
+        scalar = true;
+        node_start = false;
       }
-    }
-    // "key: |", "- >-", "key: |2+": the lines after it, more indented, are its text.
-    if (depth == 0 && !quote && prev != 0 && (l[token] == '|' || l[token] == '>')) {
-      std::size_t e = l.find_first_of(" \t#", token);
-      const std::string_view word = l.substr(token, e == std::string_view::npos ? l.size() - token : e - token);
-      if (word.find_first_not_of("-+0123456789", 1) == std::string_view::npos) block_indent = indent;
     }
   }
   return std::nullopt;

@@ -7,6 +7,7 @@
 // protocols (unless it does not parse) and again from the cache (the property
 // tests/unit's router_fixture checks by hand).
 // Build and run: tests/fuzz/run
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -42,7 +43,8 @@ void same(const Route& a, const Route& b, const char* what) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1 || size > 4096) return 0;
   const std::uint8_t flags = data[0];
-  const std::string sql(reinterpret_cast<const char*>(data + 1), size - 1);
+  std::string sql(reinterpret_cast<const char*>(data + 1), size - 1);
+  sql.resize(std::min(sql.size(), sql.find('\0')));  // the wire's Query/Parse text is a C string
   const bool standard = (flags & 1) == 0;
   routing::SessionRouting session;
   session.standard_conforming_strings = standard;

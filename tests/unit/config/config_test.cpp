@@ -751,7 +751,8 @@ TEST_CASE("replicas, hosts, reads and health checks (SPEC 10)", "[config]") {
 TEST_CASE("a ',' outside a flow collection is refused before yaml-cpp sees it", "[config][errors]") {
   // yaml-cpp 0.7 never returns from these (found by tests/fuzz/config_fuzz).
   for (const char* text : {", { name: s2 } ]\n", ",\n", " , x\n", "# c\n, x\n", "shards:\n  - { name: s0 }\n, x\n",
-                           "- a\n, b\n", "'x' , y\n", "a: \"q\" ,\n"}) {
+                           "- a\n, b\n", "'x' , y\n", "a: \"q\" ,\n", "!, x\n", "&a , x\n", "- *a , b\n",
+                           "a: 'it''s' , x\n"}) {
     INFO(text);
     const LoadResult r = load_string(text);
     CHECK_FALSE(r.config);
@@ -762,10 +763,13 @@ TEST_CASE("a ',' outside a flow collection is refused before yaml-cpp sees it", 
   auto r = load_string(
       "shards:\n  - { name: s0, port: 5433 }   # a, comment\n  - name: s1\n    password: 'x, y'\n"
       "    user: \"a,\"\nreference_tables: [a,\n  b]\nunlisted_tables: reference\nlog_level: info\n"
-      "users:\n  - name: u\n    password: |\n      , not yaml\n      a, b\n");
+      "users:\n  - name: u\n    password: |\n      , not yaml\n      a, b\n"
+      "distributions:\n  - name: d\n    method: list\n    lists: { s0: [\"a,b\", 'c'',d'] }\n"
+      "    tables: { t: k }   # t, k\n");
   INFO(describe(r));
   REQUIRE(r.config);
   CHECK(r.config->reference_tables == std::vector<std::string>{"a", "b"});
   CHECK(r.config->shards[1].password == "x, y");
   CHECK(r.config->users[0].password == ", not yaml\na, b\n");
+  CHECK(r.config->distributions[0].lists[0].values == std::vector<std::string>{"a,b", "c',d"});
 }
