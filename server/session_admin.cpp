@@ -116,7 +116,12 @@ void show_config(const config::Config& c, std::string& out) {
   t.row({"tls", c.tls ? "on" : "off"});
   t.row({"users", std::to_string(c.users.size())});
   std::vector<std::string> shards;
-  for (auto& s : c.shards) shards.push_back(s.name);
+  for (auto& s : c.shards) {
+    std::string hosts;  // (SPEC §10) its hosts, when more than one
+    if (s.all_hosts().size() > 1)
+      for (auto& h : s.all_hosts()) hosts += (hosts.empty() ? " (" : ", ") + h.host + ":" + std::to_string(h.port);
+    shards.push_back(s.name + (hosts.empty() ? "" : hosts + ")"));
+  }
   t.row({"shards", join(shards)});
   for (auto& d : c.distributions) {
     const char* methods[] = {"hash", "range", "list"};
@@ -138,6 +143,11 @@ void show_config(const config::Config& c, std::string& out) {
   t.row({"moves.poll", dur(c.moves.poll)});
   t.row({"moves.lease", dur(c.moves.lease)});
   t.row({"moves.verify", c.moves.verify ? "on" : "off"});
+  t.row({"reads", c.reads == config::Reads::replica ? "replica" : "primary"});
+  t.row({"max_replica_lag", dur(c.max_replica_lag)});
+  t.row({"health.interval", dur(c.health.interval)});
+  t.row({"health.timeout", dur(c.health.timeout)});
+  t.row({"health.ban", dur(c.health.ban)});
   t.row({"timeouts.client_login", dur(c.timeouts.client_login)});
   t.row({"timeouts.client_idle", dur(c.timeouts.client_idle)});
   t.row({"timeouts.server_connect", dur(c.timeouts.server_connect)});

@@ -186,6 +186,9 @@ def reads_go_where_asked():
     for _ in range(20):
         assert one(cur, "SELECT pg_is_in_recovery() FROM kv WHERE id = %s", (S0_KEYS[0],))[0] is True
     assert PROXY.metric("splitpoint_queries_total", {"target": "replica"}) - before >= 20
+    settings = dict(admin("SHOW CONFIG"))
+    assert settings["reads"] == "primary" and settings["max_replica_lag"] == "1000ms", settings
+    assert settings["health.interval"] == "200ms" and f"127.0.0.1:{R_PORT}" in settings["shards"], settings
     # Not for a standby: row locks, sequences, a transaction block.
     assert one(cur, "SELECT pg_is_in_recovery() FROM kv WHERE id = %s FOR UPDATE", (S0_KEYS[0],))[0] is False
     assert one(cur, "/* splitpoint: shard=s0 */ SELECT nextval('seq'), pg_is_in_recovery()")[1] is False
