@@ -99,8 +99,11 @@ void Move::connect() {
   if (!dist_ || !src || !tgt) throw Abort("the configuration no longer has its distribution or shards");
   src_ = std::make_unique<pqxx::connection>(shard_dsn(cfg_, cfg_.shards[*src]));
   tgt_ = std::make_unique<pqxx::connection>(shard_dsn(cfg_, cfg_.shards[*tgt]));
-  exec(*src_, "SET client_min_messages = warning");
-  exec(*tgt_, "SET client_min_messages = warning");
+  // If this proxy dies, PostgreSQL ends its statements within a second instead of
+  // running them to completion (a long count on the source would hold its lock, and
+  // the other proxy's roll back queues DROP TRIGGER, and every reader, behind it).
+  for (auto* c : {src_.get(), tgt_.get()})
+    exec(*c, "SET client_min_messages = warning; SET client_connection_check_interval = 1000");
 }
 
 // The distribution's tables that exist on the source, their key types, and the
@@ -448,7 +451,19 @@ void Move::drop_subscription() {
 
 void Move::drop_fences() {
   for (std::size_t i = 0; i < tables_.size(); ++i) {
-    exec(*src_, "DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, tables_[i].name));
+    // DROP TRIGGER takes the table's ACCESS EXCLUSIVE lock: while it waits, every
+    // statement on the table waits behind it. So it waits half a second at a time.
+    const std::string drop = "DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, tables_[i].name);
+    for (int attempt = 0;; ++attempt) {
+      try {
+        exec(*src_, attempt < 20 ? "SET lock_timeout = 500; " + drop + "; RESET lock_timeout" : drop);
+        break;
+      } catch (const pqxx::sql_error& e) {
+        exec(*src_, "RESET lock_timeout");
+        if (e.sqlstate() != "55P03") throw;  // lock_not_available
+        cat_.nap(200ms);
+      }
+    }
     exec(*src_, "DROP FUNCTION IF EXISTS splitpoint." + name_ + "_fence_" + std::to_string(i) + "()");
   }
 }
