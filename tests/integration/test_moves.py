@@ -91,13 +91,7 @@ def shards():
 
 def direct(i, sql, params=None):
     port, db = shards()[i]
-    c = sptest.connect(port, db, "postgres", "postgres")
-    try:
-        cur = c.cursor()
-        cur.execute(sql, params)
-        return cur.fetchall() if cur.description else None
-    finally:
-        c.close()
+    return sptest.query(port, db, sql, params, "postgres", "postgres")
 
 
 def admin(proxy, sql):

@@ -57,13 +57,7 @@ def pg(*args, extra_conf=None):
 
 
 def direct(port, sql, args=None, db=None):
-    c = sptest.connect(port, db or DB)
-    try:
-        cur = c.cursor()
-        cur.execute(sql, args)
-        return cur.fetchall() if cur.description else None
-    finally:
-        c.close()
+    return sptest.query(port, db or DB, sql, args)
 
 
 def config(s0_hosts):

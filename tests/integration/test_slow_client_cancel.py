@@ -110,14 +110,6 @@ def wait_running(marker, within=10):
                    f"query /* {marker} */ running on PostgreSQL")
 
 
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def send_cancel(port, pid, secret):
     with socket.create_connection((HOST, port), timeout=10) as s:
         s.sendall(pgwire.cancel_request(pid, secret))
@@ -135,7 +127,7 @@ def slow_client_does_not_block_others():
     marker = f"slow_reader_{os.getpid()}"
     with login(MAIN) as warm:  # pool and parameters initialised before measuring
         assert warm.scalar("SELECT 1") == "1"
-    rss_before = rss_kb(MAIN.proc.pid)
+    rss_before = sptest.rss_kb(MAIN.proc.pid)
     a = login(MAIN)
     a.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
     try:
@@ -156,7 +148,7 @@ def slow_client_does_not_block_others():
         print(f"     B: 200 queries in {time.monotonic() - t0:.2f}s while A was stalled")
         with direct() as d:
             assert ("active", "ClientWrite") in activity(d, marker), "A's query finished although A never read"
-        grown = rss_kb(MAIN.proc.pid) - rss_before
+        grown = sptest.rss_kb(MAIN.proc.pid) - rss_before
         print(f"     proxy RSS grew by {grown} kB while holding back a 50 MB result")
         assert grown < 30 * 1024, f"proxy RSS grew by {grown} kB: it buffers the result of a client that does not read"
     finally:

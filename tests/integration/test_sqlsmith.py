@@ -24,14 +24,6 @@ import sptest  # noqa: E402
 ROUNDS = [(1, 1500), (2, 1500), (3, 1500)]  # (seed, queries)
 
 
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def main():
     dbs = sptest.Databases("sm")
     for i in range(2):
@@ -78,7 +70,7 @@ def main():
             if not proxy.alive():
                 failures.append(f"the proxy died during seed {seed}: {proxy.state()}")
                 break
-            sizes.append(rss_kb(proxy.proc.pid))
+            sizes.append(sptest.rss_kb(proxy.proc.pid))
         print(f"     proxy RSS after each round: {', '.join(f'{s // 1024} MB' for s in sizes)}")
         if len(sizes) == len(ROUNDS) and sizes[-1] - sizes[0] > 32 * 1024:
             failures.append(f"RSS grew from {sizes[0]} kB to {sizes[-1]} kB")

@@ -226,15 +226,29 @@ class Proxy:
         return metric_value(text, name, labels or {})
 
 
-def admin(port, sql, user="admin", password="adminpw"):
-    """One admin console command (database splitpoint); its rows, or None."""
-    c = connect(port, "splitpoint", user, password)
+def query(port, db, sql, params=None, user="app", password="secret"):
+    """One statement on a connection of its own (autocommit); its rows, or None."""
+    c = connect(port, db, user, password)
     try:
         cur = c.cursor()
-        cur.execute(sql)
+        cur.execute(sql, params)
         return cur.fetchall() if cur.description else None
     finally:
         c.close()
+
+
+def admin(port, sql, user="admin", password="adminpw"):
+    """One admin console command (database splitpoint); its rows, or None."""
+    return query(port, "splitpoint", sql, None, user, password)
+
+
+def rss_kb(pid):
+    """VmRSS of a running process in kB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
 
 
 def metric_value(text, name, labels):
