@@ -16,6 +16,7 @@
 
 #include "protocol/framing.hpp"
 #include "server/asio.hpp"
+#include "server/frontend.hpp"
 #include "server/input_buffer.hpp"
 
 namespace splitpoint::server {
@@ -34,7 +35,9 @@ struct BackendTarget {
 
 using ParameterList = std::vector<std::pair<std::string, std::string>>;
 
-class Backend {
+// BackendState (server/frontend.hpp): its transaction status, prepared statements and
+// session state as the session's bookkeeping sees them.
+class Backend : public BackendState {
  public:
   Backend(tcp::socket socket, tcp protocol) : socket(std::move(socket)), protocol(protocol) {}
 
@@ -46,21 +49,6 @@ class Backend {
   ParameterList parameters;          // ParameterStatus seen at start-up
   std::size_t host = 0;              // BackendTarget::host_index of its pool
 
-  char status = 'I';                 // transaction status of the last ReadyForQuery
-  // Inside the session's transaction: how many of its savepoints (Session::savepoints_,
-  // from the outermost) this connection has; 0 outside a transaction.
-  std::size_t savepoints = 0;
-  // Session state last applied (hash of the session's SET script); 0 = unknown.
-  std::uint64_t applied_state = 0;
-  // Set when a session-mode client left it: the next user runs DISCARD ALL first.
-  bool needs_discard = false;
-  // Server-side names of the prepared statements this connection holds.
-  std::unordered_set<std::string> prepared;
-  // SQL-level prepared statements here (PREPARE name): name -> which PREPARE it was
-  // (Session's token), so another session's statement of the same name is replaced.
-  std::unordered_map<std::string, std::uint64_t> sql_prepared;
-  // Which session's unnamed statement is currently parsed here: (session id, parse seq).
-  std::pair<std::uint64_t, std::uint64_t> unnamed_owner{0, 0};
   // When it last went back to its pool (Pool::take_idle).
   std::chrono::steady_clock::time_point released_at{};
   // A CancelRequest was sent while a session held it: never give it to another

@@ -70,14 +70,14 @@ void ScatterRead::take_combine(ParallelAcquire& acquiring) {
   auto r = acquiring.take(shards_.size(), waited);
   if (!r) return;
   if (!r->backend) {
-    combine_sh_.state = Shard::State::missing;
-    combine_sh_.status = "error";
-    combine_sh_.error = "unreachable: " + r->message;
+    combining_.sh.state = Shard::State::missing;
+    combining_.sh.status = "error";
+    combining_.sh.error = "unreachable: " + r->message;
     return;
   }
-  combine_sh_.borrowed = std::move(r->backend);
-  combine_sh_.b = combine_sh_.borrowed.get();
-  s_.add_scatter_cancel_target(combine_sh_.b, combine_sh_.index);
+  combining_.sh.borrowed = std::move(r->backend);
+  combining_.sh.b = combining_.sh.borrowed.get();
+  s_.add_scatter_cancel_target(combining_.sh.b, combining_.sh.index);
 }
 
 // Every pull in one go: one Query (simple protocol) or one Sync, so the shard answers
@@ -101,11 +101,11 @@ void ScatterRead::encode_pulls(std::string& out, std::size_t shard) const {
 }
 
 awaitable<void> ScatterRead::combine() {
-  const std::string where = s_.pools_[combine_sh_.index]->target().shard;
-  if (!combine_sh_.b) {
+  const std::string where = s_.pools_[combining_.sh.index]->target().shard;
+  if (!combining_.sh.b) {
     co_return fail(sqlstate::scatter_incomplete,
                    "the combine database (shard " + where + ") is missing: " +
-                       (combine_sh_.error.empty() ? "no connection within the deadline" : combine_sh_.error));
+                       (combining_.sh.error.empty() ? "no connection within the deadline" : combining_.sh.error));
   }
   if (std::all_of(shards_.begin(), shards_.end(), [](auto& sh) { return sh.state == Shard::State::missing; }))
     co_return fail(sqlstate::scatter_incomplete, "no shard answered: " + missing_text());
@@ -114,11 +114,11 @@ awaitable<void> ScatterRead::combine() {
                    "multi-shard statement incomplete, partial results denied; missing: " + missing_text());
   s_.metrics_.combines.add();
   std::string out;
-  combine_sh_.skip_ready = s_.sync_backend_state(*combine_sh_.b, out, false);
+  combining_.sh.skip_ready = s_.sync_backend_state(*combining_.sh.b, out, false);
   std::string begin = "BEGIN";
   for (const auto& p : combine_->pulls) begin += "; " + p.create_sql;
   proto::Query{begin}.encode(out);
-  combine_open_ = true;
+  combining_.open = true;
   if (!co_await combine_command(std::move(out))) co_return;
   for (std::size_t k = 0; k < combine_->pulls.size(); ++k)
     if (!co_await pull_into(k)) co_return;
@@ -131,19 +131,19 @@ awaitable<void> ScatterRead::combine() {
 // Sends `out` to the combine database and reads its answers to the ReadyForQuery of the
 // last statement; an error there fails the statement with that error.
 awaitable<bool> ScatterRead::combine_command(std::string out) {
-  combine_sh_.finished = false;
+  combining_.sh.finished = false;
   if (!co_await write_combine(out)) co_return false;
   bool ok = true;
   char type = 0;
   for (;;) {
-    if (!co_await next_message(combine_sh_, type)) {
+    if (!co_await next_message(combining_.sh, type)) {
       combine_lost();
       co_return false;
     }
-    if (combine_sh_.finished) break;
+    if (combining_.sh.finished) break;
     if (type == 'E' && ok) {
       ok = false;
-      failure_body_ = frame_body_;
+      failure_.body = frame_body_;
       fail("", error_text(frame_body_));
     }
   }
@@ -152,7 +152,7 @@ awaitable<bool> ScatterRead::combine_command(std::string out) {
 
 awaitable<bool> ScatterRead::write_combine(std::string& bytes) {
   if (bytes.empty()) co_return true;
-  auto [ec, n] = co_await asio::async_write(combine_sh_.b->socket, asio::buffer(bytes), use_nothrow);
+  auto [ec, n] = co_await asio::async_write(combining_.sh.b->socket, asio::buffer(bytes), use_nothrow);
   bytes.clear();
   if (!ec) co_return true;
   combine_lost();
@@ -160,9 +160,9 @@ awaitable<bool> ScatterRead::write_combine(std::string& bytes) {
 }
 
 void ScatterRead::combine_lost() {
-  mark_missing(combine_sh_, timed_out_ ? "timeout" : "error", timed_out_ ? "deadline passed" : "connection lost");
-  fail(sqlstate::scatter_incomplete, "the combine database (shard " + s_.pools_[combine_sh_.index]->target().shard +
-                                         ") is missing: " + combine_sh_.error);
+  mark_missing(combining_.sh, reads_.timed_out ? "timeout" : "error", reads_.timed_out ? "deadline passed" : "connection lost");
+  fail(sqlstate::scatter_incomplete, "the combine database (shard " + s_.pools_[combining_.sh.index]->target().shard +
+                                         ") is missing: " + combining_.sh.error);
 }
 
 // Pull `k` from every shard still running into its temporary table: one COPY, the
@@ -182,12 +182,12 @@ awaitable<bool> ScatterRead::pull_into(std::size_t k) {
     // PostgreSQL takes CopyData before it answers the COPY: what was sent is dropped.
     proto::CopyFail{"the statement failed"}.encode(copy);
   }
-  const std::string failure = failure_, code = failure_code_;
+  const std::string failure = failure_.message, code = failure_.code;
   const bool copied = co_await combine_command(std::move(copy));
   if (!ok) {  // the first failure is the statement's, not CopyFail's echo
-    failure_ = failure;
-    failure_code_ = code;
-    failure_body_.clear();
+    failure_.message = failure;
+    failure_.code = code;
+    failure_.body.clear();
   }
   co_return ok && copied;
 }
@@ -198,8 +198,8 @@ awaitable<bool> ScatterRead::copy_rows_of(Shard& sh, std::string& copy) {
   char type = 0;
   for (;;) {
     if (!co_await next_message(sh, type) || sh.finished) {
-      mark_missing(sh, timed_out_ ? "timeout" : "error",
-                   timed_out_ ? "deadline passed" : sh.finished ? "no result" : "connection lost");
+      mark_missing(sh, reads_.timed_out ? "timeout" : "error",
+                   reads_.timed_out ? "deadline passed" : sh.finished ? "no result" : "connection lost");
       break;
     }
     if (type == 'E') {
@@ -212,7 +212,7 @@ awaitable<bool> ScatterRead::copy_rows_of(Shard& sh, std::string& copy) {
     }
     if (type != 'D') continue;
     ++sh.rows;
-    if (++combine_rows_ > max_rows) {
+    if (++combining_.rows > max_rows) {
       fail(sqlstate::scatter_buffer_limit, "the combine step would move more than scatter.max_combine_rows (" +
                                                std::to_string(max_rows) + ") rows");
       co_return false;
@@ -245,24 +245,24 @@ awaitable<void> ScatterRead::run_combine_query() {
     proto::Execute{"", 0}.encode(out);
     proto::encode_sync(out);
   }
-  combine_sh_.finished = false;
+  combining_.sh.finished = false;
   if (!co_await write_combine(out)) co_return;
   char type = 0;
   for (;;) {
-    if (!co_await next_message(combine_sh_, type)) {
+    if (!co_await next_message(combining_.sh, type)) {
       combine_lost();
       co_return;
     }
-    if (combine_sh_.finished) break;
-    if (!failure_.empty()) continue;  // to its ReadyForQuery
+    if (combining_.sh.finished) break;
+    if (!failure_.message.empty()) continue;  // to its ReadyForQuery
     if (type == 'E') {
-      failure_body_ = frame_body_;
+      failure_.body = frame_body_;
       fail("", error_text(frame_body_));
       out_.clear();  // PostgreSQL's error replaces what was not sent yet
     } else if (type == 'T' && req_.describe) {
       proto::Writer(out_, 'T').bytes(frame_body_).finish();
     } else if (type == 'D' && req_.emit_rows) {
-      ++combine_sh_.rows;
+      ++combining_.sh.rows;
       proto::Writer(out_, 'D').bytes(frame_body_).finish();
       if (out_.size() >= kCopyFlushBytes) {
         if (co_await s_.stream_.write(out_)) s_.closing_ = true;
@@ -270,7 +270,7 @@ awaitable<void> ScatterRead::run_combine_query() {
         if (s_.closing_) co_return;
       }
     } else if (type == 'C') {
-      combine_tag_ = frame_body_.substr(0, frame_body_.find('\0'));
+      combining_.tag = frame_body_.substr(0, frame_body_.find('\0'));
     }
   }
 }
@@ -278,28 +278,28 @@ awaitable<void> ScatterRead::run_combine_query() {
 // COMMIT (ROLLBACK after a failure) drops the temporary tables; the connection goes
 // back to its pool unless it broke or was left inside a transaction.
 awaitable<void> ScatterRead::end_combine() {
-  if (combine_sh_.b && combine_open_ && combine_sh_.state != Shard::State::missing) {
+  if (combining_.sh.b && combining_.open && combining_.sh.state != Shard::State::missing) {
     std::string out;
-    proto::Query{failure_.empty() ? "COMMIT" : "ROLLBACK"}.encode(out);
-    const std::string failure = failure_, code = failure_code_, body = failure_body_;
+    proto::Query{failure_.message.empty() ? "COMMIT" : "ROLLBACK"}.encode(out);
+    const std::string failure = failure_.message, code = failure_.code, body = failure_.body;
     co_await combine_command(std::move(out));
     if (!failure.empty()) {  // the statement's own failure stays the one reported
-      failure_ = failure;
-      failure_code_ = code;
-      failure_body_ = body;
+      failure_.message = failure;
+      failure_.code = code;
+      failure_.body = body;
     }
   }
-  if (combine_sh_.borrowed) {
-    const bool reusable = combine_sh_.state != Shard::State::missing && combine_sh_.b->status == 'I';
-    if (combine_sh_.state == Shard::State::missing && combine_sh_.b) {
+  if (combining_.sh.borrowed) {
+    const bool reusable = combining_.sh.state != Shard::State::missing && combining_.sh.b->status == 'I';
+    if (combining_.sh.state == Shard::State::missing && combining_.sh.b) {
       // Still running (the deadline passed): cancel it, never hand it to anyone.
-      combine_sh_.b->cancel_sent = true;
-      const auto& target = s_.pools_[combine_sh_.index]->target();
-      co_await send_cancel(target.host, target.port, combine_sh_.b->process_id, combine_sh_.b->secret_key,
+      combining_.sh.b->cancel_sent = true;
+      const auto& target = s_.pools_[combining_.sh.index]->target();
+      co_await send_cancel(target.host, target.port, combining_.sh.b->process_id, combining_.sh.b->secret_key,
                            s_.runtime_->config.timeouts.server_connect);
     }
-    s_.give_back(combine_sh_.index, std::move(combine_sh_.borrowed), reusable);
-    combine_sh_.b = nullptr;
+    s_.give_back(combining_.sh.index, std::move(combining_.sh.borrowed), reusable);
+    combining_.sh.b = nullptr;
   }
 }
 

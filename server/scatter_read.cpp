@@ -53,17 +53,17 @@ awaitable<bool> ScatterRead::run() {
     co_await describe();
     start_merge();
     if (wants_combine_) {  // nothing was sent to the client: the shards are let go
-      stream_done_ = true;
+      reads_.stream_done = true;
       s_.clear_scatter_cancel_targets();
-      timer_->cancel();
+      reads_.timer->cancel();
       co_await clean_up();
       co_return !s_.closing_;
     }
-    if (failure_.empty()) co_await stream();
+    if (failure_.message.empty()) co_await stream();
   }
-  stream_done_ = true;
+  reads_.stream_done = true;
   s_.clear_scatter_cancel_targets();
-  timer_->cancel();
+  reads_.timer->cancel();
   if (combine_) co_await end_combine();
   co_await answer();
   co_await clean_up();
@@ -100,10 +100,10 @@ routing::ScatterOptions scatter_options(const Runtime& rt, const routing::Route&
 awaitable<bool> ScatterRead::plan() {
   auto o = scatter_options(*s_.runtime_, route_, shapes_used_);
   auto& shapes = s_.runtime_->shapes;
-  splan_ = shapes->scatter_plans().plan(req_.sql, o, s_.routing_.standard_conforming_strings);
+  splan_ = shapes->scatter_plans().plan(req_.sql, o, s_.settings_.routing.standard_conforming_strings);
   // A combine step pulls less and aggregates on the shards when it knows the tables.
   if (!splan_->missing_shapes.empty() && co_await s_.fetch_shapes(splan_->missing_shapes))
-    splan_ = shapes->scatter_plans().plan(req_.sql, o, s_.routing_.standard_conforming_strings);
+    splan_ = shapes->scatter_plans().plan(req_.sql, o, s_.settings_.routing.standard_conforming_strings);
   if (splan_->error) {
     co_await s_.reject(splan_->error->sqlstate, splan_->error->message, req_.extended);
     co_return false;
@@ -137,8 +137,8 @@ awaitable<bool> ScatterRead::acquire() {
   shards_.resize(targets.size());
   // A binary COPY needs the shards' values in binary: its statement goes out in the
   // extended protocol, every visible column in binary.
-  shard_extended_ = req_.extended || copy_binary_;
-  result_formats_ = copy_binary_ ? std::vector<std::int16_t>(1, 1) : req_.result_formats;
+  shard_stmt_.extended = req_.extended || copy_binary_;
+  shard_stmt_.result_formats = copy_binary_ ? std::vector<std::int16_t>(1, 1) : req_.result_formats;
   auto& metrics = s_.metrics_;
   {
     auto ex = co_await asio::this_coro::executor;
@@ -155,12 +155,12 @@ awaitable<bool> ScatterRead::acquire() {
     }
     // The combine database's connection is one more, acquired with the others.
     if (combine_) {
-      combine_sh_.index = s_.runtime_->config.scatter.combine_shard;
-      acquiring.start(shards_.size(), s_.pools_[combine_sh_.index]);
+      combining_.sh.index = s_.runtime_->config.scatter.combine_shard;
+      acquiring.start(shards_.size(), s_.pools_[combining_.sh.index]);
     }
     for (;;) {
       const bool all_acquired = acquiring.pending() == 0;  // before the pass below takes them
-      if (combine_ && !combine_sh_.b) take_combine(acquiring);
+      if (combine_ && !combining_.sh.b) take_combine(acquiring);
       for (std::size_t i = 0; i < shards_.size(); ++i) {
         auto& sh = shards_[i];
         Clock::duration waited{};
@@ -185,11 +185,11 @@ awaitable<bool> ScatterRead::acquire() {
           sh.borrowed = std::move(r->backend);
           sh.b = sh.borrowed.get();
         }
-        if (sh.state != Shard::State::running || !sh.b || sh.sent || !prepare_error_.empty()) continue;
-        if (!prepared_ && !combine_) co_await prepare(*sh.b);
-        if (prepare_error_.empty()) co_await send_statement(sh);
+        if (sh.state != Shard::State::running || !sh.b || sh.sent || !shard_stmt_.prepare_error.empty()) continue;
+        if (!shard_stmt_.prepared && !combine_) co_await prepare(*sh.b);
+        if (shard_stmt_.prepare_error.empty()) co_await send_statement(sh);
       }
-      if ((all_acquired && acquiring.pending() == 0) || Clock::now() >= deadline_ || !prepare_error_.empty()) break;
+      if ((all_acquired && acquiring.pending() == 0) || Clock::now() >= deadline_ || !shard_stmt_.prepare_error.empty()) break;
       co_await acquiring.wait();
     }
     for (auto& sh : shards_) {
@@ -201,11 +201,11 @@ awaitable<bool> ScatterRead::acquire() {
       if (sh.index < kMaxShards) metrics.shards[sh.index].missing[static_cast<std::size_t>(MissingReason::timeout)].add();
     }
   }  // connections acquired after this point go back to their pools
-  if (prepare_error_.empty()) co_return true;
+  if (shard_stmt_.prepare_error.empty()) co_return true;
   s_.clear_scatter_cancel_targets();
   for (auto& sh : shards_)
     if (sh.borrowed) s_.give_back(sh.index, std::move(sh.borrowed), true);
-  co_await s_.reject(sqlstate::cannot_merge, prepare_error_, req_.extended);
+  co_await s_.reject(sqlstate::cannot_merge, shard_stmt_.prepare_error, req_.extended);
   co_return false;
 }
 
@@ -213,21 +213,21 @@ awaitable<bool> ScatterRead::acquire() {
 // columns, text for hidden ones; with binary results that needs the column count) and
 // the database's collation.
 awaitable<void> ScatterRead::prepare(Backend& b) {
-  prepared_ = true;
+  shard_stmt_.prepared = true;
   const bool any_binary =
       std::any_of(req_.result_formats.begin(), req_.result_formats.end(), [](auto f) { return f != 0; });
   if ((req_.extended && any_binary) || copy_binary_) {
     auto ncols = co_await s_.describe_columns(plan_->shard_sql, req_.param_types, &b);
     if (!ncols) {
-      prepare_error_ = "cannot describe the multi-shard statement";
+      shard_stmt_.prepare_error = "cannot describe the multi-shard statement";
       co_return;
     }
-    shard_formats_ = plan_->shard_result_formats(result_formats_, *ncols);
+    shard_stmt_.formats = plan_->shard_result_formats(shard_stmt_.result_formats, *ncols);
   }
   if (s_.runtime_->shapes->collation().empty()) {
     auto row = co_await first_row_on(b, kDatabaseCollationQuery, s_.limits_);
     if (!row) {
-      prepare_error_ = "cannot read the database's collation";
+      shard_stmt_.prepare_error = "cannot read the database's collation";
       co_return;
     }
     s_.runtime_->shapes->set_collation(database_collation(row));
@@ -242,12 +242,12 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
   if (!combine_) hidden = s_.hide_foreign_rows(sh.index, route_, plan_->shard_sql);
   if (combine_) {
     encode_pulls(out, sh.index);
-  } else if (!shard_extended_) {
+  } else if (!shard_stmt_.extended) {
     proto::Query{hidden ? *hidden : plan_->shard_sql}.encode(out);
   } else {
     proto::Parse parse{"", hidden ? *hidden : plan_->shard_sql, req_.param_types};
     parse.encode(out);
-    req_.bind(shard_formats_).encode(out);
+    req_.bind(shard_stmt_.formats).encode(out);
     proto::Describe{'P', ""}.encode(out);
     proto::Execute{"", 0}.encode(out);
     proto::encode_sync(out);
@@ -265,10 +265,10 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
 
 // The deadline interrupts the reads of shards still running (next_message sees it).
 void ScatterRead::arm_deadline(const asio::any_io_executor& ex) {
-  timer_ = std::make_unique<asio::steady_timer>(ex, deadline_);
-  timer_->async_wait([this, self = s_.shared_from_this()](error_code ec) {
-    if (ec || stream_done_) return;  // (ec first: after a cancel this object may be gone)
-    timed_out_ = true;
+  reads_.timer = std::make_unique<asio::steady_timer>(ex, deadline_);
+  reads_.timer->async_wait([this, self = s_.shared_from_this()](error_code ec) {
+    if (ec || reads_.stream_done) return;  // (ec first: after a cancel this object may be gone)
+    reads_.timed_out = true;
     for (auto* sh : all_shards()) {
       if (sh->state != Shard::State::running || !sh->b) continue;
       error_code ignored;
@@ -282,7 +282,7 @@ void ScatterRead::arm_deadline(const asio::any_io_executor& ex) {
 // still running already hold is read (up to scatter.max_buffered_rows rows each); after
 // that nothing more is read and a shard whose answer is incomplete is missing.
 awaitable<void> ScatterRead::settle_running() {
-  settled_ = true;
+  reads_.settled = true;
   for (auto& o : shards_)
     if (o.state == Shard::State::running && o.b && o.sent && !o.finished)
       co_await read_finished_response(*o.b, o.consumed, o.skip_ready + 1,
@@ -296,8 +296,8 @@ awaitable<bool> ScatterRead::next_message(Shard& sh, char& type) {
                                  s_.limits_);
     if (r.status == proto::FrameStatus::error) co_return false;
     if (r.status == proto::FrameStatus::need_more) {
-      if (timed_out_ && !stream_done_) {
-        if (settled_) co_return false;
+      if (reads_.timed_out && !reads_.stream_done) {
+        if (reads_.settled) co_return false;
         co_await settle_running();
         continue;
       }
@@ -305,7 +305,7 @@ awaitable<bool> ScatterRead::next_message(Shard& sh, char& type) {
       sh.consumed = 0;
       if (b->read_buf.size() > 0 && b->read_buf.capacity() > (1u << 20)) b->read_buf.shrink_to_fit();
       if (co_await read_into(b->socket, b->read_buf, 65536)) {
-        if (timed_out_ && !stream_done_) continue;  // the timer interrupted this read
+        if (reads_.timed_out && !reads_.stream_done) continue;  // the timer interrupted this read
         co_return false;
       }
       continue;
@@ -354,19 +354,19 @@ void ScatterRead::rejected(Shard& sh) {
 // when every missing shard rejected it (a division by zero, a type error: what one
 // PostgreSQL would have said); SPS01 is for shards that are down, late or unreachable.
 void ScatterRead::prefer_shard_error() {
-  if (failure_code_ != sqlstate::scatter_incomplete || !failure_body_.empty()) return;
+  if (failure_.code != sqlstate::scatter_incomplete || !failure_.body.empty()) return;
   const Shard* first = nullptr;
   for (const auto& sh : shards_) {
     if (sh.state != Shard::State::missing) continue;
     if (sh.error_body.empty()) return;
     if (!first) first = &sh;
   }
-  if (first) failure_body_ = first->error_body;
+  if (first) failure_.body = first->error_body;
 }
 
 void ScatterRead::fail(std::string_view code, std::string message) {
-  failure_code_ = std::string(code);
-  failure_ = std::move(message);
+  failure_.code = std::string(code);
+  failure_.message = std::move(message);
 }
 
 std::string ScatterRead::missing_text() const {
@@ -395,7 +395,7 @@ awaitable<void> ScatterRead::describe() {
     char type = 0;
     for (;;) {
       if (!co_await next_message(sh, type)) {
-        mark_missing(sh, timed_out_ ? "timeout" : "error", timed_out_ ? "deadline passed" : "connection lost");
+        mark_missing(sh, reads_.timed_out ? "timeout" : "error", reads_.timed_out ? "deadline passed" : "connection lost");
         break;
       }
       if (sh.finished) {
@@ -428,10 +428,10 @@ void ScatterRead::start_merge() {
     if (sh.state == Shard::State::running && sh.fields && !same_columns(*sh.fields, *first_->fields))
       fail(sqlstate::cannot_merge,
            "shards disagree on the result columns (shard " + s_.pools_[sh.index]->target().shard + ")");
-  if (failure_.empty() && any_missing() && !allow_partial_)
+  if (failure_.message.empty() && any_missing() && !allow_partial_)
     fail(sqlstate::scatter_incomplete,
          "multi-shard statement incomplete, partial results denied; missing: " + missing_text());
-  if (!failure_.empty()) return;
+  if (!failure_.message.empty()) return;
   routing::MergerOptions mo;
   mo.max_buffered_rows = s_.runtime_->config.scatter.max_buffered_rows;
   mo.collation = s_.runtime_->shapes->collation();
@@ -530,7 +530,7 @@ awaitable<bool> ScatterRead::feed(std::size_t i) {
   if (sh.state != Shard::State::running) {
     // Missing before the merge started (down, failed, past the deadline).
   } else if (!co_await next_message(sh, type) || sh.finished) {
-    mark_missing(sh, timed_out_ ? "timeout" : "error", timed_out_ ? "deadline passed" : "connection lost");
+    mark_missing(sh, reads_.timed_out ? "timeout" : "error", reads_.timed_out ? "deadline passed" : "connection lost");
   } else if (type == 'D') {
     ++sh.rows;
     merger_->push(i, frame_body_);
@@ -556,47 +556,47 @@ awaitable<bool> ScatterRead::feed(std::size_t i) {
 
 awaitable<void> ScatterRead::answer() {
   prefer_shard_error();
-  if (!failure_body_.empty()) {  // the combine database's own error, every field of it
-    auto f = proto::ErrorFields::decode(failure_body_);
+  if (!failure_.body.empty()) {  // the combine database's own error, every field of it
+    auto f = proto::ErrorFields::decode(failure_.body);
     s_.metrics_.error(f ? f->get('C') : std::string_view(sqlstate::internal_error));
-    proto::Writer(out_, 'E').bytes(failure_body_).finish();
+    proto::Writer(out_, 'E').bytes(failure_.body).finish();
   }
-  if (!failure_.empty()) {
-    if (failure_body_.empty()) {
-      s_.metrics_.error(failure_code_);
-      proto::ErrorFields::make("ERROR", failure_code_, failure_).encode(out_, 'E');
+  if (!failure_.message.empty()) {
+    if (failure_.body.empty()) {
+      s_.metrics_.error(failure_.code);
+      proto::ErrorFields::make("ERROR", failure_.code, failure_.message).encode(out_, 'E');
     }
-    if (s_.client_txn_ != 'I') {
+    if (s_.fe_.client_txn != 'I') {
       // As in PostgreSQL the block is failed now, though the shards that answered
       // do not know: the proxy answers 25P02 until ROLLBACK.
-      s_.client_txn_ = 'E';
-      s_.proxy_failed_txn_ = true;
+      s_.fe_.client_txn = 'E';
+      s_.fe_.proxy_failed_txn = true;
     }
-    if (req_.extended) s_.skip_until_sync_ = true;
+    if (req_.extended) s_.fe_.skip_until_sync = true;
   } else if (req_.emit_rows && copy_formatter_) {
     if (auto t = copy_formatter_->trailer(); !t.empty()) proto::CopyData{t}.encode(out_);
     proto::encode_copy_done(out_);
     proto::CommandComplete{"COPY " + std::to_string(merger_->rows_emitted())}.encode(out_);
   } else if (req_.emit_rows && combine_) {
-    proto::CommandComplete{combine_tag_}.encode(out_);
+    proto::CommandComplete{combining_.tag}.encode(out_);
   } else if (req_.emit_rows) {
     proto::CommandComplete{"SELECT " + std::to_string(merger_->rows_emitted())}.encode(out_);
   }
-  if (!req_.extended) proto::ReadyForQuery{s_.client_txn_}.encode(out_);
+  if (!req_.extended) proto::ReadyForQuery{s_.fe_.client_txn}.encode(out_);
   if (!s_.closing_ && !out_.empty() && co_await s_.stream_.write(out_)) s_.closing_ = true;
 }
 
 // Every shard is read to its ReadyForQuery before its connection goes back to the pool;
 // anything that fails to drain is closed.
 awaitable<void> ScatterRead::clean_up() {
-  s_.last_scatter_.clear();
+  s_.scatter_.last.clear();
   for (auto& sh : shards_) {
     bool reusable = sh.b != nullptr;
     if (sh.b && !sh.finished) co_await drain_shard(sh, reusable);
     if (sh.state == Shard::State::missing && !sh.b) reusable = false;
-    if (sh.b && sh.b->status != 'I' && !s_.held_[sh.index] && s_.client_txn_ == 'I') reusable = false;
+    if (sh.b && sh.b->status != 'I' && !s_.held_[sh.index] && s_.fe_.client_txn == 'I') reusable = false;
     auto elapsed = (sh.done_at == Clock::time_point{} ? Clock::now() : sh.done_at) - started_;
-    s_.last_scatter_.push_back({s_.pools_[sh.index]->target().shard, sh.status,
+    s_.scatter_.last.push_back({s_.pools_[sh.index]->target().shard, sh.status,
                                 sh.state == Shard::State::missing ? 0 : sh.rows,
                                 std::chrono::duration<double, std::milli>(elapsed).count(), sh.error,
                                 sh.b ? s_.host_label(sh.index, sh.b->host) : std::string()});
@@ -614,11 +614,11 @@ awaitable<void> ScatterRead::clean_up() {
   }
   for (std::size_t i = 0; i < s_.pools_.size(); ++i)
     if (std::none_of(shards_.begin(), shards_.end(), [i](const Shard& sh) { return sh.index == i; }))
-      s_.last_scatter_.push_back({s_.pools_[i]->target().shard, "skipped", 0, 0.0, ""});
+      s_.scatter_.last.push_back({s_.pools_[i]->target().shard, "skipped", 0, 0.0, ""});
   if (combine_) {  // the combine step is one more row (SPEC §4.1)
-    auto& c = combine_sh_;
+    auto& c = combining_.sh;
     const bool missing = c.state == Shard::State::missing;
-    s_.last_scatter_.push_back({s_.pools_[c.index]->target().shard + " (combine)", missing ? c.status : "ok",
+    s_.scatter_.last.push_back({s_.pools_[c.index]->target().shard + " (combine)", missing ? c.status : "ok",
                                 c.rows, std::chrono::duration<double, std::milli>(Clock::now() - started_).count(),
                                 missing ? c.error : ""});
   }

@@ -91,7 +91,7 @@ class ScatterRead {
   std::vector<Shard*> all_shards() {
     std::vector<Shard*> v;
     for (auto& sh : shards_) v.push_back(&sh);
-    if (combine_) v.push_back(&combine_sh_);
+    if (combine_) v.push_back(&combining_.sh);
     return v;
   }
   awaitable<bool> acquire();
@@ -147,28 +147,37 @@ class ScatterRead {
   const routing::CombinePlan* combine_ = nullptr;  // the combine step (scatter_combine.cpp)
   // acquire()
   std::vector<Shard> shards_;
-  std::vector<std::int16_t> shard_formats_;
-  bool shard_extended_ = false;
-  std::vector<std::int16_t> result_formats_;
-  bool prepared_ = false;
-  std::string prepare_error_;
+  // what the shards are sent
+  struct ShardStatement {
+    std::vector<std::int16_t> formats;         // result formats asked of the shards (merge plan)
+    bool extended = false;                     // sent with Parse/Bind (parameters, binary COPY)
+    std::vector<std::int16_t> result_formats;  // of the client's answer
+    bool prepared = false;
+    std::string prepare_error;
+  } shard_stmt_;
   // the deadline and the reads
-  std::unique_ptr<asio::steady_timer> timer_;
-  bool timed_out_ = false;
-  bool stream_done_ = false;
-  bool settled_ = false;
+  struct Reads {
+    std::unique_ptr<asio::steady_timer> timer;
+    bool timed_out = false;
+    bool stream_done = false;
+    bool settled = false;
+  } reads_;
   std::string frame_body_;
   // the answer
   std::string out_;  // for the client
   const Shard* first_ = nullptr;
-  std::string failure_;  // the statement fails as a whole: SQLSTATE and message
-  std::string failure_code_;
-  std::string failure_body_;  // ... or with the combine database's own ErrorResponse
+  // The statement fails as a whole: SQLSTATE and message, or the combine database's own
+  // ErrorResponse.
+  struct Failure {
+    std::string message, code, body;
+  } failure_;
   // the combine step
-  Shard combine_sh_;            // the combine database's connection (index: its shard)
-  std::uint64_t combine_rows_ = 0;
-  std::string combine_tag_;     // the combine query's CommandComplete
-  bool combine_open_ = false;   // BEGIN sent: COMMIT or ROLLBACK owed
+  struct Combining {
+    Shard sh;                // the combine database's connection (index: its shard)
+    std::uint64_t rows = 0;
+    std::string tag;         // the combine query's CommandComplete
+    bool open = false;       // BEGIN sent: COMMIT or ROLLBACK owed
+  } combining_;
   std::unique_ptr<routing::Merger> merger_;
   std::optional<routing::CopyOutFormatter> copy_formatter_;
   bool warned_ = false;

@@ -1,4 +1,5 @@
 #include "server/session.hpp"
+#include "server/admin_console.hpp"
 
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
@@ -85,8 +86,8 @@ Session::Session(Server& server, Worker& worker, tcp::socket socket)
   stream_.count_bytes(&metrics_.bytes_in, &metrics_.bytes_out);
   error_code ec;
   auto ep = stream_.socket().remote_endpoint(ec);
-  if (!ec) peer_ = ep.address().to_string() + ":" + std::to_string(ep.port());
-  connected_unix_ = std::chrono::duration_cast<std::chrono::seconds>(
+  if (!ec) who_.peer = ep.address().to_string() + ":" + std::to_string(ep.port());
+  who_.connected_unix = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch()).count();
   limits_.max_message_size = runtime_->config.max_message_size;
   worker_.sessions.insert(this);
@@ -94,9 +95,9 @@ Session::Session(Server& server, Worker& worker, tcp::socket socket)
 
 Session::~Session() {
   worker_.sessions.erase(this);
-  if (cancel_pid_) server_.cancels().remove(cancel_pid_);
-  if (counted_) server_.client_count().fetch_sub(1);
-  if (logged_in_) {
+  if (who_.cancel_pid) server_.cancels().remove(who_.cancel_pid);
+  if (who_.counted) server_.client_count().fetch_sub(1);
+  if (who_.logged_in) {
     metrics_.clients.add(-1);
     server_.unregister_session(id_);
   }
@@ -111,15 +112,19 @@ awaitable<void> Session::run() {
   asio::steady_timer login_timer(ex, runtime_->config.timeouts.client_login);
   login_timer.async_wait([this, self](error_code ec) {
     if (ec) return;
-    login_timed_out_ = true;
+    idle_.login_timed_out = true;
     stream_.close();
   });
   bool ok = co_await login();
   login_timer.cancel();
-  if (login_timed_out_) spdlog::info("[{}] closed: login timeout", id_);
-  // (Not `co_await (admin_ ? a() : b())`: GCC 12 destroys the wrong temporary.)
-  if (ok && admin_) co_await serve_admin();
-  else if (ok) co_await serve();
+  if (idle_.login_timed_out) spdlog::info("[{}] closed: login timeout", id_);
+  // (Not `co_await (who_.admin ? a() : b())`: GCC 12 destroys the wrong temporary.)
+  if (ok && who_.admin) {
+    AdminConsole console(*this);
+    co_await console.serve();
+  } else if (ok) {
+    co_await serve();
+  }
   co_await detach_for_exit();
   stream_.close();
 }
@@ -223,9 +228,9 @@ awaitable<bool> Session::take_startup(const proto::StartupMessage& startup) {
 
   for (auto& [k, v] : startup.parameters) {
     if (k == "user") {
-      user_ = v;
+      who_.user = v;
     } else if (k == "database") {
-      database_ = v;
+      who_.database = v;
     } else if (k == "replication") {
       co_await send_error("FATAL", sqlstate::feature_not_supported, "splitpoint does not support replication connections",
                           false);
@@ -240,14 +245,14 @@ awaitable<bool> Session::take_startup(const proto::StartupMessage& startup) {
       set_startup_param(k, v);
     }
   }
-  if (user_.empty()) {
+  if (who_.user.empty()) {
     co_await send_error("FATAL", sqlstate::invalid_authorization, "no PostgreSQL user name specified in startup packet",
                         false);
     co_return false;
   }
-  if (database_.empty()) database_ = user_;
+  if (who_.database.empty()) who_.database = who_.user;
 
-  counted_ = true;
+  who_.counted = true;
   auto clients = server_.client_count().fetch_add(1) + 1;
   if (clients > static_cast<std::int64_t>(runtime_->config.max_client_connections)) {
     co_await send_error("FATAL", sqlstate::too_many_connections, "sorry, too many clients already", false);
@@ -264,7 +269,7 @@ awaitable<bool> Session::take_startup(const proto::StartupMessage& startup) {
 // After authentication: the pools, the server's settings and the client's, the
 // cancel key, and the client's ReadyForQuery.
 awaitable<bool> Session::greet() {
-  for (auto& shard : runtime_->shards) pools_.push_back(shard->get(user_, client_password_, database_));
+  for (auto& shard : runtime_->shards) pools_.push_back(shard->get(who_.user, who_.password, who_.database));
   held_.resize(pools_.size());
   ryw_.resize(pools_.size());
   auto params = pools_.front()->server_parameters();
@@ -280,32 +285,32 @@ awaitable<bool> Session::greet() {
     pools_.front()->release(std::move(r.backend), true);
   }
 
-  rebuild_state_script();
+  settings_.rebuild_script();
   // The client's own settings: a bad value fails the login as PostgreSQL fails it, and
   // the reported values are the server's spelling of them ("sql,dmy" -> "SQL, DMY").
   ParameterList reported = *params;
-  if (!startup_params_.empty()) {
-    if (auto known = pools_.front()->startup_parameters(state_script_)) {
+  if (!settings_.startup.empty()) {
+    if (auto known = pools_.front()->startup_parameters(settings_.script)) {
       reported = std::move(*known);
     } else {
       if (!co_await apply_startup_params(reported)) co_return false;
-      pools_.front()->remember_startup_parameters(state_script_, reported);
+      pools_.front()->remember_startup_parameters(settings_.script, reported);
     }
   }
-  cancel_pid_ = server_.cancels().add(shared_from_this());
-  RAND_bytes(reinterpret_cast<unsigned char*>(&cancel_secret_), sizeof cancel_secret_);
+  who_.cancel_pid = server_.cancels().add(shared_from_this());
+  RAND_bytes(reinterpret_cast<unsigned char*>(&who_.cancel_secret), sizeof who_.cancel_secret);
 
   std::string out;
   proto::Authentication{}.encode(out);  // AuthenticationOk
   for (auto& [name, value] : reported) {
     proto::ParameterStatus{name, value}.encode(out);
-    if (name == "standard_conforming_strings") routing_.standard_conforming_strings = value != "off";
+    if (name == "standard_conforming_strings") settings_.routing.standard_conforming_strings = value != "off";
   }
-  proto::BackendKeyData{cancel_pid_, cancel_secret_}.encode(out);
+  proto::BackendKeyData{who_.cancel_pid, who_.cancel_secret}.encode(out);
   proto::ReadyForQuery{'I'}.encode(out);
   if (co_await stream_.write(out)) co_return false;
-  spdlog::debug("[{}] login user={} database={}", id_, user_, database_);
-  logged_in_ = true;
+  spdlog::debug("[{}] login user={} database={}", id_, who_.user, who_.database);
+  who_.logged_in = true;
   metrics_.clients.add(1);
   server_.register_session(id_, shared_from_this());
   co_return true;
@@ -318,7 +323,7 @@ awaitable<bool> Session::login() {
   if (!taken) co_return false;
   const bool authenticated = co_await authenticate();
   if (!authenticated) co_return false;
-  if (database_ == kAdminDatabase) co_return co_await admin_login();
+  if (who_.database == kAdminDatabase) co_return co_await admin_login();
   co_return co_await greet();
 }
 
@@ -326,23 +331,23 @@ awaitable<bool> Session::login() {
 // PostgreSQL (options are read after the packet's own parameters).
 void Session::set_startup_param(std::string name, std::string value) {
   for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (auto& [k, v] : startup_params_)
+  for (auto& [k, v] : settings_.startup)
     if (k == name) {
       v = std::move(value);
       return;
     }
-  startup_params_.emplace_back(std::move(name), std::move(value));
+  settings_.startup.emplace_back(std::move(name), std::move(value));
 }
 
 // Runs the startup parameters on a backend and reads back the values of those the
 // server reports (ParameterStatus), in its spelling. False: the login failed (sent).
 awaitable<bool> Session::apply_startup_params(ParameterList& reported) {
-  std::string sql = "RESET ALL;" + state_script_ + "SELECT ";
+  std::string sql = "RESET ALL;" + settings_.script + "SELECT ";
   std::vector<std::size_t> read;  // indices into `reported`
   for (std::size_t i = 0; i < reported.size(); ++i) {
     std::string lower = reported[i].first;
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    for (auto& kv : startup_params_)
+    for (auto& kv : settings_.startup)
       if (kv.first == lower) {
         sql += (read.empty() ? "" : ", ") + std::string("pg_catalog.current_setting(") +
                quote_literal(reported[i].first) + ")";
@@ -403,12 +408,12 @@ awaitable<std::optional<std::string>> Session::read_password_message(std::string
 
 awaitable<bool> Session::authenticate() {
   const auto& cfg = runtime_->config;
-  const UserAuth* user = runtime_->find_user(user_);
-  if (user) client_password_ = user->plaintext;
+  const UserAuth* user = runtime_->find_user(who_.user);
+  if (user) who_.password = user->plaintext;
   auto fail = [this]() -> awaitable<bool> {
-    spdlog::info("[{}] closed: authentication failed for user {}", id_, user_);
+    spdlog::info("[{}] closed: authentication failed for user {}", id_, who_.user);
     co_await send_error("FATAL", sqlstate::invalid_password,
-                        "password authentication failed for user \"" + user_ + "\"", false);
+                        "password authentication failed for user \"" + who_.user + "\"", false);
     co_return false;
   };
   std::string out;
@@ -432,10 +437,10 @@ awaitable<bool> Session::authenticate() {
         auto v = proto::scram::make_verifier(pw->password, user->scram->salt, user->scram->iterations);
         good = equal_secret(v.stored_key, user->scram->stored_key);
       } else if (!user->md5.empty()) {
-        good = equal_secret(proto::md5::verifier(user_, pw->password), user->md5);
+        good = equal_secret(proto::md5::verifier(who_.user, pw->password), user->md5);
       }
       if (!good) co_return co_await fail();
-      client_password_ = std::string(pw->password);
+      who_.password = std::string(pw->password);
       co_return true;
     }
     case config::AuthMethod::md5: {
@@ -467,7 +472,7 @@ awaitable<bool> Session::authenticate() {
       }
       std::optional<proto::scram::Verifier> verifier;
       if (user && user->scram) verifier = user->scram;
-      proto::scram::ServerExchange exchange(verifier, fake_scram_secret(), user_);
+      proto::scram::ServerExchange exchange(verifier, fake_scram_secret(), who_.user);
       auto first = exchange.handle_client_first(*init->data);
       if (!first) {
         co_await send_error("FATAL", sqlstate::protocol_violation, "malformed SCRAM message", false);
@@ -502,48 +507,48 @@ awaitable<bool> Session::authenticate() {
 Session::ClientInfo Session::info() const {
   ClientInfo i;
   i.id = id_;
-  i.user = user_;
-  i.database = database_;
-  i.address = peer_;
-  i.connected_unix = connected_unix_;
-  i.state = admin_ ? "admin" : active_.load(std::memory_order_relaxed) ? "active" : "idle";
+  i.user = who_.user;
+  i.database = who_.database;
+  i.address = who_.peer;
+  i.connected_unix = who_.connected_unix;
+  i.state = who_.admin ? "admin" : active_.load(std::memory_order_relaxed) ? "active" : "idle";
   return i;
 }
 
 void Session::set_cancel_target(Backend* b, std::size_t shard) {
-  std::lock_guard lock(cancel_mu_);
-  cancel_backend_ = b;
+  std::lock_guard lock(cancel_.mu);
+  cancel_.backend = b;
   if (b) {
     const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);  // (a standby's, SPEC §10)
-    cancel_host_ = e.host;
-    cancel_port_ = e.port;
+    cancel_.host = e.host;
+    cancel_.port = e.port;
   }
 }
 
 void Session::add_scatter_cancel_target(Backend* b, std::size_t shard) {
   const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);
-  std::lock_guard lock(cancel_mu_);
-  scatter_cancel_.push_back({b, e.host, e.port});
+  std::lock_guard lock(cancel_.mu);
+  cancel_.scatter.push_back({b, e.host, e.port});
 }
 
 void Session::clear_scatter_cancel_targets() {
-  std::lock_guard lock(cancel_mu_);
-  scatter_cancel_.clear();
+  std::lock_guard lock(cancel_.mu);
+  cancel_.scatter.clear();
 }
 
 void Session::request_cancel(std::int32_t secret) {
   // The backend the pump reads from, or every backend of a multi-shard statement.
   std::vector<std::tuple<std::string, std::uint16_t, std::int32_t, std::int32_t>> to;
   {
-    std::lock_guard lock(cancel_mu_);
-    if (secret != cancel_secret_) return;
+    std::lock_guard lock(cancel_.mu);
+    if (secret != who_.cancel_secret) return;
     auto add = [&](Backend* b, const std::string& host, std::uint16_t port) {
       // From now on this backend is never handed to another client.
       b->cancel_sent = true;
       to.emplace_back(host, port, b->process_id, b->secret_key);
     };
-    if (cancel_backend_) add(cancel_backend_, cancel_host_, cancel_port_);
-    for (auto& t : scatter_cancel_) add(t.backend, t.host, t.port);
+    if (cancel_.backend) add(cancel_.backend, cancel_.host, cancel_.port);
+    for (auto& t : cancel_.scatter) add(t.backend, t.host, t.port);
   }
   if (to.empty()) return;
   spdlog::info("[{}] forwarding cancel request to {} backend(s)", id_, to.size());
@@ -553,7 +558,7 @@ void Session::request_cancel(std::int32_t secret) {
 }
 
 void Session::on_shutdown() {
-  if (!cur() || (expect_.empty() && !sent_after_sync_ && client_txn_ == 'I')) {
+  if (!cur() || (fe_.expect.empty() && !fe_.sent_after_sync && fe_.client_txn == 'I')) {
     error_code ignored;
     stream_.socket().cancel(ignored);
   }
@@ -564,13 +569,13 @@ awaitable<void> Session::send_error(std::string_view severity, std::string_view 
   std::string out;
   proto::ErrorFields::make(severity, sqlstate, message).encode(out, 'E');
   metrics_.error(sqlstate);
-  if (ready_for_query) proto::ReadyForQuery{client_txn_}.encode(out);
+  if (ready_for_query) proto::ReadyForQuery{fe_.client_txn}.encode(out);
   co_await stream_.write(out);
 }
 
 awaitable<void> Session::send_ready() {
   std::string out;
-  proto::ReadyForQuery{client_txn_}.encode(out);
+  proto::ReadyForQuery{fe_.client_txn}.encode(out);
   co_await stream_.write(out);
 }
 

@@ -15,7 +15,8 @@
 //   session_scatter.cpp    deadline and partial-result settings; hands a scatter read to
 //                          its executor, ScatterRead (scatter_read.hpp; its combine step
 //                          in scatter_combine.cpp)
-//   session_admin.cpp      the admin console (database "splitpoint")
+//   admin_console.cpp      the admin console (database "splitpoint"): admin_login, then
+//                          its executor, AdminConsole (admin_console.hpp)
 //   session_rows.cpp       rows written per partition, from the shards' tags
 //   session_replicas.cpp   which host runs a statement: standbys for reads, the
 //                          primary through a failover (SPEC §10)
@@ -37,6 +38,7 @@
 #include "routing/session_command.hpp"
 #include "server/asio.hpp"
 #include "server/backend.hpp"
+#include "server/frontend.hpp"
 #include "server/metrics.hpp"
 #include "server/runtime.hpp"
 #include "server/stream.hpp"
@@ -50,9 +52,12 @@ class ScatterRead;
 class CopyIn;
 
 class Session : public std::enable_shared_from_this<Session> {
-  // Executors of the session's statements: server/scatter_read.hpp, server/session_copy.cpp
+  // Executors of the session's statements: server/scatter_read.hpp, server/session_copy.cpp,
+  // server/admin_console.hpp
   friend class ScatterRead;
   friend class CopyIn;
+  friend class AdminConsole;
+  friend class MultiShardWrite;
 
  public:
   Session(Server& server, Worker& worker, tcp::socket socket);
@@ -76,53 +81,6 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   static constexpr std::size_t kNoShard = ~std::size_t{0};
-
-  // A statement of a Query that changes session state, replayed on other backends.
-  struct SessionCmd {
-    routing::SessionCommand kind = routing::SessionCommand::none;
-    std::string name;  // SET/RESET: the parameter
-    std::string text;  // the statement itself
-  };
-
-  // A SQL-level prepared statement (PREPARE name AS ...), re-prepared on each backend
-  // an EXECUTE of it lands on.
-  struct SqlPrepared {
-    std::string name;
-    std::string text;  // the client's PREPARE statement
-    std::shared_ptr<const routing::Plan> plan;  // of its query, to route EXECUTE
-    std::uint64_t token = 0;  // unique per PREPARE in the process
-  };
-
-  // One response the current backend owes us, in order: ParseComplete '1',
-  // BindComplete '2', CloseComplete '3', or ReadyForQuery 'Z' (for a Sync or a Query).
-  struct Expect {
-    char type = 'Z';
-    bool swallow = false;  // injected by us: the client never sees the response
-    bool failed = false;   // an ErrorResponse arrived for this Sync/Query
-    std::string name;      // Parse: server statement name
-    std::string text;      // client's Parse: its name
-    std::vector<SessionCmd> commands;  // Query: the SET/RESET/DISCARD... statements in it
-    // 'Z' of a Query sent while an extended batch was open (no Sync yet): PostgreSQL
-    // skips that Query when the batch fails.
-    bool query_in_batch = false;
-    bool is_sync = false;  // 'Z' of a Sync (PostgreSQL ignores Syncs during COPY IN)
-    std::uint64_t parse_seq = 0;  // client's Parse: which Parse of that name it was
-    // Sync/Query: when the statement started and how it was routed (metrics).
-    std::chrono::steady_clock::time_point started{};
-    RouteLabel route = RouteLabel::single;
-    // A write's Query 'Z' or Bind '2': the partitions its rows are counted in.
-    RowShares rows;
-    // Query 'Z' of a PREPARE: the statement, kept once it succeeded.
-    std::optional<SqlPrepared> sql_prepare;
-  };
-
-  // A client's prepared statement, kept across backends under a server-side name.
-  struct Prepared {
-    std::string server_name;  // empty for the unnamed statement
-    std::string parse_rest;   // Parse body after the name: query + parameter types
-    std::shared_ptr<const routing::Plan> plan;
-    std::uint64_t parse_seq = 0;  // distinguishes re-Parses of the same name
-  };
 
   // Results of a statement run by the proxy itself on one backend.
   struct Reply {
@@ -162,8 +120,6 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<void> pump();
   void forward_raw(const protocol::Frame& f, char expect);
   bool process_backend_frame(char type, std::string_view body);
-  void drop_until_sync(bool error);
-  bool on_ready_for_query(std::string_view body);
   bool should_release() const;
   // Transaction pooling: the session keeps its backend to the end (LISTEN, temp tables:
   // state that lives on that backend). Session pooling keeps it anyway.
@@ -177,7 +133,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Backend* cur() const { return cur_ == kNoShard ? nullptr : held_[cur_].get(); }
   // Inside a transaction block as the client sees it, including a BEGIN already sent
   // in this extended batch whose ReadyForQuery has not come back yet.
-  bool in_transaction() const { return client_txn_ != 'I' || !begin_sql_.empty(); }
+  bool in_transaction() const { return fe_.client_txn != 'I' || !txn_.begin_sql.empty(); }
   // ---- session_moves.cpp (SPEC §9)
   // Between transactions: the newest runtime of this one's lineage (a catalog epoch).
   void follow_runtime();
@@ -197,7 +153,6 @@ class Session : public std::enable_shared_from_this<Session> {
   void note_parameter_status(std::string_view body);     // one ParameterStatus body
   void note_parameter_statuses(std::string_view messages);  // whole messages, others skipped
   void apply_session_commands();
-  void rebuild_state_script();
 
   // ---- session_replicas.cpp (SPEC §10)
   bool reads_from_standby(const routing::Route& route) const;  // hint > SET splitpoint.reads > config
@@ -230,6 +185,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void count_route(const routing::Route& route, RouteLabel label);
   static RouteLabel label_of(const routing::Route& route, bool multi);
   awaitable<bool> handle_query(const protocol::Frame& f);
+  awaitable<std::optional<bool>> transaction_control(const routing::Route& route, std::string_view sql);
   awaitable<bool> hold_begin(std::string_view sql);
   // ROLLBACK TO / RELEASE SAVEPOINT on every shard that has the savepoint; nullopt: not
   // one of the transaction's (a shard answers, as PostgreSQL).
@@ -250,15 +206,9 @@ class Session : public std::enable_shared_from_this<Session> {
                                const std::vector<std::int32_t>& types);
   awaitable<bool> bind_forward(const protocol::Frame& f, const routing::Route& route, std::size_t target,
                                const Prepared& p, std::string query);
-  // ---- session_admin.cpp: the admin console (database "splitpoint", SPEC §7)
+  // ---- admin_console.cpp: login to the admin console (database "splitpoint", SPEC §7)
   static constexpr const char* kAdminDatabase = "splitpoint";
   awaitable<bool> admin_login();
-  awaitable<void> serve_admin();
-  awaitable<bool> admin_command(std::string_view sql, std::string& out);
-  awaitable<void> show_route(std::string_view sql, std::string& out);
-  awaitable<bool> catalog_command(const std::vector<std::string>& words, std::string_view sql, std::string& out);
-  awaitable<void> topology_change(const std::vector<std::string>& w, const std::vector<std::string>& words,
-                                  Catalog& catalog, std::string& out);
   // ---- session_scatter.cpp
   struct ScatterRequest {
     std::string sql;  // the client's statement
@@ -308,15 +258,14 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<std::string> commit_two_phase(std::string* notices = nullptr);
   // SPT01 for a transaction that wrote to `shard`, which has max_prepared_transactions = 0.
   std::string no_prepared_transactions_error(std::size_t shard) const;
-  // The client's Sync ends an implicit_txn_: commit (or roll back) on every shard,
+  // The client's Sync ends an txn_.implicit: commit (or roll back) on every shard,
   // then one ReadyForQuery 'I'.
   awaitable<bool> end_implicit_transaction();
   struct ScatterRequest;
-  // With `ext`, the statement runs in the extended protocol with its parameters.
+  // A write on several shards: its executor, MultiShardWrite (multi_shard_write.hpp). With
+  // `ext`, the statement runs in the extended protocol with its parameters.
   awaitable<bool> run_on_shards(const routing::Route& route, std::string_view sql,
                                 const ScatterRequest* ext = nullptr);
-  void fail_multi_shard_write(const std::string& failed, const std::string& applied, const std::string& first_error,
-                              bool extended, bool in_txn, std::string& out);
   // `metered`: a client's statement (its wait for a connection is a metric), not the
   // proxy's own (catalog reads, COMMIT, two-phase commit).
   awaitable<Reply> run_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext = nullptr,
@@ -338,33 +287,74 @@ class Session : public std::enable_shared_from_this<Session> {
   void add_scatter_cancel_target(Backend* b, std::size_t shard);
   void clear_scatter_cancel_targets();
 
-  Server& server_;
-  Worker& worker_;
-  ClientStream stream_;
-  std::shared_ptr<const Runtime> runtime_;
-  std::uint64_t id_;
-  std::int32_t cancel_pid_ = 0;
-  std::int32_t cancel_secret_ = 0;
-  protocol::FrameLimits limits_;
-  bool counted_ = false;
-  bool logged_in_ = false;
-  bool admin_ = false;  // an admin console session
-  std::string peer_;
-  std::int64_t connected_unix_ = 0;
-  std::atomic<bool> active_{false};  // a backend is working for this client
-  WorkerMetrics& metrics_;
+  // Who is connected: fixed at login.
+  struct Client {
+    std::string user, database;
+    std::string password;  // plaintext, when known (for backend auth)
+    std::string peer;
+    std::int64_t connected_unix = 0;
+    std::int32_t cancel_pid = 0, cancel_secret = 0;  // BackendKeyData given to the client
+    bool counted = false, logged_in = false;
+    bool admin = false;  // an admin console session
+  };
+  // The transaction over shards, beyond the status the client was told (Frontend).
+  struct ShardTransaction {
+    std::string begin_sql;  // the client's BEGIN, replayed on each shard joined
+    // The transaction's savepoints, outermost first, as the client made them; each
+    // shard gets those it lacks before its next statement of the transaction
+    // (BackendState::savepoints).
+    std::vector<std::string> savepoints;
+    std::optional<std::size_t> write_shard;
+    std::vector<std::size_t> written;  // two_phase: every shard this transaction wrote
+    // Extended protocol outside a transaction block: the current backend ran a write
+    // since the client's last Sync.
+    bool batch_wrote = false;
+    // That batch moved on to another shard: the proxy turned it into a transaction
+    // block on every shard it touches (BEGIN after the write), finished at the Sync.
+    bool implicit = false;
+  };
+  // The pump: the coroutine that forwards the current backend's answers.
+  struct PumpState {
+    bool active = false;
+    bool pending = false;  // attached, pump not started yet (start_pump())
+    bool stop = false;     // drain(): the pump must stop once nothing is owed
+    bool lost = false;     // the current backend's connection broke
+    std::unique_ptr<asio::steady_timer> exit;
+    std::string cout;  // bytes for the client when responses are filtered
+  };
   // The routed statement whose Sync is still to come (extended protocol).
-  std::chrono::steady_clock::time_point pending_started_{};
-  RouteLabel pending_route_ = RouteLabel::single;
-
-  // Who is connected.
-  std::string user_;
-  std::string database_;
-  std::string client_password_;  // plaintext, when known (for backend auth)
-  std::vector<std::pair<std::string, std::string>> startup_params_;  // replayed as SET
-  std::vector<std::shared_ptr<Pool>> pools_;                         // per shard
-  std::uint64_t generation_ = 0;                // of the server's runtime when runtime_ was taken
-  std::shared_ptr<const MoveView> moves_;       // the moves the current statement runs with (null: none)
+  struct PendingSync {
+    std::chrono::steady_clock::time_point started{};
+    RouteLabel route = RouteLabel::single;
+  };
+  // Multi-shard reads: the last one's per-shard status, and an extended-protocol one
+  // bound to a portal, answered by the proxy at Execute.
+  struct ScatterState {
+    struct Status {
+      std::string shard, status;
+      std::uint64_t rows = 0;
+      double elapsed_ms = 0;
+      std::string error;
+      std::string host;  // host:port that answered (SPEC §10); empty when none did
+    };
+    std::vector<Status> last;  // SHOW splitpoint.last_scatter
+    std::optional<std::pair<std::string, ScatterRequest>> portal;
+    std::optional<routing::Route> route;
+  };
+  // The backends a client's CancelRequest (handled on any thread) cancels: the
+  // current one, or every backend of a running multi-shard statement.
+  struct CancelTargets {
+    struct Target {
+      Backend* backend;
+      std::string host;
+      std::uint16_t port;
+    };
+    std::mutex mu;
+    Backend* backend = nullptr;
+    std::string host;
+    std::uint16_t port = 0;
+    std::vector<Target> scatter;
+  };
   // Read-your-writes (SPEC §10), per shard: the primary LSN a standby must have
   // replayed before it may answer this session, and whether the session used the
   // primary since that LSN was read (then it is read again before a standby read).
@@ -375,80 +365,7 @@ class Session : public std::enable_shared_from_this<Session> {
       lsn.resize(n, 0);
       unknown.resize(n, 0);
     }
-  } ryw_;
-
-  // Client input. Waiting for the next message, an empty buffer keeps at most
-  // kIdleInputBytes (an idle client costs little memory); a longer message grows it.
-  static constexpr std::size_t kIdleInputBytes = 2048;
-  InputBuffer cbuf_;
-  std::size_t cpos_ = 0;
-  bool skip_until_sync_ = false;  // after an error found by the proxy in an extended batch
-  bool batch_failed_ = false;     // an error went to the client since its last Sync
-  bool copy_in_ = false;          // an extended-protocol COPY FROM STDIN is running
-
-  // Backend side: backends held per shard (several only inside a transaction), and
-  // the one the pump reads from.
-  std::vector<std::unique_ptr<Backend>> held_;
-  std::size_t cur_ = kNoShard;
-  std::string bout_;                 // bytes for the current backend, written once per batch
-  std::string cout_;                 // bytes for the client when responses are filtered
-  std::deque<Expect> expect_;
-  RowShares portal_rows_;            // the write portal whose BindComplete came last
-  bool sent_after_sync_ = false;     // messages sent since the last Sync/Query
-  bool pump_active_ = false;
-  bool pump_pending_ = false;        // attached, pump not started yet (start_pump())
-  bool stop_pump_ = false;           // drain(): the pump must stop once nothing is owed
-  std::unique_ptr<asio::steady_timer> pump_exit_;
-  bool pinned_ = false;              // LISTEN: keeps its backend until the end
-  bool closing_ = false;
-  bool backend_lost_ = false;
-
-  // Transaction as the client sees it.
-  char client_txn_ = 'I';            // status reported in ReadyForQuery
-  // The proxy itself failed the transaction (SPT01, a refused statement): the
-  // backends do not know, so the proxy answers until ROLLBACK/COMMIT.
-  bool proxy_failed_txn_ = false;
-  // An extended-protocol COMMIT/ROLLBACK the proxy answers itself: (portal, tag).
-  std::optional<std::pair<std::string, std::string>> local_portal_;
-  std::string begin_sql_;            // the client's BEGIN, replayed on each shard joined
-  // The transaction's savepoints, outermost first, as the client made them; each shard
-  // gets those it lacks before its next statement of the transaction (Backend::savepoints).
-  std::vector<std::string> savepoints_;
-  std::optional<std::size_t> write_shard_;
-  std::vector<std::size_t> written_;  // two_phase: every shard this transaction wrote
-  // Extended protocol outside a transaction block: the current backend ran a write
-  // since the client's last Sync.
-  bool batch_wrote_ = false;
-  // That batch moved on to another shard: the proxy turned it into a transaction block
-  // on every shard it touches (BEGIN after the write), finished at the client's Sync.
-  bool implicit_txn_ = false;
-  std::size_t next_any_ = 0;
-  routing::SessionRouting routing_;
-  std::vector<std::pair<std::string, std::string>> local_settings_;      // SET splitpoint.*
-  std::vector<std::pair<std::string, std::string>> local_txn_settings_;  // SET LOCAL splitpoint.*
-  struct ScatterStatus {
-    std::string shard, status;
-    std::uint64_t rows = 0;
-    double elapsed_ms = 0;
-    std::string error;
-    std::string host;  // host:port that answered (SPEC §10); empty when none did
   };
-  std::vector<ScatterStatus> last_scatter_;  // SHOW splitpoint.last_scatter
-  // An extended-protocol multi-shard read bound to the unnamed or a named portal,
-  // answered by the proxy at Execute.
-  std::optional<std::pair<std::string, ScatterRequest>> scatter_portal_;
-  std::optional<routing::Route> scatter_route_;
-
-  // Session state carried across backends.
-  std::vector<std::pair<std::string, std::string>> sets_;  // parameter -> SET statement
-  std::vector<SessionCmd> pending_commands_;                // completed inside a transaction
-  std::vector<SessionCmd> batch_commands_;                  // Bound in this extended batch, for its Sync
-  bool last_tag_rollback_ = false;
-  std::string state_script_;
-  std::uint64_t state_hash_ = 0;
-
-  std::unordered_map<std::string, Prepared> prepared_;  // "" = the unnamed statement
-  std::unordered_map<std::string, SqlPrepared> sql_prepared_;  // PREPARE name
   // The route handle_parse computed for the Bind right after its Parse (to prepare the
   // statement on that Bind's shard); handle_bind reuses it instead of routing again.
   struct Lookahead {
@@ -456,25 +373,51 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string bind_body;
     routing::Route route;
   };
-  std::optional<Lookahead> lookahead_;
-  std::uint64_t unnamed_seq_ = 0;
-  std::uint64_t parse_seq_ = 0;
-
-  // Guards the cancel targets against CancelRequests handled on other threads.
-  std::mutex cancel_mu_;
-  Backend* cancel_backend_ = nullptr;
-  std::string cancel_host_;
-  std::uint16_t cancel_port_ = 0;
-  struct CancelTarget {
-    Backend* backend;
-    std::string host;
-    std::uint16_t port;
+  struct IdleTimer {
+    std::unique_ptr<asio::steady_timer> timer;
+    bool timed_out = false;
+    bool login_timed_out = false;
   };
-  std::vector<CancelTarget> scatter_cancel_;  // the backends of a running multi-shard statement
 
-  std::unique_ptr<asio::steady_timer> idle_timer_;
-  bool idle_timed_out_ = false;
-  bool login_timed_out_ = false;
+  Server& server_;
+  Worker& worker_;
+  ClientStream stream_;
+  std::shared_ptr<const Runtime> runtime_;
+  std::uint64_t generation_ = 0;           // of the server's runtime when runtime_ was taken
+  std::shared_ptr<const MoveView> moves_;  // the moves the current statement runs with (null: none)
+  std::uint64_t id_;
+  protocol::FrameLimits limits_;
+  WorkerMetrics& metrics_;
+  std::atomic<bool> active_{false};  // a backend is working for this client
+  Client who_;
+  bool closing_ = false;
+
+  // Client input. Waiting for the next message, an empty buffer keeps at most
+  // kIdleInputBytes (an idle client costs little memory); a longer message grows it.
+  static constexpr std::size_t kIdleInputBytes = 2048;
+  InputBuffer cbuf_;
+  std::size_t cpos_ = 0;
+  IdleTimer idle_;
+
+  // What the client was promised, its prepared statements and transaction status.
+  Frontend fe_;
+  ClientSettings settings_;  // carried to every backend
+  ShardTransaction txn_;
+  PendingSync pending_;
+  std::optional<Lookahead> lookahead_;
+  ScatterState scatter_;
+
+  // Backend side: pools and backends held per shard (several only inside a
+  // transaction), the one the pump reads from, and the bytes for it.
+  std::vector<std::shared_ptr<Pool>> pools_;
+  std::vector<std::unique_ptr<Backend>> held_;
+  std::size_t cur_ = kNoShard;
+  std::string bout_;  // bytes for the current backend, written once per batch
+  PumpState pump_;
+  bool pinned_ = false;  // LISTEN: keeps its backend until the end
+  std::size_t next_any_ = 0;
+  ReadYourWrites ryw_;
+  CancelTargets cancel_;
 };
 
 }  // namespace splitpoint::server

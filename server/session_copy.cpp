@@ -205,7 +205,7 @@ awaitable<bool> CopyIn::start_on(std::size_t s) {
   int swallow = s_.sync_backend_state(*b, out, true);
   if (in_txn_) {
     s_.note_written(s);
-    if (!s_.write_shard_) s_.write_shard_ = s;
+    if (!s_.txn_.write_shard) s_.txn_.write_shard = s;
   }
   proto::Query{sql_}.encode(out);
   if (auto [ec, w] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow); ec) co_return false;
@@ -393,10 +393,10 @@ awaitable<void> CopyIn::answer() {
   }
   if (in_txn_ && (out.empty() || out[0] == 'E')) {
     // Some shards may hold rows of it: only ROLLBACK can end the transaction now.
-    s_.client_txn_ = 'E';
-    s_.proxy_failed_txn_ = true;
+    s_.fe_.client_txn = 'E';
+    s_.fe_.proxy_failed_txn = true;
   }
-  proto::ReadyForQuery{s_.client_txn_}.encode(out);
+  proto::ReadyForQuery{s_.fe_.client_txn}.encode(out);
   if (!s_.closing_) co_await s_.stream_.write(out);
 }
 

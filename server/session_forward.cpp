@@ -20,7 +20,7 @@ using routing::SessionCommand;
 awaitable<void> Session::serve() {
   auto self = shared_from_this();
   auto ex = co_await asio::this_coro::executor;
-  pump_exit_ = std::make_unique<asio::steady_timer>(ex);
+  pump_.exit = std::make_unique<asio::steady_timer>(ex);
   const auto idle_timeout = runtime_->config.timeouts.client_idle;
   for (;;) {
     for (;;) {
@@ -40,7 +40,7 @@ awaitable<void> Session::serve() {
     }
     co_await flush_to_backend();
     if (closing_) co_return;
-    if (server_.shutting_down() && !cur() && client_txn_ == 'I') {
+    if (server_.shutting_down() && !cur() && fe_.client_txn == 'I') {
       co_await send_error("FATAL", sqlstate::admin_shutdown, "terminating connection due to administrator command",
                           false);
       co_return;
@@ -52,12 +52,12 @@ awaitable<void> Session::serve() {
     if (cbuf_.empty() && cbuf_.capacity() > kIdleInputBytes) cbuf_.shrink_to_fit();  // frees it
     bool timed = idle_timeout.count() > 0;
     if (timed) {
-      if (!idle_timer_) idle_timer_ = std::make_unique<asio::steady_timer>(ex);
+      if (!idle_.timer) idle_.timer = std::make_unique<asio::steady_timer>(ex);
       arm_idle_timer();
     }
     auto ec = co_await stream_.read_some(cbuf_, cbuf_.empty() ? kIdleInputBytes : 16384);
-    if (timed) idle_timer_->cancel();
-    if (idle_timed_out_) {
+    if (timed) idle_.timer->cancel();
+    if (idle_.timed_out) {
       spdlog::info("[{}] closed: idle timeout", id_);
       co_await send_error("FATAL", sqlstate::idle_session_timeout,
                           "terminating connection due to idle-session timeout", false);
@@ -79,14 +79,14 @@ awaitable<void> Session::serve() {
 // client_idle: closes the session once it has been idle (no backend, no transaction)
 // for the whole interval; while a statement runs it just looks again later.
 void Session::arm_idle_timer() {
-  idle_timer_->expires_after(runtime_->config.timeouts.client_idle);
-  idle_timer_->async_wait([this, self = shared_from_this()](error_code ec) {
+  idle_.timer->expires_after(runtime_->config.timeouts.client_idle);
+  idle_.timer->async_wait([this, self = shared_from_this()](error_code ec) {
     if (ec) return;
-    if (cur() || client_txn_ != 'I') {
+    if (cur() || fe_.client_txn != 'I') {
       arm_idle_timer();
       return;
     }
-    idle_timed_out_ = true;
+    idle_.timed_out = true;
     error_code ignored;
     stream_.socket().cancel(ignored);
   });
@@ -94,14 +94,14 @@ void Session::arm_idle_timer() {
 
 // One client message. False ends the session (the reason was already sent).
 awaitable<bool> Session::handle_frame(const proto::Frame& f) {
-  if (skip_until_sync_) {
+  if (fe_.skip_until_sync) {
     // After an error the proxy found itself, as PostgreSQL does after an error:
     // discard until Sync, then one ReadyForQuery.
     if (f.type == 'S') {
-      skip_until_sync_ = false;
-      batch_wrote_ = false;
-      batch_commands_.clear();  // the batch failed: its SETs did not happen
-      if (implicit_txn_) co_return co_await end_implicit_transaction();
+      fe_.skip_until_sync = false;
+      txn_.batch_wrote = false;
+      fe_.batch_commands.clear();  // the batch failed: its SETs did not happen
+      if (txn_.implicit) co_return co_await end_implicit_transaction();
       co_await send_ready();
     }
     co_return true;
@@ -122,11 +122,11 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     case 'S':
       co_return co_await handle_sync(f);
     case 'E':
-      if (local_portal_ || scatter_portal_) co_return co_await handle_execute(f);
+      if (fe_.local_portal || scatter_.portal) co_return co_await handle_execute(f);
       [[fallthrough]];
     case 'H':
       if (!cur() && !co_await use_shard(pick_any_shard())) {
-        skip_until_sync_ = true;
+        fe_.skip_until_sync = true;
         co_return !closing_;
       }
       forward_raw(f, 0);
@@ -134,11 +134,11 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     case 'd':
     case 'c':
     case 'f':
-      if (f.type != 'd') copy_in_ = false;
+      if (f.type != 'd') fe_.copy_in = false;
       if (cur()) {
-        bool open = sent_after_sync_;
+        bool open = fe_.sent_after_sync;
         forward_raw(f, 0);
-        sent_after_sync_ = open;
+        fe_.sent_after_sync = open;
       }
       co_return true;
     default:
@@ -157,27 +157,27 @@ awaitable<bool> Session::protocol_violation(char type) {
 awaitable<bool> Session::handle_describe(const proto::Frame& f) {
   auto d = proto::Describe::decode(f.body);
   if (!d) co_return co_await protocol_violation(f.type);
-  if (d->kind == 'P' && local_portal_ && local_portal_->first == d->name) {
+  if (d->kind == 'P' && fe_.local_portal && fe_.local_portal->first == d->name) {
     std::string out;
     proto::encode_no_data(out);
     co_await stream_.write(out);
     co_return true;
   }
-  if (d->kind == 'P' && scatter_portal_ && scatter_portal_->first == d->name) {
-    scatter_portal_->second.describe = true;  // answered with the rows at Execute
+  if (d->kind == 'P' && scatter_.portal && scatter_.portal->first == d->name) {
+    scatter_.portal->second.describe = true;  // answered with the rows at Execute
     co_return true;
   }
   if (!cur() && !co_await use_shard(pick_any_shard())) {
-    skip_until_sync_ = true;
+    fe_.skip_until_sync = true;
     co_return !closing_;
   }
-  auto it = d->kind == 'S' ? prepared_.find(std::string(d->name)) : prepared_.end();
-  if (it == prepared_.end()) {
+  auto it = d->kind == 'S' ? fe_.prepared.find(std::string(d->name)) : fe_.prepared.end();
+  if (it == fe_.prepared.end()) {
     forward_raw(f, 0);
   } else {
     ensure_prepared(it->second);
     proto::Describe{'S', it->second.server_name}.encode(bout_);
-    sent_after_sync_ = true;
+    fe_.sent_after_sync = true;
   }
   co_return true;
 }
@@ -185,90 +185,90 @@ awaitable<bool> Session::handle_describe(const proto::Frame& f) {
 awaitable<bool> Session::handle_close(const proto::Frame& f) {
   auto c = proto::Close::decode(f.body);
   if (!c) co_return co_await protocol_violation(f.type);
-  auto it = c->kind == 'S' ? prepared_.find(std::string(c->name)) : prepared_.end();
+  auto it = c->kind == 'S' ? fe_.prepared.find(std::string(c->name)) : fe_.prepared.end();
   if (!cur()) {
     // Nothing is owed by any backend: answer in order ourselves.
-    if (it != prepared_.end()) prepared_.erase(it);
+    if (it != fe_.prepared.end()) fe_.prepared.erase(it);
     std::string out;
     proto::encode_close_complete(out);
     co_await stream_.write(out);
     co_return true;
   }
-  if (it == prepared_.end() || it->second.server_name.empty()) {
-    if (it != prepared_.end()) prepared_.erase(it);
+  if (it == fe_.prepared.end() || it->second.server_name.empty()) {
+    if (it != fe_.prepared.end()) fe_.prepared.erase(it);
     forward_raw(f, '3');
   } else {
     proto::Close{'S', it->second.server_name}.encode(bout_);
     cur()->prepared.erase(it->second.server_name);
-    expect_.push_back(Expect{'3'});
-    sent_after_sync_ = true;
-    prepared_.erase(it);
+    fe_.expect.push_back(Expect{'3'});
+    fe_.sent_after_sync = true;
+    fe_.prepared.erase(it);
   }
   co_return true;
 }
 
 awaitable<bool> Session::handle_sync(const proto::Frame& f) {
-  local_portal_.reset();
-  if (scatter_portal_) {
+  fe_.local_portal.reset();
+  if (scatter_.portal) {
     // Described but never executed: the description alone.
-    auto req = std::move(scatter_portal_->second);
-    scatter_portal_.reset();
-    if (req.describe && scatter_route_->cls == routing::StatementClass::read) {
+    auto req = std::move(scatter_.portal->second);
+    scatter_.portal.reset();
+    if (req.describe && scatter_.route->cls == routing::StatementClass::read) {
       req.emit_rows = false;
-      if (!co_await scatter_read(*scatter_route_, std::move(req))) co_return false;
+      if (!co_await scatter_read(*scatter_.route, std::move(req))) co_return false;
     }
   }
-  batch_wrote_ = false;
-  if (implicit_txn_) {
-    for (auto& c : batch_commands_) pending_commands_.push_back(std::move(c));
-    batch_commands_.clear();
+  txn_.batch_wrote = false;
+  if (txn_.implicit) {
+    for (auto& c : fe_.batch_commands) fe_.pending_commands.push_back(std::move(c));
+    fe_.batch_commands.clear();
     co_return co_await end_implicit_transaction();
   }
   if (!cur()) {
-    batch_commands_.clear();
+    fe_.batch_commands.clear();
     co_await send_ready();
     co_return true;
   }
-  if (copy_in_) {
+  if (fe_.copy_in) {
     // PostgreSQL ignores a Sync that arrives during COPY IN.
     forward_raw(f, 0);
-    sent_after_sync_ = true;
+    fe_.sent_after_sync = true;
     co_return true;
   }
   forward_raw(f, 'Z');
-  expect_.back().started = pending_started_;
-  expect_.back().route = pending_route_;
-  expect_.back().commands = std::move(batch_commands_);
-  batch_commands_.clear();
-  pending_started_ = {};
+  fe_.expect.back().started = pending_.started;
+  fe_.expect.back().route = pending_.route;
+  fe_.expect.back().commands = std::move(fe_.batch_commands);
+  fe_.batch_commands.clear();
+  pending_.started = {};
   co_return true;
 }
 
 // Execute of a portal the proxy answers itself (COMMIT/ROLLBACK, a multi-shard
 // statement); any other goes to the current backend (or any shard's).
 awaitable<bool> Session::handle_execute(const proto::Frame& f) {
-  if (local_portal_) {
+  if (fe_.local_portal) {
     auto e = proto::Execute::decode(f.body);
-    if (e && e->portal == local_portal_->first) {
+    if (e && e->portal == fe_.local_portal->first) {
       std::string out;
-      proto::CommandComplete{local_portal_->second}.encode(out);
-      local_portal_.reset();
+      proto::CommandComplete{fe_.local_portal->second}.encode(out);
+      fe_.local_portal.reset();
       co_await stream_.write(out);
       co_return true;
     }
   }
-  if (scatter_portal_) {
+  if (scatter_.portal) {
     auto e = proto::Execute::decode(f.body);
-    if (e && e->portal == scatter_portal_->first) {
-      auto req = std::move(scatter_portal_->second);
-      scatter_portal_.reset();
-      if (scatter_route_->cls != routing::StatementClass::read)
-        co_return co_await run_on_shards(*scatter_route_, req.sql, &req);
-      co_return co_await scatter_read(*scatter_route_, std::move(req));
+    if (e && e->portal == scatter_.portal->first) {
+      auto req = std::move(scatter_.portal->second);
+      scatter_.portal.reset();
+      if (scatter_.route->cls != routing::StatementClass::read)
+        co_return co_await run_on_shards(*scatter_.route, req.sql, &req);
+      co_return co_await scatter_read(*scatter_.route, std::move(req));
     }
   }
   if (!cur() && !co_await use_shard(pick_any_shard())) {
-    skip_until_sync_ = true;
+    fe_.skip_until_sync = true;
     co_return !closing_;
   }
   forward_raw(f, 0);
@@ -280,10 +280,10 @@ awaitable<bool> Session::handle_execute(const proto::Frame& f) {
 void Session::forward_raw(const proto::Frame& f, char expect) {
   bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
   if (expect) {
-    expect_.push_back(Expect{expect});
-    expect_.back().is_sync = f.type == 'S';
+    fe_.expect.push_back(Expect{expect});
+    fe_.expect.back().is_sync = f.type == 'S';
   }
-  sent_after_sync_ = expect != 'Z';
+  fe_.sent_after_sync = expect != 'Z';
 }
 
 awaitable<void> Session::flush_to_backend() {
@@ -306,8 +306,8 @@ awaitable<void> Session::flush_to_backend() {
 // the answer already there whenever the server answered while the proxy was busy or
 // preempted (on a loaded machine, often).
 void Session::start_pump() {
-  if (!pump_pending_) return;
-  pump_pending_ = false;
+  if (!pump_.pending) return;
+  pump_.pending = false;
   asio::co_spawn(stream_.socket().get_executor(), pump(), asio::detached);
 }
 
@@ -316,36 +316,36 @@ void Session::start_pump() {
 // transaction block (the shards joined next get BEGIN too) and the client's Sync ends
 // them together (end_implicit_transaction). After an error here PostgreSQL skips it.
 void Session::leave_batch_shard(std::size_t shard) {
-  if (shard == cur_ || !sent_after_sync_ || !batch_wrote_ || !pump_active_ || in_transaction()) return;
+  if (shard == cur_ || !fe_.sent_after_sync || !txn_.batch_wrote || !pump_.active || in_transaction()) return;
   // A fence first: the answers to the client's Describe/Execute are not counted in
-  // expect_, and everything before the fence's CloseComplete is theirs, not BEGIN's.
+  // fe_.expect, and everything before the fence's CloseComplete is theirs, not BEGIN's.
   proto::Close{'S', "sp_fence"}.encode(bout_);
-  expect_.push_back(Expect{'3', true});
+  fe_.expect.push_back(Expect{'3', true});
   proto::Query{"BEGIN"}.encode(bout_);
   Expect e{'Z', true};
   e.query_in_batch = true;
-  expect_.push_back(std::move(e));
+  fe_.expect.push_back(std::move(e));
   cur()->unnamed_owner = {0, 0};  // a Query drops the unnamed statement
-  begin_sql_ = "BEGIN";
-  implicit_txn_ = true;
-  write_shard_ = cur_;
+  txn_.begin_sql = "BEGIN";
+  txn_.implicit = true;
+  txn_.write_shard = cur_;
   note_written(cur_);
-  batch_wrote_ = false;
+  txn_.batch_wrote = false;
 }
 
 // Makes `shard` the current backend: waits until the current one owes nothing,
 // then attaches. False if it failed (the error was reported to the client).
 awaitable<bool> Session::use_shard(std::size_t shard, std::optional<std::size_t> standby) {
-  if (cur_ == shard && pump_active_ && cur()->host == (standby ? *standby : pools_[shard]->target().host_index))
+  if (cur_ == shard && pump_.active && cur()->host == (standby ? *standby : pools_[shard]->target().host_index))
     co_return true;
-  bool mid_batch = sent_after_sync_;
+  bool mid_batch = fe_.sent_after_sync;
   leave_batch_shard(shard);
-  if (pump_active_) co_await drain();
+  if (pump_.active) co_await drain();
   else bout_.clear();  // what drain() does then, without a coroutine frame
   if (closing_) co_return false;
-  if (mid_batch && batch_failed_) {
+  if (mid_batch && fe_.batch_failed) {
     // The previous shard failed inside this extended batch: discard until Sync.
-    skip_until_sync_ = true;
+    fe_.skip_until_sync = true;
     co_return false;
   }
   co_return co_await attach(shard, standby);
@@ -368,7 +368,7 @@ awaitable<bool> Session::attach(std::size_t shard, std::optional<std::size_t> st
       metrics_.error(r.sqlstate);
       spdlog::warn("[{}] no backend: {}", id_, r.message);
       co_await send_error("ERROR", r.sqlstate, r.message, false);
-      if (client_txn_ != 'I') client_txn_ = 'E';
+      if (fe_.client_txn != 'I') fe_.client_txn = 'E';
       co_return false;
     }
     held_[shard] = std::move(r.backend);
@@ -376,39 +376,39 @@ awaitable<bool> Session::attach(std::size_t shard, std::optional<std::size_t> st
   Backend* b = held_[shard].get();
   cur_ = shard;
   set_cancel_target(b, shard);
-  for (int n = sync_backend_state(*b, bout_, true); n > 0; --n) expect_.push_back(Expect{'Z', true});
-  pump_active_ = true;
+  for (int n = sync_backend_state(*b, bout_, true); n > 0; --n) fe_.expect.push_back(Expect{'Z', true});
+  pump_.active = true;
   active_.store(true, std::memory_order_relaxed);
   metrics_.clients_active.add(1);
-  stop_pump_ = false;
-  pump_exit_->expires_at(asio::steady_timer::time_point::max());
-  pump_pending_ = true;  // started by flush_to_backend()
+  pump_.stop = false;
+  pump_.exit->expires_at(asio::steady_timer::time_point::max());
+  pump_.pending = true;  // started by flush_to_backend()
   co_return true;
 }
 
 // Waits until the current backend owes nothing and detaches the pump from it (it
 // stays held inside a transaction, else it went back to the pool).
 awaitable<void> Session::drain() {
-  if (!pump_active_) {
+  if (!pump_.active) {
     bout_.clear();
     co_return;
   }
-  if (sent_after_sync_) {
+  if (fe_.sent_after_sync) {
     // Close the implicit transaction of an unfinished extended batch so it completes.
     proto::encode_sync(bout_);
     Expect e{'Z', true};
     e.is_sync = true;  // only its ReadyForQuery is ours: the batch's answers go to the client
-    expect_.push_back(std::move(e));
-    sent_after_sync_ = false;
+    fe_.expect.push_back(std::move(e));
+    fe_.sent_after_sync = false;
   }
   co_await flush_to_backend();
-  if (!pump_active_) co_return;
-  stop_pump_ = true;
-  if (expect_.empty()) {
+  if (!pump_.active) co_return;
+  pump_.stop = true;
+  if (fe_.expect.empty()) {
     error_code ignored;
     cur()->socket.cancel(ignored);
   }
-  co_await pump_exit_->async_wait(use_nothrow);
+  co_await pump_.exit->async_wait(use_nothrow);
 }
 
 // A backend another session-mode client left is reset first (DISCARD ALL refuses to
@@ -428,25 +428,25 @@ int Session::sync_backend_state(Backend& b, std::string& out, bool join_transact
     b.needs_discard = false;
     b.applied_state = kStateDefault;
   }
-  if (b.applied_state != state_hash_) {
-    proto::Query{"RESET ALL;" + state_script_}.encode(out);
+  if (b.applied_state != settings_.hash) {
+    proto::Query{"RESET ALL;" + settings_.script}.encode(out);
     ++queries;
-    b.applied_state = state_hash_;
+    b.applied_state = settings_.hash;
   }
   if (b.status == 'I') b.savepoints = 0;
   if (join_transaction && in_transaction() && b.status == 'I') {
-    proto::Query{begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_)}.encode(out);
+    proto::Query{txn_.begin_sql.empty() ? std::string_view("BEGIN") : std::string_view(txn_.begin_sql)}.encode(out);
     ++queries;
   }
   // Savepoints made since this shard last ran a statement of the transaction (or before
   // it joined): its work from now on comes after them, as on the shards that saw them.
-  if (in_transaction() && (b.status != 'I' || join_transaction) && b.savepoints < savepoints_.size()) {
+  if (in_transaction() && (b.status != 'I' || join_transaction) && b.savepoints < txn_.savepoints.size()) {
     std::string sql;
-    for (std::size_t i = b.savepoints; i < savepoints_.size(); ++i)
-      sql += (sql.empty() ? "SAVEPOINT " : "; SAVEPOINT ") + routing::quote_ident(savepoints_[i]);
+    for (std::size_t i = b.savepoints; i < txn_.savepoints.size(); ++i)
+      sql += (sql.empty() ? "SAVEPOINT " : "; SAVEPOINT ") + routing::quote_ident(txn_.savepoints[i]);
     proto::Query{sql}.encode(out);
     ++queries;
-    b.savepoints = savepoints_.size();
+    b.savepoints = txn_.savepoints.size();
   }
   return queries;
 }
@@ -454,18 +454,18 @@ int Session::sync_backend_state(Backend& b, std::string& out, bool join_transact
 void Session::sync_sql_prepared(const routing::Route& route) {
   auto& here = cur()->sql_prepared;
   const std::string& name = route.names->prepared_name;
-  auto mine = sql_prepared_.find(name);
+  auto mine = fe_.sql_prepared.find(name);
   auto there = here.find(name);
-  if (there != here.end() && (mine == sql_prepared_.end() || there->second != mine->second.token)) {
+  if (there != here.end() && (mine == fe_.sql_prepared.end() || there->second != mine->second.token)) {
     proto::Query{"DEALLOCATE " + routing::quote_ident(name)}.encode(bout_);
-    expect_.push_back(Expect{'Z', true});
+    fe_.expect.push_back(Expect{'Z', true});
     here.erase(there);
     there = here.end();
   }
-  if (route.sql_prepared == routing::Route::SqlPrepared::execute && mine != sql_prepared_.end() &&
+  if (route.sql_prepared == routing::Route::SqlPrepared::execute && mine != fe_.sql_prepared.end() &&
       there == here.end()) {
     proto::Query{mine->second.text}.encode(bout_);
-    expect_.push_back(Expect{'Z', true});
+    fe_.expect.push_back(Expect{'Z', true});
     here[name] = mine->second.token;
   }
 }
@@ -473,7 +473,7 @@ void Session::sync_sql_prepared(const routing::Route& route) {
 void Session::ensure_prepared(const Prepared& p) {
   Backend* b = cur();
   if (p.server_name.empty()) {
-    std::pair<std::uint64_t, std::uint64_t> mine{id_, unnamed_seq_};
+    std::pair<std::uint64_t, std::uint64_t> mine{id_, fe_.unnamed_seq};
     if (b->unnamed_owner == mine) return;
     proto::Writer w(bout_, 'P');
     w.cstr("").bytes(p.parse_rest).finish();
@@ -486,130 +486,42 @@ void Session::ensure_prepared(const Prepared& p) {
   }
   Expect e{'1', true};
   e.name = p.server_name;
-  expect_.push_back(std::move(e));
-  sent_after_sync_ = true;
+  fe_.expect.push_back(std::move(e));
+  fe_.sent_after_sync = true;
 }
 
-// Handles one backend message; true if it goes to the client.
-// After an error PostgreSQL skips everything up to the next Sync: those responses
-// never come. A client Parse that was skipped created nothing. On an error the Queries
-// sent inside the failed batch are skipped too; on a ReadyForQuery they are what it
-// answers.
-void Session::drop_until_sync(bool error) {
-  while (!expect_.empty() && (expect_.front().type != 'Z' || (error && expect_.front().query_in_batch))) {
-    const Expect& e = expect_.front();
-    if (e.type == '1' && !e.name.empty()) cur()->prepared.erase(e.name);
-    if (e.type == '1' && !e.swallow) {
-      // Only if the client has not parsed that name again since.
-      auto it = prepared_.find(e.text);
-      if (it != prepared_.end() && it->second.parse_seq == e.parse_seq) prepared_.erase(it);
-    }
-    expect_.pop_front();
-  }
-}
-
-// The ReadyForQuery of the oldest Sync/Query owed: metrics, the client's transaction
-// status, and the session state its statements changed.
-bool Session::on_ready_for_query(std::string_view body) {
-  drop_until_sync(false);
-  portal_rows_.clear();
-  char status = body.size() == 1 ? body[0] : 'E';
-  cur()->status = status;
-  if (expect_.empty()) {
-    spdlog::error("[{}] unexpected ReadyForQuery", id_);
-    return true;
-  }
-  Expect e = std::move(expect_.front());
-  expect_.pop_front();
-  if (e.swallow) return false;
-  if (e.started != std::chrono::steady_clock::time_point{}) {
-    metrics_.duration[static_cast<std::size_t>(e.route)].observe_since(e.started);
-    if (cur_ < kMaxShards) metrics_.shards[cur_].query.observe_since(e.started);
-  }
-  batch_failed_ = false;
-  // A block the proxy itself failed stays failed, whatever a shard that does not
-  // know says, until ROLLBACK.
-  client_txn_ = proxy_failed_txn_ && status == 'T' ? 'E' : status;
-  if (!e.failed && e.sql_prepare) {
-    // Not transactional in PostgreSQL: kept even if the transaction rolls back.
-    cur()->sql_prepared[e.sql_prepare->name] = e.sql_prepare->token;
-    std::string name = e.sql_prepare->name;
-    sql_prepared_[name] = std::move(*e.sql_prepare);
-  }
-  if (!e.failed)
-    for (auto& c : e.commands) pending_commands_.push_back(std::move(c));
-  if (status == 'I') {
-    if (last_tag_rollback_) pending_commands_.clear();
-    apply_session_commands();
-    reset_transaction();
-  }
-  return true;
-}
-
+// One message from the current backend; true if it goes to the client. What it means
+// for the client is the Frontend's to say; the session counts and logs it.
 bool Session::process_backend_frame(char type, std::string_view body) {
-  // Output of a Query the proxy sent itself (state replay, BEGIN): never the client's.
-  auto in_injected_query = [this] {
-    return !expect_.empty() && expect_.front().type == 'Z' && expect_.front().swallow && !expect_.front().is_sync;
-  };
-  switch (type) {
-    case '1':
-    case '2':
-    case '3': {
-      if (expect_.empty() || expect_.front().type != type) {
-        spdlog::error("[{}] unexpected backend message '{}'", id_, type);
-        return true;
-      }
-      bool swallow = expect_.front().swallow;
-      if (type == '2') portal_rows_ = std::move(expect_.front().rows);
-      expect_.pop_front();
-      return !swallow;
+  auto v = fe_.on_backend(type, body, *cur());
+  if (v.count_tag) count_written(body);
+  if (type == 'S') note_parameter_status(body);
+  if (v.finished) {
+    if (v.started != std::chrono::steady_clock::time_point{}) {
+      metrics_.duration[static_cast<std::size_t>(v.route)].observe_since(v.started);
+      if (cur_ < kMaxShards) metrics_.shards[cur_].query.observe_since(v.started);
     }
-    case 'E': {
-      bool swallow = in_injected_query();
-      if (swallow) {
-        auto e = proto::ErrorFields::decode(body);
-        spdlog::warn("[{}] injected statement failed: {}", id_, e ? std::string(e->get('M')) : "?");
-      }
-      drop_until_sync(true);
-      portal_rows_.clear();
-      if (!expect_.empty()) expect_.front().failed = true;
-      if (!swallow) {
-        batch_failed_ = true;
-        auto fields = proto::ErrorFields::decode(body);
-        metrics_.error(fields ? fields->get('C') : std::string_view("XX000"));
-      }
-      return !swallow;
+    if (v.idle) {
+      apply_session_commands();
+      reset_transaction();
     }
-    case 'Z':
-      return on_ready_for_query(body);
-    case 'C':
-      if (in_injected_query()) return false;
-      last_tag_rollback_ = body.rfind("ROLLBACK", 0) == 0;
-      count_written(body);
-      return true;
-    case 'A':
-      return true;
-    case 'S':
-      note_parameter_status(body);
-      return !in_injected_query();
-    case 'G':
-      if (!expect_.empty() && expect_.front().is_sync) {
-        // COPY IN started by an Execute: the Syncs already sent arrive during COPY
-        // and PostgreSQL ignores them; only a Sync after CopyDone/CopyFail counts.
-        std::erase_if(expect_, [](const Expect& e) { return e.is_sync; });
-        copy_in_ = true;
-        sent_after_sync_ = true;
-      }
-      return true;
-    default:
-      return !in_injected_query();
   }
+  if (v.client_error) {
+    auto fields = proto::ErrorFields::decode(body);
+    metrics_.error(fields ? fields->get('C') : std::string_view("XX000"));
+  }
+  if (v.injected_failed) {
+    auto e = proto::ErrorFields::decode(body);
+    spdlog::warn("[{}] injected statement failed: {}", id_, e ? std::string(e->get('M')) : "?");
+  }
+  if (v.unexpected) spdlog::error("[{}] unexpected backend message '{}'", id_, type);
+  return v.to_client;
 }
 
 // The settings the proxy's own reading of SQL depends on, as the server reports them.
 void Session::note_parameter_status(std::string_view body) {
   auto p = proto::ParameterStatus::decode(body);
-  if (p && p->name == "standard_conforming_strings") routing_.standard_conforming_strings = p->value != "off";
+  if (p && p->name == "standard_conforming_strings") settings_.routing.standard_conforming_strings = p->value != "off";
 }
 
 void Session::note_parameter_statuses(std::string_view messages) {
@@ -619,46 +531,13 @@ void Session::note_parameter_statuses(std::string_view messages) {
 }
 
 void Session::apply_session_commands() {
-  if (pending_commands_.empty()) return;
-  bool backend_reset = false;
-  for (auto& c : pending_commands_) {
-    auto it = std::find_if(sets_.begin(), sets_.end(), [&](auto& p) { return p.first == c.name; });
-    switch (c.kind) {
-      case SessionCommand::set:
-        if (it != sets_.end()) it->second = c.text;
-        else sets_.emplace_back(c.name, c.text);
-        break;
-      case SessionCommand::reset:
-        if (it != sets_.end()) sets_.erase(it);
-        break;
-      case SessionCommand::reset_all:
-      case SessionCommand::discard_all:
-        sets_.clear();
-        backend_reset = true;  // the backend now has its own defaults, not the client's
-        break;
-      default:
-        break;
-    }
-  }
-  pending_commands_.clear();
-  rebuild_state_script();
-  if (cur()) cur()->applied_state = backend_reset ? kStateUnknown : state_hash_;
-}
-
-void Session::rebuild_state_script() {
-  state_script_.clear();
-  for (auto& [k, v] : startup_params_) state_script_ += set_config_sql(k, v);
-  for (auto& [k, stmt] : sets_) state_script_ += stmt + ";";
-  if (state_script_.empty()) {
-    state_hash_ = kStateDefault;
-  } else {
-    state_hash_ = std::hash<std::string>{}(state_script_) | 1;
-    if (state_hash_ == kStateUnknown) state_hash_ ^= 2;
-  }
+  if (fe_.pending_commands.empty()) return;
+  const bool backend_reset = settings_.apply(fe_.pending_commands);
+  if (cur()) cur()->applied_state = backend_reset ? kStateUnknown : settings_.hash;
 }
 
 bool Session::should_release() const {
-  return cur() && expect_.empty() && !sent_after_sync_ && cur()->status == 'I' && !pinned_ && !closing_ &&
+  return cur() && fe_.expect.empty() && !fe_.sent_after_sync && cur()->status == 'I' && !pinned_ && !closing_ &&
          runtime_->config.pool_mode == config::PoolMode::transaction;
 }
 
@@ -666,9 +545,9 @@ void Session::release_shard(std::size_t shard, bool reusable) {
   if (!held_[shard]) return;  // (held_ changes on this thread only)
   std::unique_ptr<Backend> b;
   {
-    std::lock_guard lock(cancel_mu_);
+    std::lock_guard lock(cancel_.mu);
     b = std::move(held_[shard]);
-    if (cancel_backend_ == b.get()) cancel_backend_ = nullptr;
+    if (cancel_.backend == b.get()) cancel_.backend = nullptr;
   }
   if (!b) return;
   if (!b->read_buf.empty() || b->status != 'I') reusable = false;
@@ -695,7 +574,7 @@ awaitable<void> Session::pump() {
     auto [ec, n] = co_await b->socket.async_read_some(asio::buffer(space.data(), space.size()), use_nothrow);
     in.commit(n);
     if (ec) {
-      lost = !(ec == asio::error::operation_aborted && (stop_pump_ || closing_));
+      lost = !(ec == asio::error::operation_aborted && (pump_.stop || closing_));
       break;
     }
     std::size_t pos = 0, plain_end = 0;
@@ -712,42 +591,42 @@ awaitable<void> Session::pump() {
       if (keep && !filtered) {
         plain_end = pos + r.frame.size;
       } else if (keep) {
-        cout_.append(in, pos, r.frame.size);
+        pump_.cout.append(in, pos, r.frame.size);
       } else if (!filtered) {
         filtered = true;
-        cout_.assign(in, 0, plain_end);
+        pump_.cout.assign(in, 0, plain_end);
       }
       pos += r.frame.size;
     }
     if (lost) break;
-    std::string_view data = filtered ? std::string_view(cout_) : std::string_view(in).substr(0, plain_end);
+    std::string_view data = filtered ? std::string_view(pump_.cout) : std::string_view(in).substr(0, plain_end);
     if (!data.empty() && co_await stream_.write(data)) {
       closing_ = true;  // client gone; the client loop sees it on its next read
       stream_.close();
     }
-    cout_.clear();
+    pump_.cout.clear();
     in.erase(0, pos);
     if (closing_) break;
-    bool owes_nothing = expect_.empty() && !sent_after_sync_;
+    bool owes_nothing = fe_.expect.empty() && !fe_.sent_after_sync;
     if (should_release()) {
       release_all(true);
       break;
     }
-    if (stop_pump_ && owes_nothing) break;
-    if (server_.shutting_down() && owes_nothing && client_txn_ == 'I') on_shutdown();
+    if (pump_.stop && owes_nothing) break;
+    if (server_.shutting_down() && owes_nothing && fe_.client_txn == 'I') on_shutdown();
   }
   cur_ = kNoShard;
-  pump_active_ = false;
+  pump_.active = false;
   active_.store(false, std::memory_order_relaxed);
   metrics_.clients_active.add(-1);
   set_cancel_target(nullptr, 0);
-  pump_exit_->cancel();
+  pump_.exit->cancel();
   if (lost && !closing_) {
     spdlog::warn("[{}] lost connection to shard {}", id_, pools_[shard]->target().shard);
     if (runtime_->standbys) host_failed(shard, b->host, BanReason::lost);
-    backend_lost_ = true;
+    pump_.lost = true;
     release_shard(shard, false);
-    expect_.clear();
+    fe_.expect.clear();
     closing_ = true;
     std::string out;
     proto::ErrorFields::make("FATAL", sqlstate::connection_failure, "server connection lost").encode(out, 'E');
@@ -759,12 +638,12 @@ awaitable<void> Session::pump() {
 // Stops the pump and gives held backends back (clean and idle) or closes them.
 awaitable<void> Session::detach_for_exit() {
   closing_ = true;
-  bool clean = expect_.empty() && !sent_after_sync_ && !pinned_ && !backend_lost_;
+  bool clean = fe_.expect.empty() && !fe_.sent_after_sync && !pinned_ && !pump_.lost;
   start_pump();
-  if (pump_active_) {
+  if (pump_.active) {
     error_code ignored;
     cur()->socket.cancel(ignored);
-    co_await pump_exit_->async_wait(use_nothrow);
+    co_await pump_.exit->async_wait(use_nothrow);
   }
   for (std::size_t s = 0; s < held_.size(); ++s) {
     if (!held_[s]) continue;

@@ -14,7 +14,7 @@ namespace splitpoint::server {
 using routing::RouteKind;
 
 void Session::follow_runtime() {
-  if (in_transaction() || pump_active_ || implicit_txn_) return;  // (asked again at the next frame)
+  if (in_transaction() || pump_.active || txn_.implicit) return;  // (asked again at the next frame)
   const auto generation = server_.runtime_generation();
   auto rt = server_.runtime();
   generation_ = generation;
@@ -24,7 +24,7 @@ void Session::follow_runtime() {
   // A new epoch may have given a shard new pools; a backend the session holds (session
   // pooling, LISTEN) goes back to the pool it came from, so those stay.
   for (std::size_t i = 0; i < runtime_->shards.size(); ++i) {
-    auto pool = runtime_->shards[i]->get(user_, client_password_, database_);
+    auto pool = runtime_->shards[i]->get(who_.user, who_.password, who_.database);
     if (i == pools_.size()) pools_.push_back(std::move(pool));
     else if (!held_[i]) pools_[i] = std::move(pool);
   }
@@ -92,7 +92,7 @@ std::optional<std::string> Session::hide_foreign_rows(std::size_t shard, const r
         any |= h.shard == shard && p.distribution == h.distribution && p.partition == h.partition;
     if (!any) return std::nullopt;
   }
-  return routing::read_through_views(sql, moves_->views[shard], routing_.standard_conforming_strings);
+  return routing::read_through_views(sql, moves_->views[shard], settings_.routing.standard_conforming_strings);
 }
 
 }  // namespace splitpoint::server

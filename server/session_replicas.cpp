@@ -25,14 +25,14 @@ bool Session::reads_from_standby(const routing::Route& route) const {
 
 bool Session::may_read_standby(std::size_t shard, const routing::Route& route) const {
   if (!runtime_->standbys || !route.replica_safe || !runtime_->shards[shard]->hosts().has_standbys()) return false;
-  if (in_transaction() || implicit_txn_ || batch_wrote_ || pinned_ ||
+  if (in_transaction() || txn_.implicit || txn_.batch_wrote || pinned_ ||
       runtime_->config.pool_mode != config::PoolMode::transaction)
     return false;
   // The shard's primary is in the current batch, or still owes answers (a write sent
   // just before may not have committed yet, so its LSN is not known): the statement
   // stays on it.
   if (held_[shard] && held_[shard]->host == pools_[shard]->target().host_index &&
-      (sent_after_sync_ || (cur_ == shard && !expect_.empty())))
+      (fe_.sent_after_sync || (cur_ == shard && !fe_.expect.empty())))
     return false;
   return reads_from_standby(route);
 }
@@ -41,7 +41,7 @@ awaitable<std::optional<std::size_t>> Session::read_host(std::size_t shard, cons
   if (!may_read_standby(shard, route)) co_return std::nullopt;
   ShardHosts& hosts = runtime_->shards[shard]->hosts();
   // Within a batch the reads stay on the standby the batch is on.
-  if (cur_ == shard && pump_active_ && cur()->host != pools_[shard]->target().host_index) co_return cur()->host;
+  if (cur_ == shard && pump_.active && cur()->host != pools_[shard]->target().host_index) co_return cur()->host;
   if (ryw_.unknown[shard]) {
     // The session used the primary since it last looked: what it committed there is
     // at most the primary's current LSN. A standby must have replayed that far.
@@ -63,7 +63,7 @@ awaitable<std::optional<std::size_t>> Session::read_host(std::size_t shard, cons
 
 std::shared_ptr<Pool> Session::pool_on(std::size_t shard, std::size_t host) {
   if (pools_[shard]->target().host_index == host) return pools_[shard];
-  return runtime_->shards[shard]->get(user_, client_password_, database_, host);
+  return runtime_->shards[shard]->get(who_.user, who_.password, who_.database, host);
 }
 
 void Session::give_back(std::size_t shard, std::unique_ptr<Backend> b, bool reusable) {
@@ -95,7 +95,7 @@ awaitable<bool> Session::wait_for_primary(std::size_t shard) {
     co_await timer.async_wait(use_nothrow);
   }
   if (pools_[shard]->target().host_index != hosts.primary())
-    pools_[shard] = runtime_->shards[shard]->get(user_, client_password_, database_);
+    pools_[shard] = runtime_->shards[shard]->get(who_.user, who_.password, who_.database);
   co_return true;
 }
 

@@ -24,18 +24,6 @@ namespace {
 
 constexpr const char* kInFailedTransaction = "25P02";
 
-// Splits "INSERT 0 5" / "UPDATE 3" / "CREATE TABLE" into verb and row count.
-std::pair<std::string, std::optional<long long>> split_tag(std::string_view tag) {
-  auto sp = tag.rfind(' ');
-  if (sp != std::string_view::npos) {
-    long long n = 0;
-    auto digits = tag.substr(sp + 1);
-    auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-    if (ec == std::errc() && p == digits.data() + digits.size()) return {std::string(tag.substr(0, sp)), n};
-  }
-  return {std::string(tag), std::nullopt};
-}
-
 }  // namespace
 
 RouteLabel Session::label_of(const routing::Route& route, bool multi) {
@@ -62,7 +50,7 @@ std::size_t Session::pick_any_shard() {
   if (cur_ != kNoShard) return cur_;
   for (std::size_t s = 0; s < held_.size(); ++s)
     if (held_[s]) return s;
-  if (routing_.shard) return *routing_.shard;
+  if (settings_.routing.shard) return *settings_.routing.shard;
   // Spread keyless reads (reference tables, catalog) over the shards.
   return next_any_++ % pools_.size();
 }
@@ -88,15 +76,15 @@ bool Session::check_write(const routing::Route& route, std::size_t shard, std::s
   if (!in_transaction()) return true;
   if (two_phase()) {
     note_written(shard);
-    if (!write_shard_) write_shard_ = shard;
+    if (!txn_.write_shard) txn_.write_shard = shard;
     return true;
   }
-  if (write_shard_ && *write_shard_ != shard) {
+  if (txn_.write_shard && *txn_.write_shard != shard) {
     error = "transaction would write to shard \"" + pools_[shard]->target().shard + "\" after writing to shard \"" +
-            pools_[*write_shard_]->target().shard + "\"; a transaction may write to one shard only";
+            pools_[*txn_.write_shard]->target().shard + "\"; a transaction may write to one shard only";
     return false;
   }
-  write_shard_ = shard;
+  txn_.write_shard = shard;
   return true;
 }
 
@@ -165,14 +153,14 @@ awaitable<bool> Session::refused_in_failed_transaction(const routing::Route& rou
   if (route.txn == TxnCommand::rollback || route.txn == TxnCommand::commit ||
       route.txn == TxnCommand::rollback_to_savepoint || route.syntax_error)
     co_return false;
-  if (!proxy_failed_txn_ && pump_active_ && (!expect_.empty() || sent_after_sync_)) {
+  if (!fe_.proxy_failed_txn && pump_.active && (!fe_.expect.empty() || fe_.sent_after_sync)) {
     auto target = single_target(route);
     if (target && *target == cur_) co_return false;
     leave_batch_shard(target ? *target : kNoShard);
     co_await drain();
   }
-  if (client_txn_ != 'E') co_return false;
-  if (!proxy_failed_txn_) {
+  if (fe_.client_txn != 'E') co_return false;
+  if (!fe_.proxy_failed_txn) {
     // The shard whose statement failed knows its block is aborted and answers as
     // PostgreSQL does (a Query that starts with ROLLBACK TO SAVEPOINT runs, say).
     auto target = single_target(route);
@@ -193,13 +181,13 @@ awaitable<bool> Session::reject(std::string_view code, std::string message, bool
   if (position > 0) fields.fields.emplace_back('P', std::to_string(position));
   fields.encode(out, 'E');
   if (in_transaction()) {
-    client_txn_ = 'E';
-    proxy_failed_txn_ = true;
+    fe_.client_txn = 'E';
+    fe_.proxy_failed_txn = true;
   }
   if (extended) {
-    skip_until_sync_ = true;
+    fe_.skip_until_sync = true;
   } else {
-    proto::ReadyForQuery{client_txn_}.encode(out);
+    proto::ReadyForQuery{fe_.client_txn}.encode(out);
   }
   co_await stream_.write(out);
   co_return true;
@@ -217,16 +205,16 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   std::vector<std::shared_ptr<const routing::TableShape>> keep;
   auto lookup = shape_lookup(keep);
   auto& router = *runtime_->router;
-  auto route = router.route_simple(sql, routing_, lookup);
+  auto route = router.route_simple(sql, settings_.routing, lookup);
   // The checks before these calls spare most statements two coroutine frames.
   if (route.kind == RouteKind::need_shapes)
-    co_await route_with_shapes(route, [&] { return router.route_simple(sql, routing_, lookup); });
+    co_await route_with_shapes(route, [&] { return router.route_simple(sql, settings_.routing, lookup); });
   if (!server_.moves_active())  // (a partition in cutover: SPEC §9)
     moves_.reset();
-  else if (!co_await wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, routing_, lookup); }))
+  else if (!co_await wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, settings_.routing, lookup); }))
     co_return !closing_;
 
-  if ((pump_active_ || client_txn_ == 'E') && co_await refused_in_failed_transaction(route, false))
+  if ((pump_.active || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
   if (pools_.size() > 1 && route.kind == RouteKind::all_shards && route.cls == StatementClass::write &&
       (route.distribution || route.reference_write) && routing::first_keyword(sql) == "copy") {
@@ -238,26 +226,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
       co_return co_await reject(sqlstate::feature_not_supported, copy_error, false);
     if (cs && cs->from_stdin) co_return co_await handle_copy_in(f, std::string(sql), *cs);
   }
-  // Outside a transaction block COMMIT/ROLLBACK go to a shard like any statement, so
-  // PostgreSQL answers (its WARNING, or its error for AND CHAIN).
-  if ((route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback) && in_transaction())
-    co_return co_await finish_transaction(route, sql);
-  if (route.txn == TxnCommand::prepare || route.txn == TxnCommand::finish_prepared) {
-    if (two_phase::txid_of(route.names->gid))
-      co_return co_await reject(sqlstate::feature_not_supported,
-                                "transaction identifier \"" + route.names->gid + "\" is reserved for splitpoint's own two-phase "
-                                "commit",
-                                false);
-    if (route.txn == TxnCommand::prepare && in_transaction()) co_return co_await prepare_transaction(sql);
-    if (route.txn == TxnCommand::finish_prepared && !in_transaction() && pools_.size() > 1)
-      co_return co_await finish_prepared(sql);
-    // Otherwise one shard answers as PostgreSQL: the WARNING for PREPARE TRANSACTION
-    // outside a block, the error for COMMIT PREPARED inside one.
-  }
-  if (route.txn == TxnCommand::begin && client_txn_ == 'I') co_return co_await hold_begin(sql);
-  if ((route.txn == TxnCommand::rollback_to_savepoint || route.txn == TxnCommand::release_savepoint) &&
-      in_transaction()) {
-    auto done = co_await savepoint_across_shards(route, sql);
+  if (route.txn != TxnCommand::none) {
+    auto done = co_await transaction_control(route, sql);
     if (done) co_return *done;
   }
   if (route.syntax_error) {
@@ -286,7 +256,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
       if (done) co_return *done;
     }
   }
-  if (route.sql_prepared == routing::Route::SqlPrepared::prepare && sql_prepared_.count(route.names->prepared_name)) {
+  if (route.sql_prepared == routing::Route::SqlPrepared::prepare && fe_.sql_prepared.count(route.names->prepared_name)) {
     // PostgreSQL's answer where the backend has it; the proxy's where it does not.
     auto target = single_target(route);
     if (!target || !held_[*target] || !held_[*target]->sql_prepared.count(route.names->prepared_name))
@@ -305,29 +275,57 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   // A SAVEPOINT went to this shard as the client sent it; the others get it before
   // their next statement of the transaction.
   if (route.txn == TxnCommand::savepoint && in_transaction() && cur()) {
-    savepoints_.push_back(route.names->savepoint);
-    cur()->savepoints = savepoints_.size();
+    txn_.savepoints.push_back(route.names->savepoint);
+    cur()->savepoints = txn_.savepoints.size();
   }
   co_return ok;
+}
+
+// BEGIN, COMMIT/ROLLBACK, PREPARE TRANSACTION / COMMIT PREPARED and savepoints of a
+// simple Query, where the proxy answers them (set: handle_query's result) rather than
+// the shard the route names (nullopt).
+awaitable<std::optional<bool>> Session::transaction_control(const routing::Route& route, std::string_view sql) {
+  // Outside a transaction block COMMIT/ROLLBACK go to a shard like any statement, so
+  // PostgreSQL answers (its WARNING, or its error for AND CHAIN).
+  if ((route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback) && in_transaction())
+    co_return co_await finish_transaction(route, sql);
+  if (route.txn == TxnCommand::prepare || route.txn == TxnCommand::finish_prepared) {
+    if (two_phase::txid_of(route.names->gid))
+      co_return co_await reject(sqlstate::feature_not_supported,
+                                "transaction identifier \"" + route.names->gid + "\" is reserved for splitpoint's own two-phase "
+                                "commit",
+                                false);
+    if (route.txn == TxnCommand::prepare && in_transaction()) co_return co_await prepare_transaction(sql);
+    if (route.txn == TxnCommand::finish_prepared && !in_transaction() && pools_.size() > 1)
+      co_return co_await finish_prepared(sql);
+    // Otherwise one shard answers as PostgreSQL: the WARNING for PREPARE TRANSACTION
+    // outside a block, the error for COMMIT PREPARED inside one.
+  }
+  if (route.txn == TxnCommand::begin && fe_.client_txn == 'I') co_return co_await hold_begin(sql);
+  if ((route.txn == TxnCommand::rollback_to_savepoint || route.txn == TxnCommand::release_savepoint) &&
+      in_transaction()) {
+    co_return co_await savepoint_across_shards(route, sql);
+  }
+  co_return std::nullopt;
 }
 
 // BEGIN is held until the first statement that routes; each shard joins with its text.
 awaitable<bool> Session::hold_begin(std::string_view sql) {
   co_await drain();
-  begin_sql_ = std::string(sql);
-  client_txn_ = 'T';
+  txn_.begin_sql = std::string(sql);
+  fe_.client_txn = 'T';
   std::string out;
   proto::CommandComplete{routing::first_keyword(sql) == "start" ? "START TRANSACTION" : "BEGIN"}.encode(out);
-  proto::ReadyForQuery{client_txn_}.encode(out);
+  proto::ReadyForQuery{fe_.client_txn}.encode(out);
   co_await stream_.write(out);
   co_return true;
 }
 
 awaitable<std::optional<bool>> Session::savepoint_across_shards(const routing::Route& route, std::string_view sql) {
   const std::string& name = route.names->savepoint;
-  auto last = std::find(savepoints_.rbegin(), savepoints_.rend(), name);
-  if (last == savepoints_.rend()) co_return std::nullopt;
-  const std::size_t i = static_cast<std::size_t>(savepoints_.rend() - last) - 1;
+  auto last = std::find(txn_.savepoints.rbegin(), txn_.savepoints.rend(), name);
+  if (last == txn_.savepoints.rend()) co_return std::nullopt;
+  const std::size_t i = static_cast<std::size_t>(txn_.savepoints.rend() - last) - 1;
   const bool rollback = route.txn == TxnCommand::rollback_to_savepoint;
   co_await drain();
   if (closing_) co_return false;
@@ -342,22 +340,22 @@ awaitable<std::optional<bool>> Session::savepoint_across_shards(const routing::R
   // What is left of the stack: ROLLBACK TO keeps the savepoint, RELEASE drops it (a
   // failed one changes nothing).
   const std::size_t keep = rollback ? i + 1 : i;
-  if (error.empty()) savepoints_.resize(keep);
+  if (error.empty()) txn_.savepoints.resize(keep);
   for (auto& b : held_)
     if (b && error.empty()) b->savepoints = std::min(b->savepoints, keep);
   std::string out = notices;
   if (!error.empty()) {
     proto::Writer(out, 'E').bytes(error).finish();
-    client_txn_ = 'E';
-    proxy_failed_txn_ = true;
+    fe_.client_txn = 'E';
+    fe_.proxy_failed_txn = true;
   } else {
     if (rollback) {  // the block is usable again, as in PostgreSQL
-      client_txn_ = 'T';
-      proxy_failed_txn_ = false;
+      fe_.client_txn = 'T';
+      fe_.proxy_failed_txn = false;
     }
     proto::CommandComplete{rollback ? "ROLLBACK" : "RELEASE"}.encode(out);
   }
-  proto::ReadyForQuery{client_txn_}.encode(out);
+  proto::ReadyForQuery{fe_.client_txn}.encode(out);
   co_await stream_.write(out);
   co_return true;
 }
@@ -370,10 +368,10 @@ awaitable<std::optional<bool>> Session::deallocate(routing::Route& route, const 
   // Of a SQL-level one: on the backend that holds it if the session holds that
   // backend, else forgotten here (a pooled backend's copy is replaced when needed).
   bool answer_here = false;
-  if (auto it = prepared_.find(name); it != prepared_.end() && !it->second.server_name.empty()) {
-    prepared_.erase(it);
+  if (auto it = fe_.prepared.find(name); it != fe_.prepared.end() && !it->second.server_name.empty()) {
+    fe_.prepared.erase(it);
     answer_here = true;
-  } else if (auto sq = sql_prepared_.find(name); sq != sql_prepared_.end()) {
+  } else if (auto sq = fe_.sql_prepared.find(name); sq != fe_.sql_prepared.end()) {
     answer_here = true;
     for (std::size_t s = 0; s < held_.size() && answer_here; ++s) {
       if (!held_[s]) continue;
@@ -384,7 +382,7 @@ awaitable<std::optional<bool>> Session::deallocate(routing::Route& route, const 
       route.shards = {s};
       answer_here = false;
     }
-    sql_prepared_.erase(sq);
+    fe_.sql_prepared.erase(sq);
   } else if (runtime_->config.pool_mode == config::PoolMode::transaction) {
     // Not this session's: another session's statement of that name on a pooled
     // backend is not this one's to drop.
@@ -394,7 +392,7 @@ awaitable<std::optional<bool>> Session::deallocate(routing::Route& route, const 
     co_await drain();
     std::string out;
     proto::CommandComplete{"DEALLOCATE"}.encode(out);
-    proto::ReadyForQuery{client_txn_}.encode(out);
+    proto::ReadyForQuery{fe_.client_txn}.encode(out);
     co_await stream_.write(out);
     co_return true;
   }
@@ -426,25 +424,25 @@ awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& ro
     static std::atomic<std::uint64_t> tokens{0};
     std::vector<std::int32_t> no_types;
     e.sql_prepare = SqlPrepared{route.names->prepared_name, std::string(sql),
-                                runtime_->router->plan(route.names->prepared_query, no_types, routing_.standard_conforming_strings),
+                                runtime_->router->plan(route.names->prepared_query, no_types, settings_.routing.standard_conforming_strings),
                                 ++tokens};
   }
   e.route = label;
-  e.query_in_batch = sent_after_sync_;
+  e.query_in_batch = fe_.sent_after_sync;
   e.rows = row_shares(route, target);
   // Each SET/RESET statement is recorded with its own text (never the whole Query:
   // replaying `SET ...; INSERT ...` would run the INSERT again on the next backend).
   // The router's plan says whether the text has any (no scan of other texts).
   std::string restore = route.session_command ? note_session_commands(sql, e.commands) : std::string();
   const bool in_batch = e.query_in_batch;
-  expect_.push_back(std::move(e));
+  fe_.expect.push_back(std::move(e));
   if (!restore.empty()) {
     proto::Query{restore}.encode(bout_);
     Expect injected{'Z', true};
     injected.query_in_batch = in_batch;
-    expect_.push_back(std::move(injected));
+    fe_.expect.push_back(std::move(injected));
   }
-  sent_after_sync_ = false;
+  fe_.sent_after_sync = false;
   co_return true;
 }
 
@@ -456,10 +454,10 @@ awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& ro
 std::string Session::note_session_commands(std::string_view sql, std::vector<SessionCmd>& into) {
   std::string restore;
   auto restore_startup = [&](std::string_view name) {
-    for (auto& [k, v] : startup_params_)
+    for (auto& [k, v] : settings_.startup)
       if (name.empty() || k == name) restore += set_config_sql(k, v);
   };
-  for (auto stmt : routing::split_statements(sql, routing_.standard_conforming_strings)) {
+  for (auto stmt : routing::split_statements(sql, settings_.routing.standard_conforming_strings)) {
     auto cmd = routing::classify_session_command(stmt);
     if (cmd.kind == SessionCommand::reset || cmd.kind == SessionCommand::reset_all ||
         cmd.kind == SessionCommand::discard_all)
@@ -474,8 +472,8 @@ std::string Session::note_session_commands(std::string_view sql, std::vector<Ses
         break;
       case SessionCommand::deallocate_all:
       case SessionCommand::discard_all:
-        prepared_.clear();
-        sql_prepared_.clear();
+        fe_.prepared.clear();
+        fe_.sql_prepared.clear();
         cur()->prepared.clear();
         cur()->sql_prepared.clear();
         cur()->unnamed_owner = {0, 0};
@@ -499,15 +497,15 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
     co_await send_error("FATAL", sqlstate::protocol_violation, "invalid Parse message", false);
     co_return false;
   }
-  if (!name.empty() && prepared_.count(std::string(name)))
+  if (!name.empty() && fe_.prepared.count(std::string(name)))
     co_return co_await reject("42P05", "prepared statement \"" + std::string(name) + "\" already exists", true);
   Prepared p;
   p.server_name = name.empty() ? std::string() : statement_name_for(rest);
   p.parse_rest.assign(rest);
-  p.plan = runtime_->router->plan(parse->query, parse->param_types, routing_.standard_conforming_strings);
-  p.parse_seq = ++parse_seq_;
-  auto& slot = prepared_[std::string(name)] = std::move(p);
-  if (name.empty()) ++unnamed_seq_;
+  p.plan = runtime_->router->plan(parse->query, parse->param_types, settings_.routing.standard_conforming_strings);
+  p.parse_seq = ++fe_.parse_seq;
+  auto& slot = fe_.prepared[std::string(name)] = std::move(p);
+  if (name.empty()) ++fe_.unnamed_seq;
 
   if (!cur()) {
     // Prepare where the statement will run if its Bind is already here; else anywhere.
@@ -522,7 +520,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
         if (bind && bind->statement == name) {
           std::vector<std::shared_ptr<const routing::TableShape>> keep;
           routing::BoundParams params{bind->params, bind->param_formats, parse->param_types};
-          auto route = runtime_->router->route(*slot.plan, params, routing_, shape_lookup(keep));
+          auto route = runtime_->router->route(*slot.plan, params, settings_.routing, shape_lookup(keep));
           if (auto t = single_target(route)) {
             shard = *t;
             if (runtime_->standbys) standby = co_await read_host(shard, route);
@@ -534,22 +532,22 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
       pos += next.frame.size;
     }
     if (!co_await use_shard(shard, standby)) {
-      skip_until_sync_ = true;
+      fe_.skip_until_sync = true;
       co_return !closing_;
     }
   }
   Backend* b = cur();
   if (name.empty()) {
     bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
-    b->unnamed_owner = {id_, unnamed_seq_};
-    expect_.push_back(Expect{'1'});  // text "" = the unnamed statement
-    expect_.back().parse_seq = slot.parse_seq;
+    b->unnamed_owner = {id_, fe_.unnamed_seq};
+    fe_.expect.push_back(Expect{'1'});  // text "" = the unnamed statement
+    fe_.expect.back().parse_seq = slot.parse_seq;
   } else {
     if (b->prepared.count(slot.server_name)) {
       // Same text already prepared here: re-create it so the client's Parse gets its
       // own ParseComplete in order.
       proto::Close{'S', slot.server_name}.encode(bout_);
-      expect_.push_back(Expect{'3', true});
+      fe_.expect.push_back(Expect{'3', true});
     }
     proto::Writer w(bout_, 'P');
     w.cstr(slot.server_name).bytes(slot.parse_rest).finish();
@@ -557,10 +555,10 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
     e.name = slot.server_name;
     e.text = std::string(name);
     e.parse_seq = slot.parse_seq;
-    expect_.push_back(std::move(e));
+    fe_.expect.push_back(std::move(e));
     b->prepared.insert(slot.server_name);
   }
-  sent_after_sync_ = true;
+  fe_.sent_after_sync = true;
   co_return true;
 }
 
@@ -571,11 +569,11 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     co_await send_error("FATAL", sqlstate::protocol_violation, "invalid Bind message", false);
     co_return false;
   }
-  auto it = prepared_.find(std::string(bind->statement));
-  if (it == prepared_.end()) {
+  auto it = fe_.prepared.find(std::string(bind->statement));
+  if (it == fe_.prepared.end()) {
     // Unknown statement: let PostgreSQL report it.
     if (!cur() && !co_await use_shard(pick_any_shard())) {
-      skip_until_sync_ = true;
+      fe_.skip_until_sync = true;
       co_return !closing_;
     }
     forward_raw(f, '2');
@@ -596,16 +594,16 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   if (lookahead_ && lookahead_->parse_seq == p.parse_seq && lookahead_->bind_body == f.body)
     route = std::move(lookahead_->route);
   else
-    route = router.route(*p.plan, params, routing_, lookup);
+    route = router.route(*p.plan, params, settings_.routing, lookup);
   lookahead_.reset();
   if (route.kind == RouteKind::need_shapes)
-    co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, routing_, lookup); });
+    co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, settings_.routing, lookup); });
   if (!server_.moves_active())
     moves_.reset();
-  else if (!co_await wait_for_moves(route, true, [&] { return runtime_->router->route(*p.plan, params, routing_, lookup); }))
+  else if (!co_await wait_for_moves(route, true, [&] { return runtime_->router->route(*p.plan, params, settings_.routing, lookup); }))
     co_return !closing_;
 
-  if ((pump_active_ || client_txn_ == 'E') && co_await refused_in_failed_transaction(route, true))
+  if ((pump_.active || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, true))
     co_return !closing_;
   if (route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback) {
     auto done = co_await bind_transaction_end(route, bind->portal);
@@ -646,21 +644,21 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
 // An extended-protocol COMMIT/ROLLBACK of a transaction block: answered here (set:
 // handle_bind's result) or nullopt: `route` now names the shard whose backend ends it.
 awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& route, std::string_view portal) {
-  if (route.txn == TxnCommand::commit && client_txn_ != 'E' && !proxy_failed_txn_ && written_.size() > 1) {
+  if (route.txn == TxnCommand::commit && fe_.client_txn != 'E' && !fe_.proxy_failed_txn && txn_.written.size() > 1) {
     // Written on several shards: two-phase commit, answered here.
     co_await drain();
     auto error = co_await commit_two_phase();
     if (error.empty()) apply_session_commands();
-    else pending_commands_.clear();
+    else fe_.pending_commands.clear();
     reset_transaction();
     std::string out;
     if (error.empty()) {
-      local_portal_.emplace(std::string(portal), "COMMIT");
+      fe_.local_portal.emplace(std::string(portal), "COMMIT");
       proto::encode_bind_complete(out);
     } else {
       proto::Writer w(out, 'E');
       w.bytes(error).finish();
-      skip_until_sync_ = true;
+      fe_.skip_until_sync = true;
     }
     co_await stream_.write(out);
     co_return true;
@@ -668,19 +666,19 @@ awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& rou
   {
     // Finish the other shards first; the client's own message ends the last one.
     co_await drain();
-    std::optional<std::size_t> last = write_shard_;
+    std::optional<std::size_t> last = txn_.write_shard;
     for (std::size_t s = 0; s < held_.size(); ++s)
       if (in_transaction_on(s) && !last) last = s;
-    bool failed = client_txn_ == 'E';
+    bool failed = fe_.client_txn == 'E';
     for (std::size_t s = 0; s < held_.size(); ++s) {
-      if (!in_transaction_on(s) || (s == last && !proxy_failed_txn_)) continue;
+      if (!in_transaction_on(s) || (s == last && !fe_.proxy_failed_txn)) continue;
       auto reply = co_await run_on(s, failed || route.txn == TxnCommand::rollback ? "ROLLBACK" : "COMMIT");
       end_shard(s, !reply.lost && reply.error.empty());
     }
-    if (proxy_failed_txn_) {
+    if (fe_.proxy_failed_txn) {
       // Every shard rolled back; the client's COMMIT/ROLLBACK is answered here.
       reset_transaction();
-      local_portal_.emplace(std::string(portal), "ROLLBACK");
+      fe_.local_portal.emplace(std::string(portal), "ROLLBACK");
       std::string out;
       proto::encode_bind_complete(out);
       co_await stream_.write(out);
@@ -712,8 +710,8 @@ awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::
   req.result_formats = bind.result_formats;
   req.param_types = types;
   if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
-  scatter_portal_.emplace(std::string(bind.portal), std::move(req));
-  scatter_route_ = route;
+  scatter_.portal.emplace(std::string(bind.portal), std::move(req));
+  scatter_.route = route;
   std::string out;
   proto::encode_bind_complete(out);
   co_await stream_.write(out);
@@ -727,22 +725,22 @@ awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Rout
   leave_batch_shard(target);
   std::string error;
   if (!check_write(route, target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, true);
-  pending_started_ = std::chrono::steady_clock::now();
-  pending_route_ = label_of(route, false);
-  count_route(route, pending_route_);
+  pending_.started = std::chrono::steady_clock::now();
+  pending_.route = label_of(route, false);
+  count_route(route, pending_.route);
   std::optional<std::size_t> standby;
   if (runtime_->standbys) standby = co_await read_host(target, route);
   if (!standby && !route.replica_safe) may_write_on(target);
   if (!co_await use_shard(target, standby)) {
-    skip_until_sync_ = true;
+    fe_.skip_until_sync = true;
     co_return !closing_;
   }
-  count_target(pending_route_);
+  count_target(pending_.route);
   // After attaching: the client's own BEGIN starts the transaction on this backend.
-  if (route.txn == TxnCommand::begin) begin_sql_ = query.empty() ? std::string("BEGIN") : query;
+  if (route.txn == TxnCommand::begin) txn_.begin_sql = query.empty() ? std::string("BEGIN") : query;
   ensure_prepared(p);
   if (!in_transaction() && (route.cls == StatementClass::write || route.cls == StatementClass::ddl))
-    batch_wrote_ = true;
+    txn_.batch_wrote = true;
   if (p.server_name.empty()) {
     bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
   } else {
@@ -753,17 +751,17 @@ awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Rout
     proto::Writer w(bout_, 'B');
     w.cstr(portal).cstr(p.server_name).bytes(rest).finish();
   }
-  expect_.push_back(Expect{'2'});
-  expect_.back().rows = row_shares(route, target);
+  fe_.expect.push_back(Expect{'2'});
+  fe_.expect.back().rows = row_shares(route, target);
   // Kept for the batch's Sync: the session's state once the batch succeeded.
-  if (route.session_command && !query.empty()) note_session_commands(query, batch_commands_);
-  sent_after_sync_ = true;
+  if (route.session_command && !query.empty()) note_session_commands(query, fe_.batch_commands);
+  fe_.sent_after_sync = true;
   co_return true;
 }
 
 awaitable<bool> Session::route_execute(routing::Route& route) {
-  auto it = sql_prepared_.find(route.names->prepared_name);
-  if (it == sql_prepared_.end()) {
+  auto it = fe_.sql_prepared.find(route.names->prepared_name);
+  if (it == fe_.sql_prepared.end()) {
     // In session pooling the backend is the session's own: PostgreSQL answers. In
     // transaction pooling a pooled backend may hold another session's statement of
     // that name, which must never run for this one.
@@ -784,9 +782,9 @@ awaitable<bool> Session::route_execute(routing::Route& route) {
   const routing::BoundParams params{values, {}, {}};
   const auto plan = it->second.plan;
   auto& router = *runtime_->router;
-  routing::Route r = router.route(*plan, params, routing_, lookup);
+  routing::Route r = router.route(*plan, params, settings_.routing, lookup);
   if (r.kind == RouteKind::need_shapes)
-    co_await route_with_shapes(r, [&] { return router.route(*plan, params, routing_, lookup); });
+    co_await route_with_shapes(r, [&] { return router.route(*plan, params, settings_.routing, lookup); });
   if (r.kind != RouteKind::error && !single_target(r)) {
     co_await reject(sqlstate::feature_not_supported,
                     "EXECUTE of a prepared statement that runs on several shards is not supported through splitpoint; "
@@ -808,16 +806,16 @@ awaitable<bool> Session::route_execute(routing::Route& route) {
 awaitable<bool> Session::finish_transaction(const routing::Route& route, std::string_view sql) {
   co_await drain();
   if (closing_) co_return false;
-  bool rollback = route.txn == TxnCommand::rollback || client_txn_ == 'E';
+  bool rollback = route.txn == TxnCommand::rollback || fe_.client_txn == 'E';
   const char* verb = rollback ? "ROLLBACK" : "COMMIT";
   std::string error, tag = verb, notices;
   std::vector<std::size_t> order;
-  if (!rollback && written_.size() > 1) {
+  if (!rollback && txn_.written.size() > 1) {
     error = co_await commit_two_phase(&notices);
   } else {
     for (std::size_t s = 0; s < held_.size(); ++s)
-      if (in_transaction_on(s) && (!write_shard_ || s != *write_shard_)) order.push_back(s);
-    if (write_shard_ && in_transaction_on(*write_shard_)) order.push_back(*write_shard_);
+      if (in_transaction_on(s) && (!txn_.write_shard || s != *txn_.write_shard)) order.push_back(s);
+    if (txn_.write_shard && in_transaction_on(*txn_.write_shard)) order.push_back(*txn_.write_shard);
   }
   // AND CHAIN: the last shard runs the client's own text, so the new transaction there
   // keeps the characteristics of the old one; shards that join later get the BEGIN.
@@ -833,12 +831,12 @@ awaitable<bool> Session::finish_transaction(const routing::Route& route, std::st
   }
   // SETs made inside the transaction count once it committed.
   if (!rollback && error.empty()) apply_session_commands();
-  else pending_commands_.clear();
-  std::string begin = begin_sql_.empty() ? std::string("BEGIN") : begin_sql_;
+  else fe_.pending_commands.clear();
+  std::string begin = txn_.begin_sql.empty() ? std::string("BEGIN") : txn_.begin_sql;
   reset_transaction();
   if (chain && error.empty()) {
-    begin_sql_ = std::move(begin);
-    client_txn_ = 'T';
+    txn_.begin_sql = std::move(begin);
+    fe_.client_txn = 'T';
   }
   co_await answer(std::move(notices), error, tag);
   co_return true;
@@ -855,7 +853,7 @@ awaitable<void> Session::answer(std::string messages, std::string_view error, st
   } else {
     proto::CommandComplete{tag}.encode(messages);
   }
-  proto::ReadyForQuery{client_txn_}.encode(messages);
+  proto::ReadyForQuery{fe_.client_txn}.encode(messages);
   co_await stream_.write(messages);
 }
 
@@ -868,8 +866,8 @@ awaitable<bool> Session::prepare_transaction(std::string_view sql) {
   std::vector<std::size_t> joined;
   for (std::size_t s = 0; s < held_.size(); ++s)
     if (in_transaction_on(s)) joined.push_back(s);
-  if (joined.size() > 1 || written_.size() > 1 || proxy_failed_txn_) {
-    const bool failed = client_txn_ == 'E';
+  if (joined.size() > 1 || txn_.written.size() > 1 || fe_.proxy_failed_txn) {
+    const bool failed = fe_.client_txn == 'E';
     co_await roll_back_everywhere();
     if (!failed)
       co_return co_await reject(sqlstate::feature_not_supported,
@@ -889,7 +887,7 @@ awaitable<bool> Session::prepare_transaction(std::string_view sql) {
   auto reply = co_await run_on(s, sql);
   end_shard(s, !reply.lost);
   if (reply.error.empty() && reply.tag == "PREPARE TRANSACTION") apply_session_commands();
-  else pending_commands_.clear();
+  else fe_.pending_commands.clear();
   reset_transaction();
   std::string notices;
   append_notices_and_status(reply.messages, notices);
@@ -923,138 +921,19 @@ awaitable<void> Session::roll_back_everywhere() {
     auto reply = co_await run_on(s, "ROLLBACK");
     end_shard(s, !reply.lost && reply.error.empty());
   }
-  pending_commands_.clear();
+  fe_.pending_commands.clear();
   reset_transaction();
 }
 
 void Session::reset_transaction() {
-  savepoints_.clear();
-  implicit_txn_ = false;
-  client_txn_ = 'I';
-  proxy_failed_txn_ = false;
-  begin_sql_.clear();
-  write_shard_.reset();
-  written_.clear();
-  local_txn_settings_.clear();
-}
-
-// A write that failed on some shards: the error names where it was applied and where
-// not, with the first shard's own error.
-void Session::fail_multi_shard_write(const std::string& failed, const std::string& applied,
-                                     const std::string& first_error, bool extended, bool in_txn, std::string& out) {
-  std::string message = "statement failed on shard(s) " + failed;
-  message += applied.empty() ? "; it was applied on no shard" : "; it was applied on shard(s) " + applied;
-  auto original = proto::ErrorFields::decode(first_error);
-  std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
-  if (original) message += ": " + std::string(original->get('M'));
-  proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
-  metrics_.error(code);
-  if (extended) skip_until_sync_ = true;
-  if (in_txn) {
-    // Applied on some shards, failed on others: only ROLLBACK can end it.
-    client_txn_ = 'E';
-    proxy_failed_txn_ = true;
-  }
-}
-
-// A write every shard (or several) must apply, outside a transaction: run it on
-// each, then answer with one combined result.
-awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_view sql, const ScatterRequest* ext) {
-  std::vector<std::size_t> targets = route.shards;
-  if (route.kind == RouteKind::all_shards || targets.empty()) {
-    targets.clear();
-    for (std::size_t s = 0; s < pools_.size(); ++s) targets.push_back(s);
-  }
-  const bool in_txn = in_transaction();
-  if (in_txn && targets.size() > 1 && !two_phase())
-    co_return co_await reject(sqlstate::cross_shard_write,
-                              "statement would write to " + std::to_string(targets.size()) +
-                                  " shards inside a transaction; a transaction may write to one shard only",
-                              ext != nullptr);
-  co_await drain();
-  if (closing_) co_return false;
-  if (in_txn) {
-    // two_phase (or one shard): every target joins the transaction, committed together.
-    for (auto s : targets) {
-      if (!co_await join_transaction(s)) {
-        client_txn_ = 'E';
-        proxy_failed_txn_ = true;
-        co_return co_await reject(sqlstate::connection_failure,
-                                  "shard \"" + pools_[s]->target().shard + "\" could not join the transaction",
-                                  ext != nullptr);
-      }
-      note_written(s);
-      if (!write_shard_) write_shard_ = s;
-    }
-  }
-  auto started = std::chrono::steady_clock::now();
-  count_route(route, label_of(route, route.kind != RouteKind::all_shards));
-  std::string rows, first_error, applied, failed;
-  std::vector<std::string> notices_seen;
-  bool have_description = false;
-  std::string verb;
-  long long total = 0;
-  bool counted = false;
-  for (auto s : targets) {
-    std::string_view stmt = sql;
-    for (auto& [shard, text] : route.per_shard_sql)
-      if (shard == s) stmt = text;
-    auto hidden = hide_foreign_rows(s, route, stmt);
-    if (hidden) stmt = *hidden;
-    const auto shard_started = std::chrono::steady_clock::now();
-    auto reply = co_await run_on(s, stmt, ext, true);
-    const std::string& name = pools_[s]->target().shard;
-    if (s < kMaxShards) {
-      metrics_.shards[s].query.observe_since(shard_started);
-      if (!reply.error.empty() || reply.lost) {
-        auto reason = reply.lost ? MissingReason::unreachable : MissingReason::error;
-        metrics_.shards[s].missing[static_cast<std::size_t>(reason)].add();
-      }
-    }
-    if (!reply.error.empty() || reply.lost) {
-      if (first_error.empty()) first_error = reply.lost ? std::string() : reply.error;
-      failed += (failed.empty() ? "" : ", ") + name;
-      continue;
-    }
-    bool first_copy = applied.empty();
-    count_reply_rows(route, s, reply);
-    applied += (applied.empty() ? "" : ", ") + name;
-    // A reference table's copies all hold the same rows: one shard's answer is the answer.
-    if (route.reference_write && !first_copy) continue;
-    for_each_message(reply.messages, [&](char type, std::string_view body, std::string_view whole) {
-      if (type == 'T' || type == 'n') {
-        // One description; in the extended protocol only if the client asked (Describe).
-        if (have_description || (ext && !ext->describe)) return;
-        have_description = true;
-      }
-      if (type == 'C') return;
-      if (type == 'N' || type == 'S') {  // the same notice from every shard is shown once
-        if (std::find(notices_seen.begin(), notices_seen.end(), body) != notices_seen.end()) return;
-        notices_seen.emplace_back(body);
-      }
-      rows.append(whole);
-    });
-    auto [v, n] = split_tag(reply.tag);
-    verb = v;
-    if (n) {
-      total += *n;
-      counted = true;
-    }
-  }
-  std::string out;
-  if (!failed.empty()) {
-    fail_multi_shard_write(failed, applied, first_error, ext != nullptr, in_txn, out);
-  } else {
-    out += rows;
-    std::string tag = verb;
-    if (counted) tag += (verb == "INSERT" ? " 0 " : " ") + std::to_string(total);
-    proto::CommandComplete{tag}.encode(out);
-  }
-  if (!ext) proto::ReadyForQuery{client_txn_}.encode(out);
-  co_await stream_.write(out);
-  metrics_.duration[static_cast<std::size_t>(label_of(route, route.kind != RouteKind::all_shards))].observe_since(
-      started);
-  co_return true;
+  txn_.savepoints.clear();
+  txn_.implicit = false;
+  fe_.client_txn = 'I';
+  fe_.proxy_failed_txn = false;
+  txn_.begin_sql.clear();
+  txn_.write_shard.reset();
+  txn_.written.clear();
+  settings_.local_txn.clear();
 }
 
 // Runs one simple-protocol statement on a shard outside the pump (which must not
@@ -1126,7 +1005,7 @@ awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
                                 "unrecognized configuration parameter \"splitpoint." + c.name + "\"", false);
   }
   auto find = [&](const std::string& n) {
-    return std::find_if(local_settings_.begin(), local_settings_.end(), [&](auto& p) { return p.first == n; });
+    return std::find_if(settings_.local.begin(), settings_.local.end(), [&](auto& p) { return p.first == n; });
   };
   switch (c.kind) {
     case Kind::set:
@@ -1137,7 +1016,7 @@ awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
         auto s = runtime_->config.find_shard(c.value);
         if (!s)
           co_return co_await reject(sqlstate::no_partition, "unknown shard \"" + c.value + "\"", false);
-        routing_.shard = *s;
+        settings_.routing.shard = *s;
       }
       if ((c.name == "deadline" && !config::parse_duration(c.value)) ||
           (c.name == "partial_results" && c.value != "allow" && c.value != "deny") ||
@@ -1145,8 +1024,8 @@ awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
         co_return co_await reject(sqlstate::invalid_parameter_value,
                                   "invalid value for parameter \"splitpoint." + c.name + "\": \"" + c.value + "\"",
                                   false);
-      auto& settings = c.kind == Kind::set_local ? local_txn_settings_ : local_settings_;
-      if (c.kind == Kind::set_local && client_txn_ == 'I') {
+      auto& settings = c.kind == Kind::set_local ? settings_.local_txn : settings_.local;
+      if (c.kind == Kind::set_local && fe_.client_txn == 'I') {
         // As PostgreSQL: SET LOCAL outside a transaction block has no effect.
         proto::ErrorFields::make("WARNING", "25P01", "SET LOCAL can only be used in transaction blocks")
             .encode(out, 'N');
@@ -1159,9 +1038,9 @@ awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
       break;
     }
     case Kind::reset:
-      if (c.name == "shard" || c.name == "all") routing_.shard.reset();
-      if (c.name == "all") local_settings_.clear();
-      else if (auto it = find(c.name); it != local_settings_.end()) local_settings_.erase(it);
+      if (c.name == "shard" || c.name == "all") settings_.routing.shard.reset();
+      if (c.name == "all") settings_.local.clear();
+      else if (auto it = find(c.name); it != settings_.local.end()) settings_.local.erase(it);
       proto::CommandComplete{"RESET"}.encode(out);
       break;
     case Kind::show: {
@@ -1193,7 +1072,7 @@ awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
       break;
     }
   }
-  proto::ReadyForQuery{client_txn_}.encode(out);
+  proto::ReadyForQuery{fe_.client_txn}.encode(out);
   co_await stream_.write(out);
   co_return true;
 }
@@ -1212,7 +1091,7 @@ void Session::show_last_scatter(std::string& out) const {
     rd.fields.push_back(fd);
   }
   rd.encode(out);
-  for (auto& s : last_scatter_) {
+  for (auto& s : scatter_.last) {
     char ms[32];
     std::snprintf(ms, sizeof ms, "%.3f", s.elapsed_ms);
     std::string rows = std::to_string(s.rows);

@@ -19,13 +19,13 @@ RowShares Session::row_shares(const routing::Route& route, std::size_t shard) co
 // portal whose BindComplete came last (an Execute follows its Bind); a simple Query's
 // tags for the Query (all its statements).
 void Session::count_written(std::string_view tag) {
-  if (!portal_rows_.empty()) {
-    metrics_.add_rows(portal_rows_, rows_written_by(tag));
-    portal_rows_.clear();  // a portal completes once
+  if (!fe_.portal_rows.empty()) {
+    metrics_.add_rows(fe_.portal_rows, rows_written_by(tag));
+    fe_.portal_rows.clear();  // a portal completes once
     return;
   }
-  if (!expect_.empty() && expect_.front().type == 'Z' && !expect_.front().is_sync && !expect_.front().rows.empty())
-    metrics_.add_rows(expect_.front().rows, rows_written_by(tag));
+  if (!fe_.expect.empty() && fe_.expect.front().type == 'Z' && !fe_.expect.front().is_sync && !fe_.expect.front().rows.empty())
+    metrics_.add_rows(fe_.expect.front().rows, rows_written_by(tag));
 }
 
 // A statement the proxy ran on one shard of several (run_on): every tag it answered.

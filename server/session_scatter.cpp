@@ -46,9 +46,9 @@ bool Session::scatter_allows_partial(const routing::Route& route) const {
 
 std::optional<std::string> Session::local_setting(std::string_view name) const {
   // SET LOCAL values (kept until the transaction ends) win over SET values.
-  for (auto& [k, v] : local_txn_settings_)
+  for (auto& [k, v] : settings_.local_txn)
     if (k == name) return v;
-  for (auto& [k, v] : local_settings_)
+  for (auto& [k, v] : settings_.local)
     if (k == name) return v;
   return std::nullopt;
 }

@@ -18,7 +18,7 @@ namespace splitpoint::server {
 namespace proto = splitpoint::protocol;
 
 void Session::note_written(std::size_t shard) {
-  if (std::find(written_.begin(), written_.end(), shard) == written_.end()) written_.push_back(shard);
+  if (std::find(txn_.written.begin(), txn_.written.end(), shard) == txn_.written.end()) txn_.written.push_back(shard);
 }
 
 awaitable<bool> Session::join_transaction(std::size_t shard) {
@@ -29,7 +29,7 @@ awaitable<bool> Session::join_transaction(std::size_t shard) {
     if (!r.backend) co_return false;
     held_[shard] = std::move(r.backend);
   }
-  auto reply = co_await run_on(shard, begin_sql_.empty() ? std::string_view("BEGIN") : std::string_view(begin_sql_));
+  auto reply = co_await run_on(shard, txn_.begin_sql.empty() ? std::string_view("BEGIN") : std::string_view(txn_.begin_sql));
   if (reply.lost || !reply.error.empty()) {
     release_shard(shard, false);
     co_return false;
@@ -47,7 +47,7 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
   if (!notices) notices = &ignored_notices;
   // Shards the transaction only read from commit on their own.
   for (std::size_t s = 0; s < held_.size(); ++s) {
-    if (!in_transaction_on(s) || std::find(written_.begin(), written_.end(), s) != written_.end()) continue;
+    if (!in_transaction_on(s) || std::find(txn_.written.begin(), txn_.written.end(), s) != txn_.written.end()) continue;
     auto r = co_await run_on(s, "COMMIT");
     append_notices_and_status(r.messages, *notices);
     end_shard(s, !r.lost && r.error.empty());
@@ -58,11 +58,11 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
   std::string error;
   // A shard known to have max_prepared_transactions = 0 cannot prepare: say what to
   // set before preparing anything (SPEC §5).
-  for (auto s : written_)
+  for (auto s : txn_.written)
     if (pools_[s]->max_prepared_transactions() == 0 && error.empty()) error = no_prepared_transactions_error(s);
   // Phase one. PREPARE of a transaction that failed meanwhile rolls it back and
   // answers ROLLBACK, so the tag is what tells.
-  for (auto s : written_) {
+  for (auto s : txn_.written) {
     if (!error.empty()) break;
     const auto& name = pools_[s]->target().shard;
     if (!held_[s]) {
@@ -110,7 +110,7 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
     }
   }
   if (!error.empty()) {
-    for (auto s : written_) {
+    for (auto s : txn_.written) {
       if (!held_[s]) continue;
       bool was_prepared = std::find(prepared.begin(), prepared.end(), s) != prepared.end();
       if (unknown && was_prepared) {
@@ -145,17 +145,17 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
 awaitable<bool> Session::end_implicit_transaction() {
   co_await drain();  // the current shard's part of the batch, up to an added Sync
   if (closing_) co_return false;
-  bool failed = batch_failed_ || proxy_failed_txn_ || client_txn_ == 'E';
+  bool failed = fe_.batch_failed || fe_.proxy_failed_txn || fe_.client_txn == 'E';
   for (auto& b : held_)
     if (b && b->status == 'E') failed = true;
   std::string error;
-  if (!failed && written_.size() > 1) {
+  if (!failed && txn_.written.size() > 1) {
     error = co_await commit_two_phase();
   } else {
     std::vector<std::size_t> order;
     for (std::size_t s = 0; s < held_.size(); ++s)
-      if (held_[s] && (!write_shard_ || s != *write_shard_)) order.push_back(s);
-    if (write_shard_ && held_[*write_shard_]) order.push_back(*write_shard_);
+      if (held_[s] && (!txn_.write_shard || s != *txn_.write_shard)) order.push_back(s);
+    if (txn_.write_shard && held_[*txn_.write_shard]) order.push_back(*txn_.write_shard);
     for (auto s : order) {
       if (held_[s]->status == 'I') {  // an error before its BEGIN: PostgreSQL rolled it back
         end_shard(s, true);
@@ -172,9 +172,9 @@ awaitable<bool> Session::end_implicit_transaction() {
     }
   }
   if (!failed && error.empty()) apply_session_commands();
-  else pending_commands_.clear();
+  else fe_.pending_commands.clear();
   reset_transaction();
-  batch_failed_ = false;
+  fe_.batch_failed = false;
   std::string out;
   if (!error.empty()) {
     proto::Writer w(out, 'E');

@@ -14,10 +14,6 @@
 
 namespace splitpoint::server {
 
-// Fresh backends run with their own defaults; a session with no SETs needs no reset.
-inline constexpr std::uint64_t kStateDefault = 0;
-inline constexpr std::uint64_t kStateUnknown = ~std::uint64_t{0};
-
 // A string literal that reads the same whatever standard_conforming_strings is: with a
 // backslash in it, the E'' form.
 inline std::string quote_literal(std::string_view v) {

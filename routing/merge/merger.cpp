@@ -65,40 +65,40 @@ std::optional<Step> output(Impl& m, Row& r);
 
 // After combining: HAVING, DISTINCT, then the buffered sort or straight on.
 std::optional<Step> after_combining(Impl& m, Row& r) {
-  if (m.having) {
-    std::optional<bool> keep = m.having->keep(r);
+  if (m.agg.having) {
+    std::optional<bool> keep = m.agg.having->keep(r);
     if (!keep) {
       m.fail("XX000", "a combined value could not be read for HAVING");
       return std::nullopt;
     }
     if (!*keep) return std::nullopt;
   }
-  if (m.distinct != MergePlan::Distinct::none) {
-    if (!merge_detail::equality_key(r, m.distinct_columns, m.result_codecs, m.distinct_key, m.decode_error)) {
+  if (m.distinct.mode != MergePlan::Distinct::none) {
+    if (!merge_detail::equality_key(r, m.distinct.columns, m.result_codecs, m.distinct.key, m.decode_error)) {
       m.fail("0A000", m.decode_error);
       return std::nullopt;
     }
-    if (m.distinct == MergePlan::Distinct::sorted) {
-      if (m.has_last_distinct && m.distinct_key == m.last_distinct) return std::nullopt;
-      m.last_distinct = m.distinct_key;
-      m.has_last_distinct = true;
+    if (m.distinct.mode == MergePlan::Distinct::sorted) {
+      if (m.distinct.has_last && m.distinct.key == m.distinct.last) return std::nullopt;
+      m.distinct.last = m.distinct.key;
+      m.distinct.has_last = true;
     } else {
-      if (!m.seen.insert(m.distinct_key).second) return std::nullopt;
-      if (m.seen.size() > m.max_buffered) {
-        m.fail("SPS02", "DISTINCT would keep more than " + std::to_string(m.max_buffered) +
+      if (!m.distinct.seen.insert(m.distinct.key).second) return std::nullopt;
+      if (m.distinct.seen.size() > m.bounds.max_buffered) {
+        m.fail("SPS02", "DISTINCT would keep more than " + std::to_string(m.bounds.max_buffered) +
                             " rows in the proxy (scatter.max_buffered_rows)");
         return std::nullopt;
       }
     }
   }
-  if (!m.final_keys.empty()) {
-    if (!merge_detail::decode_keys(r, m.final_keys, m.decode_error)) {
+  if (!m.bounds.final_keys.empty()) {
+    if (!merge_detail::decode_keys(r, m.bounds.final_keys, m.decode_error)) {
       m.fail("0A000", m.decode_error);
       return std::nullopt;
     }
-    m.buffered.push_back(std::move(r));
-    if (m.buffered.size() > m.max_buffered)
-      m.fail("SPS02", "ORDER BY after combining would keep more than " + std::to_string(m.max_buffered) +
+    m.buffer.rows.push_back(std::move(r));
+    if (m.buffer.rows.size() > m.bounds.max_buffered)
+      m.fail("SPS02", "ORDER BY after combining would keep more than " + std::to_string(m.bounds.max_buffered) +
                           " rows in the proxy (scatter.max_buffered_rows)");
     return std::nullopt;
   }
@@ -107,27 +107,27 @@ std::optional<Step> after_combining(Impl& m, Row& r) {
 
 // OFFSET, LIMIT (WITH TIES), and the client's row without hidden columns.
 std::optional<Step> output(Impl& m, Row& r) {
-  if (m.skipped < m.offset) {
-    ++m.skipped;
+  if (m.emit.skipped < m.bounds.offset) {
+    ++m.emit.skipped;
     return std::nullopt;
   }
-  if (m.with_ties && !merge_detail::decode_keys(r, m.tie_keys, m.decode_error)) {
+  if (m.bounds.with_ties && !merge_detail::decode_keys(r, m.bounds.tie_keys, m.decode_error)) {
     m.fail("0A000", m.decode_error);
     return std::nullopt;
   }
-  if (m.limit && m.emitted >= *m.limit) {
-    const auto& k = m.last_emitted;
-    bool tie = m.with_ties && k.valid &&
-               merge_detail::compare_keys(m.tie_keys, m.tie_keys.size(), r.data.data(), r.keys.data(), k.bytes.data(),
+  if (m.bounds.limit && m.emit.emitted >= *m.bounds.limit) {
+    const auto& k = m.emit.last;
+    bool tie = m.bounds.with_ties && k.valid &&
+               merge_detail::compare_keys(m.bounds.tie_keys, m.bounds.tie_keys.size(), r.data.data(), r.keys.data(), k.bytes.data(),
                                           k.keys.data()) == 0;
     if (!tie) {
       m.finished = true;
       return std::nullopt;
     }
   }
-  ++m.emitted;
-  if (m.with_ties) m.last_emitted.take(r);
-  else if (m.limit && m.emitted >= *m.limit) m.finished = true;  // nothing more is needed
+  ++m.emit.emitted;
+  if (m.bounds.with_ties) m.emit.last.take(r);
+  else if (m.bounds.limit && m.emit.emitted >= *m.bounds.limit) m.finished = true;  // nothing more is needed
   if (m.hidden == 0) return Step{Step::Kind::emit, 0, r.data};
   merge_detail::start_row(m.out, m.columns - m.hidden);
   for (std::size_t c = 0; c + m.hidden < m.columns; ++c) merge_detail::append_field(m.out, r.field(c));
@@ -135,40 +135,40 @@ std::optional<Step> output(Impl& m, Row& r) {
 }
 
 std::optional<Step> close_group(Impl& m) {
-  m.group_open = false;
+  m.group.open = false;
   MergeError e;
-  if (!m.accumulator->finish(m.group_first, m.columns, m.combined, e)) {
+  if (!m.agg.accumulator->finish(m.group.first, m.columns, m.group.combined, e)) {
     m.fail(e.sqlstate.empty() ? "XX000" : e.sqlstate, e.message);
     return std::nullopt;
   }
-  return after_combining(m, m.combined);
+  return after_combining(m, m.group.combined);
 }
 
 void open_group(Impl& m, Row& r) {
-  m.accumulator->reset();
-  m.group_open = true;
-  std::swap(m.group_first, r);
-  m.group_keys.take(m.group_first);
+  m.agg.accumulator->reset();
+  m.group.open = true;
+  std::swap(m.group.first, r);
+  m.group.keys.take(m.group.first);
 }
 
 // A shard row: plain rows go on; aggregate rows join the open group or close it.
 std::optional<Step> process(Impl& m, Row& r) {
-  if (!m.aggregate) return after_combining(m, r);
-  bool same = m.group_open && (!m.grouped || merge_detail::compare_keys(m.source_keys, m.source_keys.size(), r.data.data(),
-                                                                        r.keys.data(), m.group_keys.bytes.data(),
-                                                                        m.group_keys.keys.data()) == 0);
+  if (!m.agg.aggregate) return after_combining(m, r);
+  bool same = m.group.open && (!m.agg.grouped || merge_detail::compare_keys(m.source_keys, m.source_keys.size(), r.data.data(),
+                                                                        r.keys.data(), m.group.keys.bytes.data(),
+                                                                        m.group.keys.keys.data()) == 0);
   MergeError e;
   if (same) {
-    if (!m.accumulator->add(r, e)) m.fail(e.sqlstate, e.message);
+    if (!m.agg.accumulator->add(r, e)) m.fail(e.sqlstate, e.message);
     return std::nullopt;
   }
   std::optional<Step> emitted;
-  if (m.group_open) {
+  if (m.group.open) {
     emitted = close_group(m);
     if (m.error) return std::nullopt;
   }
   open_group(m, r);
-  if (!m.accumulator->add(m.group_first, e)) m.fail(e.sqlstate, e.message);
+  if (!m.agg.accumulator->add(m.group.first, e)) m.fail(e.sqlstate, e.message);
   return emitted;
 }
 
@@ -176,19 +176,19 @@ std::optional<Step> process(Impl& m, Row& r) {
 // one row, even over no rows at all) and start emitting the buffered sort.
 std::optional<Step> flush(Impl& m) {
   std::optional<Step> s;
-  if (m.aggregate && !m.group_open && !m.grouped) {
-    m.accumulator->reset();
-    m.group_first = Row{};
-    m.group_open = true;
+  if (m.agg.aggregate && !m.group.open && !m.agg.grouped) {
+    m.agg.accumulator->reset();
+    m.group.first = Row{};
+    m.group.open = true;
   }
-  if (m.aggregate && m.group_open) s = close_group(m);
+  if (m.agg.aggregate && m.group.open) s = close_group(m);
   if (m.error) return std::nullopt;
-  if (!m.final_keys.empty()) {
-    std::stable_sort(m.buffered.begin(), m.buffered.end(), [&](const Row& a, const Row& b) {
-      return merge_detail::compare_keys(m.final_keys, m.final_keys.size(), a.data.data(), a.keys.data(), b.data.data(),
+  if (!m.bounds.final_keys.empty()) {
+    std::stable_sort(m.buffer.rows.begin(), m.buffer.rows.end(), [&](const Row& a, const Row& b) {
+      return merge_detail::compare_keys(m.bounds.final_keys, m.bounds.final_keys.size(), a.data.data(), a.keys.data(), b.data.data(),
                                         b.keys.data()) < 0;
     });
-    m.draining = true;
+    m.buffer.draining = true;
   }
   return s;
 }
@@ -212,12 +212,12 @@ Step Merger::next() {
   for (;;) {
     if (m.error) return error_step();
     if (m.finished) return Step{Step::Kind::done, 0, {}};
-    if (m.draining) {
-      if (m.buffered_at == m.buffered.size()) {
+    if (m.buffer.draining) {
+      if (m.buffer.at == m.buffer.rows.size()) {
         m.finished = true;
         continue;
       }
-      if (std::optional<Step> s = output(m, m.buffered[m.buffered_at++])) return *s;
+      if (std::optional<Step> s = output(m, m.buffer.rows[m.buffer.at++])) return *s;
       continue;
     }
     if (m.input_done) {
@@ -277,7 +277,7 @@ void Merger::end_of_shard(std::size_t shard) {
 }
 Merger::~Merger() = default;
 
-std::uint64_t Merger::rows_emitted() const { return impl_->emitted; }
+std::uint64_t Merger::rows_emitted() const { return impl_->emit.emitted; }
 const MergeError& Merger::error() const { return *impl_->error; }
 
 }  // namespace splitpoint::routing

@@ -127,9 +127,9 @@ struct Setup {
       std::uint32_t out = merge_detail::result_type(spec);
       // The combined value keeps the comparison's collation (ORDER BY min(x COLLATE "C")).
       m.result[*c] = {out, out == spec.type ? spec.codec : codec(out, m.codecs[*c].format, nullptr)};
-      m.aggs.push_back(spec);
+      m.agg.specs.push_back(spec);
     }
-    m.accumulator.emplace(m.aggs, options.extra_float_digits);
+    m.agg.accumulator.emplace(m.agg.specs, options.extra_float_digits);
     return true;
   }
 
@@ -139,40 +139,40 @@ struct Setup {
     m.collations.push_back(*db);
     database = &m.collations.back();
     if (!columns_and_types(fields)) return false;
-    m.aggregate = plan.aggregate;
-    m.grouped = plan.aggregate && !plan.group_keys.empty();
-    if (m.aggregate && !aggregates()) return false;
+    m.agg.aggregate = plan.aggregate;
+    m.agg.grouped = plan.aggregate && !plan.group_keys.empty();
+    if (m.agg.aggregate && !aggregates()) return false;
     for (const auto& r : m.result) m.result_codecs.push_back(r.codec);
     for (const SortKey& k : plan.shard_order)
       if (!key(k, false, m.source_keys)) return false;
     for (const SortKey& k : plan.final_order)
-      if (!key(k, true, m.final_keys)) return false;
+      if (!key(k, true, m.bounds.final_keys)) return false;
     std::size_t ties = plan.client_order_keys;
-    const std::vector<KeySpec>& ordered = plan.final_order.empty() ? m.source_keys : m.final_keys;
-    m.tie_keys.assign(ordered.begin(), ordered.begin() + static_cast<std::ptrdiff_t>(std::min(ties, ordered.size())));
-    m.distinct = plan.distinct;
+    const std::vector<KeySpec>& ordered = plan.final_order.empty() ? m.source_keys : m.bounds.final_keys;
+    m.bounds.tie_keys.assign(ordered.begin(), ordered.begin() + static_cast<std::ptrdiff_t>(std::min(ties, ordered.size())));
+    m.distinct.mode = plan.distinct;
     if (plan.distinct != MergePlan::Distinct::none) {
       for (const ShardColumn& c : plan.distinct_on) {
         std::optional<std::size_t> at = column(c);
         if (!at) return false;
-        m.distinct_columns.push_back(*at);
+        m.distinct.columns.push_back(*at);
       }
       if (plan.distinct_on.empty())
-        for (std::size_t c = 0; c + m.hidden < m.columns; ++c) m.distinct_columns.push_back(c);
-      for (std::size_t c : m.distinct_columns)
+        for (std::size_t c = 0; c + m.hidden < m.columns; ++c) m.distinct.columns.push_back(c);
+      for (std::size_t c : m.distinct.columns)
         if (m.result[c].codec.kind == ValueKind::unsupported)
           return fail("0A000", "DISTINCT over a column of type " + type_label(m.result[c].type) + " is not merged");
     }
     if (plan.having) {
       auto h = merge_detail::HavingEvaluator::create(*plan.having, m.result, m.hidden, options.params);
       if (auto* e = std::get_if<MergeError>(&h)) return fail(e->sqlstate, e->message);
-      m.having.emplace(std::move(std::get<merge_detail::HavingEvaluator>(h)));
+      m.agg.having.emplace(std::move(std::get<merge_detail::HavingEvaluator>(h)));
     }
     std::optional<std::uint64_t> offset;
-    if (!bound(plan.limit, "LIMIT", "2201W", m.limit) || !bound(plan.offset, "OFFSET", "2201X", offset)) return false;
-    m.offset = offset.value_or(0);
-    m.with_ties = plan.with_ties && m.limit.has_value();
-    m.max_buffered = options.max_buffered_rows;
+    if (!bound(plan.limit, "LIMIT", "2201W", m.bounds.limit) || !bound(plan.offset, "OFFSET", "2201X", offset)) return false;
+    m.bounds.offset = offset.value_or(0);
+    m.bounds.with_ties = plan.with_ties && m.bounds.limit.has_value();
+    m.bounds.max_buffered = options.max_buffered_rows;
     m.extra_float_digits = options.extra_float_digits;
     return true;
   }
@@ -192,7 +192,7 @@ std::variant<std::unique_ptr<Merger>, MergeError> Merger::create(const MergePlan
   m.current.resize(shard_count);
   m.last.resize(shard_count);
   for (std::size_t i = shard_count; i-- > 0;) m.wanted.push_back(i);  // shard 0 asked first
-  if (m.limit && *m.limit == 0) m.finished = true;  // LIMIT 0: nothing to read
+  if (m.bounds.limit && *m.bounds.limit == 0) m.finished = true;  // LIMIT 0: nothing to read
   return std::make_unique<Merger>(std::move(impl));
 }
 

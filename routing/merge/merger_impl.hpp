@@ -25,19 +25,30 @@ struct Merger::Impl {
   std::vector<merge_detail::ResultColumn> result; // per column, after combining (avg: numeric)
   std::vector<ColumnCodec> result_codecs;         // the same codecs, for DISTINCT
   std::vector<merge_detail::KeySpec> source_keys; // shards' order; empty = concatenate
-  bool aggregate = false;
-  bool grouped = false;  // aggregate with GROUP BY (groups are runs equal on source_keys)
-  std::vector<merge_detail::AggSpec> aggs;
-  std::optional<merge_detail::GroupAccumulator> accumulator;
-  std::optional<merge_detail::HavingEvaluator> having;
-  MergePlan::Distinct distinct = MergePlan::Distinct::none;
-  std::vector<std::size_t> distinct_columns;
-  std::vector<merge_detail::KeySpec> final_keys;  // buffered sort after combining
-  std::vector<merge_detail::KeySpec> tie_keys;    // WITH TIES
-  std::optional<std::uint64_t> limit;
-  std::uint64_t offset = 0;
-  bool with_ties = false;
-  std::size_t max_buffered = 0;
+  struct Aggregation {
+    bool aggregate = false;
+    bool grouped = false;  // aggregate with GROUP BY (groups are runs equal on source_keys)
+    std::vector<merge_detail::AggSpec> specs;
+    std::optional<merge_detail::GroupAccumulator> accumulator;
+    std::optional<merge_detail::HavingEvaluator> having;
+  } agg;
+  // DISTINCT: the plan's, and the rows seen (merger.cpp)
+  struct Distinct {
+    MergePlan::Distinct mode = MergePlan::Distinct::none;
+    std::vector<std::size_t> columns;
+    std::string key, last;
+    bool has_last = false;
+    std::unordered_set<std::string> seen;
+  } distinct;
+  // the final sort, LIMIT/OFFSET and WITH TIES
+  struct Bounds {
+    std::vector<merge_detail::KeySpec> final_keys;  // buffered sort after combining
+    std::vector<merge_detail::KeySpec> tie_keys;    // WITH TIES
+    std::optional<std::uint64_t> limit;
+    std::uint64_t offset = 0;
+    bool with_ties = false;
+    std::size_t max_buffered = 0;
+  } bounds;
   int extra_float_digits = 1;
 
   // ---- streaming state (merger.cpp)
@@ -53,21 +64,21 @@ struct Merger::Impl {
   bool inbox_full = false;
   merge_detail::Row in;                          // the row being processed
 
-  bool group_open = false;
-  merge_detail::Row group_first;
-  merge_detail::KeySnapshot group_keys;
-  merge_detail::Row combined;
-
-  std::string distinct_key, last_distinct;
-  bool has_last_distinct = false;
-  std::unordered_set<std::string> seen;
-
-  std::vector<merge_detail::Row> buffered;
-  std::size_t buffered_at = 0;
-  bool draining = false;
-
-  std::uint64_t skipped = 0, emitted = 0;
-  merge_detail::KeySnapshot last_emitted;
+  struct Group {  // the group being combined
+    bool open = false;
+    merge_detail::Row first;
+    merge_detail::KeySnapshot keys;
+    merge_detail::Row combined;
+  } group;
+  struct Buffer {  // rows held for the final sort
+    std::vector<merge_detail::Row> rows;
+    std::size_t at = 0;
+    bool draining = false;
+  } buffer;
+  struct Emitted {  // OFFSET skipped, rows out, the last one (WITH TIES)
+    std::uint64_t skipped = 0, emitted = 0;
+    merge_detail::KeySnapshot last;
+  } emit;
   std::string out;
 
   bool input_done = false;

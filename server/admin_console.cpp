@@ -12,6 +12,7 @@
 #include "server/catalog.hpp"
 #include "server/server.hpp"
 #include "server/scatter_read.hpp"
+#include "server/admin_console.hpp"
 #include "server/session.hpp"
 
 namespace splitpoint::server {
@@ -160,42 +161,42 @@ void show_config(const config::Config& c, std::string& out) {
 }  // namespace
 
 awaitable<bool> Session::admin_login() {
-  const UserAuth* user = runtime_->find_user(user_);
+  const UserAuth* user = runtime_->find_user(who_.user);
   if (!user || !user->admin) {
-    spdlog::info("[{}] closed: user {} is not an admin", id_, user_);
+    spdlog::info("[{}] closed: user {} is not an admin", id_, who_.user);
     co_await send_error("FATAL", sqlstate::insufficient_privilege,
                         "permission denied to use the admin console (database \"splitpoint\")", false);
     co_return false;
   }
-  admin_ = true;
+  who_.admin = true;
   std::string out;
   proto::Authentication{}.encode(out);
   for (auto [k, v] : {std::pair{"server_version", "15.0 (splitpoint admin)"}, {"server_encoding", "UTF8"},
                       {"client_encoding", "UTF8"}, {"DateStyle", "ISO, MDY"}, {"integer_datetimes", "on"},
                       {"standard_conforming_strings", "on"}, {"TimeZone", "UTC"}})
     proto::ParameterStatus{k, v}.encode(out);
-  cancel_pid_ = server_.cancels().add(shared_from_this());
-  proto::BackendKeyData{cancel_pid_, cancel_secret_}.encode(out);
+  who_.cancel_pid = server_.cancels().add(shared_from_this());
+  proto::BackendKeyData{who_.cancel_pid, who_.cancel_secret}.encode(out);
   proto::ReadyForQuery{'I'}.encode(out);
   if (co_await stream_.write(out)) co_return false;
-  logged_in_ = true;
+  who_.logged_in = true;
   metrics_.clients.add(1);
   server_.register_session(id_, shared_from_this());
-  spdlog::info("[{}] admin console login user={}", id_, user_);
+  spdlog::info("[{}] admin console login user={}", id_, who_.user);
   co_return true;
 }
 
-awaitable<void> Session::serve_admin() {
+awaitable<void> AdminConsole::serve() {
   for (;;) {
-    auto r = proto::decode_frame(std::string_view(cbuf_).substr(cpos_), proto::Direction::frontend, limits_);
+    auto r = proto::decode_frame(std::string_view(s_.cbuf_).substr(s_.cpos_), proto::Direction::frontend, s_.limits_);
     if (r.status == proto::FrameStatus::error) {
-      co_await send_error("FATAL", sqlstate::protocol_violation, r.error, false);
+      co_await s_.send_error("FATAL", sqlstate::protocol_violation, r.error, false);
       co_return;
     }
     if (r.status == proto::FrameStatus::need_more) {
-      cbuf_.erase(0, cpos_);
-      cpos_ = 0;
-      if (co_await stream_.read_some(cbuf_)) co_return;
+      s_.cbuf_.erase(0, s_.cpos_);
+      s_.cpos_ = 0;
+      if (co_await s_.stream_.read_some(s_.cbuf_)) co_return;
       continue;
     }
     auto f = r.frame;
@@ -204,8 +205,8 @@ awaitable<void> Session::serve_admin() {
     if (f.type == 'Q') {
       auto q = proto::Query::decode(f.body);
       std::string sql = q ? std::string(q->sql) : std::string();
-      metrics_.queries[static_cast<std::size_t>(RouteLabel::admin)].add();
-      if (!co_await admin_command(sql, out)) co_return;
+      s_.metrics_.queries[static_cast<std::size_t>(RouteLabel::admin)].add();
+      if (!co_await command(sql, out)) co_return;
       proto::ReadyForQuery{'I'}.encode(out);
     } else if (f.type == 'S') {
       proto::ReadyForQuery{'I'}.encode(out);
@@ -217,29 +218,29 @@ awaitable<void> Session::serve_admin() {
             .encode(out, 'E');
       }
     } else {
-      co_await send_error("FATAL", sqlstate::protocol_violation,
+      co_await s_.send_error("FATAL", sqlstate::protocol_violation,
                           "invalid frontend message type " + std::to_string(static_cast<unsigned char>(f.type)),
                           false);
       co_return;
     }
-    cpos_ += f.size;
-    if (!out.empty() && co_await stream_.write(out)) co_return;
+    s_.cpos_ += f.size;
+    if (!out.empty() && co_await s_.stream_.write(out)) co_return;
   }
 }
 
 // SHOW ROUTE <statement>: how it would be routed and answered, without running it.
-awaitable<void> Session::show_route(std::string_view sql, std::string& out) {
-  auto rt = server_.runtime();
+awaitable<void> AdminConsole::show_route(std::string_view sql, std::string& out) {
+  auto rt = s_.server_.runtime();
   // The statement after SHOW ROUTE, routed without running it.
   std::string_view r2;
   words_of(sql, 2, r2);
   std::string stmt(r2);
   std::vector<std::shared_ptr<const routing::TableShape>> keep;
-  auto lookup = shape_lookup(keep);
-  auto route = rt->router->route_simple(stmt, routing_, lookup);
+  auto lookup = s_.shape_lookup(keep);
+  auto route = rt->router->route_simple(stmt, s_.settings_.routing, lookup);
   if (route.kind == routing::RouteKind::need_shapes) {
-    co_await fetch_shapes(route.missing_tables);
-    route = rt->router->route_simple(stmt, routing_, lookup);
+    co_await s_.fetch_shapes(route.missing_tables);
+    route = rt->router->route_simple(stmt, s_.settings_.routing, lookup);
   }
   std::vector<std::string> shards, parts;
   std::vector<std::size_t> ids = route.shards;
@@ -316,13 +317,13 @@ std::optional<std::string> opt(const std::optional<std::int64_t>& v) {
 
 // SHOW TOPOLOGY, SHOW MOVES [ALL], ADD SHARD, REBALANCE dist [DRY RUN], MOVE PARTITION
 // dist:part TO shard, CANCEL MOVE id (SPEC §9). False: not one of them.
-awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std::string_view sql, std::string& out) {
+awaitable<bool> AdminConsole::catalog_command(const std::vector<std::string>& w, std::string_view sql, std::string& out) {
   auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
   if (!is({"SHOW", "TOPOLOGY"}) && !is({"SHOW", "MOVES"}) && !is({"MOVE", "PARTITION"}) && !is({"CANCEL", "MOVE"}) &&
       !is({"ADD", "SHARD"}) && !is({"REBALANCE"}))
     co_return false;
-  Catalog* catalog = server_.catalog();
-  auto error = [&](std::string_view code, const std::string& msg) { admin_error(metrics_, out, code, msg); };
+  Catalog* catalog = s_.server_.catalog();
+  auto error = [&](std::string_view code, const std::string& msg) { admin_error(s_.metrics_, out, code, msg); };
   if (!catalog) {
     error("SPA01", "no catalog: the topology is the configuration file's (set catalog: to change it online)");
     co_return true;
@@ -359,10 +360,10 @@ awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std:
 }
 
 // ADD SHARD, REBALANCE, MOVE PARTITION, CANCEL MOVE: `w` upper-cased, `words` as written.
-awaitable<void> Session::topology_change(const std::vector<std::string>& w, const std::vector<std::string>& words,
+awaitable<void> AdminConsole::topology_change(const std::vector<std::string>& w, const std::vector<std::string>& words,
                                          Catalog& c, std::string& out) {
   auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
-  auto error = [&](std::string_view code, const std::string& msg) { admin_error(metrics_, out, code, msg); };
+  auto error = [&](std::string_view code, const std::string& msg) { admin_error(s_.metrics_, out, code, msg); };
   Catalog* catalog = &c;
   if (is({"ADD", "SHARD"})) {
     std::vector<std::pair<std::string, std::string>> options;
@@ -391,7 +392,7 @@ awaitable<void> Session::topology_change(const std::vector<std::string>& w, cons
     }
     // Answered once this proxy routes with it (SHOW SHARDS next shows it).
     asio::steady_timer timer(co_await asio::this_coro::executor);
-    for (int i = 0; i < 1000 && !server_.runtime()->config.find_shard(name); ++i) {
+    for (int i = 0; i < 1000 && !s_.server_.runtime()->config.find_shard(name); ++i) {
       timer.expires_after(std::chrono::milliseconds(5));
       co_await timer.async_wait(use_nothrow);
     }
@@ -453,29 +454,11 @@ awaitable<void> Session::topology_change(const std::vector<std::string>& w, cons
   }
 }
 
-// Runs one admin command, appending its result (or an error) to `out`.
-awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
-  std::string_view rest;
-  auto w = words_of(sql, 3, rest);
-  auto rt = server_.runtime();
-  auto error = [&](std::string_view code, const std::string& msg) { admin_error(metrics_, out, code, msg); };
+// SHOW SHARDS | POOLS | HOSTS | CLIENTS | PARTITIONS | HOT KEYS: the proxy's state as
+// tables. False: not one of them.
+bool AdminConsole::show_state(const std::vector<std::string>& w, std::string& out) {
+  auto rt = s_.server_.runtime();
   auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
-  auto shard_arg = [&](std::size_t at) -> std::optional<std::string> {
-    if (w.size() <= at) return std::nullopt;
-    std::string_view r2;
-    auto raw = words_of(sql, at + 1, r2);
-    // The shard name as written (words_of upper-cases it).
-    std::size_t p = 0;
-    for (std::size_t i = 0; i < at; ++i) {
-      while (p < sql.size() && std::isspace(static_cast<unsigned char>(sql[p]))) ++p;
-      while (p < sql.size() && !std::isspace(static_cast<unsigned char>(sql[p]))) ++p;
-    }
-    while (p < sql.size() && std::isspace(static_cast<unsigned char>(sql[p]))) ++p;
-    std::size_t e = p;
-    while (e < sql.size() && !std::isspace(static_cast<unsigned char>(sql[e])) && sql[e] != ';') ++e;
-    return std::string(sql.substr(p, e - p));
-  };
-
   if (is({"SHOW", "SHARDS"})) {
     Table t({"shard", "host", "port", "database", "user", "pool_size", "paused"});
     for (auto& sp : rt->shards) {
@@ -514,26 +497,56 @@ awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "CLIENTS"})) {
     Table t({"id", "user", "database", "address", "state", "connected_unix"});
-    for (auto& s : server_.sessions()) {
+    for (auto& s : s_.server_.sessions()) {
       auto i = s->info();
       t.row({std::to_string(i.id), i.user, i.database, i.address, i.state, std::to_string(i.connected_unix)});
     }
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "PARTITIONS"})) {
     Table t({"distribution", "partition", "shard", "queries", "rows_written"});
-    for (auto& p : server_.metrics().partitions(rt->config))
+    for (auto& p : s_.server_.metrics().partitions(rt->config))
       t.row({p.distribution, std::to_string(p.partition), p.shard, std::to_string(p.queries), std::to_string(p.writes)});
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "HOT", "KEYS"})) {
     Table t({"distribution", "key", "count", "max_error", "skew"});
-    for (auto& k : server_.metrics().hot_keys(rt->config, kHotKeysShown)) {
+    for (auto& k : s_.server_.metrics().hot_keys(rt->config, kHotKeysShown)) {
       std::size_t d = 0;
       while (d < rt->config.distributions.size() && rt->config.distributions[d].name != k.distribution) ++d;
       char skew[32];
-      std::snprintf(skew, sizeof skew, "%.2f", server_.metrics().skew(rt->config, d));
+      std::snprintf(skew, sizeof skew, "%.2f", s_.server_.metrics().skew(rt->config, d));
       t.row({k.distribution, k.key, std::to_string(k.count), std::to_string(k.error), std::string(skew)});
     }
     t.encode(out, "SHOW");
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Runs one admin command, appending its result (or an error) to `out`.
+awaitable<bool> AdminConsole::command(std::string_view sql, std::string& out) {
+  std::string_view rest;
+  auto w = words_of(sql, 3, rest);
+  auto rt = s_.server_.runtime();
+  auto error = [&](std::string_view code, const std::string& msg) { admin_error(s_.metrics_, out, code, msg); };
+  auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
+  auto shard_arg = [&](std::size_t at) -> std::optional<std::string> {
+    if (w.size() <= at) return std::nullopt;
+    std::string_view r2;
+    auto raw = words_of(sql, at + 1, r2);
+    // The shard name as written (words_of upper-cases it).
+    std::size_t p = 0;
+    for (std::size_t i = 0; i < at; ++i) {
+      while (p < sql.size() && std::isspace(static_cast<unsigned char>(sql[p]))) ++p;
+      while (p < sql.size() && !std::isspace(static_cast<unsigned char>(sql[p]))) ++p;
+    }
+    while (p < sql.size() && std::isspace(static_cast<unsigned char>(sql[p]))) ++p;
+    std::size_t e = p;
+    while (e < sql.size() && !std::isspace(static_cast<unsigned char>(sql[e])) && sql[e] != ';') ++e;
+    return std::string(sql.substr(p, e - p));
+  };
+
+  if (show_state(w, out)) {
   } else if (is({"SHOW", "CONFIG"})) {
     show_config(rt->config, out);
   } else if (is({"SHOW", "ROUTE"})) {
@@ -541,7 +554,7 @@ awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
   } else if (co_await catalog_command(w, sql, out)) {
   } else if (is({"RELOAD"})) {
     std::string err;
-    if (server_.reload(err)) proto::CommandComplete{"RELOAD"}.encode(out);
+    if (s_.server_.reload(err)) proto::CommandComplete{"RELOAD"}.encode(out);
     else error(sqlstate::invalid_parameter_value, "configuration rejected, the old one stays in force: " + err);
   } else if (is({"PAUSE"}) || is({"RESUME"})) {
     bool pause = w[0] == "PAUSE";

@@ -1,0 +1,43 @@
+// The admin console (SPEC §7, §9): the executor of a session logged in to database
+// "splitpoint" as a user with `admin: true` (Session::admin_login). It runs the
+// session's client loop itself (simple query protocol only) and answers each command
+// with a result set of text columns: SHOW SHARDS | POOLS | HOSTS | CLIENTS | PARTITIONS |
+// HOT KEYS | CONFIG | ROUTE <statement>, RELOAD, PAUSE/RESUME, and the catalog's
+// commands (SHOW TOPOLOGY | MOVES, ADD SHARD, REBALANCE, MOVE PARTITION, CANCEL MOVE),
+// whose blocking libpqxx work runs off the worker thread. docs/admin.md is the
+// reference.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/asio.hpp"
+
+namespace splitpoint::server {
+
+class Session;
+class Catalog;
+
+class AdminConsole {
+ public:
+  explicit AdminConsole(Session& session) : s_(session) {}
+
+  // Reads and answers commands until the client leaves or breaks the protocol.
+  awaitable<void> serve();
+
+ private:
+  // Runs one command, appending its result (or an error) to `out`. False: the session ends.
+  awaitable<bool> command(std::string_view sql, std::string& out);
+  bool show_state(const std::vector<std::string>& words, std::string& out);
+  // SHOW ROUTE <statement>: how it would be routed and answered, without running it.
+  awaitable<void> show_route(std::string_view sql, std::string& out);
+  // The catalog's commands (SPEC §9); false: not one of them.
+  awaitable<bool> catalog_command(const std::vector<std::string>& words, std::string_view sql, std::string& out);
+  awaitable<void> topology_change(const std::vector<std::string>& w, const std::vector<std::string>& words,
+                                  Catalog& catalog, std::string& out);
+
+  Session& s_;
+};
+
+}  // namespace splitpoint::server

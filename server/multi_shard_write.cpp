@@ -1,0 +1,163 @@
+// The multi-shard write executor (multi_shard_write.hpp).
+#include "server/multi_shard_write.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+#include "protocol/messages.hpp"
+#include "protocol/sqlstate.hpp"
+#include "server/session_util.hpp"
+
+namespace splitpoint::server {
+
+namespace proto = splitpoint::protocol;
+using routing::RouteKind;
+
+namespace {
+
+// Splits "INSERT 0 5" / "UPDATE 3" / "CREATE TABLE" into verb and row count.
+std::pair<std::string, std::optional<long long>> split_tag(std::string_view tag) {
+  auto sp = tag.rfind(' ');
+  if (sp != std::string_view::npos) {
+    long long n = 0;
+    auto digits = tag.substr(sp + 1);
+    auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+    if (ec == std::errc() && p == digits.data() + digits.size()) return {std::string(tag.substr(0, sp)), n};
+  }
+  return {std::string(tag), std::nullopt};
+}
+
+}  // namespace
+
+awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_view sql, const ScatterRequest* ext) {
+  MultiShardWrite write(*this, route, sql, ext);
+  co_return co_await write.run();
+}
+
+MultiShardWrite::MultiShardWrite(Session& session, const routing::Route& route, std::string_view sql,
+                                 const Session::ScatterRequest* ext)
+    : s_(session), route_(route), sql_(sql), ext_(ext), targets_(route.shards) {
+  if (route.kind == RouteKind::all_shards || targets_.empty()) {
+    targets_.clear();
+    for (std::size_t s = 0; s < s_.pools_.size(); ++s) targets_.push_back(s);
+  }
+}
+
+awaitable<bool> MultiShardWrite::run() {
+  in_block_ = s_.in_transaction();
+  if (in_block_ && targets_.size() > 1 && !s_.two_phase())
+    co_return co_await s_.reject(sqlstate::cross_shard_write,
+                                 "statement would write to " + std::to_string(targets_.size()) +
+                                     " shards inside a transaction; a transaction may write to one shard only",
+                                 ext_ != nullptr);
+  co_await s_.drain();
+  if (s_.closing_) co_return false;
+  if (in_block_) {
+    bool ok = true;
+    if (!co_await join_block(ok)) co_return ok;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  const auto label = Session::label_of(route_, route_.kind != RouteKind::all_shards);
+  s_.count_route(route_, label);
+  for (auto s : targets_) co_await run_on(s);
+  co_await answer();
+  s_.metrics_.duration[static_cast<std::size_t>(label)].observe_since(started);
+  co_return true;
+}
+
+// two_phase (or one shard): every target joins the transaction, committed together.
+awaitable<bool> MultiShardWrite::join_block(bool& ok) {
+  for (auto s : targets_) {
+    if (!co_await s_.join_transaction(s)) {
+      s_.fe_.fail_block();
+      ok = co_await s_.reject(sqlstate::connection_failure,
+                              "shard \"" + s_.pools_[s]->target().shard + "\" could not join the transaction",
+                              ext_ != nullptr);
+      co_return false;
+    }
+    s_.note_written(s);
+    if (!s_.txn_.write_shard) s_.txn_.write_shard = s;
+  }
+  co_return true;
+}
+
+awaitable<void> MultiShardWrite::run_on(std::size_t shard) {
+  std::string_view stmt = sql_;
+  for (auto& [s, text] : route_.per_shard_sql)
+    if (s == shard) stmt = text;
+  auto hidden = s_.hide_foreign_rows(shard, route_, stmt);
+  if (hidden) stmt = *hidden;
+  const auto started = std::chrono::steady_clock::now();
+  auto reply = co_await s_.run_on(shard, stmt, ext_, true);
+  if (shard < kMaxShards) {
+    s_.metrics_.shards[shard].query.observe_since(started);
+    if (!reply.error.empty() || reply.lost) {
+      auto reason = reply.lost ? MissingReason::unreachable : MissingReason::error;
+      s_.metrics_.shards[shard].missing[static_cast<std::size_t>(reason)].add();
+    }
+  }
+  fold(shard, reply);
+}
+
+void MultiShardWrite::fold(std::size_t shard, const Session::Reply& reply) {
+  const std::string& name = s_.pools_[shard]->target().shard;
+  if (!reply.error.empty() || reply.lost) {
+    if (first_error_.empty()) first_error_ = reply.lost ? std::string() : reply.error;
+    failed_ += (failed_.empty() ? "" : ", ") + name;
+    return;
+  }
+  const bool first_copy = applied_.empty();
+  s_.count_reply_rows(route_, shard, reply);
+  applied_ += (applied_.empty() ? "" : ", ") + name;
+  // A reference table's copies all hold the same rows: one shard's answer is the answer.
+  if (route_.reference_write && !first_copy) return;
+  for_each_message(reply.messages, [&](char type, std::string_view body, std::string_view whole) {
+    if (type == 'T' || type == 'n') {
+      // One description; in the extended protocol only if the client asked (Describe).
+      if (have_description_ || (ext_ && !ext_->describe)) return;
+      have_description_ = true;
+    }
+    if (type == 'C') return;
+    if (type == 'N' || type == 'S') {  // the same notice from every shard is shown once
+      if (std::find(notices_seen_.begin(), notices_seen_.end(), body) != notices_seen_.end()) return;
+      notices_seen_.emplace_back(body);
+    }
+    rows_.append(whole);
+  });
+  auto [verb, n] = split_tag(reply.tag);
+  verb_ = verb;
+  if (n) {
+    total_ += *n;
+    counted_ = true;
+  }
+}
+
+// Applied on some shards, failed on others: the error names both, with the first
+// shard's own error; inside a block only ROLLBACK can end it.
+void MultiShardWrite::fail(std::string& out) const {
+  std::string message = "statement failed on shard(s) " + failed_;
+  message += applied_.empty() ? "; it was applied on no shard" : "; it was applied on shard(s) " + applied_;
+  auto original = proto::ErrorFields::decode(first_error_);
+  std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
+  if (original) message += ": " + std::string(original->get('M'));
+  proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
+  s_.metrics_.error(code);
+}
+
+awaitable<void> MultiShardWrite::answer() {
+  std::string out;
+  if (!failed_.empty()) {
+    fail(out);
+    if (ext_) s_.fe_.skip_until_sync = true;
+    if (in_block_) s_.fe_.fail_block();
+  } else {
+    out += rows_;
+    std::string tag = verb_;
+    if (counted_) tag += (verb_ == "INSERT" ? " 0 " : " ") + std::to_string(total_);
+    proto::CommandComplete{tag}.encode(out);
+  }
+  if (!ext_) proto::ReadyForQuery{s_.fe_.client_txn}.encode(out);
+  co_await s_.stream_.write(out);
+}
+
+}  // namespace splitpoint::server

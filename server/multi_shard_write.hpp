@@ -1,0 +1,55 @@
+// A write several shards must apply (an UPDATE/DELETE without a key, a multi-row
+// INSERT split per shard, DDL, a write to a reference table): the executor that runs
+// it on each shard in turn through Session::run_on and answers the client with one
+// combined result — one description, notices shown once, the rows each shard returned,
+// and a tag summing their counts — or, if any shard failed, one error naming where it
+// was applied and where not. Outside a transaction block each shard commits on its own;
+// inside one (cross_shard_writes: two_phase) every target joins the block first and
+// the COMMIT is a two-phase commit (session_two_phase.cpp). docs/transactions.md.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "routing/router.hpp"
+#include "server/asio.hpp"
+#include "server/session.hpp"
+
+namespace splitpoint::server {
+
+class MultiShardWrite {
+ public:
+  // `ext`: the statement runs in the extended protocol with those parameters.
+  MultiShardWrite(Session& session, const routing::Route& route, std::string_view sql,
+                  const Session::ScatterRequest* ext);
+
+  // False: the session ends.
+  awaitable<bool> run();
+
+ private:
+  // Inside a block: every target joins it. False: refused (the error was sent).
+  awaitable<bool> join_block(bool& ok);
+  // Runs the statement on one shard and folds its answer into the result.
+  awaitable<void> run_on(std::size_t shard);
+  void fold(std::size_t shard, const Session::Reply& reply);
+  // The error of a write that failed on some shards.
+  void fail(std::string& out) const;
+  awaitable<void> answer();
+
+  Session& s_;
+  const routing::Route& route_;
+  std::string_view sql_;
+  const Session::ScatterRequest* ext_;
+  std::vector<std::size_t> targets_;
+  bool in_block_ = false;
+  std::string rows_, first_error_, applied_, failed_;
+  std::vector<std::string> notices_seen_;
+  bool have_description_ = false;
+  std::string verb_;
+  long long total_ = 0;
+  bool counted_ = false;
+};
+
+}  // namespace splitpoint::server
