@@ -28,17 +28,21 @@ Cases:
   single-shard statement on an already pooled connection has no timeout at all (the
   proxy has no statement timeout and no TCP keepalive to shards): a KNOWN FAILURE here;
   after the blackhole lifts, every statement works again;
-- s1's PostgreSQL restarted while its COMMIT PREPARED is held by the relay: the client
-  has its COMMIT, recovery commits the prepared transaction, no prepared transaction is
-  left and both rows are there;
-- CLIENTS clients x ROUNDS rounds of two-shard write transactions, the proxy SIGKILLed
-  mid-run and restarted: afterwards no prepared transaction on any shard, every
-  transaction a client saw committed is on both shards, and none is on one shard only;
+- s1's PostgreSQL (the shared instance PG1: pg.sh pg_restart, it is running again
+  after) restarted while its COMMIT PREPARED is held by the relay: the client has its
+  COMMIT, recovery commits the prepared transaction, no prepared transaction is left and
+  both rows are there;
+- CLIENTS (100) clients x ROUNDS (10) rounds of two-shard write transactions (env
+  FAULTS_CLIENTS, FAULTS_ROUNDS), the proxy SIGKILLed after about a third and restarted:
+  afterwards no prepared transaction on any shard, every transaction a client saw
+  committed is on both shards, and none is on one shard only;
 - pool exhaustion (pool_size 2, timeouts.client_login 1s, which bounds the pool wait):
   the waiters get 53300 after about a second and go on with the same connection once
   the load drops; 12 clients sharing 2 connections, retrying on 53300, all get through;
-- a client that closes its connection mid-scatter: both shards' statements are
-  cancelled (pg_stat_activity) and the backends go back clean.
+- a client that goes away mid-scatter (RST, FIN, Terminate then FIN) while both shards
+  run pg_sleep: their statements are cancelled well before the statement's deadline
+  (pg_stat_activity) and no backend is left inside a transaction.
+By hand: FAULTS_ONLY=<part of a case's name> runs only the matching cases.
 Run by tests/run (PG0_PORT, PG1_PORT, PG0_DIR, PG1_DIR, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
 # test-timeout: 240

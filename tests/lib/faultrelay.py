@@ -21,6 +21,7 @@ arrives mid-stream, a blackhole stalls both directions at once. A reset sets SO_
 on both sockets before closing them, so each peer gets an RST, not a FIN.
 """
 
+import select
 import socket
 import struct
 import threading
@@ -218,7 +219,6 @@ class FaultRelay:
         return False
 
     def _pump(self, conn, src, dst, direction):
-        import select
         try:
             while not conn.dead and direction not in conn.stopped:
                 if self.blackhole:
@@ -286,7 +286,6 @@ class FaultRelay:
         self.reset_event.set()
 
     def _send(self, conn, dst, data, direction):
-        import select
         view = memoryview(data)
         while view:
             if conn.dead or direction in conn.stopped:
