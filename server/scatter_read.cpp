@@ -2,7 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 
 #include "protocol/buffer.hpp"
 #include "protocol/sqlstate.hpp"
@@ -264,7 +267,29 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
 }
 
 // The deadline interrupts the reads of shards still running (next_message sees it).
+// A client that goes away meanwhile counts as its CancelRequest: the shards stop now,
+// not at the deadline (a scatter waiting on silent shards reads nothing from the client
+// and writes nothing to it). Gone is the end of its connection (EOF or an error), or a
+// Terminate with nothing after it; a client that sent anything else is not watched further.
+// The watch touches only the session (alive through `self`), never this object, and
+// does nothing once the statement is over (no wait is cancelled: it ends with the
+// client's next message).
 void ScatterRead::arm_deadline(const asio::any_io_executor& ex) {
+  auto& client = s_.stream_.socket();
+  client.async_wait(tcp::socket::wait_read, [&client, self = s_.shared_from_this()](error_code ec) {
+    if (ec) return;
+    char peek[8];
+    const ssize_t n = ::recv(client.native_handle(), peek, sizeof peek, MSG_PEEK | MSG_DONTWAIT);
+    const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
+                      (n == 5 && peek[0] == 'X');
+    if (!gone) return;
+    {
+      std::lock_guard lock(self->cancel_.mu);
+      if (self->cancel_.scatter.empty()) return;  // the statement is over (the wait outlived it)
+    }
+    spdlog::info("[{}] client gone during a multi-shard statement: cancelling it", self->id_);
+    self->request_cancel(self->who_.cancel_secret);
+  });
   reads_.timer = std::make_unique<asio::steady_timer>(ex, deadline_);
   reads_.timer->async_wait([this, self = s_.shared_from_this()](error_code ec) {
     if (ec || reads_.stream_done) return;  // (ec first: after a cancel this object may be gone)
