@@ -23,7 +23,8 @@ namespace {
 constexpr std::size_t kHotKeysShown = 10;
 constexpr const char* kAdminHelp =
     "unknown admin command; try SHOW SHARDS | POOLS | HOSTS | CLIENTS | PARTITIONS | HOT KEYS | ROUTE <statement> | CONFIG | "
-    "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., REBALANCE dist "
+    "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., DROP SHARD name, "
+    "REBALANCE dist "
     "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id";
 
 // Upper-cased words of a command, without a trailing semicolon.
@@ -319,7 +320,7 @@ std::optional<std::string> opt(const std::optional<std::int64_t>& v) {
 awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std::string_view sql, std::string& out) {
   auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
   if (!is({"SHOW", "TOPOLOGY"}) && !is({"SHOW", "MOVES"}) && !is({"MOVE", "PARTITION"}) && !is({"CANCEL", "MOVE"}) &&
-      !is({"ADD", "SHARD"}) && !is({"REBALANCE"}))
+      !is({"ADD", "SHARD"}) && !is({"DROP", "SHARD"}) && !is({"REBALANCE"}))
     co_return false;
   Catalog* catalog = server_.catalog();
   auto error = [&](std::string_view code, const std::string& msg) { admin_error(metrics_, out, code, msg); };
@@ -358,7 +359,7 @@ awaitable<bool> Session::catalog_command(const std::vector<std::string>& w, std:
   co_return true;
 }
 
-// ADD SHARD, REBALANCE, MOVE PARTITION, CANCEL MOVE: `w` upper-cased, `words` as written.
+// ADD SHARD, DROP SHARD, REBALANCE, MOVE PARTITION, CANCEL MOVE: `w` upper-cased, `words` as written.
 awaitable<void> Session::topology_change(const std::vector<std::string>& w, const std::vector<std::string>& words,
                                          Catalog& c, std::string& out) {
   auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
@@ -396,6 +397,21 @@ awaitable<void> Session::topology_change(const std::vector<std::string>& w, cons
       co_await timer.async_wait(use_nothrow);
     }
     proto::CommandComplete{"ADD SHARD"}.encode(out);
+  } else if (is({"DROP", "SHARD"})) {
+    if (words.size() != 3) {
+      error(sqlstate::syntax_error, "usage: DROP SHARD name");
+      co_return;
+    }
+    auto drop = [catalog, name = words[2]] {
+      catalog->drop_shard(name);
+      return 0;
+    };
+    auto r = co_await off_thread(drop);
+    if (r.index() == 1) {
+      error(std::get<1>(r).sqlstate, std::get<1>(r).what());
+      co_return;
+    }
+    proto::CommandComplete{"DROP SHARD"}.encode(out);
   } else if (is({"REBALANCE"})) {
     const bool dry = words.size() == 4 && (w.size() > 2 && w[2] == "DRY") && (words[3] == "RUN" || words[3] == "run");
     if (words.size() != 2 && !dry) {

@@ -19,6 +19,9 @@ server-side prepared statements) and reader threads (scatter
 - the proxy that runs a move killed with SIGKILL mid-move: the other proxy's mover rolls
   the move back once the lease lapses; the proxy restarted, the move run again;
 - a range partition moved.
+Then DROP SHARD s1 (a shard of the file, listed before s2): refused while it holds
+partitions or a move from it is unfinished; dropped once emptied, on both proxies, with
+traffic going on and a proxy restarted from a file that still lists it.
 Afterwards: every acknowledged insert exactly once, every counter equal to its
 acknowledged increments, every row on the shard the catalog names (checked with
 PostgreSQL's own satisfies_hash_partition), every scatter count exact, no replication
@@ -455,6 +458,90 @@ def admin_refusals():
             raise AssertionError(f"{sql}: accepted")
         except psycopg2.Error as e:
             assert e.pgcode == code, (sql, e.pgcode, str(e))
+
+
+def refused(proxy, sql, code, words):
+    try:
+        admin(proxy, sql)
+    except psycopg2.Error as e:
+        assert e.pgcode == code and words in str(e), (sql, e.pgcode, str(e))
+        return
+    raise AssertionError(f"{sql}: accepted")
+
+
+def backends_from_proxies(i):
+    return direct(i, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+                     "pid <> pg_backend_pid() AND backend_type = 'client backend'")[0][0]
+
+
+@test
+def drop_shard():
+    """DROP SHARD (SPEC 9, only when empty) of s1, a shard of the file in the middle of the
+    list (s2 after it is renumbered): refused while it holds partitions or a move involving
+    it is unfinished, and for the catalog's shard; dropped through A once every partition
+    is moved off, followed by B; a session opened before the drop keeps working, reference
+    writes no longer reach s1, the proxies close their connections to it, and a restarted
+    proxy whose file still lists s1 goes by the catalog."""
+    before = B.connect(DB)
+    bcur = before.cursor()
+    bcur.execute("SELECT count(*) FROM counters")
+    assert bcur.fetchone()[0] == N_COUNTERS
+    refused(A, "DROP SHARD s1", "SPA01", "still holds")
+    refused(A, "DROP SHARD s0", "SPA01", "catalog")
+    refused(B, "DROP SHARD nope", "SPA01", "unknown shard")
+    refused(A, "DROP SHARD", "42601", "usage")
+    refused(A, "DROP SHARD s1 now", "42601", "usage")
+    on_s1 = [(r[0], int(r[1])) for r in admin(A, "SHOW PARTITIONS") if r[2] == "s1"]
+    assert on_s1, admin(A, "SHOW PARTITIONS")
+    ids = [move(A, f"{d}:{p}", "s2" if d == "by_range" else "s0") for d, p in on_s1]
+    # Right after planning, the moves (several, run one after another) are unfinished.
+    refused(B, "DROP SHARD s1", "SPA01", "unfinished")
+    for m in ids:
+        assert wait_move(A, m, {"done", "failed", "cancelled"})["state"] == "done", moves(A)[m]
+    epoch = A.metric("splitpoint_topology_epoch")
+    assert admin(A, "DROP SHARD s1") is None
+    for p in (A, B):  # (DROP SHARD answers once every live proxy runs without it)
+        assert [r[0] for r in admin(p, "SHOW SHARDS")] == ["s0", "s2"], (p.name, admin(p, "SHOW SHARDS"))
+        assert "s1" not in {r[2] for r in admin(p, "SHOW PARTITIONS")}
+    assert A.metric("splitpoint_topology_epoch") > epoch
+    # The session from before the drop: scatter read, keyed write, reference read.
+    bcur.execute("SELECT count(*), sum(n) FROM counters")
+    n, total = bcur.fetchone()
+    assert n == N_COUNTERS
+    bcur.execute("UPDATE counters SET n = n + 1 WHERE id = 7")
+    assert bcur.rowcount == 1
+    bcur.execute("SELECT count(*) FROM countries")
+    assert bcur.fetchone()[0] == 2
+    for i, p in enumerate((A, B)):
+        c = p.connect(DB)
+        cur = c.cursor()
+        cur.execute("SELECT count(*), sum(n) FROM counters")
+        assert cur.fetchone() == (N_COUNTERS, total + 1)
+        cur.execute("INSERT INTO events (uid, id) VALUES (%s, %s)", (3, 999_000_000 + i))
+        cur.execute("SELECT count(*) FROM events WHERE uid = 3 AND id = %s", (999_000_000 + i,))
+        assert cur.fetchone()[0] == 1
+        cur.execute("SELECT count(*) FROM items")
+        assert cur.fetchone()[0] >= len(ACKED_ITEMS)
+        c.close()
+    bcur.execute("INSERT INTO countries VALUES ('de', 'Germany')")
+    assert [direct(i, "SELECT count(*) FROM countries WHERE code = 'de'")[0][0] for i in range(3)] == [1, 0, 1]
+    before.close()
+    # No proxy keeps a connection to s1 once no session uses the old topology.
+    deadline = time.monotonic() + 20
+    while backends_from_proxies(1) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert backends_from_proxies(1) == 0, direct(1, "SELECT application_name, state, query FROM pg_stat_activity "
+                                                    "WHERE datname = current_database()")
+    B.stop()
+    B.start()  # (its file still lists s1)
+    assert [r[0] for r in admin(B, "SHOW SHARDS")] == ["s0", "s2"], admin(B, "SHOW SHARDS")
+    c = B.connect(DB)
+    cur = c.cursor()
+    cur.execute("SELECT count(*) FROM counters")
+    assert cur.fetchone()[0] == N_COUNTERS
+    c.close()
+    refused(A, f"ADD SHARD s1 host=127.0.0.1 port={sptest.PG_PORTS[1]} database={DB}", "SPA01",
+            "still in the configuration file")
 
 
 def teardown():
