@@ -31,8 +31,11 @@ left, and no client error other than SPM01 (which writers retry, as the SQLSTATE
 # test-timeout: 300
 
 import os
+import csv
+import io
 import random
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -460,6 +463,44 @@ def admin_refusals():
             assert e.pgcode == code, (sql, e.pgcode, str(e))
 
 
+def cli(proxy, *args, password="adminpw"):
+    """`splitpoint admin` against a proxy: (exit status, stdout, stderr)."""
+    env = dict(os.environ, SP_TEST_ADMIN_PW=password)
+    env.pop("PGPASSWORD", None)
+    p = subprocess.run([os.environ["SP_BIN"], "admin", "--host", sptest.HOST, "--port", str(proxy.port), "--user",
+                        "admin", "--password-env", "SP_TEST_ADMIN_PW", *args], env=env, capture_output=True,
+                       text=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+@test
+def admin_command_line():
+    """`splitpoint admin`: aligned text and CSV with the console's rows, the command tag,
+    an error's SQLSTATE and message with exit status 1, a failed login with 2."""
+    rows = admin(A, "SHOW PARTITIONS")
+    rc, out, err = cli(A, "SHOW", "PARTITIONS")
+    assert rc == 0, (rc, out, err)
+    lines = out.splitlines()
+    assert [h.strip() for h in lines[0].split("|")] == ["distribution", "partition", "shard", "queries",
+                                                       "rows_written"], lines[0]
+    assert set(lines[1]) <= {"-", "+"} and lines[-1] == f"({len(rows)} rows)", (lines[1], lines[-1])
+    assert [[c.strip() for c in line.split("|")][:3] for line in lines[2:-1]] == [list(r[:3]) for r in rows]
+    assert len({line.index("|") for line in lines[:-1] if "|" in line}) == 1, out  # aligned
+    rc, out, err = cli(A, "--csv", "SHOW SHARDS")
+    assert rc == 0, (rc, out, err)
+    got = list(csv.reader(io.StringIO(out)))
+    assert got[0][0] == "shard" and [r[:3] for r in got[1:]] == [[r[0], r[1], str(r[2])] for r in
+                                                               admin(A, "SHOW SHARDS")], got
+    rc, out, err = cli(B, "RELOAD")
+    assert (rc, out) == (0, "RELOAD\n"), (rc, out, err)
+    rc, out, err = cli(A, "MOVE", "PARTITION", "by_user:1", "TO", "nowhere")
+    assert rc == 1 and out == "" and err == 'ERROR: SPA01: unknown shard "nowhere"\n', (rc, out, err)
+    rc, out, err = cli(A, "FROB")
+    assert rc == 1 and err.startswith("ERROR: 42601: unknown admin command"), (rc, out, err)
+    rc, out, err = cli(A, "SHOW SHARDS", password="wrong")
+    assert rc == 2 and "password authentication failed" in err, (rc, out, err)
+
+
 def refused(proxy, sql, code, words):
     try:
         admin(proxy, sql)
@@ -487,6 +528,8 @@ def drop_shard():
     bcur.execute("SELECT count(*) FROM counters")
     assert bcur.fetchone()[0] == N_COUNTERS
     refused(A, "DROP SHARD s1", "SPA01", "still holds")
+    rc, out, err = cli(A, "DROP SHARD s1")
+    assert rc == 1 and err.startswith('ERROR: SPA01: shard "s1" still holds'), (rc, out, err)
     refused(A, "DROP SHARD s0", "SPA01", "catalog")
     refused(B, "DROP SHARD nope", "SPA01", "unknown shard")
     refused(A, "DROP SHARD", "42601", "usage")
@@ -499,7 +542,7 @@ def drop_shard():
     for m in ids:
         assert wait_move(A, m, {"done", "failed", "cancelled"})["state"] == "done", moves(A)[m]
     epoch = A.metric("splitpoint_topology_epoch")
-    assert admin(A, "DROP SHARD s1") is None
+    assert cli(A, "DROP", "SHARD", "s1") == (0, "DROP SHARD\n", "")  # (the command-line form)
     for p in (A, B):  # (DROP SHARD answers once every live proxy runs without it)
         assert [r[0] for r in admin(p, "SHOW SHARDS")] == ["s0", "s2"], (p.name, admin(p, "SHOW SHARDS"))
         assert "s1" not in {r[2] for r in admin(p, "SHOW PARTITIONS")}
