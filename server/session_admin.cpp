@@ -13,6 +13,7 @@
 #include "server/server.hpp"
 #include "server/scatter_read.hpp"
 #include "server/session.hpp"
+#include "server/split_advice.hpp"
 
 namespace splitpoint::server {
 
@@ -22,7 +23,8 @@ namespace {
 
 constexpr std::size_t kHotKeysShown = 10;
 constexpr const char* kAdminHelp =
-    "unknown admin command; try SHOW SHARDS | POOLS | HOSTS | CLIENTS | PARTITIONS | HOT KEYS | ROUTE <statement> | CONFIG | "
+    "unknown admin command; try SHOW SHARDS | POOLS | HOSTS | CLIENTS | PARTITIONS | HOT KEYS | SPLIT ADVICE | ROUTE <statement> | "
+    "CONFIG | "
     "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., DROP SHARD name, "
     "REBALANCE dist "
     "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id";
@@ -548,6 +550,18 @@ awaitable<bool> Session::admin_command(std::string_view sql, std::string& out) {
       char skew[32];
       std::snprintf(skew, sizeof skew, "%.2f", server_.metrics().skew(rt->config, d));
       t.row({k.distribution, k.key, std::to_string(k.count), std::to_string(k.error), std::string(skew)});
+    }
+    t.encode(out, "SHOW");
+  } else if (is({"SHOW", "SPLIT", "ADVICE"})) {
+    Table t({"distribution", "partition", "shard", "reason", "share", "times_even", "advice"});
+    auto& m = server_.metrics();
+    for (auto& a : split_advice(rt->config, m.partitions(rt->config), m.hot_keys(rt->config, kHotKeysShown))) {
+      char share[32], even[32];
+      std::snprintf(share, sizeof share, "%.2f", a.share);
+      std::snprintf(even, sizeof even, "%.1f", a.even);
+      t.row({a.distribution, a.partition ? std::optional(std::to_string(*a.partition)) : std::nullopt,
+             a.shard.empty() ? std::nullopt : std::optional(a.shard), a.reason, std::string(share), std::string(even),
+             a.advice});
     }
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "CONFIG"})) {

@@ -587,6 +587,20 @@ def drop_shard():
             "still in the configuration file")
 
 
+@test
+def split_advice():
+    """SHOW SPLIT ADVICE: ids that only increase, inserted through A, pile onto by_range's
+    last range; the random keys of by_user give no advice."""
+    c = A.connect(DB)
+    c.cursor().execute("INSERT INTO items (id, note) VALUES " + ",".join(f"({i}, 'mono')" for i in range(10000, 15000)))
+    c.close()
+    rows = admin(A, "SHOW SPLIT ADVICE")
+    assert [(r[0], r[1], r[3]) for r in rows] == [("by_range", "2", "last_range")], rows
+    assert float(rows[0][5]) >= 2 and "SPLIT RANGE by_range AT" in rows[0][6], rows
+    rc, out, err = cli(A, "--csv", "SHOW SPLIT ADVICE")
+    assert rc == 0 and out.splitlines()[0] == "distribution,partition,shard,reason,share,times_even,advice", out
+
+
 def teardown():
     for p in (A, B):
         if p:
