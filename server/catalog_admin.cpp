@@ -170,8 +170,12 @@ void Catalog::drop_shard(const std::string& name) {
   if (config.catalog_shard == index) throw CatalogError("SPA01", shard + "holds the catalog (catalog:)");
   if (config.scatter.combine_shard == *index)
     throw CatalogError("SPA01", shard + "runs the combine step (scatter.combine: point it at another shard first)");
-  if (config.unlisted_tables == config::UnlistedPolicy::shard && config.unlisted_shard == *index)
-    throw CatalogError("SPA01", shard + "holds the unlisted tables (unlisted_tables: shard:" + name + ")");
+  if (config.unlisted_tables == config::UnlistedPolicy::shard && config.unlisted_shard >= *index)
+    // (Listed after the dropped one, that shard would be renumbered, and the statements
+    // sessions prepared on unlisted tables keep its number.)
+    throw CatalogError("SPA01", shard + (config.unlisted_shard == *index ? "holds" : "is listed before the shard of") +
+                                    " the unlisted tables (unlisted_tables: shard:" +
+                                    config.shards[config.unlisted_shard].name + ")");
   for (const auto& d : config.distributions)
     if (d.default_shard == index)
       throw CatalogError("SPA01", shard + "is the default of list distribution \"" + d.name + "\"");

@@ -21,7 +21,9 @@ server-side prepared statements) and reader threads (scatter
 - a range partition moved.
 Then DROP SHARD s1 (a shard of the file, listed before s2): refused while it holds
 partitions or a move from it is unfinished; dropped once emptied, on both proxies, with
-traffic going on and a proxy restarted from a file that still lists it.
+traffic going on and a proxy restarted from a file that still lists it (the drop itself
+through `splitpoint admin`, the command-line form, whose output formats and exit
+statuses are checked too). Last, SHOW SPLIT ADVICE after increasing ids.
 Afterwards: every acknowledged insert exactly once, every counter equal to its
 acknowledged increments, every row on the shard the catalog names (checked with
 PostgreSQL's own satisfies_hash_partition), every scatter count exact, no replication
