@@ -529,6 +529,7 @@ def drop_shard():
     bcur = before.cursor()
     bcur.execute("SELECT count(*) FROM counters")
     assert bcur.fetchone()[0] == N_COUNTERS
+    bcur.execute("SET splitpoint.shard = 's2'")  # (s2 is shard number 2 until the drop, then 1)
     refused(A, "DROP SHARD s1", "SPA01", "still holds")
     rc, out, err = cli(A, "DROP SHARD s1")
     assert rc == 1 and err.startswith('ERROR: SPA01: shard "s1" still holds'), (rc, out, err)
@@ -549,7 +550,13 @@ def drop_shard():
         assert [r[0] for r in admin(p, "SHOW SHARDS")] == ["s0", "s2"], (p.name, admin(p, "SHOW SHARDS"))
         assert "s1" not in {r[2] for r in admin(p, "SHOW PARTITIONS")}
     assert A.metric("splitpoint_topology_epoch") > epoch
-    # The session from before the drop: scatter read, keyed write, reference read.
+    # The session from before the drop: its SET splitpoint.shard still means s2 ...
+    bcur.execute("SELECT count(*) FROM counters")
+    assert bcur.fetchone()[0] == direct(2, "SELECT count(*) FROM counters")[0][0]
+    bcur.execute("SHOW splitpoint.shard")
+    assert bcur.fetchone()[0] == "s2"
+    bcur.execute("RESET splitpoint.shard")
+    # ... and without it: scatter read, keyed write, reference read.
     bcur.execute("SELECT count(*), sum(n) FROM counters")
     n, total = bcur.fetchone()
     assert n == N_COUNTERS
