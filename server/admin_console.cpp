@@ -14,6 +14,7 @@
 #include "server/scatter_read.hpp"
 #include "server/admin_console.hpp"
 #include "server/session.hpp"
+#include "server/split_advice.hpp"
 
 namespace splitpoint::server {
 
@@ -23,8 +24,10 @@ namespace {
 
 constexpr std::size_t kHotKeysShown = 10;
 constexpr const char* kAdminHelp =
-    "unknown admin command; try SHOW SHARDS | POOLS | HOSTS | CLIENTS | PARTITIONS | HOT KEYS | ROUTE <statement> | CONFIG | "
-    "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., REBALANCE dist "
+    "unknown admin command; try SHOW SHARDS | POOLS | HOSTS | CLIENTS | PARTITIONS | HOT KEYS | SPLIT ADVICE | ROUTE <statement> | "
+    "CONFIG | "
+    "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., DROP SHARD name, "
+    "REBALANCE dist "
     "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id";
 
 // Upper-cased words of a command, without a trailing semicolon.
@@ -320,7 +323,7 @@ std::optional<std::string> opt(const std::optional<std::int64_t>& v) {
 awaitable<bool> AdminConsole::catalog_command(const std::vector<std::string>& w, std::string_view sql, std::string& out) {
   auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
   if (!is({"SHOW", "TOPOLOGY"}) && !is({"SHOW", "MOVES"}) && !is({"MOVE", "PARTITION"}) && !is({"CANCEL", "MOVE"}) &&
-      !is({"ADD", "SHARD"}) && !is({"REBALANCE"}))
+      !is({"ADD", "SHARD"}) && !is({"DROP", "SHARD"}) && !is({"REBALANCE"}))
     co_return false;
   Catalog* catalog = s_.server_.catalog();
   auto error = [&](std::string_view code, const std::string& msg) { admin_error(s_.metrics_, out, code, msg); };
@@ -359,7 +362,7 @@ awaitable<bool> AdminConsole::catalog_command(const std::vector<std::string>& w,
   co_return true;
 }
 
-// ADD SHARD, REBALANCE, MOVE PARTITION, CANCEL MOVE: `w` upper-cased, `words` as written.
+// ADD SHARD, DROP SHARD, REBALANCE, MOVE PARTITION, CANCEL MOVE: `w` upper-cased, `words` as written.
 awaitable<void> AdminConsole::topology_change(const std::vector<std::string>& w, const std::vector<std::string>& words,
                                          Catalog& c, std::string& out) {
   auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
@@ -397,6 +400,21 @@ awaitable<void> AdminConsole::topology_change(const std::vector<std::string>& w,
       co_await timer.async_wait(use_nothrow);
     }
     proto::CommandComplete{"ADD SHARD"}.encode(out);
+  } else if (is({"DROP", "SHARD"})) {
+    if (words.size() != 3) {
+      error(sqlstate::syntax_error, "usage: DROP SHARD name");
+      co_return;
+    }
+    auto drop = [catalog, name = words[2]] {
+      catalog->drop_shard(name);
+      return 0;
+    };
+    auto r = co_await off_thread(drop);
+    if (r.index() == 1) {
+      error(std::get<1>(r).sqlstate, std::get<1>(r).what());
+      co_return;
+    }
+    proto::CommandComplete{"DROP SHARD"}.encode(out);
   } else if (is({"REBALANCE"})) {
     const bool dry = words.size() == 4 && (w.size() > 2 && w[2] == "DRY") && (words[3] == "RUN" || words[3] == "run");
     if (words.size() != 2 && !dry) {
@@ -515,6 +533,18 @@ bool AdminConsole::show_state(const std::vector<std::string>& w, std::string& ou
       char skew[32];
       std::snprintf(skew, sizeof skew, "%.2f", s_.server_.metrics().skew(rt->config, d));
       t.row({k.distribution, k.key, std::to_string(k.count), std::to_string(k.error), std::string(skew)});
+    }
+    t.encode(out, "SHOW");
+  } else if (is({"SHOW", "SPLIT", "ADVICE"})) {
+    Table t({"distribution", "partition", "shard", "reason", "share", "times_even", "advice"});
+    auto& m = s_.server_.metrics();
+    for (auto& a : split_advice(rt->config, m.partitions(rt->config), m.hot_keys(rt->config, kHotKeysShown))) {
+      char share[32], even[32];
+      std::snprintf(share, sizeof share, "%.2f", a.share);
+      std::snprintf(even, sizeof even, "%.1f", a.even);
+      t.row({a.distribution, a.partition ? std::optional(std::to_string(*a.partition)) : std::nullopt,
+             a.shard.empty() ? std::nullopt : std::optional(a.shard), a.reason, std::string(share), std::string(even),
+             a.advice});
     }
     t.encode(out, "SHOW");
   } else {

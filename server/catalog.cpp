@@ -1,5 +1,7 @@
 #include "server/catalog.hpp"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -57,9 +59,11 @@ CREATE TABLE IF NOT EXISTS splitpoint.moves (
   updated timestamptz NOT NULL DEFAULT now());
 ALTER TABLE splitpoint.moves ADD COLUMN IF NOT EXISTS rows_total bigint;
 ALTER TABLE splitpoint.moves ADD COLUMN IF NOT EXISTS copy_started timestamptz;
+CREATE TABLE IF NOT EXISTS splitpoint.dropped_shards (
+  name text PRIMARY KEY,
+  dropped timestamptz NOT NULL DEFAULT now());
 )sql";
 
-constexpr const char* kUnfinished = "state NOT IN ('done', 'failed', 'cancelled')";
 
 std::string random_id() {
   unsigned char b[4];
@@ -153,6 +157,40 @@ std::string shard_dsn(const config::Config& config, const config::Shard& s) {
   return dsn;
 }
 
+namespace {
+
+// Takes shard `gone` out of `config` and renumbers every index past it. False (nothing
+// changed) while the configuration still names it (a placement the catalog does not
+// hold, a list's default, the catalog, the combine step, unlisted tables).
+bool remove_shard(config::Config& c, std::size_t gone) {
+  for (const auto& d : c.distributions) {
+    if (std::find(d.placement.begin(), d.placement.end(), gone) != d.placement.end()) return false;
+    for (const auto& r : d.ranges)
+      if (r.shard == gone) return false;
+    for (const auto& l : d.lists)
+      if (l.shard == gone) return false;
+    if (d.default_shard == gone) return false;
+  }
+  if (c.catalog_shard == gone || c.scatter.combine_shard == gone ||
+      (c.unlisted_tables == config::UnlistedPolicy::shard && c.unlisted_shard == gone))
+    return false;
+  auto renumber = [gone](std::size_t& i) { i -= i > gone ? 1 : 0; };
+  for (auto& d : c.distributions) {
+    for (auto& i : d.placement) renumber(i);
+    for (auto& r : d.ranges) renumber(r.shard);
+    for (auto& l : d.lists) renumber(l.shard);
+    if (d.default_shard) renumber(*d.default_shard);
+  }
+  if (c.catalog_shard) renumber(*c.catalog_shard);
+  renumber(c.scatter.combine_shard);
+  if (c.unlisted_shard == gone) c.unlisted_shard = 0;  // (unused: the policy is not shard:)
+  renumber(c.unlisted_shard);
+  c.shards.erase(c.shards.begin() + static_cast<std::ptrdiff_t>(gone));
+  return true;
+}
+
+}  // namespace
+
 void apply_catalog(const CatalogState& state, config::Config& config, MoveView& view) {
   for (const auto& sh : state.shards)  // (after the file's, in the order they were added)
     if (!config.find_shard(sh.name)) config.shards.push_back(sh);
@@ -167,6 +205,9 @@ void apply_catalog(const CatalogState& state, config::Config& config, MoveView& 
     if (!d || !s || p.partition >= partitions_of(config.distributions[*d])) continue;
     shard_slot(config.distributions[*d], p.partition) = *s;
   }
+  for (const auto& name : state.dropped)  // (DROP SHARD refused while anything named it)
+    if (auto s = config.find_shard(name); s && !remove_shard(config, *s))
+      spdlog::warn("catalog: shard {} was dropped but the configuration still names it; kept", name);
   view.epoch = state.epoch;
   view.views.assign(config.shards.size(), {});
   for (const auto& m : state.moves) {
@@ -185,6 +226,7 @@ void apply_catalog(const CatalogState& state, config::Config& config, MoveView& 
 }
 
 const char* const kCatalogChannel = "splitpoint_topology";
+const char* const kUnfinishedMoves = "state NOT IN ('done', 'failed', 'cancelled')";
 
 Catalog::Catalog(Server& server, const config::Config& config)
     : server_(server), config_(config), proxy_id_(random_id()) {
@@ -254,9 +296,10 @@ CatalogState Catalog::read_state(pqxx::connection& c) {
     sh.pool_size = r[6].as<int>();
     s.shards.push_back(std::move(sh));
   }
+  for (const auto& r : w.exec("SELECT name FROM splitpoint.dropped_shards")) s.dropped.push_back(r[0].as<std::string>());
   for (const auto& r : w.exec("SELECT distribution, partition, shard FROM splitpoint.placement"))
     s.placement.push_back({r[0].as<std::string>(), r[1].as<std::uint32_t>(), r[2].as<std::string>()});
-  for (const auto& r : w.exec(std::string("SELECT ") + kMoveColumns + " FROM splitpoint.moves WHERE " + kUnfinished +
+  for (const auto& r : w.exec(std::string("SELECT ") + kMoveColumns + " FROM splitpoint.moves WHERE " + kUnfinishedMoves +
                               " ORDER BY id"))
     s.moves.push_back(move_row(r));
   std::int64_t by_state[7] = {};
@@ -436,7 +479,7 @@ std::int64_t Catalog::insert_move(pqxx::transaction_base& w, const std::string& 
                                   const std::string& target) {
   const std::string part = distribution + ":" + std::to_string(partition);
   auto busy = w.exec_params(std::string("SELECT id FROM splitpoint.moves WHERE distribution = $1 AND partition = $2 AND ") +
-                                kUnfinished,
+                                kUnfinishedMoves,
                             distribution, static_cast<int>(partition));
   if (!busy.empty())
     throw CatalogError("SPA01", "move " + busy[0][0].as<std::string>() + " of partition " + part + " is unfinished");
@@ -469,7 +512,7 @@ std::vector<MoveRow> Catalog::moves(bool all) {
   pqxx::nontransaction w(*c);
   std::vector<MoveRow> out;
   for (const auto& r : w.exec(std::string("SELECT ") + kMoveColumns + " FROM splitpoint.moves " +
-                              (all ? "" : std::string("WHERE ") + kUnfinished) + " ORDER BY id"))
+                              (all ? "" : std::string("WHERE ") + kUnfinishedMoves) + " ORDER BY id"))
     out.push_back(move_row(r));
   return out;
 }

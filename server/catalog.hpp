@@ -61,6 +61,7 @@ struct CatalogState {
   std::vector<Place> placement;
   std::vector<MoveRow> moves;  // those not finished (planned ... cleanup)
   std::vector<config::Shard> shards;  // added with ADD SHARD, in the order they were added
+  std::vector<std::string> dropped;    // DROP SHARD: gone from the topology, the file's shards too
 };
 
 // Logical partitions of a distribution, whatever its method, and where one's shard
@@ -68,6 +69,7 @@ struct CatalogState {
 std::size_t partitions_of(const config::Distribution& d);
 std::size_t& shard_slot(config::Distribution& d, std::size_t partition);
 extern const char* const kCatalogChannel;
+extern const char* const kUnfinishedMoves;  // SQL: a moves row not done, failed or cancelled
 // The hash or range distribution of that name; CatalogError SPA01 otherwise.
 const config::Distribution* movable_distribution(const config::Config& config, const std::string& name);  // LISTEN/NOTIFY channel of epoch changes
 
@@ -108,6 +110,10 @@ class Catalog {
   // REBALANCE: the fewest moves after which every shard holds floor or ceil(P/N) of the
   // distribution's partitions; queued unless `dry_run`.
   std::vector<MoveRow> rebalance(const std::string& distribution, bool dry_run);
+  // DROP SHARD: refused (SPA01) while the shard holds a partition, the catalog, the
+  // combine step, unlisted tables or a list's default, or is the source or target of an
+  // unfinished move. Returns once every live proxy runs without it (or a lease passed).
+  void drop_shard(const std::string& name);
   void cancel_move(std::int64_t id);
   std::vector<MoveRow> moves(bool all);
   struct ProxyRow {

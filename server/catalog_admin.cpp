@@ -55,6 +55,9 @@ void dump_into(const config::Config& config, const config::Shard& from, const co
 void Catalog::add_shard(const std::string& name, const std::vector<std::pair<std::string, std::string>>& options) {
   const auto config = effective_config();
   if (config.find_shard(name)) throw CatalogError("SPA01", "shard \"" + name + "\" exists already");
+  if (config_.find_shard(name))  // dropped, but the file would still define it
+    throw CatalogError("SPA01", "shard \"" + name + "\" was dropped and is still in the configuration file; add it "
+                                "under another name");
   const config::Shard& first = config.shards.front();
   config::Shard s = first;
   s.name = name;
@@ -99,6 +102,7 @@ void Catalog::add_shard(const std::string& name, const std::vector<std::pair<std
   auto* c = &admin_connection(lock);
   pqxx::work w(*c);
   w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1");
+  w.exec_params("DELETE FROM splitpoint.dropped_shards WHERE name = $1", s.name);
   w.exec_params("INSERT INTO splitpoint.shards (name, host, port, database, \"user\", password, pool_size) VALUES "
                 "($1, $2, $3, $4, $5, NULLIF($6, ''), $7)",
                 s.name, s.host, static_cast<int>(s.port), s.database, s.user, s.password, s.pool_size);
@@ -114,8 +118,7 @@ std::vector<MoveRow> Catalog::rebalance(const std::string& distribution, bool dr
   auto* c = &admin_connection(lock);
   pqxx::work w(*c);
   w.exec("SELECT epoch FROM splitpoint.topology FOR UPDATE");
-  if (!w.exec_params("SELECT 1 FROM splitpoint.moves WHERE distribution = $1 AND state NOT IN ('done', 'failed', "
-                     "'cancelled')",
+  if (!w.exec_params(std::string("SELECT 1 FROM splitpoint.moves WHERE distribution = $1 AND ") + kUnfinishedMoves,
                      distribution)
            .empty())
     throw CatalogError("SPA01", "distribution \"" + distribution + "\" has unfinished moves (SHOW MOVES)");
@@ -157,6 +160,55 @@ std::vector<MoveRow> Catalog::rebalance(const std::string& distribution, bool dr
   w.commit();
   cv_.notify_all();
   return planned;
+}
+
+void Catalog::drop_shard(const std::string& name) {
+  const auto config = effective_config();
+  const auto index = config.find_shard(name);
+  if (!index) throw CatalogError("SPA01", "unknown shard \"" + name + "\"");
+  const std::string shard = "shard \"" + name + "\" ";
+  if (config.catalog_shard == index) throw CatalogError("SPA01", shard + "holds the catalog (catalog:)");
+  if (config.scatter.combine_shard == *index)
+    throw CatalogError("SPA01", shard + "runs the combine step (scatter.combine: point it at another shard first)");
+  if (config.unlisted_tables == config::UnlistedPolicy::shard && config.unlisted_shard >= *index)
+    // (Listed after the dropped one, that shard would be renumbered, and the statements
+    // sessions prepared on unlisted tables keep its number.)
+    throw CatalogError("SPA01", shard + (config.unlisted_shard == *index ? "holds" : "is listed before the shard of") +
+                                    " the unlisted tables (unlisted_tables: shard:" +
+                                    config.shards[config.unlisted_shard].name + ")");
+  for (const auto& d : config.distributions)
+    if (d.default_shard == index)
+      throw CatalogError("SPA01", shard + "is the default of list distribution \"" + d.name + "\"");
+  std::unique_lock<std::mutex> lock;
+  auto* c = &admin_connection(lock);
+  std::int64_t epoch = 0;
+  {
+    pqxx::work w(*c);
+    w.exec("SELECT epoch FROM splitpoint.topology FOR UPDATE");  // (orders it with every other change)
+    auto busy = w.exec_params(std::string("SELECT id, distribution || ':' || partition FROM splitpoint.moves WHERE "
+                                          "(source = $1 OR target = $1) AND ") + kUnfinishedMoves + " ORDER BY id",
+                              name);
+    if (!busy.empty())
+      throw CatalogError("SPA01", "move " + busy[0][0].as<std::string>() + " of partition " +
+                                      busy[0][1].as<std::string>() + " involves " + shard +
+                                      "and is unfinished (SHOW MOVES)");
+    auto held = w.exec_params("SELECT count(*), min(distribution || ':' || partition) FROM splitpoint.placement "
+                              "WHERE shard = $1",
+                              name);
+    if (const auto n = held[0][0].as<std::int64_t>(); n > 0)
+      throw CatalogError("SPA01", shard + "still holds " + std::to_string(n) + " partition" + (n == 1 ? "" : "s") +
+                                      " (" + held[0][1].as<std::string>() +
+                                      (n == 1 ? "" : ", ...") + "); move them off first (MOVE PARTITION)");
+    w.exec_params("DELETE FROM splitpoint.shards WHERE name = $1", name);
+    w.exec_params("INSERT INTO splitpoint.dropped_shards (name) VALUES ($1) ON CONFLICT DO NOTHING", name);
+    epoch = w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1 RETURNING epoch")[0][0].as<std::int64_t>();
+    w.exec(std::string("NOTIFY ") + kCatalogChannel);
+    w.commit();
+  }
+  spdlog::info("catalog: shard {} dropped at topology epoch {}", name, epoch);
+  // Proxies still behind after a lease have fenced themselves.
+  if (!wait_for_acks(*c, epoch, config_.moves.lease))
+    spdlog::warn("catalog: not every proxy acknowledged epoch {} within a lease", epoch);
 }
 
 }  // namespace splitpoint::server

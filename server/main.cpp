@@ -1,4 +1,4 @@
-// splitpoint --config FILE | --check --config FILE | --version
+// splitpoint --config FILE | --check --config FILE | --version | admin [options] COMMAND...
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
@@ -6,6 +6,7 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "server/admin_cli.hpp"
 #include "server/runtime.hpp"
 #include "server/server.hpp"
 
@@ -13,6 +14,7 @@ namespace {
 
 void usage() {
   std::cerr << "usage: splitpoint [--config FILE] [--check] [--version]\n"
+               "       splitpoint admin [--host H] [--port P] [--user U] [--password-env VAR] [--csv] COMMAND...\n"
                "  --config FILE  YAML configuration (default: $SPLITPOINT_CONFIG, else built-in default)\n"
                "  --check        validate the configuration, print every error with its line, exit\n"
                "  --version      print the version and exit\n";
@@ -22,6 +24,7 @@ void usage() {
 
 int main(int argc, char** argv) {
   using namespace splitpoint;
+  if (argc > 1 && std::string(argv[1]) == "admin") return server::admin_main(argc - 2, argv + 2);
   std::string path;
   bool check = false;
   for (int i = 1; i < argc; ++i) {

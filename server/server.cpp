@@ -150,6 +150,7 @@ int Server::run() {
   asio::co_spawn(main_ctx, accept_loop(), asio::detached);
   asio::co_spawn(main_ctx, two_phase::recovery_loop(*this), asio::detached);
   asio::co_spawn(main_ctx, health_loop(*this), asio::detached);
+  rt.reset();  // (a runtime kept here would keep the pools of shards dropped or redefined since)
 
   std::vector<std::thread> threads;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;

@@ -137,6 +137,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- session_moves.cpp (SPEC §9)
   // Between transactions: the newest runtime of this one's lineage (a catalog epoch).
   void follow_runtime();
+  void renumber_shards(const Runtime& next);  // DROP SHARD: per-shard state by name
   // Waits while the statement is for a partition in cutover (or the lease lapsed), up
   // to moves.max_hold, then routes it `again` with the new placement. False: refused
   // (SPM01, or DDL during a move), the error sent.

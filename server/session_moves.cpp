@@ -20,7 +20,10 @@ void Session::follow_runtime() {
   generation_ = generation;
   // A reload starts another lineage: the session keeps its runtime, but follows its
   // shards' primaries (a failover, SPEC §10, also bumps the generation).
-  if (rt && rt != runtime_ && rt->lineage == runtime_->lineage) runtime_ = std::move(rt);
+  if (rt && rt != runtime_ && rt->lineage == runtime_->lineage) {
+    renumber_shards(*rt);
+    runtime_ = std::move(rt);
+  }
   // A new epoch may have given a shard new pools; a backend the session holds (session
   // pooling, LISTEN) goes back to the pool it came from, so those stay.
   for (std::size_t i = 0; i < runtime_->shards.size(); ++i) {
@@ -30,6 +33,43 @@ void Session::follow_runtime() {
   }
   held_.resize(pools_.size());
   ryw_.resize(pools_.size());
+}
+
+// DROP SHARD renumbers the shards after the dropped one: the session's per-shard state
+// follows the names. A backend kept on the dropped shard (session pooling, LISTEN) is
+// closed; SET splitpoint.shard naming it is forgotten.
+void Session::renumber_shards(const Runtime& next) {
+  const auto& was = runtime_->config.shards;
+  const auto& now = next.config.shards;
+  bool same = now.size() >= was.size();
+  for (std::size_t i = 0; same && i < was.size(); ++i) same = was[i].name == now[i].name;
+  if (same) return;  // (shards added at the end, or none changed)
+  std::vector<std::shared_ptr<Pool>> pools(now.size());
+  std::vector<std::unique_ptr<Backend>> held(now.size());
+  ReadYourWrites ryw;
+  ryw.resize(now.size());
+  std::size_t cur = kNoShard;
+  for (std::size_t i = 0; i < was.size() && i < pools_.size(); ++i) {
+    const auto to = next.config.find_shard(was[i].name);
+    if (!to) {
+      if (i < held_.size()) release_shard(i, false);
+      continue;
+    }
+    pools[*to] = std::move(pools_[i]);
+    if (i < held_.size()) held[*to] = std::move(held_[i]);
+    if (i < ryw_.lsn.size()) ryw.lsn[*to] = ryw_.lsn[i], ryw.unknown[*to] = ryw_.unknown[i];
+    if (cur_ == i) cur = *to;
+  }
+  if (settings_.routing.shard) {
+    const auto to = *settings_.routing.shard < was.size() ? next.config.find_shard(was[*settings_.routing.shard].name) : std::nullopt;
+    if (to) settings_.routing.shard = *to;
+    else settings_.routing.shard.reset();
+  }
+  // (Shards new to the session stay null here: follow_runtime fills them in.)
+  pools_ = std::move(pools);
+  held_ = std::move(held);
+  ryw_ = std::move(ryw);
+  cur_ = cur;
 }
 
 namespace {

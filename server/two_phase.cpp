@@ -142,6 +142,7 @@ awaitable<void> recovery_loop(Server& server) {
         return std::find(without.begin(), without.end(), n) == without.end();
       });
     }
+    rt.reset();  // (not kept while asleep: it would keep the pools of a dropped shard open)
     timer.expires_after(kRecoverEvery);
     co_await timer.async_wait(use_nothrow);
   }

@@ -13,8 +13,8 @@
 #     the dashboard and the alerts use is a splitpoint metric;
 #   - the Dockerfile builds with deploy/install-deps and deploy/build, and its runtime
 #     apt-get line covers every library `ldd $SP_BIN` needs (package via dpkg -S);
-#   - live: the proxy started with the compose config (shards pointed at PG0/PG1)
-#     answers the HEALTHCHECK command and the probe paths, exposes every metric the
+#   - live: the proxy started with the compose config (shards pointed at PG0/PG1, plus
+#     `catalog: s0` for the moves metrics; the schema is dropped afterwards) answers the HEALTHCHECK command and the probe paths, exposes every metric the
 #     dashboard and alerts use, and Prometheus started with deploy/prometheus/
 #     prometheus.yml scrapes it and evaluates every dashboard and alert expression.
 # test-timeout: 300
@@ -369,7 +369,9 @@ splitpoint_query_duration_seconds splitpoint_shard_query_duration_seconds splitp
 splitpoint_partition_queries_total splitpoint_errors_total splitpoint_pool_wait_seconds
 splitpoint_config_reloads_total splitpoint_bytes_total splitpoint_pool_waits_total
 splitpoint_server_connect_errors_total splitpoint_partition_skew splitpoint_partition_writes_total
-splitpoint_replica_lag_seconds splitpoint_host_bans_total splitpoint_failovers_total"
+splitpoint_replica_lag_seconds splitpoint_host_bans_total splitpoint_failovers_total
+splitpoint_topology_epoch splitpoint_proxies splitpoint_moves splitpoint_move_lag_bytes
+splitpoint_move_rows_copied_total splitpoint_held_statements_total splitpoint_cutover_hold_seconds"
 export KNOWN_METRICS=$known_metrics
 check "dashboard JSON: panels, PromQL, metric names; alerts' metric names" "$PY" - <<'PY'
 import json, os, re, sys, yaml
@@ -417,6 +419,11 @@ required = {
     "skew": r"splitpoint_partition_skew",
     "config reloads": r"splitpoint_config_reloads_total",
     "bytes in/out": r"by \(direction\) \(rate\(splitpoint_bytes_total",
+    "moves by state": r"by \(state\) \(splitpoint_moves\{",
+    "cutover hold p99": r"histogram_quantile\(0\.99,.*splitpoint_cutover_hold_seconds_bucket",
+    "move lag": r"splitpoint_move_lag_bytes",
+    "rows copied rate": r"rate\(splitpoint_move_rows_copied_total",
+    "topology epoch": r"splitpoint_topology_epoch",
 }
 for what, rx in required.items():
     need(re.search(rx, all_text), f"no panel for {what} (/{rx}/)")
@@ -591,8 +598,14 @@ text = text.replace("metrics_listen: 0.0.0.0:9930", f"metrics_listen: 127.0.0.1:
 text = text.replace("host: postgres-0, port: 5432", f"host: 127.0.0.1, port: {p0}")
 text = text.replace("host: postgres-1, port: 5432", f"host: 127.0.0.1, port: {p1}")
 assert text.count("127.0.0.1") == 4, "compose config layout changed; update this test"
+# A catalog as well (on s0, in database app): the moves panels' metrics (SPEC §9) exist
+# only with one. The compose stack has none (moves need superuser shards, docs/deployment.md).
+assert "catalog:" not in text
+text += "catalog: s0\n"
 open(out, "w").write(text)
 PY
+on_exit "PGPASSWORD=postgres '$PG_BIN/psql' -X -q -h 127.0.0.1 -p $PG0_PORT -U postgres -d app \
+  -c 'DROP SCHEMA IF EXISTS splitpoint CASCADE' >/dev/null 2>&1"
 sp_start "$live_cfg" "$work/splitpoint.log" "$sp_port"
 wait_port "$metrics_port" 10 || true
 

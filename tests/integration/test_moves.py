@@ -19,6 +19,11 @@ server-side prepared statements) and reader threads (scatter
 - the proxy that runs a move killed with SIGKILL mid-move: the other proxy's mover rolls
   the move back once the lease lapses; the proxy restarted, the move run again;
 - a range partition moved.
+Then DROP SHARD s1 (a shard of the file, listed before s2): refused while it holds
+partitions or a move from it is unfinished; dropped once emptied, on both proxies, with
+traffic going on and a proxy restarted from a file that still lists it (the drop itself
+through `splitpoint admin`, the command-line form, whose output formats and exit
+statuses are checked too). Last, SHOW SPLIT ADVICE after increasing ids.
 Afterwards: every acknowledged insert exactly once, every counter equal to its
 acknowledged increments, every row on the shard the catalog names (checked with
 PostgreSQL's own satisfies_hash_partition), every scatter count exact, no replication
@@ -28,8 +33,11 @@ left, and no client error other than SPM01 (which writers retry, as the SQLSTATE
 # test-timeout: 300
 
 import os
+import csv
+import io
 import random
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -455,6 +463,151 @@ def admin_refusals():
             raise AssertionError(f"{sql}: accepted")
         except psycopg2.Error as e:
             assert e.pgcode == code, (sql, e.pgcode, str(e))
+
+
+def cli(proxy, *args, password="adminpw"):
+    """`splitpoint admin` against a proxy: (exit status, stdout, stderr)."""
+    env = dict(os.environ, SP_TEST_ADMIN_PW=password)
+    env.pop("PGPASSWORD", None)
+    p = subprocess.run([os.environ["SP_BIN"], "admin", "--host", sptest.HOST, "--port", str(proxy.port), "--user",
+                        "admin", "--password-env", "SP_TEST_ADMIN_PW", *args], env=env, capture_output=True,
+                       text=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+@test
+def admin_command_line():
+    """`splitpoint admin`: aligned text and CSV with the console's rows, the command tag,
+    an error's SQLSTATE and message with exit status 1, a failed login with 2."""
+    rows = admin(A, "SHOW PARTITIONS")
+    rc, out, err = cli(A, "SHOW", "PARTITIONS")
+    assert rc == 0, (rc, out, err)
+    lines = out.splitlines()
+    assert [h.strip() for h in lines[0].split("|")] == ["distribution", "partition", "shard", "queries",
+                                                       "rows_written"], lines[0]
+    assert set(lines[1]) <= {"-", "+"} and lines[-1] == f"({len(rows)} rows)", (lines[1], lines[-1])
+    assert [[c.strip() for c in line.split("|")][:3] for line in lines[2:-1]] == [list(r[:3]) for r in rows]
+    assert len({line.index("|") for line in lines[:-1] if "|" in line}) == 1, out  # aligned
+    rc, out, err = cli(A, "--csv", "SHOW SHARDS")
+    assert rc == 0, (rc, out, err)
+    got = list(csv.reader(io.StringIO(out)))
+    assert got[0][0] == "shard" and [r[:3] for r in got[1:]] == [[r[0], r[1], str(r[2])] for r in
+                                                               admin(A, "SHOW SHARDS")], got
+    rc, out, err = cli(B, "RELOAD")
+    assert (rc, out) == (0, "RELOAD\n"), (rc, out, err)
+    rc, out, err = cli(A, "MOVE", "PARTITION", "by_user:1", "TO", "nowhere")
+    assert rc == 1 and out == "" and err == 'ERROR: SPA01: unknown shard "nowhere"\n', (rc, out, err)
+    rc, out, err = cli(A, "FROB")
+    assert rc == 1 and err.startswith("ERROR: 42601: unknown admin command"), (rc, out, err)
+    rc, out, err = cli(A, "SHOW SHARDS", password="wrong")
+    assert rc == 2 and "password authentication failed" in err, (rc, out, err)
+
+
+def refused(proxy, sql, code, words):
+    try:
+        admin(proxy, sql)
+    except psycopg2.Error as e:
+        assert e.pgcode == code and words in str(e), (sql, e.pgcode, str(e))
+        return
+    raise AssertionError(f"{sql}: accepted")
+
+
+def backends_from_proxies(i):
+    return direct(i, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+                     "pid <> pg_backend_pid() AND backend_type = 'client backend'")[0][0]
+
+
+@test
+def drop_shard():
+    """DROP SHARD (SPEC 9, only when empty) of s1, a shard of the file in the middle of the
+    list (s2 after it is renumbered): refused while it holds partitions or a move involving
+    it is unfinished, and for the catalog's shard; dropped through A once every partition
+    is moved off, followed by B; a session opened before the drop keeps working, reference
+    writes no longer reach s1, the proxies close their connections to it, and a restarted
+    proxy whose file still lists s1 goes by the catalog."""
+    before = B.connect(DB)
+    bcur = before.cursor()
+    bcur.execute("SELECT count(*) FROM counters")
+    assert bcur.fetchone()[0] == N_COUNTERS
+    bcur.execute("SET splitpoint.shard = 's2'")  # (s2 is shard number 2 until the drop, then 1)
+    refused(A, "DROP SHARD s1", "SPA01", "still holds")
+    rc, out, err = cli(A, "DROP SHARD s1")
+    assert rc == 1 and err.startswith('ERROR: SPA01: shard "s1" still holds'), (rc, out, err)
+    refused(A, "DROP SHARD s0", "SPA01", "catalog")
+    refused(B, "DROP SHARD nope", "SPA01", "unknown shard")
+    refused(A, "DROP SHARD", "42601", "usage")
+    refused(A, "DROP SHARD s1 now", "42601", "usage")
+    on_s1 = [(r[0], int(r[1])) for r in admin(A, "SHOW PARTITIONS") if r[2] == "s1"]
+    assert on_s1, admin(A, "SHOW PARTITIONS")
+    ids = [move(A, f"{d}:{p}", "s2" if d == "by_range" else "s0") for d, p in on_s1]
+    # Right after planning, the moves (several, run one after another) are unfinished.
+    refused(B, "DROP SHARD s1", "SPA01", "unfinished")
+    for m in ids:
+        assert wait_move(A, m, {"done", "failed", "cancelled"})["state"] == "done", moves(A)[m]
+    epoch = A.metric("splitpoint_topology_epoch")
+    assert cli(A, "DROP", "SHARD", "s1") == (0, "DROP SHARD\n", "")  # (the command-line form)
+    for p in (A, B):  # (DROP SHARD answers once every live proxy runs without it)
+        assert [r[0] for r in admin(p, "SHOW SHARDS")] == ["s0", "s2"], (p.name, admin(p, "SHOW SHARDS"))
+        assert "s1" not in {r[2] for r in admin(p, "SHOW PARTITIONS")}
+    assert A.metric("splitpoint_topology_epoch") > epoch
+    # The session from before the drop: its SET splitpoint.shard still means s2 ...
+    bcur.execute("SELECT count(*) FROM counters")
+    assert bcur.fetchone()[0] == direct(2, "SELECT count(*) FROM counters")[0][0]
+    bcur.execute("SHOW splitpoint.shard")
+    assert bcur.fetchone()[0] == "s2"
+    bcur.execute("RESET splitpoint.shard")
+    # ... and without it: scatter read, keyed write, reference read.
+    bcur.execute("SELECT count(*), sum(n) FROM counters")
+    n, total = bcur.fetchone()
+    assert n == N_COUNTERS
+    bcur.execute("UPDATE counters SET n = n + 1 WHERE id = 7")
+    assert bcur.rowcount == 1
+    bcur.execute("SELECT count(*) FROM countries")
+    assert bcur.fetchone()[0] == 2
+    for i, p in enumerate((A, B)):
+        c = p.connect(DB)
+        cur = c.cursor()
+        cur.execute("SELECT count(*), sum(n) FROM counters")
+        assert cur.fetchone() == (N_COUNTERS, total + 1)
+        cur.execute("INSERT INTO events (uid, id) VALUES (%s, %s)", (3, 999_000_000 + i))
+        cur.execute("SELECT count(*) FROM events WHERE uid = 3 AND id = %s", (999_000_000 + i,))
+        assert cur.fetchone()[0] == 1
+        cur.execute("SELECT count(*) FROM items")
+        assert cur.fetchone()[0] >= len(ACKED_ITEMS)
+        c.close()
+    bcur.execute("INSERT INTO countries VALUES ('de', 'Germany')")
+    assert [direct(i, "SELECT count(*) FROM countries WHERE code = 'de'")[0][0] for i in range(3)] == [1, 0, 1]
+    before.close()
+    # No proxy keeps a connection to s1 once no session uses the old topology.
+    deadline = time.monotonic() + 20
+    while backends_from_proxies(1) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert backends_from_proxies(1) == 0, direct(1, "SELECT application_name, state, query FROM pg_stat_activity "
+                                                    "WHERE datname = current_database()")
+    B.stop()
+    B.start()  # (its file still lists s1)
+    assert [r[0] for r in admin(B, "SHOW SHARDS")] == ["s0", "s2"], admin(B, "SHOW SHARDS")
+    c = B.connect(DB)
+    cur = c.cursor()
+    cur.execute("SELECT count(*) FROM counters")
+    assert cur.fetchone()[0] == N_COUNTERS
+    c.close()
+    refused(A, f"ADD SHARD s1 host=127.0.0.1 port={sptest.PG_PORTS[1]} database={DB}", "SPA01",
+            "still in the configuration file")
+
+
+@test
+def split_advice():
+    """SHOW SPLIT ADVICE: ids that only increase, inserted through A, pile onto by_range's
+    last range; the random keys of by_user give no advice."""
+    c = A.connect(DB)
+    c.cursor().execute("INSERT INTO items (id, note) VALUES " + ",".join(f"({i}, 'mono')" for i in range(10000, 15000)))
+    c.close()
+    rows = admin(A, "SHOW SPLIT ADVICE")
+    assert [(r[0], r[1], r[3]) for r in rows] == [("by_range", "2", "last_range")], rows
+    assert float(rows[0][5]) >= 2 and "SPLIT RANGE by_range AT" in rows[0][6], rows
+    rc, out, err = cli(A, "--csv", "SHOW SPLIT ADVICE")
+    assert rc == 0 and out.splitlines()[0] == "distribution,partition,shard,reason,share,times_even,advice", out
 
 
 def teardown():
