@@ -362,6 +362,43 @@ awaitable<bool> AdminConsole::catalog_command(const std::vector<std::string>& w,
   co_return true;
 }
 
+// ADD SHARD name host=... port=... [database=...] [user=...] [password=...] [pool_size=...]
+awaitable<void> AdminConsole::add_shard(const std::vector<std::string>& words, Catalog& c, std::string& out) {
+  auto error = [&](std::string_view code, const std::string& msg) { admin_error(s_.metrics_, out, code, msg); };
+  Catalog* catalog = &c;
+  std::vector<std::pair<std::string, std::string>> options;
+  for (std::size_t i = 3; i < words.size(); ++i) {
+    auto eq = words[i].find('=');
+    if (eq == std::string::npos || eq == 0) {
+      error(sqlstate::syntax_error,
+            "usage: ADD SHARD name host=... port=... [database=...] [user=...] [password=...] [pool_size=...]");
+      co_return;
+    }
+    options.emplace_back(words[i].substr(0, eq), words[i].substr(eq + 1));
+  }
+  if (words.size() < 3) {
+    error(sqlstate::syntax_error, "usage: ADD SHARD name host=... port=...");
+    co_return;
+  }
+  auto name = words[2];
+  auto add = [=] {
+    catalog->add_shard(name, options);
+    return 0;
+  };
+  auto r = co_await off_thread(add);
+  if (r.index() == 1) {
+    error(std::get<1>(r).sqlstate, std::get<1>(r).what());
+    co_return;
+  }
+  // Answered once this proxy routes with it (SHOW SHARDS next shows it).
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (int i = 0; i < 1000 && !s_.server_.runtime()->config.find_shard(name); ++i) {
+    timer.expires_after(std::chrono::milliseconds(5));
+    co_await timer.async_wait(use_nothrow);
+  }
+  proto::CommandComplete{"ADD SHARD"}.encode(out);
+}
+
 // ADD SHARD, DROP SHARD, REBALANCE, MOVE PARTITION, CANCEL MOVE: `w` upper-cased, `words` as written.
 awaitable<void> AdminConsole::topology_change(const std::vector<std::string>& w, const std::vector<std::string>& words,
                                          Catalog& c, std::string& out) {
@@ -369,37 +406,7 @@ awaitable<void> AdminConsole::topology_change(const std::vector<std::string>& w,
   auto error = [&](std::string_view code, const std::string& msg) { admin_error(s_.metrics_, out, code, msg); };
   Catalog* catalog = &c;
   if (is({"ADD", "SHARD"})) {
-    std::vector<std::pair<std::string, std::string>> options;
-    for (std::size_t i = 3; i < words.size(); ++i) {
-      auto eq = words[i].find('=');
-      if (eq == std::string::npos || eq == 0) {
-        error(sqlstate::syntax_error,
-              "usage: ADD SHARD name host=... port=... [database=...] [user=...] [password=...] [pool_size=...]");
-        co_return;
-      }
-      options.emplace_back(words[i].substr(0, eq), words[i].substr(eq + 1));
-    }
-    if (words.size() < 3) {
-      error(sqlstate::syntax_error, "usage: ADD SHARD name host=... port=...");
-      co_return;
-    }
-    auto name = words[2];
-    auto add = [=] {
-      catalog->add_shard(name, options);
-      return 0;
-    };
-    auto r = co_await off_thread(add);
-    if (r.index() == 1) {
-      error(std::get<1>(r).sqlstate, std::get<1>(r).what());
-      co_return;
-    }
-    // Answered once this proxy routes with it (SHOW SHARDS next shows it).
-    asio::steady_timer timer(co_await asio::this_coro::executor);
-    for (int i = 0; i < 1000 && !s_.server_.runtime()->config.find_shard(name); ++i) {
-      timer.expires_after(std::chrono::milliseconds(5));
-      co_await timer.async_wait(use_nothrow);
-    }
-    proto::CommandComplete{"ADD SHARD"}.encode(out);
+    co_await add_shard(words, c, out);
   } else if (is({"DROP", "SHARD"})) {
     if (words.size() != 3) {
       error(sqlstate::syntax_error, "usage: DROP SHARD name");

@@ -3,7 +3,8 @@
 // session's client loop itself (simple query protocol only) and answers each command
 // with a result set of text columns: SHOW SHARDS | POOLS | HOSTS | CLIENTS | PARTITIONS |
 // HOT KEYS | CONFIG | ROUTE <statement>, RELOAD, PAUSE/RESUME, and the catalog's
-// commands (SHOW TOPOLOGY | MOVES, ADD SHARD, REBALANCE, MOVE PARTITION, CANCEL MOVE),
+// commands (SHOW TOPOLOGY | MOVES | SPLIT ADVICE, ADD SHARD, DROP SHARD, REBALANCE, MOVE PARTITION,
+// CANCEL MOVE),
 // whose blocking libpqxx work runs off the worker thread. docs/admin.md is the
 // reference.
 #pragma once
@@ -34,6 +35,7 @@ class AdminConsole {
   awaitable<void> show_route(std::string_view sql, std::string& out);
   // The catalog's commands (SPEC §9); false: not one of them.
   awaitable<bool> catalog_command(const std::vector<std::string>& words, std::string_view sql, std::string& out);
+  awaitable<void> add_shard(const std::vector<std::string>& words, Catalog& catalog, std::string& out);
   awaitable<void> topology_change(const std::vector<std::string>& w, const std::vector<std::string>& words,
                                   Catalog& catalog, std::string& out);
 
