@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "config/cidr.hpp"
+
 namespace splitpoint::config {
 
 using Duration = std::chrono::milliseconds;
@@ -33,10 +35,14 @@ struct Tls {
   std::string key;
 };
 
+// A password is given as `password:`, or read at load (and at every reload) from
+// `password_file:` (trailing newlines stripped) or `password_env:` (SPEC §11); either
+// way it ends up here.
 struct User {
   std::string name;
   std::string password;  // plaintext, or a SCRAM-SHA-256$... / md5... verifier
   bool admin = false;
+  std::vector<Cidr> allow;  // client addresses that may log in as this user; empty = any
   int line = 0;
 };
 

@@ -85,6 +85,7 @@ static UserAuth make_user_auth(const config::User& u) {
   UserAuth a;
   a.name = u.name;
   a.admin = u.admin;
+  a.allow = u.allow;
   if (auto v = proto::scram::parse_verifier(u.password)) {
     a.scram = *v;
   } else if (proto::md5::is_verifier(u.password)) {

@@ -4,6 +4,7 @@
 
 #include <cctype>
 
+#include "config/redact.hpp"
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
 #include "routing/merge/merge_plan.hpp"
@@ -205,6 +206,8 @@ awaitable<void> Session::serve_admin() {
       auto q = proto::Query::decode(f.body);
       std::string sql = q ? std::string(q->sql) : std::string();
       metrics_.queries[static_cast<std::size_t>(RouteLabel::admin)].add();
+      // SPEC §11: every admin action, once, with who and from where.
+      spdlog::info("[{}] admin command user={} address={}: {}", id_, user_, peer_, config::redact_passwords(sql));
       if (!co_await admin_command(sql, out)) co_return;
       proto::ReadyForQuery{'I'}.encode(out);
     } else if (f.type == 'S') {
