@@ -229,6 +229,7 @@ class Loader {
 
   // Sections.
   void load_shards(const Fields& top);
+  void load_shard_tls(ShardTls& tls, const Entry& e);
   void load_users(const Fields& top);
   void load_frontend(const Fields& top);
   void load_scatter(const Entry& e);
@@ -548,6 +549,43 @@ std::vector<Cidr> Loader::cidrs(const Entry& e) {
   return out;
 }
 
+// A shard's `tls: {mode: disable|require|verify-ca|verify-full, ca: FILE}` (SPEC §11), as
+// libpq's sslmode and sslrootcert. The CA file must be readable now: a typo would
+// otherwise only show at the first connection.
+void Loader::load_shard_tls(ShardTls& tls, const Entry& e) {
+  auto f = mapping(e, {"mode", "ca"});
+  if (!f) return;
+  const Entry* m = required(*f, e.path, "mode");
+  auto mode = m ? choice<ShardTlsMode>(*m, {{"disable", ShardTlsMode::disable},
+                                            {"require", ShardTlsMode::require},
+                                            {"verify-ca", ShardTlsMode::verify_ca},
+                                            {"verify-full", ShardTlsMode::verify_full}})
+                : std::nullopt;
+  if (!mode) return;  // ca: cannot be judged without it
+  tls.mode = *mode;
+  const bool verify = tls.mode == ShardTlsMode::verify_ca || tls.mode == ShardTlsMode::verify_full;
+  if (const Entry* c = f->get("ca")) {
+    auto file = text(*c);
+    if (!file) return;
+    if (!verify) {
+      error(*c, "only used with mode verify-ca or verify-full (require encrypts without checking the certificate)");
+      return;
+    }
+    if (std::FILE* in = std::fopen(file->c_str(), "rb")) {
+      char probe;
+      const bool readable = std::fread(&probe, 1, 1, in) == 1;
+      std::fclose(in);
+      if (readable) tls.ca = *file;
+      else error(*c, "cannot read " + quote(*file) + " (empty, or a directory)");
+    } else {
+      error(*c, "cannot read " + quote(*file) + ": " + std::generic_category().message(errno));
+    }
+  } else if (verify) {
+    error(f->line, e.path + ": mode " + std::string(tls.mode == ShardTlsMode::verify_ca ? "verify-ca" : "verify-full") +
+                       " needs ca: (the PEM file of the certificate authorities to trust)");
+  }
+}
+
 void Loader::load_shards(const Fields& top) {
   const Entry* e = top.get("shards");
   if (!e) {
@@ -560,7 +598,7 @@ void Loader::load_shards(const Fields& top) {
   std::map<std::string, int, std::less<>> seen;
   for (const Entry& item : *items) {
     auto f = mapping(item, {"name", "host", "port", "hosts", "replicas", "database", "user", "password",
-                            "password_file", "password_env", "pool_size"});
+                            "password_file", "password_env", "pool_size", "tls"});
     if (!f) continue;
     Shard s;
     s.line = item.key_line;
@@ -587,6 +625,7 @@ void Loader::load_shards(const Fields& top) {
       }
     }
     if (const Entry* v = f->get("replicas")) s.replicas = hosts(*v);
+    if (const Entry* v = f->get("tls")) load_shard_tls(s.tls, *v);
     cfg_.shards.push_back(std::move(s));
   }
 }

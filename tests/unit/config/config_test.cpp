@@ -867,3 +867,22 @@ TEST_CASE("auth: trust beyond loopback without tls refuses to load", "[config][s
   load_ok("listen: 0.0.0.0:6432\nauth: scram-sha-256\nusers:\n  - { name: a, password: b }\n" + shards);
   load_ok("listen: 0.0.0.0:6432\nauth: trust\ntls: { cert: /c.pem, key: /k.pem }\n" + shards);
 }
+
+TEST_CASE("tls: per shard, as libpq's sslmode", "[config][security]") {
+  TempFile ca("-----BEGIN CERTIFICATE-----\n", "ca");
+  const Config c = load_ok("shards:\n  - name: s0\n    tls: { mode: verify-full, ca: " + ca.path.string() +
+                           " }\n  - name: s1\n    tls: { mode: require }\n  - name: s2\n");
+  CHECK(c.shards[0].tls.mode == ShardTlsMode::verify_full);
+  CHECK(c.shards[0].tls.ca == ca.path.string());
+  CHECK(c.shards[1].tls.mode == ShardTlsMode::require);
+  CHECK(c.shards[2].tls.mode == ShardTlsMode::disable);
+  expect_one_error("shards:\n  - name: s0\n    tls: { mode: verify-ca }\n", 3,
+                   "shards[0].tls: mode verify-ca needs ca:");
+  expect_one_error("shards:\n  - name: s0\n    tls: { mode: require, ca: " + ca.path.string() + " }\n", 3,
+                   "shards[0].tls.ca: only used with mode verify-ca or verify-full");
+  expect_one_error("shards:\n  - name: s0\n    tls: { mode: verify-full, ca: /nonexistent/ca.pem }\n", 3,
+                   "shards[0].tls.ca: cannot read \"/nonexistent/ca.pem\": No such file or directory");
+  expect_one_error("shards:\n  - name: s0\n    tls: { mode: prefer }\n", 3,
+                   "shards[0].tls.mode: expected one of disable | require | verify-ca | verify-full, got \"prefer\"");
+  expect_one_error("shards:\n  - name: s0\n    tls: { ca: /x }\n", 3, "shards[0].tls: missing required key \"mode\"");
+}
