@@ -3,8 +3,9 @@
 semantics) against a PostgreSQL 15 of its own started with ssl=on and a pg_hba.conf
 that accepts only TLS connections (hostssl), with a CA and a server certificate made
 here with openssl (SAN IP:127.0.0.1 only):
-  - verify-full to 127.0.0.1 (the name in the certificate): logins and queries work,
-    and pg_stat_ssl on the server shows the proxy's connection encrypted;
+  - verify-full to 127.0.0.1 (the name in the certificate): logins, queries, a 200 kB
+    value and COPY in and out work, and pg_stat_ssl on the server shows the proxy's
+    connection encrypted;
   - verify-full to "localhost" (not in the certificate): the client gets FATAL 08006
     naming the shard and the host-name mismatch; verify-ca to "localhost" works (no
     name check);
@@ -15,6 +16,7 @@ here with openssl (SAN IP:127.0.0.1 only):
 Run by tests/run (PG0_PORT, SP_BIN, TEST_TMP, SP_ROOT; PYTHONPATH=tests/lib).
 """
 
+import io
 import os
 import subprocess
 import sys
@@ -140,6 +142,15 @@ def verify_full_matching_name():
             assert cur.fetchone() == (i + 1, "app")
         cur.execute("SELECT repeat('x', 200000)")  # more than one TLS record and relay buffer
         assert len(cur.fetchone()[0]) == 200000
+        # COPY both ways, through the relay.
+        cur.execute("DROP TABLE IF EXISTS tls_copy")
+        cur.execute("CREATE TABLE tls_copy (id int PRIMARY KEY, v text)")
+        data = "".join(f"{i}\tv{i}\n" for i in range(5000))
+        cur.copy_expert("COPY tls_copy FROM STDIN", io.StringIO(data))
+        out = io.StringIO()
+        cur.copy_expert("COPY (SELECT * FROM tls_copy ORDER BY id) TO STDOUT", out)
+        assert out.getvalue() == data
+        cur.execute("DROP TABLE tls_copy")
         rows = encrypted_backends()
         assert rows and all(r[0] for r in rows), f"proxy's connections not encrypted: {rows}"
         c.close()
