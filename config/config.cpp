@@ -12,6 +12,7 @@
 #include <charconv>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
 #include <map>
@@ -223,15 +224,19 @@ class Loader {
   std::optional<T> choice(const Entry& e, std::initializer_list<std::pair<std::string_view, T>> options);
   std::optional<std::size_t> shard_named(std::string_view name, int line, const std::string& path);
   std::optional<std::size_t> shard_ref(const Entry& e);
+  std::optional<std::string> secret(const Fields& f, const std::string& path, bool required);
+  std::vector<Cidr> cidrs(const Entry& e);
 
   // Sections.
   void load_shards(const Fields& top);
+  void load_shard_tls(ShardTls& tls, const Entry& e);
   void load_users(const Fields& top);
   void load_frontend(const Fields& top);
   void load_scatter(const Entry& e);
   void load_timeouts(const Entry& e);
   void load_moves(const Entry& e);
   void check_catalog_shards(int line);
+  void check_trust_exposure(const Fields& top);
   void load_distributions(const Fields& top);
   void load_distribution(const Entry& item);
   void load_partitioning(Distribution& d, const Fields& f, const std::string& path);
@@ -461,6 +466,126 @@ std::optional<std::size_t> Loader::shard_ref(const Entry& e) {
   return s ? shard_named(*s, e.line(), e.path) : std::nullopt;
 }
 
+// `password:`, `password_file:` or `password_env:` (SPEC §11): exactly one of them. A
+// file is read now, so a reload picks up a rotated Kubernetes Secret; its trailing
+// newlines (echo, kubectl create secret --from-file) are not part of the password.
+std::optional<std::string> Loader::secret(const Fields& f, const std::string& path, bool required) {
+  const Entry* given[] = {f.get("password"), f.get("password_file"), f.get("password_env")};
+  const int count = (given[0] != nullptr) + (given[1] != nullptr) + (given[2] != nullptr);
+  if (count > 1) {
+    const Entry* second = nullptr;
+    for (const Entry* e : given)
+      if (e && (!second || e->key_line > second->key_line)) second = e;
+    error(second->key_line, path + ": give only one of password, password_file and password_env");
+    return std::nullopt;
+  }
+  if (count == 0) {
+    if (required)
+      error(f.line, (path.empty() ? "" : path + ": ") +
+                        "missing required key \"password\" (or password_file / password_env)");
+    return std::nullopt;
+  }
+  if (given[0]) return text(*given[0]);
+  if (given[1]) {
+    auto file = text(*given[1]);
+    if (!file) return std::nullopt;
+    std::FILE* in = std::fopen(file->c_str(), "rb");
+    if (!in) {
+      error(*given[1], "cannot read " + quote(*file) + ": " + std::generic_category().message(errno));
+      return std::nullopt;
+    }
+    std::string content;
+    char chunk[4096];
+    std::size_t n = 0;
+    while (content.size() <= 65536 && (n = std::fread(chunk, 1, sizeof chunk, in)) > 0) content.append(chunk, n);
+    const int err = std::ferror(in) ? errno : 0;
+    std::fclose(in);
+    if (err != 0) {
+      error(*given[1], "cannot read " + quote(*file) + ": " + std::generic_category().message(err));
+      return std::nullopt;
+    }
+    if (content.size() > 65536) {
+      error(*given[1], quote(*file) + " is too large for a password (over 64kB)");
+      return std::nullopt;
+    }
+    while (!content.empty() && (content.back() == '\n' || content.back() == '\r')) content.pop_back();
+    if (content.empty()) {
+      error(*given[1], quote(*file) + " is empty");
+      return std::nullopt;
+    }
+    return content;
+  }
+  auto name = text(*given[2]);
+  if (!name) return std::nullopt;
+  const char* value = std::getenv(name->c_str());
+  if (!value) {
+    error(*given[2], "environment variable " + quote(*name) + " is not set");
+    return std::nullopt;
+  }
+  if (*value == '\0') {
+    error(*given[2], "environment variable " + quote(*name) + " is empty");
+    return std::nullopt;
+  }
+  return std::string(value);
+}
+
+// `allow:` (SPEC §11): a list of CIDRs (or one), as pg_hba.conf's address column.
+std::vector<Cidr> Loader::cidrs(const Entry& e) {
+  std::vector<Entry> items{e};
+  if (e.value.IsSequence()) {
+    auto seq = sequence(e);
+    if (!seq) return {};
+    items = std::move(*seq);
+    if (items.empty()) error(e, "expected at least one address range (omit allow: to allow any address)");
+  }
+  std::vector<Cidr> out;
+  for (const Entry& item : items) {
+    auto s = text(item);
+    if (!s) continue;
+    std::string why;
+    if (auto c = Cidr::parse(trim(*s), &why)) out.push_back(std::move(*c));
+    else error(item, why + ", got " + quote(*s));
+  }
+  return out;
+}
+
+// A shard's `tls: {mode: disable|require|verify-ca|verify-full, ca: FILE}` (SPEC §11), as
+// libpq's sslmode and sslrootcert. The CA file must be readable now: a typo would
+// otherwise only show at the first connection.
+void Loader::load_shard_tls(ShardTls& tls, const Entry& e) {
+  auto f = mapping(e, {"mode", "ca"});
+  if (!f) return;
+  const Entry* m = required(*f, e.path, "mode");
+  auto mode = m ? choice<ShardTlsMode>(*m, {{"disable", ShardTlsMode::disable},
+                                            {"require", ShardTlsMode::require},
+                                            {"verify-ca", ShardTlsMode::verify_ca},
+                                            {"verify-full", ShardTlsMode::verify_full}})
+                : std::nullopt;
+  if (!mode) return;  // ca: cannot be judged without it
+  tls.mode = *mode;
+  const bool verify = tls.mode == ShardTlsMode::verify_ca || tls.mode == ShardTlsMode::verify_full;
+  if (const Entry* c = f->get("ca")) {
+    auto file = text(*c);
+    if (!file) return;
+    if (!verify) {
+      error(*c, "only used with mode verify-ca or verify-full (require encrypts without checking the certificate)");
+      return;
+    }
+    if (std::FILE* in = std::fopen(file->c_str(), "rb")) {
+      char probe;
+      const bool readable = std::fread(&probe, 1, 1, in) == 1;
+      std::fclose(in);
+      if (readable) tls.ca = *file;
+      else error(*c, "cannot read " + quote(*file) + " (empty, or a directory)");
+    } else {
+      error(*c, "cannot read " + quote(*file) + ": " + std::generic_category().message(errno));
+    }
+  } else if (verify) {
+    error(f->line, e.path + ": mode " + std::string(tls.mode == ShardTlsMode::verify_ca ? "verify-ca" : "verify-full") +
+                       " needs ca: (the PEM file of the certificate authorities to trust)");
+  }
+}
+
 void Loader::load_shards(const Fields& top) {
   const Entry* e = top.get("shards");
   if (!e) {
@@ -472,7 +597,8 @@ void Loader::load_shards(const Fields& top) {
   if (items->empty()) error(e->key_line, "shards: no shards configured; at least one is required");
   std::map<std::string, int, std::less<>> seen;
   for (const Entry& item : *items) {
-    auto f = mapping(item, {"name", "host", "port", "hosts", "replicas", "database", "user", "password", "pool_size"});
+    auto f = mapping(item, {"name", "host", "port", "hosts", "replicas", "database", "user", "password",
+                            "password_file", "password_env", "pool_size", "tls"});
     if (!f) continue;
     Shard s;
     s.line = item.key_line;
@@ -488,7 +614,7 @@ void Loader::load_shards(const Fields& top) {
     if (const Entry* v = f->get("port")) assign(s.port, integer(*v, 1, 65535));
     if (const Entry* v = f->get("database")) assign(s.database, text(*v));
     if (const Entry* v = f->get("user")) assign(s.user, text(*v));
-    if (const Entry* v = f->get("password")) assign(s.password, text(*v));
+    assign(s.password, secret(*f, item.path, false));
     if (const Entry* v = f->get("pool_size")) assign(s.pool_size, integer(*v, 1, INT_MAX));
     if (const Entry* v = f->get("hosts")) {
       if (f->get("host") || f->get("port")) error(*v, "give either hosts or host/port, not both");
@@ -499,6 +625,7 @@ void Loader::load_shards(const Fields& top) {
       }
     }
     if (const Entry* v = f->get("replicas")) s.replicas = hosts(*v);
+    if (const Entry* v = f->get("tls")) load_shard_tls(s.tls, *v);
     cfg_.shards.push_back(std::move(s));
   }
 }
@@ -510,7 +637,7 @@ void Loader::load_users(const Fields& top) {
   if (!items) return;
   std::map<std::string, int, std::less<>> seen;
   for (const Entry& item : *items) {
-    auto f = mapping(item, {"name", "password", "admin"});
+    auto f = mapping(item, {"name", "password", "password_file", "password_env", "admin", "allow"});
     if (!f) continue;
     User u;
     u.line = item.key_line;
@@ -522,8 +649,9 @@ void Loader::load_users(const Fields& top) {
         u.name = *v;
       }
     }
-    if (const Entry* p = required(*f, item.path, "password")) assign(u.password, text(*p));
+    assign(u.password, secret(*f, item.path, true));
     if (const Entry* a = f->get("admin")) assign(u.admin, boolean(*a));
+    if (const Entry* a = f->get("allow")) u.allow = cidrs(*a);
     cfg_.users.push_back(std::move(u));
   }
 }
@@ -623,6 +751,18 @@ void Loader::check_catalog_shards(int line) {
   for (const auto& s : cfg_.shards)
     if (s.database.empty() || s.user.empty())
       error(s.line ? s.line : line, "with catalog:, shard " + quote(s.name) + " needs database and user");
+}
+
+// SPEC §11: anyone who can reach a non-loopback listener could log in as any user,
+// in clear text, with `auth: trust` and no TLS. Refused at start, --check and reload.
+void Loader::check_trust_exposure(const Fields& top) {
+  if (cfg_.auth != AuthMethod::trust || cfg_.tls || is_loopback_host(cfg_.listen.host)) return;
+  const Entry* auth = top.get("auth");
+  const Entry* listen = top.get("listen");
+  error(auth ? auth->line() : listen ? listen->line() : 0,
+        "auth: trust on listen " + cfg_.listen.host + ":" + std::to_string(cfg_.listen.port) +
+            " (beyond loopback) without tls: anyone who can reach it could log in as any user; use a password "
+            "method (scram-sha-256), configure tls, or listen on 127.0.0.1");
 }
 
 void Loader::load_timeouts(const Entry& e) {
@@ -893,6 +1033,7 @@ LoadResult Loader::run(const YAML::Node& root) {
     load_reference_tables(*top);
     if (const Entry* e = top->get("unlisted_tables")) load_unlisted_tables(*e);
     if (const Entry* e = top->get("catalog")) check_catalog_shards(e->line());
+    check_trust_exposure(*top);
   }
   std::stable_sort(errors_.begin(), errors_.end(),
                    [](const ConfigError& a, const ConfigError& b) { return a.line < b.line; });

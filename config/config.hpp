@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "config/cidr.hpp"
+
 namespace splitpoint::config {
 
 using Duration = std::chrono::milliseconds;
@@ -33,10 +35,22 @@ struct Tls {
   std::string key;
 };
 
+// TLS from the proxy to a shard (SPEC §11), as libpq's sslmode / sslrootcert.
+enum class ShardTlsMode { disable, require, verify_ca, verify_full };
+struct ShardTls {
+  ShardTlsMode mode = ShardTlsMode::disable;
+  std::string ca;  // PEM file of trusted CAs; set (and readable at load) for verify-*
+  bool operator==(const ShardTls&) const = default;
+};
+
+// A password is given as `password:`, or read at load (and at every reload) from
+// `password_file:` (trailing newlines stripped) or `password_env:` (SPEC §11); either
+// way it ends up here.
 struct User {
   std::string name;
   std::string password;  // plaintext, or a SCRAM-SHA-256$... / md5... verifier
   bool admin = false;
+  std::vector<Cidr> allow;  // client addresses that may log in as this user; empty = any
   int line = 0;
 };
 
@@ -53,6 +67,7 @@ struct Shard {
   // host/port. `replicas:` are standbys that serve reads only.
   std::vector<Endpoint> hosts;
   std::vector<Endpoint> replicas;
+  ShardTls tls;  // for every host of the shard, and the catalog's and mover's connections
   int line = 0;
   // Every host of the shard, the possible primaries first: index = host number.
   std::vector<Endpoint> all_hosts() const;

@@ -4,6 +4,7 @@
 
 #include <cctype>
 
+#include "config/redact.hpp"
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
 #include "routing/merge/merge_plan.hpp"
@@ -209,6 +210,9 @@ awaitable<void> AdminConsole::serve() {
       auto q = proto::Query::decode(f.body);
       std::string sql = q ? std::string(q->sql) : std::string();
       s_.metrics_.queries[static_cast<std::size_t>(RouteLabel::admin)].add();
+      // SPEC §11: every admin action, once, with who and from where.
+      spdlog::info("[{}] admin command user={} address={}: {}", s_.id_, s_.who_.user, s_.who_.peer,
+                   config::redact_passwords(sql));
       if (!co_await command(sql, out)) co_return;
       proto::ReadyForQuery{'I'}.encode(out);
     } else if (f.type == 'S') {

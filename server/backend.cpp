@@ -3,8 +3,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <arpa/inet.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
+#include <array>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/local/connect_pair.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+
+#include "protocol/buffer.hpp"
 #include "protocol/framing.hpp"
 #include "protocol/md5.hpp"
 #include "protocol/messages.hpp"
@@ -70,6 +78,113 @@ awaitable<bool> read_frame(tcp::socket& s, InputBuffer& buf, char& type, std::st
   }
 }
 
+// TLS to a shard (SPEC §11). After the handshake a relay takes over: the connection's
+// Backend gets one end of a socketpair, plain, and two coroutines move bytes between
+// the other end and the TLS stream. Nothing that reads and writes Backend::socket
+// (login, forwarding, scatter, COPY, the raw recv of scatter_io) needs to know about
+// TLS; the cost is one more pass of every byte through the kernel. The relay ends
+// when either side closes, and closes the other.
+struct TlsRelay {
+  asio::ssl::context ctx;
+  asio::ssl::stream<tcp::socket> tls;
+  asio::local::stream_protocol::socket local;
+  TlsRelay(asio::ssl::context c, tcp::socket s, const asio::any_io_executor& ex)
+      : ctx(std::move(c)), tls(std::move(s), ctx), local(ex) {}
+  void close() {
+    error_code ignored;
+    tls.lowest_layer().close(ignored);
+    local.close(ignored);
+  }
+};
+
+// One direction of the relay: `from` to `to` until either fails or closes.
+template <class From, class To>
+awaitable<void> pump(std::shared_ptr<TlsRelay> r, From& from, To& to) {
+  std::array<char, 16384> buf;
+  for (;;) {
+    auto [ec, n] = co_await from.async_read_some(asio::buffer(buf), use_nothrow);
+    if (n > 0) {
+      auto [wec, w] = co_await asio::async_write(to, asio::buffer(buf.data(), n), use_nothrow);
+      if (wec) break;
+    }
+    if (ec) break;
+  }
+  r->close();
+}
+
+bool is_ip_address(const std::string& host) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+// SSLRequest, then the handshake with libpq's sslmode semantics: require encrypts
+// without checking the certificate; verify-ca checks its chain against `ca`;
+// verify-full also checks that it names the host (SAN dNSName or iPAddress, as
+// X509_check_host / X509_check_ip). On success `socket` is replaced by the relay's
+// plain end. https://www.postgresql.org/docs/15/protocol-flow.html#id-1.10.6.7.12
+awaitable<std::optional<ConnectResult>> start_shard_tls(tcp::socket& socket, const BackendTarget& t) {
+  auto ex = co_await asio::this_coro::executor;
+  const std::string where = "shard \"" + t.shard + "\" at " + t.host + ":" + std::to_string(t.port);
+  std::string req;
+  proto::Writer(req, 0).i32(proto::kSSLRequestCode).finish();
+  if (auto [ec, n] = co_await asio::async_write(socket, asio::buffer(req), use_nothrow); ec)
+    co_return failure(sqlstate::connection_failure, where + ": " + ec.message());
+  char answer = 0;
+  if (auto [ec, n] = co_await asio::async_read(socket, asio::buffer(&answer, 1), use_nothrow); ec)
+    co_return failure(sqlstate::connection_failure, where + " closed the connection after SSLRequest");
+  if (answer != 'S')
+    co_return failure(sqlstate::connection_failure,
+                      where + " does not support TLS (SSLRequest refused), and its tls.mode requires it");
+
+  asio::ssl::context ctx(asio::ssl::context::tls_client);
+  SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_2_VERSION);  // PostgreSQL's default minimum
+  const bool verify = t.tls.mode == config::ShardTlsMode::verify_ca || t.tls.mode == config::ShardTlsMode::verify_full;
+  if (verify) {
+    error_code ec;
+    ctx.load_verify_file(t.tls.ca, ec);
+    if (ec) co_return failure(sqlstate::connection_failure, where + ": cannot load tls.ca \"" + t.tls.ca + "\": " + ec.message());
+    ctx.set_verify_mode(asio::ssl::verify_peer);
+  } else {
+    ctx.set_verify_mode(asio::ssl::verify_none);
+  }
+  auto relay = std::make_shared<TlsRelay>(std::move(ctx), std::move(socket), ex);
+  SSL* ssl = relay->tls.native_handle();
+  const bool ip = is_ip_address(t.host);
+  if (!ip) SSL_set_tlsext_host_name(ssl, t.host.c_str());  // SNI, as libpq's sslsni=1
+  if (t.tls.mode == config::ShardTlsMode::verify_full) {
+    const int set = ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), t.host.c_str())
+                       : SSL_set1_host(ssl, t.host.c_str());
+    if (set != 1) co_return failure(sqlstate::connection_failure, where + ": cannot check the host name " + t.host);
+  }
+  auto [hec] = co_await relay->tls.async_handshake(asio::ssl::stream_base::client, use_nothrow);
+  if (hec) {
+    const long v = SSL_get_verify_result(ssl);
+    std::string why = v != X509_V_OK ? std::string("certificate verify failed: ") + X509_verify_cert_error_string(v)
+                                     : hec.message();
+    if (v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH)
+      why += " (the certificate does not name \"" + t.host + "\"; tls.mode is verify-full)";
+    relay->close();
+    co_return failure(sqlstate::connection_failure, where + ": TLS handshake failed: " + why);
+  }
+  asio::local::stream_protocol::socket plain(ex);
+  error_code pec;
+  asio::local::connect_pair(relay->local, plain, pec);
+  if (pec) {
+    relay->close();
+    co_return failure(sqlstate::connection_failure, where + ": socketpair: " + pec.message());
+  }
+  tcp::socket backend_end(ex);
+  backend_end.assign(tcp::v4(), plain.release(), pec);
+  if (pec) {
+    relay->close();
+    co_return failure(sqlstate::connection_failure, where + ": " + pec.message());
+  }
+  socket = std::move(backend_end);
+  asio::co_spawn(ex, pump(relay, relay->local, relay->tls), asio::detached);
+  asio::co_spawn(ex, pump(relay, relay->tls, relay->local), asio::detached);
+  co_return std::nullopt;
+}
+
 awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
   auto ex = co_await asio::this_coro::executor;
   tcp::resolver resolver(ex);
@@ -81,7 +196,12 @@ awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
     co_return failure(sqlstate::cannot_connect, "could not connect to shard \"" + t.shard + "\" at " +
                                                     t.host + ":" + std::to_string(t.port) + ": " + cec.message());
   socket.set_option(tcp::no_delay(true));
-  auto conn = std::make_unique<Backend>(std::move(socket), ep.protocol());
+  auto protocol = ep.protocol();
+  if (t.tls.mode != config::ShardTlsMode::disable) {
+    if (auto failed = co_await start_shard_tls(socket, t)) co_return std::move(*failed);
+    protocol = tcp::v4();  // what the relay's end was assigned as
+  }
+  auto conn = std::make_unique<Backend>(std::move(socket), protocol);
 
   std::string out;
   proto::StartupMessage startup;

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/config.hpp"
 #include "protocol/framing.hpp"
 #include "server/asio.hpp"
 #include "server/frontend.hpp"
@@ -31,6 +32,7 @@ struct BackendTarget {
   std::string password;
   std::string database;
   std::chrono::milliseconds connect_timeout{3000};
+  config::ShardTls tls;  // SPEC §11
 };
 
 using ParameterList = std::vector<std::pair<std::string, std::string>>;
@@ -73,8 +75,9 @@ struct ConnectResult {
   std::string message;
 };
 
-// Connects, authenticates (trust, cleartext, md5, scram-sha-256) and reads up to the
-// first ReadyForQuery, all under target.connect_timeout.
+// Connects (with TLS per target.tls), authenticates (trust, cleartext, md5,
+// scram-sha-256) and reads up to the first ReadyForQuery, all under
+// target.connect_timeout.
 awaitable<ConnectResult> connect_backend(const BackendTarget& target);
 
 // What a simple Query answered: the text rows of its last result, its last

@@ -154,6 +154,12 @@ std::string shard_dsn(const config::Config& config, const config::Shard& s) {
                     " user=" + quote(s.user) + " connect_timeout=" +
                     std::to_string(std::max<long long>(1, config.timeouts.server_connect.count() / 1000));
   if (!password.empty()) dsn += " password=" + quote(password);
+  // SPEC §11: the same TLS as the proxy's own connections (libpq's names). Without
+  // tls:, libpq's default (prefer) as before. (A subscription's connection string is
+  // used by the target server: its sslrootcert path must exist there too.)
+  static constexpr const char* kSslMode[] = {"disable", "require", "verify-ca", "verify-full"};
+  if (s.tls.mode != config::ShardTlsMode::disable) dsn += std::string(" sslmode=") + kSslMode[static_cast<int>(s.tls.mode)];
+  if (!s.tls.ca.empty()) dsn += " sslrootcert=" + quote(s.tls.ca);
   return dsn;
 }
 

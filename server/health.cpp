@@ -35,6 +35,7 @@ std::optional<BackendTarget> check_target(ShardPools& shard, std::size_t host, c
     t = pools.front()->target();
   }
   t.shard = def.name;
+  t.tls = def.tls;
   t.host_index = host;
   t.host = shard.hosts().endpoint(host).host;
   t.port = shard.hosts().endpoint(host).port;

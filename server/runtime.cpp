@@ -18,6 +18,7 @@ std::shared_ptr<Pool> ShardPools::get(const std::string& client_user, const std:
   t.password = shard_.password.empty() ? client_password : shard_.password;
   t.database = shard_.database.empty() ? client_database : shard_.database;
   t.connect_timeout = connect_timeout_;
+  t.tls = shard_.tls;
   std::lock_guard lock(mu_);
   auto& pool = pools_[{t.host_index, t.user, t.database}];
   if (!pool) {
@@ -50,7 +51,7 @@ bool ShardPools::same_definition(const config::Shard& o, std::chrono::millisecon
   return shard_.host == o.host && shard_.port == o.port && hosts_->same_hosts(o, health) &&
          shard_.database == o.database &&
          shard_.user == o.user && shard_.password == o.password && shard_.pool_size == o.pool_size &&
-         connect_timeout_ == connect_timeout;
+         shard_.tls == o.tls && connect_timeout_ == connect_timeout;
 }
 
 std::shared_ptr<const routing::TableShape> ShapeCache::find(std::string_view table) const {
@@ -85,6 +86,7 @@ static UserAuth make_user_auth(const config::User& u) {
   UserAuth a;
   a.name = u.name;
   a.admin = u.admin;
+  a.allow = u.allow;
   if (auto v = proto::scram::parse_verifier(u.password)) {
     a.scram = *v;
   } else if (proto::md5::is_verifier(u.password)) {

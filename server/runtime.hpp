@@ -29,6 +29,7 @@ struct UserAuth {
   std::string plaintext;                            // empty when only a verifier is known
   std::string md5;                                  // "md5..." verifier, if derivable
   std::optional<protocol::scram::Verifier> scram;   // if derivable
+  std::vector<config::Cidr> allow;                  // SPEC §11; empty = any address
 };
 
 // The pools of one shard, one per (host, backend user, database), and its hosts'

@@ -321,6 +321,20 @@ awaitable<bool> Session::login() {
   if (!startup) co_return false;
   const bool taken = co_await take_startup(*startup);
   if (!taken) co_return false;
+  // SPEC §11: the user's `allow:` CIDRs, before authentication (as pg_hba.conf).
+  if (const UserAuth* u = runtime_->find_user(who_.user); u && !u->allow.empty()) {
+    error_code ec;
+    const auto ep = stream_.socket().remote_endpoint(ec);
+    const std::string host = ec ? std::string("?") : ep.address().to_string();
+    if (!config::allowed(u->allow, host)) {
+      spdlog::info("[{}] closed: host {} is not in user {}'s allow list", id_, host, who_.user);
+      co_await send_error("FATAL", sqlstate::invalid_authorization,
+                          "no allow entry for host \"" + host + "\", user \"" + who_.user + "\", database \"" +
+                              who_.database + "\", " + (stream_.is_tls() ? "SSL on" : "SSL off"),
+                          false);
+      co_return false;
+    }
+  }
   const bool authenticated = co_await authenticate();
   if (!authenticated) co_return false;
   if (who_.database == kAdminDatabase) co_return co_await admin_login();

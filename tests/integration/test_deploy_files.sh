@@ -159,6 +159,38 @@ if sp:
     args = sp.get("args", [])
     if "--config" in args:
         need(args[args.index("--config") + 1] == "/etc/splitpoint/splitpoint.yaml", "--config path")
+    # SPEC §11: each password_file: is a key of a Secret mounted at its directory, each
+    # password_env: a variable the container takes from a Secret; no plaintext shard
+    # password in the ConfigMap. `--check` below reads them: the Secret's values go to
+    # $WORK (the paths rewritten) and to k8s-env.
+    secrets = {o["metadata"]["name"]: {**(o.get("stringData") or {})} for o in objs if o.get("kind") == "Secret"}
+    files, envs = {}, []
+    for entry in cfg.get("users", []) + cfg.get("shards", []):
+        need(not ("password" in entry and not str(entry["password"]).startswith(("SCRAM-SHA-256$", "md5"))),
+             f"ConfigMap: {entry.get('name')} has a plaintext password; use password_file: or password_env:")
+        if "password_file" in entry:
+            f = pathlib.PurePosixPath(entry["password_file"])
+            mount = next((m for m in sp.get("volumeMounts", []) if m["mountPath"] == str(f.parent)), None)
+            vol = (vols.get(mount["name"], {}) if mount else {}).get("secret") or {}
+            items = {i["path"]: i["key"] for i in vol.get("items", [])} or {k: k for k in secrets.get(vol.get("secretName"), {})}
+            key = items.get(f.name)
+            value = secrets.get(vol.get("secretName"), {}).get(key)
+            need(value is not None, f"password_file {f}: not a key of a Secret mounted at {f.parent}")
+            files[str(f)] = value or ""
+        if "password_env" in entry:
+            var = entry["password_env"]
+            ref = next((((e.get("valueFrom") or {}).get("secretKeyRef") or {}) for e in sp.get("env", []) if e["name"] == var), {})
+            value = secrets.get(ref.get("name"), {}).get(ref.get("key"))
+            need(value is not None, f"password_env {var}: not an env var of the splitpoint container from a Secret")
+            envs.append(f"{var}={value or ''}")
+    need(files and envs, "ConfigMap: expected an example of both password_file: and password_env:")
+    text = cfg_text or ""
+    for i, (path, value) in enumerate(sorted(files.items())):
+        local = pathlib.Path(os.environ["WORK"]) / f"k8s-secret-{i}"
+        local.write_text(value + "\n")  # as a Secret created with --from-file from an editor's file
+        text = text.replace(path, str(local))
+    out.write_text(text)
+    (pathlib.Path(os.environ["WORK"]) / "k8s-env").write_text("\n".join(envs) + "\n")
 for app in apps:
     env = {e["name"]: e.get("value") for e in app.get("env", [])}
     url = env.get("DATABASE_URL")
@@ -239,7 +271,9 @@ sys.exit(1 if errors else 0)
 PY
 
 # ---------------------------------------------------------------- splitpoint --check
-check "splitpoint --check: ConfigMap's embedded config" "$SP_BIN" --check --config "$work/k8s-splitpoint.yaml"
+# shellcheck disable=SC2046  # one VAR=value per line, no spaces
+check "splitpoint --check: ConfigMap's embedded config, the Secret's values in place" \
+  env $(cat "$work/k8s-env") "$SP_BIN" --check --config "$work/k8s-splitpoint.yaml"
 check "splitpoint --check: deploy/compose/splitpoint.yaml" "$SP_BIN" --check --config deploy/compose/splitpoint.yaml
 # The check must be able to fail, or the two lines above prove nothing.
 sed 's/^pool_mode: transaction/pool_mode: sometimes/' deploy/compose/splitpoint.yaml >"$work/bad.yaml"

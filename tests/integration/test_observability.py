@@ -37,7 +37,9 @@ Checks:
  5. SHOW ROUTE for each routing case, and the shown statements are not executed.
  6. Admin access: app refused with 42501, wrong admin password 28P01; SHOW SHARDS /
     POOLS / CLIENTS / CONFIG (no password), RELOAD good and broken file, PAUSE / RESUME
-    of one shard and of all, PAUSE of an unknown shard (22023).
+    of one shard and of all, PAUSE of an unknown shard (22023). The audit log (SPEC
+    §11): one info line per admin command with user, address and text, ADD SHARD's
+    password redacted.
  7. A real Prometheus (/usr/bin/prometheus) scrapes the proxy; its value of
     splitpoint_queries_total{route="single"} matches /metrics.
 
@@ -984,6 +986,23 @@ def admin_show_commands():
         for secret in (APP_PW, ADMIN_PW, SHARD_PW, "SCRAM-SHA-256$"):
             assert secret not in text, f"SHOW CONFIG shows a password ({secret!r}):\n{text}"
         assert DIST in text and "countries" in text, text
+        # SPEC §11 audit log: each admin command once, at info, with user, client address
+        # and the text; a password in ADD SHARD is not (no catalog here: it fails, but is
+        # logged all the same).
+        marker = f"audit{os.getpid()}"
+        admin(P, f"SHOW ROUTE SELECT '{marker}'")
+        try:
+            admin(P, f"ADD SHARD {marker} host=127.0.0.1 port=1 password=hunter2-{marker}")
+        except psycopg2.Error:
+            pass
+        def audit_lines():
+            return [ln for ln in P.log_text().splitlines() if marker in ln]
+        lines = wait_until(lambda: len(audit_lines()) >= 2 and audit_lines(), 10, "audit log lines")
+        assert len(lines) == 2, lines
+        assert "[info]" in lines[0] and re.search(
+            r"admin command user=admin address=127\.0\.0\.1:\d+: SHOW ROUTE SELECT '" + marker + "'", lines[0]), lines
+        assert "ADD SHARD " + marker + " host=127.0.0.1 port=1 password=***" in lines[1], lines
+        assert "hunter2" not in P.log_text(), "the audit log shows an ADD SHARD password"
     finally:
         app.close()
 

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -106,6 +107,18 @@ void expect_one_error(const std::string& yaml, int line, const std::string& text
   CHECK(r.errors[0].line == line);
   CHECK_THAT(r.errors[0].message, Catch::Matchers::Contains(text));
 }
+
+// A file that is removed when the test ends.
+struct TempFile {
+  std::filesystem::path path;
+  explicit TempFile(const std::string& content, const char* tag = "pw") {
+    static int n = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("splitpoint_config_test_" + std::to_string(::getpid()) + "_" + tag + std::to_string(++n));
+    std::ofstream(path, std::ios::binary) << content;
+  }
+  ~TempFile() { std::filesystem::remove(path); }
+};
 
 Config load_ok(const std::string& yaml) {
   const LoadResult r = load_string(yaml);
@@ -772,4 +785,104 @@ TEST_CASE("a ',' outside a flow collection is refused before yaml-cpp sees it", 
   CHECK(r.config->shards[1].password == "x, y");
   CHECK(r.config->users[0].password == ", not yaml\na, b\n");
   CHECK(r.config->distributions[0].lists[0].values == std::vector<std::string>{"a,b", "c',d"});
+}
+
+// ---- SPEC §11: password_file / password_env, allow:, trust beyond loopback
+
+TEST_CASE("password_file: read at load, trailing newlines stripped", "[config][security]") {
+  TempFile user_pw("s3cret\n"), shard_pw("backend pw\r\n\n");
+  const Config c = load_ok("users:\n  - name: app\n    password_file: " + user_pw.path.string() +
+                           "\nshards:\n  - name: s0\n    password_file: " + shard_pw.path.string() + "\n");
+  CHECK(c.users[0].password == "s3cret");
+  CHECK(c.shards[0].password == "backend pw");
+
+  SECTION("a rotated file is seen by the next load (reload)") {
+    std::ofstream(user_pw.path, std::ios::trunc) << "rotated";
+    const Config again = load_ok("users:\n  - name: app\n    password_file: " + user_pw.path.string() +
+                                 "\nshards:\n  - name: s0\n");
+    CHECK(again.users[0].password == "rotated");
+  }
+}
+
+TEST_CASE("password_env: read at load", "[config][security]") {
+  ::setenv("SPLITPOINT_TEST_PW", "from-env", 1);
+  const Config c = load_ok(
+      "users:\n  - name: app\n    password_env: SPLITPOINT_TEST_PW\n"
+      "shards:\n  - name: s0\n    password_env: SPLITPOINT_TEST_PW\n");
+  CHECK(c.users[0].password == "from-env");
+  CHECK(c.shards[0].password == "from-env");
+  ::unsetenv("SPLITPOINT_TEST_PW");
+}
+
+TEST_CASE("password sources: exactly one, and clear errors with their line", "[config][security][errors]") {
+  const std::string shards = "shards:\n  - name: s0\n";
+  TempFile pw("x\n"), empty("\n");
+  expect_one_error("users:\n  - name: app\n    password: a\n    password_env: HOME\n" + shards, 4,
+                   "users[0]: give only one of password, password_file and password_env");
+  expect_one_error("users:\n  - name: app\n    admin: true\n" + shards, 2,
+                   "users[0]: missing required key \"password\" (or password_file / password_env)");
+  expect_one_error("users:\n  - name: app\n    password_file: /nonexistent/pw\n" + shards, 3,
+                   "users[0].password_file: cannot read \"/nonexistent/pw\": No such file or directory");
+  expect_one_error("users:\n  - name: app\n    password_file: " + empty.path.string() + "\n" + shards, 3,
+                   "is empty");
+  ::unsetenv("SPLITPOINT_TEST_UNSET");
+  expect_one_error("users:\n  - name: app\n    password_env: SPLITPOINT_TEST_UNSET\n" + shards, 3,
+                   "users[0].password_env: environment variable \"SPLITPOINT_TEST_UNSET\" is not set");
+  ::setenv("SPLITPOINT_TEST_EMPTY", "", 1);
+  expect_one_error("users:\n  - name: app\n    password_env: SPLITPOINT_TEST_EMPTY\n" + shards, 3,
+                   "environment variable \"SPLITPOINT_TEST_EMPTY\" is empty");
+  expect_one_error("shards:\n  - name: s0\n    password: a\n    password_file: " + pw.path.string() + "\n", 4,
+                   "shards[0]: give only one of password, password_file and password_env");
+  expect_one_error("shards:\n  - name: s0\n    password_file: /\n", 3, "cannot read \"/\"");
+}
+
+TEST_CASE("allow: in users", "[config][security]") {
+  const Config c = load_ok(
+      "users:\n  - name: app\n    password: a\n    allow: [10.0.0.0/8, '::1/128']\n"
+      "  - name: one\n    password: b\n    allow: 127.0.0.1\n"
+      "  - name: any\n    password: c\n"
+      "shards:\n  - name: s0\n");
+  REQUIRE(c.users[0].allow.size() == 2);
+  CHECK(c.users[0].allow[1].v6);
+  REQUIRE(c.users[1].allow.size() == 1);
+  CHECK(c.users[1].allow[0].prefix == 32);
+  CHECK(c.users[2].allow.empty());
+  expect_one_error("users:\n  - name: app\n    password: a\n    allow:\n      - 10.0.0.0/8\n      - 10.1.0.0/33\n"
+                   "shards:\n  - name: s0\n",
+                   6, "users[0].allow[1]: the prefix length must be between 0 and 32, got \"10.1.0.0/33\"");
+  expect_one_error("users:\n  - name: app\n    password: a\n    allow: []\nshards:\n  - name: s0\n", 4, "users[0].allow: expected at least one address range");
+}
+
+TEST_CASE("auth: trust beyond loopback without tls refuses to load", "[config][security][errors]") {
+  const std::string shards = "shards:\n  - name: s0\n";
+  expect_one_error("listen: 0.0.0.0:6432\nauth: trust\n" + shards, 2,
+                   "auth: trust on listen 0.0.0.0:6432 (beyond loopback) without tls");
+  // trust is the default: the error points at listen.
+  expect_one_error("listen: '[::]:6432'\n" + shards, 1, "auth: trust on listen :::6432");
+  expect_one_error("listen: 10.1.2.3:6432\n" + shards, 1, "beyond loopback");
+  load_ok("listen: 127.0.0.1:6432\nauth: trust\n" + shards);
+  load_ok("listen: 127.0.0.2:6432\n" + shards);
+  load_ok("listen: '[::1]:6432'\n" + shards);
+  load_ok("listen: localhost:6432\n" + shards);
+  load_ok("listen: 0.0.0.0:6432\nauth: scram-sha-256\nusers:\n  - { name: a, password: b }\n" + shards);
+  load_ok("listen: 0.0.0.0:6432\nauth: trust\ntls: { cert: /c.pem, key: /k.pem }\n" + shards);
+}
+
+TEST_CASE("tls: per shard, as libpq's sslmode", "[config][security]") {
+  TempFile ca("-----BEGIN CERTIFICATE-----\n", "ca");
+  const Config c = load_ok("shards:\n  - name: s0\n    tls: { mode: verify-full, ca: " + ca.path.string() +
+                           " }\n  - name: s1\n    tls: { mode: require }\n  - name: s2\n");
+  CHECK(c.shards[0].tls.mode == ShardTlsMode::verify_full);
+  CHECK(c.shards[0].tls.ca == ca.path.string());
+  CHECK(c.shards[1].tls.mode == ShardTlsMode::require);
+  CHECK(c.shards[2].tls.mode == ShardTlsMode::disable);
+  expect_one_error("shards:\n  - name: s0\n    tls: { mode: verify-ca }\n", 3,
+                   "shards[0].tls: mode verify-ca needs ca:");
+  expect_one_error("shards:\n  - name: s0\n    tls: { mode: require, ca: " + ca.path.string() + " }\n", 3,
+                   "shards[0].tls.ca: only used with mode verify-ca or verify-full");
+  expect_one_error("shards:\n  - name: s0\n    tls: { mode: verify-full, ca: /nonexistent/ca.pem }\n", 3,
+                   "shards[0].tls.ca: cannot read \"/nonexistent/ca.pem\": No such file or directory");
+  expect_one_error("shards:\n  - name: s0\n    tls: { mode: prefer }\n", 3,
+                   "shards[0].tls.mode: expected one of disable | require | verify-ca | verify-full, got \"prefer\"");
+  expect_one_error("shards:\n  - name: s0\n    tls: { ca: /x }\n", 3, "shards[0].tls: missing required key \"mode\"");
 }
