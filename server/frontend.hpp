@@ -126,8 +126,6 @@ class Frontend {
   // inside the failed batch are skipped too.
   void drop_until_sync(bool error, BackendState& b);
 
-  // Inside a transaction block as the client sees it.
-  bool in_block() const { return client_txn != 'I'; }
   // The proxy found an error itself inside a block: the backends do not know, so the
   // proxy answers until ROLLBACK/COMMIT.
   void fail_block() {

@@ -594,8 +594,7 @@ awaitable<void> ScatterRead::answer() {
     if (s_.fe_.client_txn != 'I') {
       // As in PostgreSQL the block is failed now, though the shards that answered
       // do not know: the proxy answers 25P02 until ROLLBACK.
-      s_.fe_.client_txn = 'E';
-      s_.fe_.proxy_failed_txn = true;
+      s_.fe_.fail_block();
     }
     if (req_.extended) s_.fe_.skip_until_sync = true;
   } else if (req_.emit_rows && copy_formatter_) {

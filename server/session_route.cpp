@@ -181,8 +181,7 @@ awaitable<bool> Session::reject(std::string_view code, std::string message, bool
   if (position > 0) fields.fields.emplace_back('P', std::to_string(position));
   fields.encode(out, 'E');
   if (in_transaction()) {
-    fe_.client_txn = 'E';
-    fe_.proxy_failed_txn = true;
+    fe_.fail_block();
   }
   if (extended) {
     fe_.skip_until_sync = true;
@@ -346,8 +345,7 @@ awaitable<std::optional<bool>> Session::savepoint_across_shards(const routing::R
   std::string out = notices;
   if (!error.empty()) {
     proto::Writer(out, 'E').bytes(error).finish();
-    fe_.client_txn = 'E';
-    fe_.proxy_failed_txn = true;
+    fe_.fail_block();
   } else {
     if (rollback) {  // the block is usable again, as in PostgreSQL
       fe_.client_txn = 'T';
@@ -472,11 +470,7 @@ std::string Session::note_session_commands(std::string_view sql, std::vector<Ses
         break;
       case SessionCommand::deallocate_all:
       case SessionCommand::discard_all:
-        fe_.prepared.clear();
-        fe_.sql_prepared.clear();
-        cur()->prepared.clear();
-        cur()->sql_prepared.clear();
-        cur()->unnamed_owner = {0, 0};
+        fe_.forget_prepared(*cur());
         into.push_back({cmd.kind, {}, {}});
         break;
       default:
