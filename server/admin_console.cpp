@@ -284,7 +284,7 @@ namespace {
 // worker; an exception comes back as CatalogError. (`f` by reference, a named local of
 // the caller: GCC 12 mishandles temporaries with destructors in co_await'ed calls.)
 template <typename F>
-awaitable<std::variant<std::invoke_result_t<F>, CatalogError>> off_thread(const F& f) {
+awaitable<std::variant<std::invoke_result_t<F>, CatalogError>> run_off_thread(const F& f) {
   using R = std::variant<std::invoke_result_t<F>, CatalogError>;
   auto done = std::async(std::launch::async, [f]() -> R {
     try {
@@ -301,6 +301,17 @@ awaitable<std::variant<std::invoke_result_t<F>, CatalogError>> off_thread(const 
     co_await timer.async_wait(use_nothrow);
   }
   co_return done.get();
+}
+
+// run_off_thread, with a failure answered as the command's error in `out` (nullopt).
+template <typename F>
+awaitable<std::optional<std::invoke_result_t<F>>> off_thread(const F& f, WorkerMetrics& metrics, std::string& out) {
+  auto r = co_await run_off_thread(f);
+  if (r.index() == 1) {
+    admin_error(metrics, out, std::get<1>(r).sqlstate, std::get<1>(r).what());
+    co_return std::nullopt;
+  }
+  co_return std::get<0>(std::move(r));
 }
 
 // The words of a command as written (names keep their case), without a trailing ';'.
@@ -338,22 +349,22 @@ awaitable<bool> AdminConsole::catalog_command(const std::vector<std::string>& w,
   const auto words = raw_words(sql);
   if (is({"SHOW", "TOPOLOGY"})) {
     auto list = [catalog] { return catalog->proxies(); };
-    auto r = co_await off_thread(list);
-    if (r.index() == 1) co_return error(std::get<1>(r).sqlstate, std::get<1>(r).what()), true;
+    auto r = co_await off_thread(list, s_.metrics_, out);
+    if (!r) co_return true;
     Table t({"proxy", "address", "epoch", "lease_until", "live", "this"});
-    for (const auto& p : std::get<0>(r))
+    for (const auto& p : *r)
       t.row({p.id, p.address, std::to_string(p.epoch), p.lease_until, p.live ? "yes" : "no",
              p.id == catalog->proxy_id() ? "yes" : "no"});
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "MOVES"})) {
     const bool all = w.size() > 2 && w[2] == "ALL";
     auto list = [catalog, all] { return catalog->moves(all); };
-    auto r = co_await off_thread(list);
-    if (r.index() == 1) co_return error(std::get<1>(r).sqlstate, std::get<1>(r).what()), true;
+    auto r = co_await off_thread(list, s_.metrics_, out);
+    if (!r) co_return true;
     Table t({"id", "distribution", "partition", "source", "target", "state", "rows_copied", "rows_total", "eta_s",
              "lag_bytes", "hold_ms",
              "attempts", "owner", "error"});
-    for (const auto& m : std::get<0>(r))
+    for (const auto& m : *r)
       t.row({std::to_string(m.id), m.distribution, std::to_string(m.partition), m.source, m.target, m.state,
              std::to_string(m.rows_copied), opt(m.rows_total), opt(m.eta_s), opt(m.lag_bytes), opt(m.hold_ms),
              std::to_string(m.attempts),
@@ -389,11 +400,8 @@ awaitable<void> AdminConsole::add_shard(const std::vector<std::string>& words, C
     catalog->add_shard(name, options);
     return 0;
   };
-  auto r = co_await off_thread(add);
-  if (r.index() == 1) {
-    error(std::get<1>(r).sqlstate, std::get<1>(r).what());
-    co_return;
-  }
+  auto r = co_await off_thread(add, s_.metrics_, out);
+  if (!r) co_return;
   // Answered once this proxy routes with it (SHOW SHARDS next shows it).
   asio::steady_timer timer(co_await asio::this_coro::executor);
   for (int i = 0; i < 1000 && !s_.server_.runtime()->config.find_shard(name); ++i) {
@@ -420,11 +428,8 @@ awaitable<void> AdminConsole::topology_change(const std::vector<std::string>& w,
       catalog->drop_shard(name);
       return 0;
     };
-    auto r = co_await off_thread(drop);
-    if (r.index() == 1) {
-      error(std::get<1>(r).sqlstate, std::get<1>(r).what());
-      co_return;
-    }
+    auto r = co_await off_thread(drop, s_.metrics_, out);
+    if (!r) co_return;
     proto::CommandComplete{"DROP SHARD"}.encode(out);
   } else if (is({"REBALANCE"})) {
     const bool dry = words.size() == 4 && (w.size() > 2 && w[2] == "DRY") && (words[3] == "RUN" || words[3] == "run");
@@ -434,13 +439,10 @@ awaitable<void> AdminConsole::topology_change(const std::vector<std::string>& w,
     }
     auto dist = words[1];
     auto plan = [=] { return catalog->rebalance(dist, dry); };
-    auto r = co_await off_thread(plan);
-    if (r.index() == 1) {
-      error(std::get<1>(r).sqlstate, std::get<1>(r).what());
-      co_return;
-    }
+    auto r = co_await off_thread(plan, s_.metrics_, out);
+    if (!r) co_return;
     Table t({"move", "distribution", "partition", "source", "target"});
-    for (const auto& m : std::get<0>(r))
+    for (const auto& m : *r)
       t.row({dry ? std::nullopt : std::optional<std::string>(std::to_string(m.id)), m.distribution,
              std::to_string(m.partition), m.source, m.target});
     t.encode(out, "REBALANCE");
@@ -455,13 +457,10 @@ awaitable<void> AdminConsole::topology_change(const std::vector<std::string>& w,
     auto part = static_cast<std::uint32_t>(std::stoul(words[2].substr(colon + 1)));
     auto target = words[4];
     auto plan = [=] { return catalog->plan_move(dist, part, target); };
-    auto r = co_await off_thread(plan);
-    if (r.index() == 1) {
-      error(std::get<1>(r).sqlstate, std::get<1>(r).what());
-      co_return;
-    }
+    auto r = co_await off_thread(plan, s_.metrics_, out);
+    if (!r) co_return;
     Table t({"move"});
-    t.row({std::to_string(std::get<0>(r))});
+    t.row({std::to_string(*r)});
     t.encode(out, "MOVE");
   } else {
     if (words.size() != 3 || words[2].empty() || words[2].size() > 18 ||
@@ -474,11 +473,8 @@ awaitable<void> AdminConsole::topology_change(const std::vector<std::string>& w,
       catalog->cancel_move(id);
       return 0;
     };
-    auto r = co_await off_thread(cancel);
-    if (r.index() == 1) {
-      error(std::get<1>(r).sqlstate, std::get<1>(r).what());
-      co_return;
-    }
+    auto r = co_await off_thread(cancel, s_.metrics_, out);
+    if (!r) co_return;
     proto::CommandComplete{"CANCEL MOVE"}.encode(out);
   }
 }
