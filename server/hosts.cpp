@@ -87,6 +87,7 @@ void ShardHosts::record(std::size_t h, const Check& c, Clock::time_point now) {
   if (!c.in_recovery) {
     x.lag_s = 0.0;
     x.lag_bytes = 0;
+    if (h < candidates_) mark_primary(end_of_records(c.lsn), now);
     return;
   }
   // Against the primary's LSN of this round (checked first): a standby that replayed
@@ -101,9 +102,26 @@ void ShardHosts::record(std::size_t h, const Check& c, Clock::time_point now) {
     x.lag_s = 0.0;
     x.lag_bytes = 0;
   } else {
-    x.lag_s = c.replay_age ? std::max(*c.replay_age, 0.0) : 1e9;
+    x.lag_s = behind_since(c.lsn, now).value_or(c.replay_age ? std::max(*c.replay_age, 0.0) : 1e9);
     x.lag_bytes = static_cast<std::int64_t>(p->lsn - c.lsn);
   }
+}
+
+void ShardHosts::mark_primary(std::uint64_t lsn, Clock::time_point now) {
+  constexpr std::size_t kMarks = 64;  // 12.8 s of history at the default 200 ms interval
+  primary_marks_.emplace_back(now, lsn);
+  if (primary_marks_.size() > kMarks) primary_marks_.pop_front();
+}
+
+// The lag of a standby that replayed up to `lsn`: at most the age of the latest
+// primary check it has caught up with. (Its last replayed commit's age says how long
+// the primary was idle before the commit the standby has not replayed yet, not how far
+// behind it is: a standby a few milliseconds behind an idle primary would look seconds
+// late.) nullopt: behind every check remembered.
+std::optional<double> ShardHosts::behind_since(std::uint64_t lsn, Clock::time_point now) const {
+  for (auto it = primary_marks_.rbegin(); it != primary_marks_.rend(); ++it)
+    if (it->second <= lsn) return std::max(std::chrono::duration<double>(now - it->first).count(), 0.0);
+  return std::nullopt;
 }
 
 bool ShardHosts::settle_primary() {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -109,12 +110,17 @@ class ShardHosts {
     std::array<std::uint64_t, kBanReasons> bans{};
   };
   std::chrono::milliseconds ban_time(int failures) const;
+  void mark_primary(std::uint64_t lsn, Clock::time_point now);  // under mu_
+  std::optional<double> behind_since(std::uint64_t lsn, Clock::time_point now) const;  // under mu_
 
   const config::Health health_;
   std::size_t candidates_ = 1;
   mutable std::mutex mu_;
   std::vector<Host> hosts_;
   std::size_t next_ = 0;  // round robin
+  // The primary's LSN at its recent checks, oldest first: a standby that replayed up to
+  // one of them holds everything the primary had then, so it is at most that old.
+  std::deque<std::pair<Clock::time_point, std::uint64_t>> primary_marks_;
   std::atomic<std::size_t> primary_{0};
   std::atomic<PrimaryState> state_{PrimaryState::known};
   std::atomic<std::uint64_t> failovers_{0};

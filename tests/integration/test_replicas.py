@@ -242,14 +242,17 @@ def read_your_writes():
             "reads back on the standby")
         assert row[0] == "w9", row
         c.close()
-        # A session that wrote nothing: with the standby 1.5 s behind (above the 1 s limit)
-        # after a write elsewhere, its reads go to the primary.
+        # A session that wrote nothing: with the standby behind by more than the 1 s limit
+        # (it replays the write elsewhere 3 s late; 1.5 s after it, the checks have seen
+        # it hold no more than the primary had 1.3 s or longer ago), its reads go to the
+        # primary.
+        set_apply_delay("3s")
         w = PROXY.connect(DB)
         w.cursor().execute("UPDATE kv SET v = 'lag' WHERE id = %s", (S0_KEYS[0],))
         r = PROXY.connect(DB)
         rc = r.cursor()
         rc.execute("SET splitpoint.reads = replica")
-        time.sleep(0.8)  # a check round sees the lag
+        time.sleep(1.5)
         got = one(rc, "SELECT v, pg_is_in_recovery() FROM kv WHERE id = %s", (S0_KEYS[0],))
         assert got == ("lag", False), f"read with the standby beyond max_replica_lag: {got}; hosts {hosts()}"
         lag = PROXY.metric("splitpoint_replica_lag_seconds", {"shard": "s0"})

@@ -134,3 +134,26 @@ TEST_CASE("With several possible primaries, the one out of recovery is the prima
   CHECK(h.primary() == 1);
   CHECK(h.pick_standby(1000ms, 0).has_value());
 }
+
+TEST_CASE("A standby's lag is the age of the last primary check it caught up with, not of its last commit") {
+  ShardHosts h(shard_with({}, {{"r1", 5433}}), Health{});
+  const auto t0 = ShardHosts::Clock::now();
+  // An idle primary, then a commit between two checks: the standby has not replayed it
+  // yet at the second check. Its last replayed commit is 30 s old, but it holds all the
+  // primary had 200 ms ago.
+  h.record(0, primary_at(1000), t0);
+  h.record(1, standby_at(1000, 30.0), t0);
+  h.record(0, primary_at(1100), t0 + 200ms);
+  h.record(1, standby_at(1000, 30.0), t0 + 200ms);
+  CHECK(*h.view(t0 + 200ms)[1].lag_s == Approx(0.2));
+  CHECK(*h.view(t0 + 200ms)[1].lag_bytes == 100);
+  CHECK(h.pick_standby(1000ms, 0) == 1u);
+  // Still not replayed 1.5 s later (a delayed or stuck standby): beyond the limit.
+  h.record(0, primary_at(1100), t0 + 1500ms);
+  h.record(1, standby_at(1000, 31.5), t0 + 1500ms);
+  CHECK(*h.view(t0 + 1500ms)[1].lag_s == Approx(1.5));
+  CHECK_FALSE(h.pick_standby(1000ms, 0));
+  // Behind every check remembered: its last commit's age is all there is.
+  h.record(1, standby_at(900, 31.5), t0 + 1700ms);
+  CHECK(*h.view(t0 + 1700ms)[1].lag_s == 31.5);
+}
