@@ -296,12 +296,7 @@ void Analyzer::insert_values(const PgQuery__InsertStmt* s, const PgQuery__Select
     rows.columns.emplace_back(sv(name));
     if (rows.columns.back() == key) rows.key_index = i;
   }
-  if (!rows.columns.empty() && !rows.key_index) {
-    error("SPR01", "INSERT into sharded table \"" + plan_.occs[occ].table + "\" needs a value for its key column \"" +
-                       key + "\"",
-          true);
-    return;
-  }
+  rows.key_omitted = !rows.columns.empty() && !rows.key_index;
   rows.rows.reserve(values->n_values_lists);
   for (std::size_t r = 0; r < values->n_values_lists; ++r) {
     const PgQuery__Node* row = values->values_lists[r];
@@ -314,6 +309,7 @@ void Analyzer::insert_values(const PgQuery__InsertStmt* s, const PgQuery__Select
           continue;
         }
         items.push_back(value_of(row->list->items[k]));  // nullopt for DEFAULT and expressions
+        if (is(row->list->items[k], PG_QUERY__NODE__NODE_SET_TO_DEFAULT)) rows.defaults.emplace_back(r, k);
       }
     }
     rows.rows.push_back(std::move(items));

@@ -42,6 +42,7 @@ class Evaluator {
   std::optional<std::size_t> column_index(int occ, const std::string& column);
   bool read(const ValueSource& v, const ColumnType& type, KeyValues& out) const;
   void fail(std::string sqlstate, std::string message);
+  void request_keys(const InsertRows& rows, std::size_t position, const std::string& message);
   void note_key(const std::optional<std::string>& v, const ColumnType& type);
 
   const Plan& plan_;
@@ -78,6 +79,7 @@ Route Evaluator::run(bool* needs_exact_plan) {
         *needs_exact_plan = true;
       } else if (auto sql = split_insert(plan_.packed_tree, row_shards_)) {
         r.per_shard_sql = std::move(*sql);
+        r.row_shards = row_shards_;
       } else {
         r = error_route(plan_, "SPR01", "could not rewrite the INSERT for each shard");
       }
@@ -297,6 +299,9 @@ void Evaluator::insert_rows(const InsertRows& rows, std::vector<std::size_t>* ro
   const Occurrence& o = plan_.occs[rows.occ];
   const ColumnType* type = key_type(rows.occ);
   if (type == nullptr) return;
+  const std::string needs = "INSERT into sharded table \"" + o.table + "\" needs a value for its key column \"" +
+                            o.key_column + "\"";
+  if (rows.key_omitted) return request_keys(rows, 0, needs);
   std::optional<std::size_t> k = rows.key_index ? rows.key_index : column_index(rows.occ, o.key_column);
   if (!k) return fail("SPR01", "table \"" + o.table + "\" has no key column \"" + o.key_column + "\"");
   PartSet& parts = parts_[rows.occ];
@@ -306,8 +311,10 @@ void Evaluator::insert_rows(const InsertRows& rows, std::vector<std::size_t>* ro
     const auto& row = rows.rows[r];
     const std::string where = "INSERT into sharded table \"" + o.table + "\" (row " + std::to_string(r + 1) + ")";
     if (*k >= row.size()) return fail("SPR01", where + " needs a value for its key column \"" + o.key_column + "\"");
+    if (!row[*k] && std::find(rows.defaults.begin(), rows.defaults.end(), std::pair{r, *k}) != rows.defaults.end())
+      return request_keys(rows, *k, needs);
     if (!row[*k])
-      return fail("SPR01", where + ": the key column \"" + o.key_column + "\" must be a constant or a parameter, not DEFAULT or an expression");
+      return fail("SPR01", where + ": the key column \"" + o.key_column + "\" must be a constant or a parameter, not an expression");
     v.clear();
     if (!read(*row[*k], *type, v) || v.size() != 1)
       return fail("SPR01", where + ": cannot read the value of key column \"" + o.key_column + "\"");
@@ -321,6 +328,23 @@ void Evaluator::insert_rows(const InsertRows& rows, std::vector<std::size_t>* ro
     note_key(v[0], *type);
     if (row_shards != nullptr) row_shards->push_back(in_.topo.shard_of(o.distribution, p.partition));
   }
+}
+
+// Keys left out or DEFAULT: refused (SPR01) unless the server generates them — for the
+// rows whose key item is DEFAULT at `position`, or every row when the column is omitted.
+void Evaluator::request_keys(const InsertRows& rows, std::size_t position, const std::string& message) {
+  if (error_) return;
+  const Occurrence& o = plan_.occs[rows.occ];
+  auto req = std::make_shared<KeyRequest>();
+  req->table = o.table;
+  req->column = o.key_column;
+  req->column_omitted = rows.key_omitted;
+  req->position = position;
+  for (std::size_t r = 0; r < rows.rows.size(); ++r)
+    if (rows.key_omitted || std::find(rows.defaults.begin(), rows.defaults.end(), std::pair{r, position}) != rows.defaults.end())
+      req->rows.push_back(r);
+  fail("SPR01", message);
+  error_->generate_keys = std::move(req);
 }
 
 // Joins on the key: a joined occurrence's rows lie within the other's partitions.

@@ -1,8 +1,10 @@
 #include "routing/insert_split.hpp"
 
 #include <algorithm>
+#include <deque>
 
 #include "routing/pg_tree.hpp"
+#include "routing/router.hpp"
 
 namespace splitpoint::routing {
 
@@ -51,6 +53,122 @@ std::optional<std::vector<std::pair<std::size_t, std::string>>> split_insert(
   values->values_lists = all;
   values->n_values_lists = n;
   if (!ok) return std::nullopt;
+  return out;
+}
+
+}  // namespace splitpoint::routing
+
+namespace splitpoint::routing {
+
+namespace {
+
+// Nodes made for the deparser: swapped into the tree and out again before it is freed,
+// so the tree frees only what it owns.
+struct KeyValue {
+  PgQuery__String str;
+  PgQuery__AConst aconst;
+  PgQuery__ParamRef param;
+  PgQuery__Node node;
+  // A string literal, or with number > 0 the parameter $number.
+  KeyValue(const std::string& value, int number) {
+    pg_query__node__init(&node);
+    if (number > 0) {
+      pg_query__param_ref__init(&param);
+      param.number = number;
+      param.location = -1;
+      node.node_case = PG_QUERY__NODE__NODE_PARAM_REF;
+      node.param_ref = &param;
+      return;
+    }
+    pg_query__string__init(&str);
+    str.sval = const_cast<char*>(value.c_str());
+    pg_query__a__const__init(&aconst);
+    aconst.val_case = PG_QUERY__A__CONST__VAL_SVAL;
+    aconst.sval = &str;
+    aconst.location = -1;
+    node.node_case = PG_QUERY__NODE__NODE_A_CONST;
+    node.a_const = &aconst;
+  }
+};
+
+struct KeyColumn {
+  PgQuery__ResTarget target;
+  PgQuery__Node node;
+  explicit KeyColumn(const std::string& name) {
+    pg_query__res_target__init(&target);
+    target.name = const_cast<char*>(name.c_str());
+    target.location = -1;
+    pg_query__node__init(&node);
+    node.node_case = PG_QUERY__NODE__NODE_RES_TARGET;
+    node.res_target = &target;
+  }
+};
+
+// Swaps a protobuf array for another and back when it goes out of scope.
+struct ArraySwap {
+  PgQuery__Node*** slot;
+  std::size_t* count;
+  PgQuery__Node** saved;
+  std::size_t saved_n;
+  ArraySwap(PgQuery__Node*** s, std::size_t* n, std::vector<PgQuery__Node*>& with)
+      : slot(s), count(n), saved(*s), saved_n(*n) {
+    *slot = with.data();
+    *count = with.size();
+  }
+  ~ArraySwap() {
+    *slot = saved;
+    *count = saved_n;
+  }
+};
+
+PgQuery__InsertStmt* insert_of(PgQuery__ParseResult* tree) {
+  if (tree == nullptr || tree->n_stmts != 1 || tree->stmts[0]->stmt == nullptr) return nullptr;
+  PgQuery__Node* stmt = tree->stmts[0]->stmt;
+  if (is(stmt, PG_QUERY__NODE__NODE_EXPLAIN_STMT)) stmt = stmt->explain_stmt->query;
+  return is(stmt, PG_QUERY__NODE__NODE_INSERT_STMT) ? stmt->insert_stmt : nullptr;
+}
+
+}  // namespace
+
+std::optional<std::string> insert_with_keys(std::string_view sql, bool standard_strings, const KeyRequest& request,
+                                            const std::vector<std::string>& keys, bool overriding_system_value,
+                                            int first_param) {
+  ParseTree parsed = ParseTree::parse(sql, standard_strings);
+  PgQuery__InsertStmt* insert = insert_of(parsed.tree());
+  PgQuery__SelectStmt* values = values_of(parsed.tree());
+  if (insert == nullptr || values == nullptr || keys.size() != request.rows.size()) return std::nullopt;
+  std::deque<KeyValue> literals;
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    literals.emplace_back(keys[i], first_param > 0 ? first_param + static_cast<int>(i) : 0);
+  KeyColumn column(request.column);
+  // New arrays for the column list and for the rows that change; the originals go back
+  // into the tree before it is freed.
+  std::vector<PgQuery__Node*> cols(insert->cols, insert->cols + insert->n_cols);
+  std::deque<std::vector<PgQuery__Node*>> items;
+  std::deque<ArraySwap> swaps;
+  if (request.column_omitted) {
+    cols.push_back(&column.node);
+    swaps.emplace_back(&insert->cols, &insert->n_cols, cols);
+  }
+  for (std::size_t i = 0; i < request.rows.size(); ++i) {
+    const std::size_t r = request.rows[i];
+    if (r >= values->n_values_lists || !is(values->values_lists[r], PG_QUERY__NODE__NODE_LIST)) return std::nullopt;
+    PgQuery__List* row = values->values_lists[r]->list;
+    auto& v = items.emplace_back(row->items, row->items + row->n_items);
+    if (request.column_omitted) {
+      v.push_back(&literals[i].node);
+    } else if (request.position < v.size() && is(v[request.position], PG_QUERY__NODE__NODE_SET_TO_DEFAULT)) {
+      v[request.position] = &literals[i].node;
+    } else {
+      return std::nullopt;
+    }
+    swaps.emplace_back(&row->items, &row->n_items, v);
+  }
+  const auto saved_override = insert->override;
+  if (overriding_system_value) insert->override = PG_QUERY__OVERRIDING_KIND__OVERRIDING_SYSTEM_VALUE;
+  std::optional<std::string> out = deparse(parsed.tree());
+  insert->override = saved_override;
+  swaps.clear();
   return out;
 }
 

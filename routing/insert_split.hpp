@@ -1,11 +1,13 @@
 // A multi-row INSERT ... VALUES whose rows belong to several shards becomes one
 // INSERT per shard holding only that shard's rows (SPEC §3), by editing the parse
 // tree's VALUES list and deparsing it with libpg_query. Parameters keep their numbers.
+// An INSERT without its key gets the keys the proxy generated the same way.
 #pragma once
 
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -15,5 +17,17 @@ namespace splitpoint::routing {
 // One (shard, sql) per distinct shard, in shard order; nullopt if it cannot be done.
 std::optional<std::vector<std::pair<std::size_t, std::string>>> split_insert(
     const std::string& packed, const std::vector<std::size_t>& row_shards);
+
+struct KeyRequest;
+
+// `sql` (one INSERT ... VALUES) with a key for each row of `request.rows`: the key
+// column appended to the column list, or the rows' DEFAULT replaced; with OVERRIDING
+// SYSTEM VALUE for a GENERATED ALWAYS identity key. The keys are `keys`, as string
+// literals (PostgreSQL reads them as the column's type), or with `first_param` > 0
+// parameters $first_param, $first_param+1, ... (the same text for every execution of a
+// prepared statement). nullopt if it cannot be done.
+std::optional<std::string> insert_with_keys(std::string_view sql, bool standard_strings, const KeyRequest& request,
+                                            const std::vector<std::string>& keys, bool overriding_system_value,
+                                            int first_param = 0);
 
 }  // namespace splitpoint::routing

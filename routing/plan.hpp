@@ -62,6 +62,11 @@ struct InsertRows {
   std::vector<std::string> columns;      // the statement's column list (empty: none given)
   // Per row, per item: the item's value source, or nullopt for DEFAULT / an expression.
   std::vector<std::vector<std::optional<ValueSource>>> rows;
+  // (row, item) of each DEFAULT among the items read: where the key is DEFAULT, the
+  // proxy generates it (SPEC §3).
+  std::vector<std::pair<std::size_t, std::size_t>> defaults;
+  // The column list leaves the key out: every row's key is generated.
+  bool key_omitted = false;
   // A lone top-level INSERT: rows may be split into one statement per shard. Otherwise
   // (WITH ... INSERT, several statements in one text) all rows must go to one shard.
   bool splittable = false;

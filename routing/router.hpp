@@ -57,6 +57,18 @@ struct PartitionHit {
   std::uint32_t rows = 0;  // INSERT ... VALUES: rows of the statement that go to this partition
 };
 
+// An INSERT ... VALUES into a sharded table without its key — the column left out of
+// the column list, or DEFAULT in its place: the rows whose key the proxy generates
+// from the column's own default (SPEC §3). Carried by the SPR01 error route; the server
+// fills the keys in (insert_with_keys) and routes the statement again.
+struct KeyRequest {
+  std::string table;    // as the distribution lists it
+  std::string column;
+  bool column_omitted = false;  // the column list lacks it: appended, a key for every row
+  std::size_t position = 0;     // else: the key's position in the rows
+  std::vector<std::size_t> rows;  // the rows that get a key
+};
+
 struct Route {
   RouteKind kind = RouteKind::any_shard;
   StatementClass cls = StatementClass::read;
@@ -70,6 +82,9 @@ struct Route {
   // INSERT ... VALUES whose rows live on several shards: one statement per shard
   // (already rewritten; parameters keep their numbers). Empty otherwise.
   std::vector<std::pair<std::size_t, std::string>> per_shard_sql;
+  // With per_shard_sql: the shard of each row, in the statement's order (RETURNING rows
+  // are given back in that order, as PostgreSQL gives them).
+  std::vector<std::size_t> row_shards;
   std::optional<LocalCommand> local;        // kind == local
   std::string sqlstate;                     // kind == error
   std::string message;
@@ -108,6 +123,8 @@ struct Route {
     std::string savepoint;       // SAVEPOINT / RELEASE / ROLLBACK TO: its name
   };
   std::shared_ptr<const Names> names;
+  // kind == error (SPR01) for an INSERT whose keys the proxy may generate.
+  std::shared_ptr<const KeyRequest> generate_keys;
 };
 
 // Session-level routing inputs.

@@ -118,6 +118,11 @@ void MultiShardWrite::fold(std::size_t shard, const Session::Reply& reply) {
       have_description_ = true;
     }
     if (type == 'C') return;
+    if (type == 'D' && !route_.row_shards.empty()) {
+      if (returned_.size() <= shard) returned_.resize(shard + 1);
+      returned_[shard].emplace_back(whole);
+      return;
+    }
     if (type == 'N' || type == 'S') {  // the same notice from every shard is shown once
       if (std::find(notices_seen_.begin(), notices_seen_.end(), body) != notices_seen_.end()) return;
       notices_seen_.emplace_back(body);
@@ -144,6 +149,26 @@ void MultiShardWrite::fail(std::string& out) const {
   s_.metrics_.error(code);
 }
 
+// Row i of the statement came back as the next row of its shard's answer — unless a
+// shard returned fewer rows than it got (ON CONFLICT DO NOTHING skipped some): then
+// which is which is unknown, and the rows go shard after shard.
+void MultiShardWrite::append_returned(std::string& out) const {
+  if (returned_.empty()) return;
+  std::vector<std::size_t> expected(returned_.size()), next(returned_.size());
+  bool in_order = true;
+  for (std::size_t s : route_.row_shards) {
+    if (s < expected.size()) ++expected[s];
+    else in_order = false;  // a shard that returned nothing
+  }
+  for (std::size_t s = 0; s < returned_.size(); ++s) in_order = in_order && returned_[s].size() == expected[s];
+  if (!in_order) {
+    for (const auto& rows : returned_)
+      for (const auto& r : rows) out += r;
+    return;
+  }
+  for (std::size_t s : route_.row_shards) out += returned_[s][next[s]++];
+}
+
 awaitable<void> MultiShardWrite::answer() {
   std::string out;
   if (!failed_.empty()) {
@@ -152,6 +177,7 @@ awaitable<void> MultiShardWrite::answer() {
     if (in_block_) s_.fe_.fail_block();
   } else {
     out += rows_;
+    append_returned(out);
     std::string tag = verb_;
     if (counted_) tag += (verb_ == "INSERT" ? " 0 " : " ") + std::to_string(total_);
     proto::CommandComplete{tag}.encode(out);

@@ -45,6 +45,9 @@ class MultiShardWrite {
   std::vector<std::size_t> targets_;
   bool in_block_ = false;
   std::string rows_, first_error_, applied_, failed_;
+  // A split INSERT's RETURNING rows per shard, put back in the statement's row order.
+  std::vector<std::vector<std::string>> returned_;
+  void append_returned(std::string& out) const;
   std::vector<std::string> notices_seen_;
   bool have_description_ = false;
   std::string verb_;

@@ -75,6 +75,42 @@ void ShapeCache::set_collation(std::string c) {
   collation_ = std::move(c);
 }
 
+std::optional<KeyCache::Source> KeyCache::source(const std::string& key) const {
+  std::lock_guard lock(mu_);
+  auto it = sources_.find(key);
+  if (it == sources_.end()) return std::nullopt;
+  return it->second;
+}
+
+void KeyCache::set_source(const std::string& key, Source s) {
+  std::lock_guard lock(mu_);
+  sources_[key] = std::move(s);
+}
+
+std::vector<std::string> KeyCache::take(const std::string& key, std::size_t n) {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  auto it = blocks_.find(key);
+  if (it == blocks_.end()) return out;
+  while (out.size() < n && !it->second.empty()) {
+    out.push_back(std::move(it->second.front()));
+    it->second.pop_front();
+  }
+  return out;
+}
+
+void KeyCache::add(const std::string& key, std::vector<std::string> values, std::size_t from) {
+  std::lock_guard lock(mu_);
+  auto& block = blocks_[key];
+  for (std::size_t i = from; i < values.size(); ++i) block.push_back(std::move(values[i]));
+}
+
+void KeyCache::clear() {
+  std::lock_guard lock(mu_);
+  sources_.clear();
+  blocks_.clear();
+}
+
 void ShapeCache::clear() {
   std::lock_guard lock(mu_);
   shapes_.clear();
@@ -106,6 +142,7 @@ std::shared_ptr<const Runtime> make_runtime(config::Config config, const Runtime
   if (continue_lineage && previous) {
     rt->lineage = previous->lineage;
     rt->shapes = previous->shapes;
+    rt->keys = previous->keys;
   } else {
     rt->lineage = ++lineages;
   }

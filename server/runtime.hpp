@@ -3,6 +3,7 @@
 // new one; sessions keep the snapshot they started with.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -84,6 +85,30 @@ class ShapeCache {
   std::map<std::string, std::shared_ptr<const routing::TableShape>, std::less<>> shapes_;
 };
 
+// Keys the proxy generates for INSERTs that leave them out (SPEC §3), per database and
+// table: how — the key column's own default, read once from a shard's catalog — and a
+// block of values drawn from it ahead, so most such INSERTs cost no extra round trip.
+// Values come from one place (the combine shard's sequence), so they are unique across
+// shards and proxies, and increase within each proxy's blocks.
+class KeyCache {
+ public:
+  struct Source {
+    std::string sql;         // "SELECT <default> FROM pg_catalog.generate_series(1, " + n + ")"; "": no default
+    bool overriding = false;  // GENERATED ALWAYS AS IDENTITY: OVERRIDING SYSTEM VALUE
+  };
+  std::optional<Source> source(const std::string& key) const;
+  void set_source(const std::string& key, Source s);
+  // Up to n values drawn earlier, oldest first.
+  std::vector<std::string> take(const std::string& key, std::size_t n);
+  void add(const std::string& key, std::vector<std::string> values, std::size_t from);
+  void clear();
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, Source, std::less<>> sources_;
+  std::map<std::string, std::deque<std::string>, std::less<>> blocks_;
+};
+
 // What the moves in progress mean for the data path at one catalog epoch (SPEC §9).
 struct MoveView {
   struct Part {
@@ -111,6 +136,7 @@ struct Runtime {
   std::shared_ptr<routing::Router> router;  // shared: its plan cache is internally locked
   std::shared_ptr<routing::Topology> topology;  // key -> partition -> shard, for COPY
   std::shared_ptr<ShapeCache> shapes = std::make_shared<ShapeCache>();
+  std::shared_ptr<KeyCache> keys = std::make_shared<KeyCache>();
   std::unordered_map<std::string, UserAuth> users;
   std::vector<std::shared_ptr<ShardPools>> shards;  // index = config shard index
   std::shared_ptr<asio::ssl::context> tls;          // null without `tls`

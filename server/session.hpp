@@ -239,6 +239,19 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> handle_copy_in(const protocol::Frame& f, std::string sql, const routing::CopyStatement& cs);
   awaitable<bool> route_with_shapes(routing::Route& route, const std::function<routing::Route()>& again);
   awaitable<bool> fetch_shapes(const std::vector<std::string>& tables);
+  void forget_table_definitions();  // after DDL: shapes and key sources read again
+  // ---- session_keys.cpp: keys the proxy generates (SPEC §3)
+  // An INSERT whose key the proxy generates (route.generate_keys), run with its keys. In
+  // the extended protocol the keys are parameters after the client's. False: the
+  // session ends; refused statements get their error here.
+  awaitable<bool> insert_with_generated_keys(routing::Route& route, std::string_view sql,
+                                             const protocol::Bind* bind = nullptr,
+                                             const std::vector<std::int32_t>* types = nullptr);
+  // `n` keys for `request`'s table; nullopt: none can be made, `error` says why.
+  awaitable<std::optional<std::vector<std::string>>> draw_keys(const routing::KeyRequest& request, std::size_t n,
+                                                               bool& overriding, std::string& error);
+  awaitable<std::optional<KeyCache::Source>> key_source(const routing::KeyRequest& request, const std::string& cache_key,
+                                                        std::string& error);
   awaitable<bool> run_local(const routing::LocalCommand& c);
   void show_last_scatter(std::string& out) const;
   awaitable<bool> finish_transaction(const routing::Route& route, std::string_view sql);

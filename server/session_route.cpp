@@ -235,6 +235,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     route.kind = RouteKind::any_shard;
     route.cls = StatementClass::utility;
   }
+  if (route.generate_keys) co_return co_await insert_with_generated_keys(route, sql);
   switch (route.kind) {
     case RouteKind::error:
       co_return co_await reject(route.sqlstate, route.message, false, route.position);
@@ -244,7 +245,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     default:
       break;
   }
-  if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
+  if (route.cls == StatementClass::ddl) forget_table_definitions();
   if (route.pins_session) pin_backend();
   if (route.sql_prepared == routing::Route::SqlPrepared::execute && !co_await route_execute(route))
     co_return !closing_;
@@ -610,6 +611,8 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
                               "simple query protocol",
                               true);
   }
+  if (route.generate_keys)
+    co_return co_await insert_with_generated_keys(route, parse ? parse->query : std::string_view(), &*bind, &types);
   switch (route.kind) {
     case RouteKind::error:
       if (route.syntax_error && cur()) {
@@ -625,7 +628,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     default:
       break;
   }
-  if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
+  if (route.cls == StatementClass::ddl) forget_table_definitions();
   if (route.pins_session) pin_backend();
   auto target = single_target(route);
   // (The query as a local: GCC 12 destroys the wrong temporary of a `?:` in a co_await's
@@ -688,7 +691,7 @@ awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& rou
 awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::Bind& bind, std::string sql,
                                       const std::vector<std::int32_t>& types) {
   leave_batch_shard(kNoShard);
-  if (route.cls != StatementClass::read && in_transaction() && !two_phase())
+  if (route.cls != StatementClass::read && in_transaction() && !two_phase() && !single_target(route))
     co_return co_await reject(sqlstate::cross_shard_write,
                               "statement would write to several shards inside a transaction; a transaction may "
                               "write to one shard only (transactions.cross_shard_writes: refuse)",
@@ -703,7 +706,7 @@ awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::
   req.param_formats = bind.param_formats;
   req.result_formats = bind.result_formats;
   req.param_types = types;
-  if (route.cls == StatementClass::ddl) runtime_->shapes->clear();
+  if (route.cls == StatementClass::ddl) forget_table_definitions();
   scatter_.portal.emplace(std::string(bind.portal), std::move(req));
   scatter_.route = route;
   std::string out;

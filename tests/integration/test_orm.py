@@ -104,9 +104,6 @@ for _c in ("dj save", "dj save state", "dj save new with pk", "dj save new with 
     KNOWN[_c] = ("Model.save() sends UPDATE ... SET \"tenant_id\" = <its own value>, ... WHERE id = ...: refused "
                  "SPR01 'cannot update the distribution key' even when the value cannot move the row (also with "
                  "WHERE tenant_id = <same value>), so save() of a loaded or pk-set object fails")
-for _c in ("dj bulk_create generated keys proxy", "dj bulk_create generated keys spread"):
-    KNOWN[_c] = ("key generation (SPEC §3) is not implemented: an INSERT that omits a serial/identity distribution "
-                 "key (dj_note.id bigserial) is SPR01 'needs a value for its key column'")
 
 CHECKS = sptest.Checks(KNOWN, label="MISMATCH")
 PROXY = None

@@ -2,6 +2,7 @@
 // per shard, and the INSERTs that are refused (SPR01).
 #include <pg_query.h>
 
+#include "routing/insert_split.hpp"
 #include "tests/unit/routing/router_fixture.hpp"
 
 using namespace splitpoint::routing;
@@ -101,6 +102,9 @@ TEST_CASE("multi-row INSERT: rows grouped by shard", "[router][insert]") {
     CHECK(r.per_shard_sql == f.prepared(sql).per_shard_sql);
   }
 
+  // The rows' shards in the statement's order, for RETURNING in that order.
+  CHECK(f.simple(sql).row_shards == std::vector<std::size_t>{0, 1, 0, 1});
+
   // Parameters keep their numbers.
   Route p = f.prepared("INSERT INTO users (id, name) VALUES ($1, $2), ($3, $4)", {A1, "x", B1, "y"});
   REQUIRE(p.per_shard_sql.size() == 2);
@@ -150,4 +154,52 @@ TEST_CASE("INSERT shapes are asked for when the column order is needed", "[route
   Route r = f.prepared("INSERT INTO orders VALUES (1, 42, 3)");
   CHECK(r.kind == RouteKind::need_shapes);
   CHECK(r.missing_tables == std::vector<std::string>{"orders"});
+}
+
+TEST_CASE("INSERT without its key: the rows the proxy generates keys for, and the statement with them", "[router][insert]") {
+  Fixture f;
+  struct Case {
+    const char* sql;
+    bool omitted;
+    std::size_t position;
+    std::vector<std::size_t> rows;
+  };
+  for (const Case& c : {Case{"INSERT INTO users (name) VALUES ('a'), ('b') RETURNING id", true, 0, {0, 1}},
+                        Case{"INSERT INTO users (id, name) VALUES (DEFAULT, 'a')", false, 0, {0}},
+                        Case{"INSERT INTO users (name, id) VALUES ('a', 7), ('b', DEFAULT)", false, 1, {1}},
+                        Case{"INSERT INTO users VALUES (DEFAULT, 'a')", false, 0, {0}}}) {
+    INFO(c.sql);
+    Route r = f.both(c.sql);
+    CHECK(r.kind == RouteKind::error);
+    CHECK(r.sqlstate == "SPR01");
+    REQUIRE(r.generate_keys);
+    CHECK(r.generate_keys->table == "users");
+    CHECK(r.generate_keys->column == "id");
+    CHECK(r.generate_keys->column_omitted == c.omitted);
+    if (!c.omitted) CHECK(r.generate_keys->position == c.position);
+    CHECK(r.generate_keys->rows == c.rows);
+    std::vector<std::string> keys;
+    for (std::size_t i = 0; i < c.rows.size(); ++i) keys.push_back(std::to_string(100 + i));
+    auto keyed = insert_with_keys(c.sql, true, *r.generate_keys, keys, false);
+    REQUIRE(keyed);
+    INFO(*keyed);
+    Route again = f.both(*keyed);
+    CHECK(again.kind == RouteKind::shards);
+    CHECK_FALSE(again.generate_keys);
+    CHECK(count(parse_json(*keyed), "\"sval\":\"100\"") == 1);
+    CHECK(count(parse_json(*keyed), "SetToDefault") == 0);
+    // As parameters after the client's, and with OVERRIDING SYSTEM VALUE.
+    auto with_params = insert_with_keys(c.sql, true, *r.generate_keys, keys, true, 3);
+    REQUIRE(with_params);
+    CHECK(with_params->find("$3") != std::string::npos);
+    CHECK(with_params->find("OVERRIDING SYSTEM VALUE") != std::string::npos);
+  }
+  // Not DEFAULT, not omitted: an expression stays refused, with nothing to generate.
+  for (const char* sql : {"INSERT INTO users (id, name) VALUES (1 + 1, 'a')", "INSERT INTO users DEFAULT VALUES",
+                          "INSERT INTO users (id) SELECT 42"}) {
+    INFO(sql);
+    Route r = f.both(sql);
+    CHECK(r.sqlstate == "SPR01");
+    CHECK_FALSE(r.generate_keys);
+  }
 }

@@ -1,0 +1,171 @@
+// Keys the proxy generates (SPEC §3). An INSERT ... VALUES into a sharded table that
+// leaves its key column out, or writes DEFAULT there, gets its keys from the column's
+// own default — serial, identity, DEFAULT nextval(...), or any default expression such
+// as gen_random_uuid() — evaluated on one shard (`scatter.combine`, the first by
+// default) in blocks of kKeyBlock values that each proxy keeps (KeyCache). One source
+// for every shard and proxy: the keys are unique, and a sequence's keys increase within
+// a proxy's blocks. The statement is rewritten with its keys (routing/insert_split.hpp:
+// literals, or in the extended protocol parameters after the client's so the text stays
+// the same), routed again by them, and run by the multi-shard write executor, which
+// returns RETURNING rows and the command tag as PostgreSQL does.
+#include <algorithm>
+
+#include "protocol/messages.hpp"
+#include "routing/insert_split.hpp"
+#include "routing/text_scan.hpp"
+#include "server/server.hpp"
+#include "server/session.hpp"
+#include "server/session_util.hpp"
+
+namespace splitpoint::server {
+
+namespace proto = splitpoint::protocol;
+using routing::RouteKind;
+
+namespace {
+
+constexpr std::size_t kKeyBlock = 64;
+
+// "sales.orders" as text a regclass reads: "sales"."orders".
+std::string relation_literal(std::string_view table) {
+  const auto dot = table.find('.');
+  if (dot == std::string_view::npos) return quote_literal(routing::quote_ident(table));
+  return quote_literal(routing::quote_ident(table.substr(0, dot)) + "." + routing::quote_ident(table.substr(dot + 1)));
+}
+
+std::string message_of(std::string_view error) {
+  auto e = proto::ErrorFields::decode(error);
+  return e ? std::string(e->get('M')) : std::string("the shard did not answer");
+}
+
+// The first column of each DataRow; nullopt when one is NULL.
+std::optional<std::vector<std::string>> first_column(std::string_view messages) {
+  std::vector<std::string> out;
+  bool null = false;
+  for_each_message(messages, [&](char type, std::string_view body, std::string_view) {
+    auto row = type == 'D' ? proto::DataRow::decode(body) : std::nullopt;
+    if (!row) return;
+    if (row->values.empty() || !row->values[0]) null = true;
+    else out.emplace_back(*row->values[0]);
+  });
+  if (null) return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
+void Session::forget_table_definitions() {
+  runtime_->shapes->clear();
+  runtime_->keys->clear();
+}
+
+// How the table's key column gets its values, from the shard's catalog (once per
+// database and table until DDL).
+awaitable<std::optional<KeyCache::Source>> Session::key_source(const routing::KeyRequest& request,
+                                                               const std::string& cache_key, std::string& error) {
+  if (auto s = runtime_->keys->source(cache_key)) co_return s;
+  const std::string rel = relation_literal(request.table), col = quote_literal(request.column);
+  const std::string sql =
+      "SELECT a.attidentity, pg_catalog.pg_get_serial_sequence(" + rel + ", " + col +
+      "), pg_catalog.pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attribute a LEFT JOIN pg_catalog.pg_attrdef d "
+      "ON d.adrelid = a.attrelid AND d.adnum = a.attnum WHERE a.attrelid = " + rel +
+      "::pg_catalog.regclass AND a.attname = " + col + " AND NOT a.attisdropped";
+  co_await drain();
+  auto reply = co_await run_on(std::min(runtime_->config.scatter.combine_shard, pools_.size() - 1), sql);
+  if (reply.lost || !reply.error.empty()) {
+    error = "cannot read its default: " + message_of(reply.error);
+    co_return std::nullopt;
+  }
+  KeyCache::Source src;
+  for_each_message(reply.messages, [&](char type, std::string_view body, std::string_view) {
+    auto row = type == 'D' ? proto::DataRow::decode(body) : std::nullopt;
+    if (!row || row->values.size() != 3) return;
+    const std::string_view identity = row->values[0] ? *row->values[0] : "";
+    if ((identity == "a" || identity == "d") && row->values[1]) {
+      src.sql = "SELECT pg_catalog.nextval(" + quote_literal(*row->values[1]) + ") FROM pg_catalog.generate_series(1, ";
+      src.overriding = identity == "a";
+    } else if (row->values[2]) {
+      src.sql = "SELECT " + std::string(*row->values[2]) + " FROM pg_catalog.generate_series(1, ";
+    }
+  });
+  runtime_->keys->set_source(cache_key, src);
+  co_return src;
+}
+
+awaitable<std::optional<std::vector<std::string>>> Session::draw_keys(const routing::KeyRequest& request,
+                                                                      std::size_t n, bool& overriding,
+                                                                      std::string& error) {
+  const std::string cache_key = who_.database + '\0' + request.table;
+  auto src = co_await key_source(request, cache_key, error);
+  if (!src) co_return std::nullopt;
+  if (src->sql.empty()) {
+    error = "the column has no default to generate it from";
+    co_return std::nullopt;
+  }
+  overriding = src->overriding;
+  std::vector<std::string> keys = runtime_->keys->take(cache_key, n);
+  if (keys.size() == n) co_return keys;
+  const std::size_t missing = n - keys.size();
+  co_await drain();
+  auto reply = co_await run_on(std::min(runtime_->config.scatter.combine_shard, pools_.size() - 1),
+                               src->sql + std::to_string(std::max(missing, kKeyBlock)) + ")");
+  if (reply.lost || !reply.error.empty()) {
+    error = "cannot evaluate its default: " + message_of(reply.error);
+    co_return std::nullopt;
+  }
+  auto fresh = first_column(reply.messages);
+  if (!fresh || fresh->size() < missing) {
+    error = "its default gave NULL";
+    co_return std::nullopt;
+  }
+  keys.insert(keys.end(), fresh->begin(), fresh->begin() + static_cast<std::ptrdiff_t>(missing));
+  runtime_->keys->add(cache_key, std::move(*fresh), missing);
+  co_return keys;
+}
+
+awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, std::string_view sql,
+                                                    const proto::Bind* bind, const std::vector<std::int32_t>* types) {
+  const auto request = route.generate_keys;
+  const bool extended = bind != nullptr;
+  bool overriding = false;
+  std::string error;
+  auto keys = co_await draw_keys(*request, request->rows.size(), overriding, error);
+  if (!keys) {
+    // (Not a `?:` in the co_await's arguments: GCC 12 destroys the wrong temporary.)
+    std::string message = route.message;
+    if (!error.empty()) message += " (" + error + ")";
+    co_return co_await reject(route.sqlstate, std::move(message), extended);
+  }
+  const int first_param = extended ? static_cast<int>(bind->params.size()) + 1 : 0;
+  auto keyed = routing::insert_with_keys(sql, settings_.routing.standard_conforming_strings, *request, *keys,
+                                         overriding, first_param);
+  if (!keyed) co_return co_await reject(route.sqlstate, route.message, extended);
+  std::vector<std::shared_ptr<const routing::TableShape>> keep;
+  auto lookup = shape_lookup(keep);
+  auto& router = *runtime_->router;
+  if (!extended) {
+    auto again = [&] { return router.route_simple(*keyed, settings_.routing, lookup); };
+    route = again();
+    if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, again);
+    if (server_.moves_active() && !co_await wait_for_moves(route, false, again)) co_return !closing_;
+    if (route.kind == RouteKind::error) co_return co_await reject(route.sqlstate, route.message, false);
+    co_return co_await run_on_shards(route, *keyed);
+  }
+  // The client's parameters, then the keys (text).
+  std::vector<std::int32_t> all_types = *types;
+  all_types.resize(bind->params.size() + keys->size(), 0);
+  proto::Bind b = *bind;
+  if (b.param_formats.size() == 1) b.param_formats.resize(bind->params.size(), b.param_formats[0]);  // one for all: one each
+  if (!b.param_formats.empty()) b.param_formats.resize(all_types.size(), 0);
+  for (const auto& k : *keys) b.params.emplace_back(k);
+  auto plan = router.plan(*keyed, all_types, settings_.routing.standard_conforming_strings);
+  const routing::BoundParams params{b.params, b.param_formats, all_types};
+  auto again = [&] { return router.route(*plan, params, settings_.routing, lookup); };
+  route = again();
+  if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, again);
+  if (server_.moves_active() && !co_await wait_for_moves(route, true, again)) co_return !closing_;
+  if (route.kind == RouteKind::error) co_return co_await reject(route.sqlstate, route.message, true);
+  co_return co_await bind_scatter(route, b, std::move(*keyed), all_types);
+}
+
+}  // namespace splitpoint::server
