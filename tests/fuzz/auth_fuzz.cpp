@@ -4,14 +4,20 @@
 // login read them. The first byte picks a mode; FuzzedDataProvider gives the fields.
 // Properties, besides "no crash, no sanitizer report":
 //   honest     an exchange between our client and our server (password, salt, 1..16
-//              iterations, user from the input) succeeds on both sides; so does one
-//              from an RFC 5802 reference client written here with OpenSSL (input
-//              nonce, "n,," or "y,,", extensions), whose proof with one byte flipped,
-//              or made from another password, is refused; an unknown user (the fake
-//              verifier) is refused and shows the same salt twice
-//   server     client-first/client-final from the input ("@r" stands for the combined
-//              nonce, a final ",p=@p" for the right proof): accepted only with a real
-//              verifier and the reference proof, answered with the reference signature
+//              iterations, user, maybe a TLS certificate hash from the input) succeeds
+//              on both sides; so does one from an RFC 5802 reference client written
+//              here with OpenSSL (input nonce, "n,,", "y,," or SCRAM-SHA-256-PLUS with
+//              "p=tls-server-end-point,,", extensions), whose proof with one byte
+//              flipped, or made from another password, or whose binding data with
+//              another hash, is refused; "y" while -PLUS is offered (a downgrade) and
+//              -PLUS without a hash are refused; an unknown user (the fake verifier)
+//              is refused and shows the same salt twice
+//   server     a mechanism, client-first/client-final from the input ("@r" stands for
+//              the combined nonce, "@c" for the right binding data, a final ",p=@p"
+//              for the right proof): a client-first accepted only with a gs2 header
+//              that fits the mechanism and the offer; a client-final only with a real
+//              verifier, the right binding data and the reference proof, answered
+//              with the reference signature
 //   client     server-first/server-final from the input ("@r": our nonce, "@v": the
 //              right signature): a client-final only for a nonce that extends ours,
 //              carrying the reference proof; a server-final accepted only if it is
@@ -21,8 +27,9 @@
 //              md5 verifier/response are the reference MD5s, response refuses what
 //              is_verifier refuses
 //   login      bytes as a client connection (SSLRequest, GSSENCRequest, StartupMessage,
-//              then 'p' messages) through the steps of Session::authenticate: never
-//              authenticated without the password
+//              then 'p' messages) through the steps of Session::authenticate (an
+//              SSLRequest stands for TLS: -PLUS offered): never authenticated without
+//              the password
 //   backend    bytes as a shard's start-up answers ('R' messages) through the steps of
 //              the backend login: a server-final is never accepted without the keys
 // Server-first messages whose iteration count exceeds 64 are not given to the client
@@ -184,9 +191,17 @@ Role read_role(FuzzedDataProvider& in) {
   return r;
 }
 
-void ours_against_ours(const Role& role) {
-  sc::ServerExchange server(role.verifier, "seed", role.user);
-  sc::ClientExchange client(role.password);
+// The certificate hash of a TLS client connection (tls-server-end-point), or none.
+using CertHash = std::optional<std::string>;
+
+constexpr std::string_view kGs2Plus = "p=tls-server-end-point,,";
+
+void ours_against_ours(const Role& role, const CertHash& hash) {
+  sc::ServerExchange server(role.verifier, "seed", role.user, hash);
+  check(server.mechanisms().size() == (hash ? 2u : 1u) && server.mechanisms().back() == sc::kMechanism &&
+            (!hash || server.mechanisms().front() == sc::kMechanismPlus),
+        "honest: wrong mechanisms offered");
+  sc::ClientExchange client(role.password);  // "n,,": cannot bind, fine with or without TLS
   auto server_first = server.handle_client_first(client.client_first());
   check(server_first.has_value(), "honest: server refused our client-first");
   auto client_final = client.handle_server_first(*server_first);
@@ -198,47 +213,80 @@ void ours_against_ours(const Role& role) {
 }
 
 struct RefClient {
-  std::string gs2, first_bare, without_proof, auth_message;
+  std::string mechanism, gs2, first_bare, without_proof, auth_message;
 };
 
-// Runs the reference client against `server` up to (not including) its proof.
-RefClient ref_start(sc::ServerExchange& server, const std::string& gs2, const std::string& user,
-                                   const std::string& nonce, const std::string& extension) {
-  RefClient c{gs2, "n=" + user + ",r=" + nonce + extension};
-  auto server_first = server.handle_client_first(c.gs2 + c.first_bare);
+// The reference client's first message for a gs2 header: "n,,", "y,," or kGs2Plus
+// (with -PLUS).
+RefClient ref_client(std::string gs2, const std::string& user, const std::string& nonce,
+                     const std::string& extension) {
+  std::string mechanism = gs2 == kGs2Plus ? sc::kMechanismPlus : sc::kMechanism;
+  return RefClient{mechanism, std::move(gs2), "n=" + user + ",r=" + nonce + extension};
+}
+
+// Runs the reference client against `server` up to (not including) its proof; c= is
+// base64(cbind_input).
+RefClient ref_start(sc::ServerExchange& server, RefClient c, const std::string& cbind_input) {
+  auto server_first = server.handle_client_first(c.gs2 + c.first_bare, c.mechanism);
   check(server_first.has_value(), "reference: client-first refused");
+  std::string nonce = *attribute(c.first_bare, 'r');
   auto combined = attribute(*server_first, 'r');
   check(combined && combined->starts_with(nonce) && combined->size() > nonce.size(),
         "reference: the server's nonce does not extend the client's");
-  c.without_proof = "c=" + ref_base64(gs2) + ",r=" + *combined;
+  c.without_proof = "c=" + ref_base64(cbind_input) + ",r=" + *combined;
   c.auth_message = c.first_bare + "," + *server_first + "," + c.without_proof;
   return c;
 }
 
-void reference_against_ours(const Role& role, FuzzedDataProvider& in) {
-  std::string gs2 = in.ConsumeBool() ? "y,," : "n,,";
-  std::string user = printable(next(in, 16)), nonce = printable(next(in, 32));
-  std::string extension = in.ConsumeBool() ? ",x=" + printable(next(in, 16)) : "";
+std::optional<std::string> ref_finish(sc::ServerExchange& server, const RefClient& c, const RefKeys& keys) {
+  return server.handle_client_final(c.without_proof + ",p=" + ref_base64(ref_proof(keys, c.auth_message)));
+}
+
+// Refusals before any proof: "y" while -PLUS is offered (a downgrade), -PLUS without
+// a certificate hash. True when the exchange may go on.
+bool ref_negotiates(const Role& role, const CertHash& hash, const RefClient& c) {
+  sc::ServerExchange server(role.verifier, "seed", role.user, hash);
+  bool refused = !server.handle_client_first(c.gs2 + c.first_bare, c.mechanism);
+  bool must_refuse = (c.gs2 == "y,," && hash) || (c.gs2 == kGs2Plus && !hash);
+  check(refused == must_refuse, must_refuse ? "reference: downgrade or -PLUS without TLS accepted"
+                                            : "reference: client-first refused");
+  return !refused;
+}
+
+void reference_against_ours(const Role& role, const CertHash& hash, FuzzedDataProvider& in) {
+  constexpr std::string_view kHeaders[] = {"n,,", "y,,", kGs2Plus};
+  RefClient start = ref_client(std::string(kHeaders[in.ConsumeIntegralInRange(0, 2)]), printable(next(in, 16)),
+                               printable(next(in, 32)), in.ConsumeBool() ? ",x=" + printable(next(in, 16)) : "");
+  if (!ref_negotiates(role, hash, start)) return;
+  const bool plus = start.gs2 == kGs2Plus;
+  const std::string cbind_input = plus ? start.gs2 + *hash : start.gs2;
   RefKeys keys = ref_keys(role.password, role.salt, role.iterations);
 
-  sc::ServerExchange good(role.verifier, "seed", role.user);
-  RefClient c = ref_start(good, gs2, user, nonce, extension);
-  auto final_msg = good.handle_client_final(c.without_proof + ",p=" + ref_base64(ref_proof(keys, c.auth_message)));
+  sc::ServerExchange good(role.verifier, "seed", role.user, hash);
+  RefClient c = ref_start(good, start, cbind_input);
+  auto final_msg = ref_finish(good, c, keys);
   check(final_msg.has_value(), "reference: right proof refused");
   check(*final_msg == "v=" + ref_base64(hmac256(keys.server_key, c.auth_message)), "reference: wrong server signature");
 
-  sc::ServerExchange flipped(role.verifier, "seed", role.user);
-  c = ref_start(flipped, gs2, user, nonce, extension);
+  sc::ServerExchange flipped(role.verifier, "seed", role.user, hash);
+  c = ref_start(flipped, start, cbind_input);
   std::string proof = ref_proof(keys, c.auth_message);
   proof[in.ConsumeIntegralInRange<std::size_t>(0, proof.size() - 1)] ^= in.ConsumeIntegralInRange(1, 255);
   check(!flipped.handle_client_final(c.without_proof + ",p=" + ref_base64(proof)), "reference: flipped proof accepted");
 
+  if (plus) {  // other binding data, under a valid proof
+    std::string other_hash = *hash;
+    if (other_hash.empty() || in.ConsumeBool()) other_hash.push_back(in.ConsumeIntegral<char>());
+    else other_hash[in.ConsumeIntegralInRange<std::size_t>(0, other_hash.size() - 1)] ^= in.ConsumeIntegralInRange(1, 255);
+    sc::ServerExchange bound(role.verifier, "seed", role.user, hash);
+    check(!ref_finish(bound, ref_start(bound, start, start.gs2 + other_hash), keys),
+          "reference: another certificate's hash accepted");
+  }
+
   std::string other = next_password(in);
   if (other == role.password) return;
-  sc::ServerExchange wrong(role.verifier, "seed", role.user);
-  c = ref_start(wrong, gs2, user, nonce, extension);
-  RefKeys other_keys = ref_keys(other, role.salt, role.iterations);
-  check(!wrong.handle_client_final(c.without_proof + ",p=" + ref_base64(ref_proof(other_keys, c.auth_message))),
+  sc::ServerExchange wrong(role.verifier, "seed", role.user, hash);
+  check(!ref_finish(wrong, ref_start(wrong, start, cbind_input), ref_keys(other, role.salt, role.iterations)),
         "reference: another password's proof accepted");
 }
 
@@ -257,32 +305,64 @@ void unknown_user(const Role& role, FuzzedDataProvider& in) {
         "unknown user: accepted");
 }
 
+CertHash read_cert_hash(FuzzedDataProvider& in) {
+  if (!in.ConsumeBool()) return std::nullopt;
+  return in.ConsumeBytesAsString(in.ConsumeIntegralInRange<std::size_t>(0, 64));
+}
+
 void honest(FuzzedDataProvider& in) {
   Role role = read_role(in);
-  ours_against_ours(role);
-  reference_against_ours(role, in);
+  CertHash hash = read_cert_hash(in);
+  ours_against_ours(role, hash);
+  reference_against_ours(role, hash, in);
   unknown_user(role, in);
 }
 
 // ---- the server side with the input's messages ----
 
+// The mechanism a client chose: either SCRAM mechanism or anything.
+std::string read_mechanism(FuzzedDataProvider& in) {
+  switch (in.ConsumeIntegralInRange(0, 2)) {
+    case 0: return sc::kMechanism;
+    case 1: return sc::kMechanismPlus;
+    default: return next(in, 32);
+  }
+}
+
+// What a server that took `client_first` for `mechanism` must have seen: a header that
+// fits the mechanism and what was offered. Returns the gs2 header.
+std::string check_negotiation(std::string_view client_first, std::string_view mechanism, const CertHash& hash) {
+  if (mechanism == sc::kMechanismPlus) {
+    check(hash && client_first.starts_with(kGs2Plus), "server: -PLUS accepted without TLS or binding");
+    return std::string(kGs2Plus);
+  }
+  check(mechanism == sc::kMechanism, "server: an unknown mechanism accepted");
+  check(client_first.starts_with("n,,") || (client_first.starts_with("y,,") && !hash),
+        "server: a downgrade or a foreign gs2 header accepted");
+  return std::string(client_first.substr(0, 3));
+}
+
 void server_side(FuzzedDataProvider& in) {
   Role role = read_role(in);
   bool known = in.ConsumeBool();
-  std::string client_first = next(in), client_final = next(in);
+  CertHash hash = read_cert_hash(in);
+  std::string mechanism = read_mechanism(in), client_first = next(in), client_final = next(in);
   std::optional<sc::Verifier> verifier;
   if (known) verifier = role.verifier;
-  sc::ServerExchange server(verifier, role.user, role.user);
-  auto server_first = server.handle_client_first(client_first);
+  sc::ServerExchange server(verifier, role.user, role.user, hash);
+  auto server_first = server.handle_client_first(client_first, mechanism);
   if (!server_first) return;
-  check(!server.handle_client_first(client_first), "server: a second client-first was answered");
-  auto client_nonce = attribute(client_first, 'r'), combined = attribute(*server_first, 'r');
+  const std::string gs2 = check_negotiation(client_first, mechanism, hash);
+  check(!server.handle_client_first(client_first, mechanism), "server: a second client-first was answered");
+  auto client_nonce = attribute(client_first.substr(gs2.size()), 'r'), combined = attribute(*server_first, 'r');
   check(server_first->starts_with("r=") && client_nonce && combined && combined->starts_with(*client_nonce),
         "server: server-first does not extend the client's nonce");
   check(attribute(*server_first, 's') && attribute(*server_first, 'i'), "server: server-first without s= or i=");
 
+  const std::string cbind = ref_base64(mechanism == sc::kMechanismPlus ? gs2 + *hash : gs2);
   replace_all(client_final, "@r", *combined);
-  std::string bare = client_first.substr(3);  // after "n,," or "y,,"
+  replace_all(client_final, "@c", cbind);
+  std::string bare = client_first.substr(gs2.size());
   RefKeys keys = ref_keys(role.password, role.salt, role.iterations);
   if (client_final.ends_with(",p=@p")) {
     std::string without_proof = client_final.substr(0, client_final.size() - 5);
@@ -292,6 +372,7 @@ void server_side(FuzzedDataProvider& in) {
   check(!server.handle_client_final(client_final), "server: a second client-final was answered");
   if (!server_final) return;
   check(known, "server: an unknown user was accepted");
+  check(client_final.starts_with("c=" + cbind + ","), "server: accepted other channel binding data");
   std::size_t p = client_final.rfind(",p=");
   std::string auth_message = bare + "," + *server_first + "," + client_final.substr(0, p);
   check(client_final.substr(p + 3) == ref_base64(ref_proof(keys, auth_message)), "server: accepted a wrong proof");
@@ -369,13 +450,14 @@ void base64_and_verifiers(FuzzedDataProvider& in) {
 // A startup-phase packet as Session::read_startup takes it: the user of a 3.x
 // StartupMessage (a minor version other than 0 is patched to 3.0, as the session
 // does), nullopt for anything that ends the start-up.
-std::optional<std::string> startup_user(std::string_view& buf) {
+std::optional<std::string> startup_user(std::string_view& buf, bool& tls) {
   for (int round = 0; round < 3; ++round) {
     FrameResult r = decode_startup_frame(buf);
     if (r.status != FrameStatus::ok) return std::nullopt;
     buf.remove_prefix(r.frame.size);
     auto code = startup_code(r.frame.body);
     if (!code || *code == kCancelRequestCode) return std::nullopt;
+    tls = tls || *code == kSSLRequestCode;
     if (*code == kSSLRequestCode || *code == kGSSENCRequestCode) continue;
     if (static_cast<std::uint32_t>(*code) >> 16 != 3) return std::nullopt;
     std::string body(r.frame.body);
@@ -397,7 +479,8 @@ std::optional<std::string> password_message(std::string_view& buf) {
 
 // Session::authenticate's SCRAM and MD5 steps; "alice" exists, any other user not.
 void login(std::string_view buf, bool use_md5) {
-  auto user = startup_user(buf);
+  bool tls = false;
+  auto user = startup_user(buf, tls);
   if (!user) return;
   static const Role alice{"secret", "salt", "alice", 2, sc::make_verifier("secret", "salt", 2)};
   std::optional<sc::Verifier> verifier;
@@ -414,9 +497,9 @@ void login(std::string_view buf, bool use_md5) {
     return;
   }
   auto init = SASLInitialResponse::decode(*body);
-  if (!init || init->mechanism != sc::kMechanism || !init->data) return;
-  sc::ServerExchange exchange(verifier, "seed", *user);
-  if (!exchange.handle_client_first(*init->data)) return;
+  if (!init || !init->data) return;
+  sc::ServerExchange exchange(verifier, "seed", *user, tls ? CertHash(std::string(32, 'h')) : std::nullopt);
+  if (!exchange.handle_client_first(*init->data, init->mechanism)) return;
   body = password_message(buf);
   if (!body) return;
   auto resp = SASLResponse::decode(*body);

@@ -86,10 +86,14 @@ def main(repo, seeds):
 
 
 def auth_seeds():
-    """auth_fuzz's inputs: a mode byte, then FuzzedDataProvider's fields (strings end at
-    a backslash and another character; integers and booleans come from the end)."""
-    def fields(mode, strings, tail=b"\x05\x01\x00\x03"):
-        return bytes([mode]) + b"".join(s + b"\\ " for s in strings) + tail
+    """auth_fuzz's inputs: a mode byte, then FuzzedDataProvider's fields: strings and
+    raw bytes from the front (a string ends at a backslash and another character),
+    integers and booleans from the end (`ends`, in the order the target reads them)."""
+    def fields(mode, front, ends=(3, 0, 0, 0, 5, 1)):
+        return bytes([mode]) + front + bytes(reversed(ends))
+
+    def strs(*strings):
+        return b"".join(s + b"\\ " for s in strings)
 
     def packet(body):  # start-up phase: length, body
         return struct.pack("!i", len(body) + 4) + body
@@ -104,18 +108,32 @@ def auth_seeds():
     final = msg(b"p", b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts=")
     verifier = (b"SCRAM-SHA-256$4096:8TcVjjic3EaSmwYQLBvnIw==$7JSntfinnwWPSZ/Myc7EhKMeqfKNeEKWnlc4rdvUOG0=:"
                 b"57QLy8Q1u5c+FocqE6no+QnsuACDZiAbf2mP34U7aG4=")
+    cert_hash = bytes(range(1, 33))  # a SHA-256 certificate hash
+    role = strs(b"pencil", b"salt", b"user")
+    plus = b"p=tls-server-end-point,,"
 
     def auth(code, rest=b""):
         return msg(b"R", struct.pack("!i", code) + rest)
     return [
-        fields(0, [b"pencil", b"salt", b"user", b"alice", b"fyko+d2lbbFgONRv9qkxdawL", b"ext", b"other", b"seed"]),
-        fields(1, [b"pencil", b"salt", b"user", first, b"c=biws,r=@r,p=@p"]),
-        fields(1, [b"pencil", b"salt", b"user", b"y,,n=u,r=abc,x=1", b"c=eSws,r=@r,x=2,p=@p"], b"\x02\x00"),
-        fields(1, [b"pencil", b"salt", b"", b"n,,n=,r=abc", b"c=biws,r=@r,p=AAAA"]),
-        fields(2, [b"pencil", b"r=@rXYZ,s=c2FsdA==,i=4", b"@v"]),
-        fields(2, [b"pencil", b"r=@rXYZ,s=c2FsdA==,i=4", b"v=AAAA"]),
-        fields(3, [verifier, b"md5user", b"md5pw"]),
-        fields(3, [b"Zm9vYmE=", b"u", b"p"]),
+        # honest: iterations, certificate hash?, gs2 (n, y, p), extension?, proof byte, mask
+        fields(0, role + strs(b"alice", b"fyko+d2lbbFgONRv9qkxdawL", b"other", b"seed")),
+        fields(0, role + strs(b"alice", b"nonce", b"ext", b"other", b"seed"), (3, 0, 0, 1, 5, 1)),
+        fields(0, role + strs(b"alice", b"nonce", b"other", b"seed"), (3, 0, 1, 0, 5, 1)),
+        fields(0, role + cert_hash + strs(b"alice", b"nonce", b"other", b"seed"), (3, 1, 32, 2, 0, 5, 1, 0, 7, 9)),
+        fields(0, role + cert_hash + strs(b"alice", b"nonce", b"seed"), (3, 1, 32, 1, 0)),
+        fields(0, role + cert_hash + strs(b"alice", b"nonce", b"other", b"seed"), (3, 1, 32, 0, 0, 5, 1)),
+        # server: iterations, known user?, certificate hash?, mechanism (plain, -PLUS, other)
+        fields(1, role + strs(first, b"c=biws,r=@r,p=@p"), (3, 1, 0, 0)),
+        fields(1, role + strs(b"y,,n=u,r=abc,x=1", b"c=eSws,r=@r,x=2,p=@p"), (3, 1, 0, 0)),
+        fields(1, role + strs(b"n,,n=,r=abc", b"c=biws,r=@r,p=AAAA"), (3, 0, 0, 0)),
+        fields(1, role + cert_hash + strs(plus + b"n=,r=abc", b"c=@c,r=@r,p=@p"), (3, 1, 1, 32, 1)),
+        fields(1, role + cert_hash + strs(b"y,,n=,r=abc", b"c=@c,r=@r,p=@p"), (3, 1, 1, 32, 0)),
+        fields(1, role + strs(b"SCRAM-SHA-1", b"n,,n=,r=abc", b"c=@c,r=@r,p=@p"), (3, 1, 0, 2)),
+        # client: server-first ("@r": our nonce), server-final ("@v": the right one)
+        fields(2, strs(b"pencil", b"r=@rXYZ,s=c2FsdA==,i=4", b"@v")),
+        fields(2, strs(b"pencil", b"r=@rXYZ,s=c2FsdA==,i=4", b"v=AAAA")),
+        fields(3, strs(verifier, b"md5user", b"md5pw")),
+        fields(3, strs(b"Zm9vYmE=", b"u", b"p")),
         bytes([4]) + ssl + startup + initial + final,
         bytes([5]) + startup + msg(b"p", b"md53175bce1d3201d16594cebf9d7eb3f9d\0"),
         bytes([6]) + auth(10, b"SCRAM-SHA-256\0\0") + auth(11, b"r=XYZ,s=c2FsdA==,i=4") + auth(12, b"v=AAAA"),
