@@ -7,7 +7,9 @@
 // change (e.g. decomposed accents, some spaces) gives different keys here than in
 // PostgreSQL/libpq; such a role needs its verifier made by PostgreSQL itself.
 //
-// Channel binding is never used: we only offer/choose SCRAM-SHA-256, not -PLUS.
+// Channel binding: the server side offers SCRAM-SHA-256-PLUS with tls-server-end-point
+// (RFC 5929) to TLS clients, as PostgreSQL does (auth-scram.c: read_client_first_message,
+// read_client_final_message); the client side (to shards) never binds.
 #include "protocol/scram.hpp"
 
 #include <openssl/crypto.h>
@@ -31,6 +33,9 @@ constexpr std::size_t kNonceBytes = 18;        // as PostgreSQL (SCRAM_RAW_NONCE
 constexpr std::size_t kSaltBytes = 16;         // as PostgreSQL (SCRAM_DEFAULT_SALT_LEN)
 constexpr std::string_view kGs2NoBinding = "n,,";       // client can't bind
 constexpr std::string_view kGs2BindingUnused = "y,,";   // client could, server didn't offer
+constexpr std::string_view kGs2Binding = "p=tls-server-end-point,,";
+constexpr std::string_view kGs2BindingType = "p=tls-server-end-point,";  // then authzid
+constexpr const char* kMalformed = "malformed SCRAM message";
 constexpr std::string_view kNoBindingCbind = "biws";    // base64("n,,")
 
 const unsigned char* bytes(std::string_view s) {
@@ -278,25 +283,57 @@ Verifier make_verifier(std::string_view password) {
 // ---- server side ----
 
 ServerExchange::ServerExchange(std::optional<Verifier> verifier, std::string_view fake_seed,
-                               std::string_view user)
-    : verifier_(std::move(verifier)) {
+                               std::string_view user, std::optional<std::string> cert_hash)
+    : verifier_(std::move(verifier)), cert_hash_(std::move(cert_hash)) {
   // A broken stored verifier is treated like a missing one: the client gets the same
   // generic failure, rather than a different error that tells it something.
   if (verifier_ && !is_usable(*verifier_)) verifier_.reset();
   effective_ = verifier_ ? *verifier_ : fake_verifier(fake_seed, user);
 }
 
-std::optional<std::string> ServerExchange::handle_client_first(std::string_view message) {
-  if (!server_first_.empty()) return std::nullopt;  // one exchange per object
-  // gs2-header: "n,," or "y,,". "p=..." asks for channel binding, which we never offer;
-  // an authzid ("n,a=...,") is refused as PostgreSQL refuses it.
-  if (message.starts_with(kGs2NoBinding)) {
-    gs2_header_ = kGs2NoBinding;
-  } else if (message.starts_with(kGs2BindingUnused)) {
-    gs2_header_ = kGs2BindingUnused;
-  } else {
-    return std::nullopt;
+std::vector<std::string_view> ServerExchange::mechanisms() const {
+  if (cert_hash_) return {kMechanismPlus, kMechanism};
+  return {kMechanism};
+}
+
+std::nullopt_t ServerExchange::refuse(const char* why) {
+  error_ = why;
+  return std::nullopt;
+}
+
+// gs2-header: "p=tls-server-end-point,," with -PLUS; "n,," or "y,," without, "y" only
+// when binding was not offered. An authzid ("n,a=...,") is refused as PostgreSQL
+// refuses it. Sets gs2_header_, or error_ and false.
+bool ServerExchange::accept_gs2_header(std::string_view message, std::string_view mechanism) {
+  const bool plus = mechanism == kMechanismPlus;
+  if (plus ? !cert_hash_ : mechanism != kMechanism) {
+    error_ = "client selected an invalid SASL authentication mechanism";
+    return false;
   }
+  std::string_view header = plus ? kGs2Binding
+                            : message.starts_with(kGs2NoBinding) ? kGs2NoBinding
+                                                                 : kGs2BindingUnused;
+  if (plus && message.starts_with("p=") && !message.starts_with(kGs2BindingType)) {
+    error_ = "unsupported SCRAM channel-binding type";
+    return false;
+  }
+  if (!message.starts_with(header)) {
+    error_ = kMalformed;
+    return false;
+  }
+  if (header == kGs2BindingUnused && cert_hash_) {
+    // The client can bind but believes the server cannot: someone removed -PLUS.
+    error_ = "SCRAM channel binding negotiation error";
+    return false;
+  }
+  gs2_header_ = header;
+  return true;
+}
+
+std::optional<std::string> ServerExchange::handle_client_first(std::string_view message,
+                                                               std::string_view mechanism) {
+  if (!server_first_.empty()) return refuse(kMalformed);  // one exchange per object
+  if (!accept_gs2_header(message, mechanism)) return std::nullopt;
   std::string_view bare = message.substr(gs2_header_.size());
   // client-first-message-bare: "n=<user>,r=<nonce>[,extensions]". The user name is
   // ignored: the one that counts came in the startup packet. A leading "m=" (mandatory
@@ -304,7 +341,7 @@ std::optional<std::string> ServerExchange::handle_client_first(std::string_view 
   auto attrs = split_attributes(bare);
   if (!attrs || attrs->size() < 2 || (*attrs)[0].name != 'n' || (*attrs)[1].name != 'r' ||
       !is_printable_nonce((*attrs)[1].value)) {
-    return std::nullopt;
+    return refuse(kMalformed);
   }
   client_first_bare_ = bare;
   nonce_ = std::string((*attrs)[1].value) + base64_encode(random_bytes(kNonceBytes));
@@ -314,24 +351,28 @@ std::optional<std::string> ServerExchange::handle_client_first(std::string_view 
 }
 
 std::optional<std::string> ServerExchange::handle_client_final(std::string_view message) {
-  if (nonce_.empty()) return std::nullopt;  // no client-first yet, or already finished
+  if (nonce_.empty()) return refuse(kMalformed);  // no client-first yet, or already finished
   std::string nonce = std::move(nonce_);
   nonce_.clear();  // a single attempt per exchange, whatever the outcome
 
   // "c=<base64 gs2 header>,r=<nonce>[,extensions],p=<proof>"
   auto attrs = split_attributes(message);
-  if (!attrs || attrs->size() < 3) return std::nullopt;
+  if (!attrs || attrs->size() < 3) return refuse(kMalformed);
   const Attribute& cbind = attrs->front();
   const Attribute& r = (*attrs)[1];
   const Attribute& p = attrs->back();
-  if (cbind.name != 'c' || r.name != 'r' || p.name != 'p') return std::nullopt;
+  if (cbind.name != 'c' || r.name != 'r' || p.name != 'p') return refuse(kMalformed);
   for (std::size_t i = 2; i + 1 < attrs->size(); ++i) {
-    if ((*attrs)[i].name == 'p') return std::nullopt;  // the proof comes once, last
+    if ((*attrs)[i].name == 'p') return refuse(kMalformed);  // the proof comes once, last
   }
-  // Must echo the header the client sent, so a "y" cannot be turned into an "n".
-  if (cbind.value != base64_encode(gs2_header_) || r.value != nonce) return std::nullopt;
+  // c= echoes the header the client sent, so a "y" cannot be turned into an "n"; with
+  // -PLUS the certificate hash follows it (RFC 5802 section 7: cbind-input).
+  std::string cbind_input = gs2_header_;
+  if (gs2_header_ == kGs2Binding) cbind_input += *cert_hash_;
+  if (!equal_secret(cbind.value, base64_encode(cbind_input))) return refuse("SCRAM channel binding check failed");
+  if (r.value != nonce) return refuse(kMalformed);
   auto proof = base64_decode(p.value);
-  if (!proof || proof->size() != kKeyLength) return std::nullopt;
+  if (!proof || proof->size() != kKeyLength) return refuse(kMalformed);
 
   std::string_view without_proof = message.substr(0, p.offset - 1);  // drop ",p=..."
   std::string auth_message =
@@ -340,7 +381,7 @@ std::optional<std::string> ServerExchange::handle_client_final(std::string_view 
   std::string client_key = xor_bytes(*proof, hmac(effective_.stored_key, auth_message));
   bool proof_ok = equal_secret(sha256(client_key), effective_.stored_key);
   // Same work whether or not the user exists; only then does a fake verifier fail.
-  if (!proof_ok || !verifier_) return std::nullopt;
+  if (!proof_ok || !verifier_) return refuse("password authentication failed");
   return "v=" + base64_encode(hmac(effective_.server_key, auth_message));
 }
 

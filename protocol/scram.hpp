@@ -1,14 +1,18 @@
-// SCRAM-SHA-256 (RFC 5802, RFC 7677) as PostgreSQL uses it, both sides, without
-// channel binding. https://www.postgresql.org/docs/15/sasl-authentication.html
+// SCRAM-SHA-256 (RFC 5802, RFC 7677) as PostgreSQL uses it, both sides; the server
+// side also SCRAM-SHA-256-PLUS with tls-server-end-point channel binding (RFC 5929,
+// SPEC §11). https://www.postgresql.org/docs/15/sasl-authentication.html
 #pragma once
 
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace splitpoint::protocol::scram {
 
 inline constexpr const char* kMechanism = "SCRAM-SHA-256";
+inline constexpr const char* kMechanismPlus = "SCRAM-SHA-256-PLUS";
+inline constexpr const char* kChannelBindingType = "tls-server-end-point";
 inline constexpr int kDefaultIterations = 4096;
 
 // What PostgreSQL stores in pg_authid.rolpassword:
@@ -31,23 +35,42 @@ Verifier make_verifier(std::string_view password);
 // the end with a fake verifier derived from `fake_seed` (a server secret) + `user`, and
 // fails there, so an unknown user looks exactly like a wrong password. `user` is the
 // name from the startup packet: PostgreSQL clients send an empty name in SCRAM.
+//
+// `cert_hash`, for a client on TLS: the tls-server-end-point channel binding data
+// (RFC 5929 section 4.1), the hash of the certificate the server presented, as
+// PostgreSQL's be_tls_get_certificate_hash computes it. With it the exchange offers
+// SCRAM-SHA-256-PLUS, checks the client's binding, and refuses a client that says it
+// could bind but thinks the server cannot ("y", RFC 5802 section 6: a downgrade).
 class ServerExchange {
  public:
   ServerExchange(std::optional<Verifier> verifier, std::string_view fake_seed,
-                 std::string_view user);
-  // client-first-message -> server-first-message; nullopt if malformed.
-  std::optional<std::string> handle_client_first(std::string_view message);
-  // client-final-message -> server-final-message ("v=..."); nullopt if malformed or
-  // the proof is wrong (or the user is unknown).
+                 std::string_view user, std::optional<std::string> cert_hash = std::nullopt);
+  // What AuthenticationSASL lists, best first (as PostgreSQL): -PLUS only with a
+  // certificate hash.
+  std::vector<std::string_view> mechanisms() const;
+  // client-first-message -> server-first-message, for the mechanism the client chose
+  // in SASLInitialResponse; nullopt (and error() says why) if malformed, or if the
+  // mechanism or its gs2 header does not fit what was offered.
+  std::optional<std::string> handle_client_first(std::string_view message,
+                                                 std::string_view mechanism = kMechanism);
+  // client-final-message -> server-final-message ("v=..."); nullopt if malformed, the
+  // channel binding differs, or the proof is wrong (or the user is unknown).
   std::optional<std::string> handle_client_final(std::string_view message);
+  // Why the last handle_* refused, in PostgreSQL's words; static text.
+  const char* error() const { return error_; }
 
  private:
+  bool accept_gs2_header(std::string_view message, std::string_view mechanism);
+  std::nullopt_t refuse(const char* why);
+
   std::optional<Verifier> verifier_;
   Verifier effective_;
+  std::optional<std::string> cert_hash_;
   std::string client_first_bare_;
   std::string server_first_;
   std::string nonce_;  // client nonce + server nonce
   std::string gs2_header_;
+  const char* error_ = "";
 };
 
 // Client side, for authenticating to a backend.

@@ -420,16 +420,18 @@ awaitable<std::optional<std::string>> Session::read_password_message(std::string
   }
 }
 
+awaitable<bool> Session::authentication_failed() {
+  spdlog::info("[{}] closed: authentication failed for user {}", id_, who_.user);
+  co_await send_error("FATAL", sqlstate::invalid_password,
+                      "password authentication failed for user \"" + who_.user + "\"", false);
+  co_return false;
+}
+
 awaitable<bool> Session::authenticate() {
   const auto& cfg = runtime_->config;
   const UserAuth* user = runtime_->find_user(who_.user);
   if (user) who_.password = user->plaintext;
-  auto fail = [this]() -> awaitable<bool> {
-    spdlog::info("[{}] closed: authentication failed for user {}", id_, who_.user);
-    co_await send_error("FATAL", sqlstate::invalid_password,
-                        "password authentication failed for user \"" + who_.user + "\"", false);
-    co_return false;
-  };
+  auto fail = [this] { return authentication_failed(); };
   std::string out;
   auto method = cfg.auth;
   // As PostgreSQL: md5 with only a SCRAM verifier stored authenticates with SCRAM.
@@ -472,46 +474,57 @@ awaitable<bool> Session::authenticate() {
         co_return co_await fail();
       co_return true;
     }
-    case config::AuthMethod::scram_sha_256: {
-      proto::Authentication a{proto::AuthCode::sasl};
-      a.mechanisms = {proto::scram::kMechanism};
-      a.encode(out);
-      if (co_await stream_.write(out)) co_return false;
-      auto body = co_await read_password_message("SASL response");
-      if (!body) co_return false;
-      auto init = proto::SASLInitialResponse::decode(*body);
-      if (!init || init->mechanism != proto::scram::kMechanism || !init->data) {
-        co_await send_error("FATAL", sqlstate::protocol_violation, "malformed SASL message", false);
-        co_return false;
-      }
-      std::optional<proto::scram::Verifier> verifier;
-      if (user && user->scram) verifier = user->scram;
-      proto::scram::ServerExchange exchange(verifier, fake_scram_secret(), who_.user);
-      auto first = exchange.handle_client_first(*init->data);
-      if (!first) {
-        co_await send_error("FATAL", sqlstate::protocol_violation, "malformed SCRAM message", false);
-        co_return false;
-      }
-      out.clear();
-      proto::Authentication cont{proto::AuthCode::sasl_continue};
-      cont.data = *first;
-      cont.encode(out);
-      if (co_await stream_.write(out)) co_return false;
-      body = co_await read_password_message("SASL response");
-      if (!body) co_return false;
-      auto resp = proto::SASLResponse::decode(*body);
-      if (!resp) co_return false;
-      auto final_msg = exchange.handle_client_final(resp->data);
-      if (!final_msg) co_return co_await fail();
-      out.clear();
-      proto::Authentication fin{proto::AuthCode::sasl_final};
-      fin.data = *final_msg;
-      fin.encode(out);
-      if (co_await stream_.write(out)) co_return false;
-      co_return true;
-    }
+    case config::AuthMethod::scram_sha_256:
+      co_return co_await authenticate_scram(user);
   }
   co_return false;
+}
+
+// SASL with SCRAM-SHA-256, and SCRAM-SHA-256-PLUS for a client on TLS: channel binding
+// to the proxy's certificate (SPEC §11, RFC 5929 tls-server-end-point), as PostgreSQL.
+// A malformed or unfitting SCRAM message is a protocol violation (08P01); a wrong
+// proof, an unknown user or a channel binding that differs: 28P01.
+awaitable<bool> Session::authenticate_scram(const UserAuth* user) {
+  std::optional<proto::scram::Verifier> verifier;
+  if (user && user->scram) verifier = user->scram;
+  proto::scram::ServerExchange exchange(verifier, fake_scram_secret(), who_.user, stream_.certificate_hash());
+  std::string out;
+  proto::Authentication a{proto::AuthCode::sasl};
+  a.mechanisms = exchange.mechanisms();
+  a.encode(out);
+  if (co_await stream_.write(out)) co_return false;
+  auto body = co_await read_password_message("SASL response");
+  if (!body) co_return false;
+  auto init = proto::SASLInitialResponse::decode(*body);
+  if (!init || !init->data) {
+    co_await send_error("FATAL", sqlstate::protocol_violation, "malformed SASL message", false);
+    co_return false;
+  }
+  auto first = exchange.handle_client_first(*init->data, init->mechanism);
+  if (!first) {
+    spdlog::info("[{}] closed: {} (user {})", id_, exchange.error(), who_.user);
+    co_await send_error("FATAL", sqlstate::protocol_violation, exchange.error(), false);
+    co_return false;
+  }
+  out.clear();
+  proto::Authentication cont{proto::AuthCode::sasl_continue};
+  cont.data = *first;
+  cont.encode(out);
+  if (co_await stream_.write(out)) co_return false;
+  body = co_await read_password_message("SASL response");
+  if (!body) co_return false;
+  auto resp = proto::SASLResponse::decode(*body);
+  if (!resp) co_return false;
+  auto final_msg = exchange.handle_client_final(resp->data);
+  if (!final_msg) {
+    spdlog::debug("[{}] SCRAM refused: {}", id_, exchange.error());
+    co_return co_await authentication_failed();
+  }
+  out.clear();
+  proto::Authentication fin{proto::AuthCode::sasl_final};
+  fin.data = *final_msg;
+  fin.encode(out);
+  co_return !co_await stream_.write(out);
 }
 
 

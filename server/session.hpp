@@ -97,6 +97,8 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> greet();
   awaitable<std::optional<protocol::Frame>> read_startup_frame();
   awaitable<bool> authenticate();
+  awaitable<bool> authenticate_scram(const UserAuth* user);
+  awaitable<bool> authentication_failed();
   awaitable<std::optional<std::string>> read_password_message(std::string_view expected);
   void set_startup_param(std::string name, std::string value);
   awaitable<bool> apply_startup_params(ParameterList& reported);

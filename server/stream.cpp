@@ -1,5 +1,10 @@
 #include "server/stream.hpp"
 
+#include <openssl/evp.h>
+#include <openssl/obj_mac.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 namespace splitpoint::server {
 
 awaitable<error_code> ClientStream::start_tls(asio::ssl::context& ctx) {
@@ -29,6 +34,19 @@ awaitable<error_code> ClientStream::write(std::string_view data) {
   }
   auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(data), use_nothrow);
   co_return ec;
+}
+
+std::optional<std::string> ClientStream::certificate_hash() {
+  if (!tls_) return std::nullopt;
+  X509* cert = SSL_get_certificate(tls_->native_handle());
+  int md_nid = NID_undef;
+  if (cert == nullptr || X509_get_signature_info(cert, &md_nid, nullptr, nullptr, nullptr) != 1)
+    return std::nullopt;
+  const EVP_MD* md = md_nid == NID_md5 || md_nid == NID_sha1 ? EVP_sha256() : EVP_get_digestbynid(md_nid);
+  unsigned char hash[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (md == nullptr || X509_digest(cert, md, hash, &len) != 1) return std::nullopt;
+  return std::string(reinterpret_cast<const char*>(hash), len);
 }
 
 void ClientStream::close() {

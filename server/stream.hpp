@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -30,6 +31,12 @@ class ClientStream {
     bytes_out_ = out;
   }
   bool is_tls() const { return tls_ != nullptr; }
+  // The tls-server-end-point channel binding data of this connection (RFC 5929 section
+  // 4.1, SCRAM-SHA-256-PLUS): the hash of the certificate the proxy presented, with its
+  // signature's hash algorithm (SHA-256 for MD5 and SHA-1), as PostgreSQL's
+  // be_tls_get_certificate_hash. nullopt without TLS, or when the signature names no
+  // hash (Ed25519): then -PLUS is not offered.
+  std::optional<std::string> certificate_hash();
   // Aborts pending operations; safe to call more than once.
   void close();
 

@@ -6,10 +6,15 @@ starts a proxy with `tls:` in front of the shared instance PG0 and checks: raw
 SSLRequest + handshake, psycopg2 and psql with sslmode=require (and verify-full against
 the certificate), that data sent after SSLRequest before the handshake is refused
 (CVE-2021-23214), that failed or stalled handshakes leave the proxy up, and that
-plain connections (sslmode=disable) still work.
+plain connections (sslmode=disable) still work. SCRAM-SHA-256-PLUS (SPEC §11, RFC 5929
+tls-server-end-point): libpq's channel_binding=require works over TLS (also with a
+certificate signed with SHA-384, whose hash is SHA-384) and fails without TLS; by
+hand, the binding data must be the certificate's hash, and a "y" client is refused
+over TLS (downgrade).
 Run by tests/run (env: PG0_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
 
+import hashlib
 import os
 import socket
 import ssl
@@ -128,16 +133,21 @@ def psycopg2_sslmode_require():
         conn.close()
 
 
-@test
-def psycopg2_sslmode_verify_full_accepts_the_proxy_certificate():
-    conn = psycopg2.connect(dsn(host="localhost", hostaddr=HOST, sslmode="verify-full", sslrootcert=CERT))
+def select_over_tls(text, **kw):
+    """Logs in with psycopg2 (dsn(**kw)), checks TLS is on and a SELECT of `text`."""
+    conn = psycopg2.connect(dsn(**kw))
     try:
         assert conn.info.ssl_in_use is True
         with conn.cursor() as cur:
-            cur.execute("SELECT 'verified'")
-            assert cur.fetchone() == ("verified",)
+            cur.execute("SELECT %s", (text,))
+            assert cur.fetchone() == (text,)
     finally:
         conn.close()
+
+
+@test
+def psycopg2_sslmode_verify_full_accepts_the_proxy_certificate():
+    select_over_tls("verified", host="localhost", hostaddr=HOST, sslmode="verify-full", sslrootcert=CERT)
 
 
 @test
@@ -280,6 +290,118 @@ def many_tls_clients_at_once():
 
     with concurrent.futures.ThreadPoolExecutor(8) as ex:
         assert sorted(ex.map(one, range(32))) == list(range(32))
+
+
+# ------------------------------------------------------------------ channel binding
+
+GS2_PLUS = "p=tls-server-end-point,,"
+
+
+def certificate_der(path):
+    with open(path) as f:
+        return ssl.PEM_cert_to_DER_cert(f.read())
+
+
+def scram_by_hand(port, mechanism, gs2, cbind_data=b"", tls=True):
+    """One SCRAM login written out: returns (mechanisms offered, error fields or None)."""
+    c = pgwire.Connection.open(HOST, port, timeout=10)
+    try:
+        if tls:
+            assert c.request_ssl() == "S"
+        c.send(pgwire.startup_message("app", "app"))
+        scram = pgwire.ScramClient("secret", gs2=gs2, cbind_data=cbind_data)
+        offered = None
+        while True:
+            t, body = c.recv()
+            if t == pgwire.ERROR_RESPONSE:
+                return offered, pgwire.decode_fields(body)
+            assert t == pgwire.AUTHENTICATION, t
+            code, data = pgwire.decode_authentication(body)
+            if code == pgwire.AUTH_SASL:
+                offered = [m.decode() for m in data.split(b"\0") if m]
+                c.send(pgwire.sasl_initial_response(mechanism, scram.client_first()))
+            elif code == pgwire.AUTH_SASL_CONTINUE:
+                c.send(pgwire.sasl_response(scram.client_final(data)))
+            else:
+                assert code == pgwire.AUTH_SASL_FINAL, code
+                scram.verify_server_final(data)
+                return offered, None
+    finally:
+        c.sock.close()
+
+
+@test
+def channel_binding_libpq_require_over_tls():
+    select_over_tls("bound", sslmode="require", channel_binding="require")
+    # prefer (libpq's default) picks -PLUS too; disable picks SCRAM-SHA-256 over TLS
+    for mode in ("prefer", "disable"):
+        conn = psycopg2.connect(dsn(sslmode="require", channel_binding=mode))
+        conn.close()
+
+
+@test
+def channel_binding_require_without_tls_fails():
+    try:
+        psycopg2.connect(dsn(sslmode="disable", channel_binding="require")).close()
+        raise AssertionError("channel_binding=require without TLS logged in")
+    except psycopg2.OperationalError as e:
+        assert "channel binding" in str(e), str(e)
+    # plain TCP: only SCRAM-SHA-256 offered, and -PLUS chosen anyway is refused
+    offered, err = scram_by_hand(TLSP.port, "SCRAM-SHA-256", "n,,", tls=False)
+    assert offered == ["SCRAM-SHA-256"] and err is None, (offered, err)
+    offered, err = scram_by_hand(TLSP.port, "SCRAM-SHA-256-PLUS", GS2_PLUS, b"x" * 32, tls=False)
+    assert err and err.get("C") == "08P01", err
+    assert "invalid SASL authentication mechanism" in err.get("M", ""), err
+    assert_alive()
+
+
+@test
+def channel_binding_by_hand():
+    cert_hash = hashlib.sha256(certificate_der(CERT)).digest()  # an RSA/SHA-256 certificate
+    offered, err = scram_by_hand(TLSP.port, "SCRAM-SHA-256-PLUS", GS2_PLUS, cert_hash)
+    assert offered == ["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"], offered
+    assert err is None, err
+    wrong = bytes([cert_hash[0] ^ 1]) + cert_hash[1:]
+    for data in (wrong, b"", cert_hash + b"x", hashlib.sha384(certificate_der(CERT)).digest()):
+        offered, err = scram_by_hand(TLSP.port, "SCRAM-SHA-256-PLUS", GS2_PLUS, data)
+        assert err and err.get("C") == "28P01", (data, err)
+    # "y": the client could bind but believes the server cannot, while it offered -PLUS
+    offered, err = scram_by_hand(TLSP.port, "SCRAM-SHA-256", "y,,")
+    assert err and err.get("C") == "08P01", err
+    assert err.get("M") == "SCRAM channel binding negotiation error", err
+    # "n" (cannot bind) over TLS is fine
+    offered, err = scram_by_hand(TLSP.port, "SCRAM-SHA-256", "n,,")
+    assert err is None, err
+    # -PLUS with "n", or another binding type
+    for gs2 in ("n,,", "p=tls-unique,,"):
+        offered, err = scram_by_hand(TLSP.port, "SCRAM-SHA-256-PLUS", gs2, cert_hash)
+        assert err and err.get("C") == "08P01", (gs2, err)
+    assert_alive()
+
+
+@test
+def channel_binding_hash_follows_the_certificate_signature():
+    # RFC 5929 section 4.1: the signature's hash (here SHA-384), not always SHA-256.
+    cert, key = os.path.join(WORKDIR, "tls384.crt"), os.path.join(WORKDIR, "tls384.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384",
+                    "-sha384", "-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True)
+    proxy = sptest.Proxy("tls384", f"""
+        auth: scram-sha-256
+        tls: {{ cert: {cert}, key: {key} }}
+        users:
+          - {{ name: app, password: secret }}
+        shards:
+          - {{ name: s0, host: {HOST}, port: {PG0}, database: app, user: app, password: secret }}
+        """, WORKDIR).start()
+    try:
+        select_over_tls("bound", port=str(proxy.port), sslmode="require", channel_binding="require")
+        der = certificate_der(cert)
+        assert scram_by_hand(proxy.port, "SCRAM-SHA-256-PLUS", GS2_PLUS, hashlib.sha384(der).digest())[1] is None
+        err = scram_by_hand(proxy.port, "SCRAM-SHA-256-PLUS", GS2_PLUS, hashlib.sha256(der).digest())[1]
+        assert err and err.get("C") == "28P01", err
+    finally:
+        assert proxy.stop(check=True) == 0
 
 
 if __name__ == "__main__":

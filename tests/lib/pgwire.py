@@ -344,20 +344,26 @@ def md5_password(user: str, password: str, salt: bytes) -> str:
 
 
 class ScramClient:
-    """SCRAM-SHA-256 client (RFC 5802/7677), no channel binding, as libpq with
-    channel_binding=disable. The password is used as UTF-8 without SASLprep, which is
-    exact for ASCII passwords."""
+    """SCRAM-SHA-256 client (RFC 5802/7677), by default without channel binding, as
+    libpq with channel_binding=disable. The password is used as UTF-8 without SASLprep,
+    which is exact for ASCII passwords. `gs2` and `cbind_data` make other clients: "y,,"
+    (could bind, thinks the server cannot), or "p=tls-server-end-point,," with the
+    server certificate's hash for SCRAM-SHA-256-PLUS (RFC 5929); c= is
+    base64(gs2 + cbind_data)."""
 
     MECHANISM = "SCRAM-SHA-256"
+    MECHANISM_PLUS = "SCRAM-SHA-256-PLUS"
 
-    def __init__(self, password: str, nonce: str | None = None):
+    def __init__(self, password: str, nonce: str | None = None, gs2: str = "n,,", cbind_data: bytes = b""):
         self.password = password
         self.nonce = nonce or base64.b64encode(os.urandom(18)).decode()
         self.client_first_bare = f"n=,r={self.nonce}"
         self.server_signature: bytes | None = None
+        self.gs2 = gs2
+        self.cbind = base64.b64encode(gs2.encode() + cbind_data).decode()
 
     def client_first(self) -> bytes:
-        return ("n,," + self.client_first_bare).encode()
+        return (self.gs2 + self.client_first_bare).encode()
 
     def client_final(self, server_first: bytes) -> bytes:
         sf = server_first.decode()
@@ -368,7 +374,7 @@ class ScramClient:
         salted = hashlib.pbkdf2_hmac("sha256", self.password.encode(), salt, iters)
         client_key = hmac.digest(salted, b"Client Key", "sha256")
         stored_key = hashlib.sha256(client_key).digest()
-        without_proof = f"c=biws,r={nonce}"
+        without_proof = f"c={self.cbind},r={nonce}"
         auth_message = f"{self.client_first_bare},{sf},{without_proof}".encode()
         signature = hmac.digest(stored_key, auth_message, "sha256")
         proof = bytes(a ^ b for a, b in zip(client_key, signature))

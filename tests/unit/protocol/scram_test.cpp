@@ -1,5 +1,6 @@
 // SCRAM-SHA-256: RFC 7677's vector, verifiers made by a real PostgreSQL 15, full
-// exchanges between our two sides, and malformed messages.
+// exchanges between our two sides, malformed messages, and SCRAM-SHA-256-PLUS channel
+// binding (tls-server-end-point) on the server side.
 #include "protocol/scram.hpp"
 
 #include <openssl/evp.h>
@@ -8,7 +9,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <optional>
 #include <string>
+#include <vector>
 
 using namespace splitpoint::protocol::scram;
 
@@ -319,6 +322,111 @@ TEST_CASE("c= must be the gs2 header the client sent", "[scram]") {
   CHECK_FALSE(attempt("y,,", "biws"));
   CHECK_FALSE(attempt("n,,", "cD10bHMtc2VydmVyLWVuZC1wb2ludCws"));  // "p=tls-server-end-point,,"
   CHECK_FALSE(attempt("n,,", ""));
+}
+
+// ---- SCRAM-SHA-256-PLUS, tls-server-end-point (RFC 5929, SPEC §11) ----
+
+namespace {
+
+const std::string kGs2Plus = "p=tls-server-end-point,,";
+
+// One exchange against a server that was given `cert_hash`: client-first with `gs2`
+// for `mechanism`, then a client-final whose c= is base64(cbind_input) and whose proof
+// is valid over what was sent, so that only the channel binding can refuse it.
+struct BindingAttempt {
+  std::optional<std::string> first, final_msg;
+  std::string error;
+};
+
+BindingAttempt bind_attempt(std::optional<std::string> cert_hash, std::string_view mechanism, std::string gs2,
+                            std::string cbind_input) {
+  const std::string salt = b64d(kRfcSalt);
+  ServerExchange server(make_verifier("pencil", salt, 4096), "seed", "user", std::move(cert_hash));
+  BindingAttempt out;
+  const std::string bare = "n=,r=clientnonce";
+  out.first = server.handle_client_first(gs2 + bare, mechanism);
+  out.error = server.error();
+  if (!out.first) return out;
+  std::string without_proof = "c=" + base64_encode(cbind_input) + ",r=" + attribute(*out.first, 'r');
+  std::string auth_message = bare + "," + *out.first + "," + without_proof;
+  out.final_msg = server.handle_client_final(
+      without_proof + ",p=" + base64_encode(reference_proof("pencil", salt, 4096, auth_message)));
+  out.error = server.error();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("channel binding: -PLUS is offered only with a certificate hash", "[scram]") {
+  ServerExchange plain(make_verifier("pw"), "seed", "user");
+  CHECK(plain.mechanisms() == std::vector<std::string_view>{kMechanism});
+  ServerExchange tls(make_verifier("pw"), "seed", "user", std::string(32, 'h'));
+  CHECK(tls.mechanisms() == std::vector<std::string_view>{kMechanismPlus, kMechanism});
+  // Without a hash, -PLUS is not a mechanism the client may choose.
+  CHECK_FALSE(plain.handle_client_first(kGs2Plus + "n=,r=abc", kMechanismPlus));
+  CHECK(std::string(plain.error()) == "client selected an invalid SASL authentication mechanism");
+}
+
+TEST_CASE("channel binding: the certificate hash after the gs2 header is accepted", "[scram]") {
+  for (std::size_t size : {32, 48, 64}) {  // SHA-256, SHA-384, SHA-512 certificates
+    INFO(size);
+    std::string hash(size, '\0');
+    for (std::size_t i = 0; i < size; ++i) hash[i] = static_cast<char>(i * 7 + 1);
+    auto a = bind_attempt(hash, kMechanismPlus, kGs2Plus, kGs2Plus + hash);
+    REQUIRE(a.first);
+    CHECK(a.final_msg);
+    CHECK(a.final_msg->starts_with("v="));
+  }
+}
+
+TEST_CASE("channel binding: other binding data is refused under a valid proof", "[scram]") {
+  const std::string hash(32, 'h');
+  std::string flipped = hash;
+  flipped[31] ^= 1;
+  for (const std::string& cbind : {kGs2Plus + flipped, kGs2Plus, kGs2Plus + hash + "x", kGs2Plus + hash.substr(1),
+                                   hash, std::string("n,,"), "p=tls-unique,," + hash}) {
+    INFO(cbind);
+    auto a = bind_attempt(hash, kMechanismPlus, kGs2Plus, cbind);
+    REQUIRE(a.first);
+    CHECK_FALSE(a.final_msg);
+    CHECK(a.error == "SCRAM channel binding check failed");
+  }
+}
+
+TEST_CASE("channel binding: y is a downgrade when -PLUS was offered, n is fine", "[scram]") {
+  const std::string hash(32, 'h');
+  auto y = bind_attempt(hash, kMechanism, "y,,", "y,,");
+  CHECK_FALSE(y.first);
+  CHECK(y.error == "SCRAM channel binding negotiation error");
+  auto n = bind_attempt(hash, kMechanism, "n,,", "n,,");
+  REQUIRE(n.first);
+  CHECK(n.final_msg);
+  // Without TLS (no hash) "y" is what a binding-capable client rightly says.
+  auto y_plain = bind_attempt(std::nullopt, kMechanism, "y,,", "y,,");
+  REQUIRE(y_plain.first);
+  CHECK(y_plain.final_msg);
+}
+
+TEST_CASE("channel binding: mechanism and gs2 header must agree", "[scram]") {
+  const std::string hash(32, 'h');
+  struct Case {
+    const char* mechanism;
+    std::string gs2;
+    const char* error;
+  };
+  for (const Case& c : {Case{kMechanismPlus, "n,,", "malformed SCRAM message"},
+                        Case{kMechanismPlus, "y,,", "malformed SCRAM message"},
+                        Case{kMechanismPlus, "p=tls-unique,,", "unsupported SCRAM channel-binding type"},
+                        Case{kMechanismPlus, "p=tls-server-end-point,a=bob,", "malformed SCRAM message"},
+                        Case{kMechanismPlus, "p=tls-server-end-point,", "malformed SCRAM message"},
+                        Case{kMechanism, kGs2Plus, "malformed SCRAM message"},
+                        Case{"SCRAM-SHA-1", "n,,", "client selected an invalid SASL authentication mechanism"},
+                        Case{"", "n,,", "client selected an invalid SASL authentication mechanism"}}) {
+    INFO(c.mechanism << " " << c.gs2);
+    auto a = bind_attempt(hash, c.mechanism, c.gs2, c.gs2);
+    CHECK_FALSE(a.first);
+    CHECK(a.error == c.error);
+  }
 }
 
 TEST_CASE("client-final checks hold even under a valid proof", "[scram]") {
