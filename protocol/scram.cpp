@@ -369,7 +369,7 @@ std::optional<std::string> ServerExchange::handle_client_final(std::string_view 
   // -PLUS the certificate hash follows it (RFC 5802 section 7: cbind-input).
   std::string cbind_input = gs2_header_;
   if (gs2_header_ == kGs2Binding) cbind_input += *cert_hash_;
-  if (!equal_secret(cbind.value, base64_encode(cbind_input))) return refuse("SCRAM channel binding check failed");
+  if (!equal_secret(cbind.value, base64_encode(cbind_input))) return refuse(kBindingCheckFailed.data());
   if (r.value != nonce) return refuse(kMalformed);
   auto proof = base64_decode(p.value);
   if (!proof || proof->size() != kKeyLength) return refuse(kMalformed);

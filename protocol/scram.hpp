@@ -14,6 +14,9 @@ inline constexpr const char* kMechanism = "SCRAM-SHA-256";
 inline constexpr const char* kMechanismPlus = "SCRAM-SHA-256-PLUS";
 inline constexpr const char* kChannelBindingType = "tls-server-end-point";
 inline constexpr int kDefaultIterations = 4096;
+// ServerExchange::error() when the client's channel binding data differs: PostgreSQL
+// reports it as a protocol violation (08P01), not as a wrong password.
+inline constexpr std::string_view kBindingCheckFailed = "SCRAM channel binding check failed";
 
 // What PostgreSQL stores in pg_authid.rolpassword:
 // SCRAM-SHA-256$<iterations>:<salt base64>$<StoredKey base64>:<ServerKey base64>

@@ -482,8 +482,8 @@ awaitable<bool> Session::authenticate() {
 
 // SASL with SCRAM-SHA-256, and SCRAM-SHA-256-PLUS for a client on TLS: channel binding
 // to the proxy's certificate (SPEC §11, RFC 5929 tls-server-end-point), as PostgreSQL.
-// A malformed or unfitting SCRAM message is a protocol violation (08P01); a wrong
-// proof, an unknown user or a channel binding that differs: 28P01.
+// A malformed or unfitting SCRAM message, or channel binding data that differs, is a
+// protocol violation (08P01, as PostgreSQL); a wrong proof or an unknown user: 28P01.
 awaitable<bool> Session::authenticate_scram(const UserAuth* user) {
   std::optional<proto::scram::Verifier> verifier;
   if (user && user->scram) verifier = user->scram;
@@ -516,6 +516,11 @@ awaitable<bool> Session::authenticate_scram(const UserAuth* user) {
   auto resp = proto::SASLResponse::decode(*body);
   if (!resp) co_return false;
   auto final_msg = exchange.handle_client_final(resp->data);
+  if (!final_msg && exchange.error() == proto::scram::kBindingCheckFailed) {
+    spdlog::info("[{}] closed: {} (user {})", id_, exchange.error(), who_.user);
+    co_await send_error("FATAL", sqlstate::protocol_violation, exchange.error(), false);
+    co_return false;
+  }
   if (!final_msg) {
     spdlog::debug("[{}] SCRAM refused: {}", id_, exchange.error());
     co_return co_await authentication_failed();
