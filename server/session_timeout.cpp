@@ -4,8 +4,9 @@
 // client with a message naming the shard and the timeout. A backend that does not
 // answer the cancel within timeouts.server_connect either (a blackholed shard: no FIN,
 // no RST) is closed, never pooled again, and the client's statements get 08006; the
-// client's connection goes on (a transaction block is failed). SPEC §2 timeouts,
-// docs/reliability.md.
+// client's connection goes on (a transaction block is failed). A write on several
+// shards is bounded the same way on each (read_bounded in session_route.cpp). SPEC §2
+// timeouts, docs/reliability.md.
 //
 // The cost when it is on: one timer per session, made on first use; a statement only
 // notes when the backend started owing (QueryClock::since), and the timer, armed when

@@ -8,10 +8,11 @@ that stall during authentication or trickle their startup packet), timeouts.clie
 timeouts.server_connect 1s against a shard that accepts TCP connections and never
 speaks (the client gets an error instead of a hang), and timeouts.query 1s (statements
 shorter than it run, back to back too; a longer one gets 57014 from the cancel, in a
-transaction block too, and the connection goes on; the blackholed shard's case, where
+transaction block too, and the connection goes on; a write on both shards (s1 on the
+second instance) too; the blackholed shard's case, where
 the cancel gets no answer either, is tests/integration/test_faults.py's), and TCP
 keepalive on the proxy's shard connections (ss shows the kernel's keepalive timer).
-Run by tests/run (env: PG0_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
+Run by tests/run (env: PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
 
 import os
@@ -139,9 +140,9 @@ def wait_closed(c, within):
 SHARED = {}  # name -> a proxy the scenarios of one setting share
 
 
-def shared_proxy(name, extra):
+def shared_proxy(name, extra, shard=SHARD):
     if name not in SHARED:
-        SHARED[name] = proxy(name, extra)
+        SHARED[name] = proxy(name, extra, shard)
     return SHARED[name]
 
 
@@ -441,6 +442,29 @@ def statement_longer_than_query_timeout_gets_57014_from_the_cancel():
         assert c.query("SELECT 1").sqlstate == "25P02"
         assert c.query("ROLLBACK").status == "I"
         assert c.scalar("SELECT 'usable after the block'") == "usable after the block"
+
+
+@test
+def write_on_every_shard_longer_than_query_timeout_gets_57014():
+    # A write to an unlisted (reference) table runs on both shards in turn (MultiShardWrite):
+    # each shard's part is bounded by timeouts.query too.
+    s1 = f"{{ name: s1, host: {HOST}, port: {sptest.PG_PORTS[1]}, database: app, user: app, password: secret }}"
+    p = shared_proxy("query2", "timeouts:\n  query: 1s\n  server_connect: 5s", shard=f"{SHARD}\n  - {s1}")
+    with login(p) as c:
+        c.query("DROP TABLE IF EXISTS lt_query_ref").raise_error()
+        c.query("CREATE TABLE lt_query_ref (id int)").raise_error()
+        try:
+            t0 = time.monotonic()
+            r = c.query("INSERT INTO lt_query_ref SELECT 1 FROM pg_sleep(0.3)", timeout=20)
+            assert r.error is None and r.tag == "INSERT 0 1", (r.error, r.tag)
+            r = c.query("INSERT INTO lt_query_ref SELECT 2 FROM pg_sleep(3)", timeout=20)
+            took = time.monotonic() - t0
+            print(f"     write on both shards: {r.sqlstate} {r.error and r.error.get('M')!r} after {took:.2f}s")
+            assert r.sqlstate == "57014" and "applied on no shard" in r.error["M"], r.error
+            assert took < 5.9, f"answered after {took:.2f}s (timeouts.query 1s per shard, 2 shards)"
+            assert c.scalar("SELECT count(*) FROM lt_query_ref") == "1"
+        finally:
+            c.query("DROP TABLE IF EXISTS lt_query_ref")
 
 
 @test
