@@ -26,8 +26,9 @@ Cases:
   deadline (SPS01; with partial=allow the other shard's rows and 01SP1), a single-shard
   statement on a new backend connection ends at timeouts.server_connect (08001); a
   single-shard statement on an already pooled connection ends at timeouts.query (5s)
-  plus the wait for the cancel (timeouts.server_connect, 1s): 08006 naming the shard,
-  and that client's connection works again once the blackhole lifts; after the
+  plus the wait for the cancel (timeouts.server_connect, 1s): 08006 naming the shard
+  (simple and extended protocol), and those clients' connections work again once the
+  blackhole lifts; after the
   blackhole lifts, every statement works again;
 - s1's PostgreSQL (the shared instance PG1: pg.sh pg_restart, it is running again
   after) restarted while its COMMIT PREPARED is held by the relay: the client has its
@@ -377,11 +378,12 @@ def half_open_shard_connections():
 
 @test
 def blackholed_shard():
-    # Warm the pools: three idle pooled connections to s1: one for the first scatter, one
-    # for the single-shard statement after it (which it keeps stuck), one for two-phase
-    # recovery's round every 5 s (it takes one from the same pool).
+    # Warm the pools: four idle pooled connections to s1: one for the first scatter, two
+    # for the single-shard statements after it (simple and extended protocol, which it
+    # keeps stuck), one for two-phase recovery's round every 5 s (it takes one from the
+    # same pool).
     run(SCATTER)
-    warm = [Background(run, f"SELECT pg_sleep(0.5) FROM t WHERE id = {SPLIT + 1}") for _ in range(3)]
+    warm = [Background(run, f"SELECT pg_sleep(0.5) FROM t WHERE id = {SPLIT + 1}") for _ in range(4)]
     assert all(j.join(20) and j.error is None for j in warm), [j.error for j in warm]
     w = wire()
     RELAYS[1].blackhole = True
@@ -400,7 +402,8 @@ def blackholed_shard():
         # A single-shard statement on a pooled connection to s1: timeouts.query (5s) sends a
         # cancel, which the blackhole swallows too; after timeouts.server_connect (1s) the
         # proxy drops that backend and answers 08006.
-        w2 = wire()
+        w2, w3 = wire(), wire()
+        ext = Background(lambda: w3.extended("SELECT count(*) FROM t WHERE id >= $1::bigint", [SPLIT], timeout=20))
         t0 = time.monotonic()
         try:
             r2 = w2.query(f"SELECT count(*) FROM t WHERE id >= {SPLIT}", timeout=20)
@@ -414,6 +417,12 @@ def blackholed_shard():
               lambda: f"single-shard statement: {outcome}")
         check(el is not None and 1.9 <= el < 15, "blackhole-pooled-single-shard-time",
               lambda: f"single-shard statement: {outcome}, expected timeouts.query (5s) + the cancel's 1s")
+        ext_ended = ext.join(20)
+        r3 = ext.result
+        print(f"     the same, extended protocol: {r3 and r3.sqlstate} after {ext.seconds or 0:.2f}s", flush=True)
+        check(ext_ended and r3 is not None and r3.sqlstate == "08006" and r3.status == "I",
+              "blackhole-pooled-single-shard-extended",
+              lambda: f"extended: {ext.error or (r3 and (r3.error, r3.status))}")
         t0 = time.monotonic()
         r = w.query("/* splitpoint: deadline=1s, partial=allow */ SELECT id FROM t WHERE id % 1000 = 0 "
                     "ORDER BY id", timeout=30)
@@ -456,6 +465,10 @@ def blackholed_shard():
     check(r2.error is None and r2.rows == [[str(ROWS)]], "blackhole-pooled-same-conn-s0",
           lambda: f"the connection that got 08006, on s0: {r2.sqlstate} {r2.rows}")
     w2.close()
+    r3 = w3.extended("SELECT count(*) FROM t WHERE id >= $1::bigint", [SPLIT], timeout=30)
+    check(r3.error is None and r3.rows == [[str(ROWS)]], "blackhole-pooled-extended-same-conn-after",
+          lambda: f"the extended connection that got 08006, after the blackhole: {r3.sqlstate} {r3.rows}")
+    w3.close()
 
 
 # ------------------------------------------------------------------ shard restart inside 2PC
