@@ -27,8 +27,8 @@ Cases:
   statement on a new backend connection ends at timeouts.server_connect (08001); a
   single-shard statement on an already pooled connection ends at timeouts.query (5s)
   plus the wait for the cancel (timeouts.server_connect, 1s): 08006 naming the shard
-  (simple and extended protocol), and those clients' connections work again once the
-  blackhole lifts; after the
+  (simple and extended protocol; inside a transaction block the block fails, ROLLBACK
+  ends it), and those clients' connections work again once the blackhole lifts; after the
   blackhole lifts, every statement works again;
 - s1's PostgreSQL (the shared instance PG1: pg.sh pg_restart, it is running again
   after) restarted while its COMMIT PREPARED is held by the relay: the client has its
@@ -378,12 +378,12 @@ def half_open_shard_connections():
 
 @test
 def blackholed_shard():
-    # Warm the pools: four idle pooled connections to s1: one for the first scatter, two
-    # for the single-shard statements after it (simple and extended protocol, which it
-    # keeps stuck), one for two-phase recovery's round every 5 s (it takes one from the
-    # same pool).
+    # Warm the pools: five idle pooled connections to s1: one for the first scatter, three
+    # for the single-shard statements after it (simple and extended protocol, inside a
+    # transaction block: it keeps them stuck), one for two-phase recovery's round every
+    # 5 s (it takes one from the same pool).
     run(SCATTER)
-    warm = [Background(run, f"SELECT pg_sleep(0.5) FROM t WHERE id = {SPLIT + 1}") for _ in range(4)]
+    warm = [Background(run, f"SELECT pg_sleep(0.5) FROM t WHERE id = {SPLIT + 1}") for _ in range(5)]
     assert all(j.join(20) and j.error is None for j in warm), [j.error for j in warm]
     w = wire()
     RELAYS[1].blackhole = True
@@ -402,8 +402,10 @@ def blackholed_shard():
         # A single-shard statement on a pooled connection to s1: timeouts.query (5s) sends a
         # cancel, which the blackhole swallows too; after timeouts.server_connect (1s) the
         # proxy drops that backend and answers 08006.
-        w2, w3 = wire(), wire()
+        w2, w3, w4 = wire(), wire(), wire()
         ext = Background(lambda: w3.extended("SELECT count(*) FROM t WHERE id >= $1::bigint", [SPLIT], timeout=20))
+        assert w4.query("BEGIN").status == "T"
+        block = Background(lambda: w4.query(f"SELECT count(*) FROM t WHERE id >= {SPLIT}", timeout=20))
         t0 = time.monotonic()
         try:
             r2 = w2.query(f"SELECT count(*) FROM t WHERE id >= {SPLIT}", timeout=20)
@@ -423,6 +425,18 @@ def blackholed_shard():
         check(ext_ended and r3 is not None and r3.sqlstate == "08006" and r3.status == "I",
               "blackhole-pooled-single-shard-extended",
               lambda: f"extended: {ext.error or (r3 and (r3.error, r3.status))}")
+        block_ended = block.join(20)
+        r4 = block.result
+        print(f"     the same, in a transaction block: {r4 and r4.sqlstate} status {r4 and r4.status} after "
+              f"{block.seconds or 0:.2f}s", flush=True)
+        check(block_ended and r4 is not None and r4.sqlstate == "08006" and r4.status == "E",
+              "blackhole-pooled-single-shard-block", lambda: f"in a block: {block.error or (r4 and (r4.error, r4.status))}")
+        r4 = w4.query("SELECT 1", timeout=20)
+        check(r4.sqlstate == "25P02" and r4.status == "E", "blackhole-pooled-block-failed",
+              lambda: f"the failed block's next statement: {r4.sqlstate} {r4.status}")
+        r4 = w4.query("ROLLBACK", timeout=20)
+        check(r4.error is None and r4.status == "I", "blackhole-pooled-block-rollback",
+              lambda: f"ROLLBACK of the failed block: {r4.sqlstate} {r4.status}")
         t0 = time.monotonic()
         r = w.query("/* splitpoint: deadline=1s, partial=allow */ SELECT id FROM t WHERE id % 1000 = 0 "
                     "ORDER BY id", timeout=30)
@@ -469,6 +483,10 @@ def blackholed_shard():
     check(r3.error is None and r3.rows == [[str(ROWS)]], "blackhole-pooled-extended-same-conn-after",
           lambda: f"the extended connection that got 08006, after the blackhole: {r3.sqlstate} {r3.rows}")
     w3.close()
+    r4 = w4.query(f"SELECT count(*) FROM t WHERE id >= {SPLIT}", timeout=30)
+    check(r4.error is None and r4.rows == [[str(ROWS)]] and r4.status == "I", "blackhole-pooled-block-same-conn-after",
+          lambda: f"the connection whose block failed, after the blackhole: {r4.sqlstate} {r4.rows}")
+    w4.close()
 
 
 # ------------------------------------------------------------------ shard restart inside 2PC
