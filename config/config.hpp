@@ -114,6 +114,10 @@ struct Timeouts {
   Duration client_idle{0};  // 0 = never
   Duration server_connect{3000};
   Duration shutdown{30000};
+  // Extension (as PgBouncer's query_timeout): a statement on one shard unanswered this
+  // long is cancelled there, and its connection dropped if the cancel does not answer
+  // within server_connect. 0 = off.
+  Duration query{0};
 };
 
 // Online moves (SPEC §9): the catalog's polling and leases, and how long a statement

@@ -1,5 +1,7 @@
 #include "server/backend.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -185,6 +187,26 @@ awaitable<std::optional<ConnectResult>> start_shard_tls(tcp::socket& socket, con
   co_return std::nullopt;
 }
 
+// TCP keepalive on a shard's TCP socket (before any TLS relay: its socketpair end is
+// AF_UNIX): a shard that stops answering without closing (a partition, a frozen host)
+// is found by the kernel instead of holding the connection forever. Probes after 30 s
+// idle, then every 10 s; the third unanswered ends it (60 s after the shard's last
+// word). TCP_USER_TIMEOUT ends it as well when data sent stays unacknowledged for idle
+// + interval x count (60 s). Failures are ignored: the connection works without them.
+// docs/reliability.md.
+constexpr int kKeepaliveIdle = 30, kKeepaliveInterval = 10, kKeepaliveCount = 3;
+constexpr unsigned kUserTimeoutMs = (kKeepaliveIdle + kKeepaliveInterval * kKeepaliveCount) * 1000;
+
+void set_keepalive(tcp::socket& socket) {
+  const int fd = socket.native_handle();
+  const int on = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &kKeepaliveIdle, sizeof kKeepaliveIdle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &kKeepaliveInterval, sizeof kKeepaliveInterval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &kKeepaliveCount, sizeof kKeepaliveCount);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &kUserTimeoutMs, sizeof kUserTimeoutMs);
+}
+
 awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
   auto ex = co_await asio::this_coro::executor;
   tcp::resolver resolver(ex);
@@ -196,6 +218,7 @@ awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
     co_return failure(sqlstate::cannot_connect, "could not connect to shard \"" + t.shard + "\" at " +
                                                     t.host + ":" + std::to_string(t.port) + ": " + cec.message());
   socket.set_option(tcp::no_delay(true));
+  set_keepalive(socket);
   auto protocol = ep.protocol();
   if (t.tls.mode != config::ShardTlsMode::disable) {
     if (auto failed = co_await start_shard_tls(socket, t)) co_return std::move(*failed);

@@ -20,6 +20,8 @@
 //   session_rows.cpp       rows written per partition, from the shards' tags
 //   session_replicas.cpp   which host runs a statement: standbys for reads, the
 //                          primary through a failover (SPEC §10)
+//   session_timeout.cpp    timeouts.query: a statement the current backend leaves
+//                          unanswered is cancelled there, then its connection dropped
 #pragma once
 
 #include <cstdint>
@@ -153,6 +155,25 @@ class Session : public std::enable_shared_from_this<Session> {
   int sync_backend_state(Backend& b, std::string& out, bool join_transaction);
   // The shard takes part in the client's open transaction (BEGIN reached it).
   bool in_transaction_on(std::size_t shard) const { return held_[shard] && held_[shard]->status != 'I'; }
+  // ---- session_timeout.cpp (timeouts.query)
+  // After a flush to the current backend: starts timing what it owes, if not already.
+  void start_query_clock() {
+    if (pump_.clock.since == std::chrono::steady_clock::time_point{} && !fe_.expect.empty() &&
+        runtime_->config.timeouts.query.count() > 0)
+      start_query_timer();
+  }
+  void start_query_timer();
+  void arm_query_timer(std::chrono::steady_clock::time_point at);
+  void on_query_timer();
+  void cancel_timed_out_statement();
+  bool timed_out_statement_cancelled() const {
+    return pump_.clock.cancelled == pump_.clock.since && pump_.clock.since != std::chrono::steady_clock::time_point{};
+  }
+  // PostgreSQL's 57014 after the proxy's cancel, into pump_.replacement with a message
+  // that names the shard and the timeout. False: not a 57014.
+  bool rewrite_timeout_error(std::string_view body);
+  // The backend did not answer the cancel either: the client's statements get 08006.
+  awaitable<void> answer_dropped_statement(std::size_t shard);
   void note_parameter_status(std::string_view body);     // one ParameterStatus body
   void note_parameter_statuses(std::string_view messages);  // whole messages, others skipped
   void apply_session_commands();
@@ -329,6 +350,16 @@ class Session : public std::enable_shared_from_this<Session> {
     // block on every shard it touches (BEGIN after the write), finished at the Sync.
     bool implicit = false;
   };
+  // timeouts.query (session_timeout.cpp): one timer per session, made on first use and
+  // armed only while the current backend owes answers; it fires at most once per
+  // timeout interval however many statements run, and looks at `since` then.
+  struct QueryClock {
+    std::unique_ptr<asio::steady_timer> timer;
+    std::chrono::steady_clock::time_point since{};      // owed answers since; {}: none owed
+    std::chrono::steady_clock::time_point cancelled{};  // the `since` of the statement cancelled
+    bool armed = false;
+    bool dropped = false;  // no answer to the cancel either: the pump ends that backend
+  };
   // The pump: the coroutine that forwards the current backend's answers.
   struct PumpState {
     bool active = false;
@@ -337,6 +368,8 @@ class Session : public std::enable_shared_from_this<Session> {
     bool lost = false;     // the current backend's connection broke
     std::unique_ptr<asio::steady_timer> exit;
     std::string cout;  // bytes for the client when responses are filtered
+    std::string replacement;  // a backend message rewritten for the client (timeouts.query's 57014)
+    QueryClock clock;
   };
   // The routed statement whose Sync is still to come (extended protocol).
   struct PendingSync {

@@ -135,6 +135,9 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     case 'c':
     case 'f':
       if (f.type != 'd') fe_.copy_in = false;
+      // COPY IN: the shard waits for the client, timeouts.query counts from its last data.
+      if (pump_.clock.since != std::chrono::steady_clock::time_point{})
+        pump_.clock.since = std::chrono::steady_clock::now();
       if (cur()) {
         bool open = fe_.sent_after_sync;
         forward_raw(f, 0);
@@ -288,6 +291,7 @@ void Session::forward_raw(const proto::Frame& f, char expect) {
 
 awaitable<void> Session::flush_to_backend() {
   if (!bout_.empty() && cur()) {
+    start_query_clock();  // (before: a write into a full window to a silent shard is waiting too)
     auto [ec, n] = co_await asio::async_write(cur()->socket, asio::buffer(bout_), use_nothrow);
     if (ec) {
       // The pump sees the broken connection too and tells the client.
@@ -509,6 +513,7 @@ bool Session::process_backend_frame(char type, std::string_view body) {
   if (v.client_error) {
     auto fields = proto::ErrorFields::decode(body);
     metrics_.error(fields ? fields->get('C') : std::string_view("XX000"));
+    if (timed_out_statement_cancelled() && rewrite_timeout_error(body)) return false;
   }
   if (v.injected_failed) {
     auto e = proto::ErrorFields::decode(body);
@@ -573,6 +578,11 @@ awaitable<void> Session::pump() {
     std::span<char> space = in.prepare(16384);
     auto [ec, n] = co_await b->socket.async_read_some(asio::buffer(space.data(), space.size()), use_nothrow);
     in.commit(n);
+    if (ec && pump_.clock.dropped) {
+      co_await answer_dropped_statement(shard);  // (still current: the client loop waits)
+      release_shard(shard, false);
+      break;
+    }
     if (ec) {
       lost = !(ec == asio::error::operation_aborted && (pump_.stop || closing_));
       break;
@@ -592,13 +602,16 @@ awaitable<void> Session::pump() {
         plain_end = pos + r.frame.size;
       } else if (keep) {
         pump_.cout.append(in, pos, r.frame.size);
-      } else if (!filtered) {
+      } else {
+        if (!filtered) pump_.cout.assign(in, 0, plain_end);
         filtered = true;
-        pump_.cout.assign(in, 0, plain_end);
+        pump_.cout += pump_.replacement;  // (usually empty)
+        pump_.replacement.clear();
       }
       pos += r.frame.size;
     }
     if (lost) break;
+    if (fe_.expect.empty()) pump_.clock.since = {};  // timeouts.query: nothing owed (before the client hears it)
     std::string_view data = filtered ? std::string_view(pump_.cout) : std::string_view(in).substr(0, plain_end);
     if (!data.empty() && co_await stream_.write(data)) {
       closing_ = true;  // client gone; the client loop sees it on its next read
@@ -616,6 +629,8 @@ awaitable<void> Session::pump() {
     if (server_.shutting_down() && owes_nothing && fe_.client_txn == 'I') on_shutdown();
   }
   cur_ = kNoShard;
+  pump_.clock.since = {};
+  pump_.clock.dropped = false;
   pump_.active = false;
   active_.store(false, std::memory_order_relaxed);
   metrics_.clients_active.add(-1);

@@ -2,6 +2,7 @@
 // multi-shard writes and the proxy's own commands (SET/SHOW splitpoint.*).
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <charconv>
 
 #include "protocol/buffer.hpp"
@@ -23,6 +24,29 @@ using routing::TxnCommand;
 namespace {
 
 constexpr const char* kInFailedTransaction = "25P02";
+
+// A shard's answers to a client's write on several shards (run_on), read as
+// read_until_ready but bounded by timeouts.query as a single-shard statement's are
+// (session_timeout.cpp): past it the statement is cancelled there (its 57014 is the
+// shard's error), and the connection given up (false, as lost) if the cancel is not
+// answered within timeouts.server_connect. `readies`: the caller's count of
+// ReadyForQuery still owed, which `on_frame` keeps.
+awaitable<bool> read_bounded(Backend& b, const int& readies, const proto::FrameLimits& limits,
+                             const FrameHandler& on_frame, const config::Timeouts& t,
+                             std::pair<std::string, std::uint16_t> at, const std::string& shard) {
+  using namespace asio::experimental::awaitable_operators;
+  asio::steady_timer timer(co_await asio::this_coro::executor, t.query);
+  auto first = co_await (read_until_ready(b, readies, limits, on_frame) || timer.async_wait(use_nothrow));
+  if (first.index() == 0) co_return std::get<0>(first);
+  spdlog::warn("write on shard {} unanswered after timeouts.query: cancelling it", shard);
+  b.cancel_sent = true;  // never pooled again: the cancel could land on a later statement
+  co_await send_cancel(at.first, at.second, b.process_id, b.secret_key, t.server_connect);
+  timer.expires_after(t.server_connect);
+  auto second = co_await (read_until_ready(b, readies, limits, on_frame) || timer.async_wait(use_nothrow));
+  if (second.index() == 0) co_return std::get<0>(second);
+  spdlog::warn("shard {} did not answer the cancel within timeouts.server_connect: closing its connection", shard);
+  co_return false;
+}
 
 }  // namespace
 
@@ -971,18 +995,24 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
   auto [wec, n] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow);
   reply.lost = static_cast<bool>(wec);
   // Only the last Query's answer is the statement's (the first may replay session state).
-  if (!reply.lost)
-    reply.lost = !co_await read_until_ready(*b, queries, limits_, [&](char type, std::string_view message,
-                                                                      std::string_view body) {
-      if (type == 'Z') {
-        --queries;
-        return;
-      }
-      if (queries != 1) return;
-      if (type == 'E') reply.error.assign(body);
-      if (type == 'C') reply.tag.assign(body.substr(0, body.find('\0')));
-      if (type != 'A' && type != '1' && type != '2') reply.messages.append(message);
-    });
+  const FrameHandler on_frame = [&](char type, std::string_view message, std::string_view body) {
+    if (type == 'Z') {
+      --queries;
+      return;
+    }
+    if (queries != 1) return;
+    if (type == 'E') reply.error.assign(body);
+    if (type == 'C') reply.tag.assign(body.substr(0, body.find('\0')));
+    if (type != 'A' && type != '1' && type != '2') reply.messages.append(message);
+  };
+  const auto& timeouts = runtime_->config.timeouts;
+  if (!reply.lost && metered && timeouts.query.count() > 0) {
+    const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);
+    reply.lost = !co_await read_bounded(*b, queries, limits_, on_frame, timeouts, {e.host, e.port},
+                                        pools_[shard]->target().shard);
+  } else if (!reply.lost) {
+    reply.lost = !co_await read_until_ready(*b, queries, limits_, on_frame);
+  }
   if (borrowed) give_back(shard, std::move(borrowed), !reply.lost);
   if (reply.lost && held_[shard]) {
     error_code ignored;

@@ -25,9 +25,11 @@ Cases:
 - a blackholed shard (nothing forwarded, no FIN, no RST): a scatter ends at its
   deadline (SPS01; with partial=allow the other shard's rows and 01SP1), a single-shard
   statement on a new backend connection ends at timeouts.server_connect (08001); a
-  single-shard statement on an already pooled connection has no timeout at all (the
-  proxy has no statement timeout and no TCP keepalive to shards): a KNOWN FAILURE here;
-  after the blackhole lifts, every statement works again;
+  single-shard statement on an already pooled connection ends at timeouts.query (5s)
+  plus the wait for the cancel (timeouts.server_connect, 1s): 08006 naming the shard
+  (simple and extended protocol; inside a transaction block the block fails, ROLLBACK
+  ends it), and those clients' connections work again once the blackhole lifts; after the
+  blackhole lifts, every statement works again;
 - s1's PostgreSQL (the shared instance PG1: pg.sh pg_restart, it is running again
   after) restarted while its COMMIT PREPARED is held by the relay: the client has its
   COMMIT, recovery commits the prepared transaction, no prepared transaction is left and
@@ -70,13 +72,7 @@ SPLIT = 1_000_000
 CLIENTS = int(os.environ.get("FAULTS_CLIENTS", "100"))
 ROUNDS = int(os.environ.get("FAULTS_ROUNDS", "10"))
 
-KNOWN = {
-    "blackhole-pooled-single-shard":
-        "a single-shard statement on a pooled backend connection to a shard that stopped "
-        "answering (no FIN, no RST) never ends: the proxy has no statement/query timeout and "
-        "no TCP keepalive or TCP_USER_TIMEOUT on shard sockets (server/backend.cpp); only the "
-        "client's own timeout or a CancelRequest ends it",
-}
+KNOWN = {}
 CHECKS = sptest.Checks(KNOWN)
 check = CHECKS.check
 
@@ -101,7 +97,7 @@ def test(fn):
 
 # ------------------------------------------------------------------ fixtures
 
-def config(ports, deadline="10s", pool_size=10, client_login="5s", partial="deny"):
+def config(ports, deadline="10s", pool_size=10, client_login="5s", partial="deny", query="5s"):
     return f"""
     auth: scram-sha-256
     users:
@@ -123,6 +119,7 @@ def config(ports, deadline="10s", pool_size=10, client_login="5s", partial="deny
     timeouts:
       server_connect: 1s
       client_login: {client_login}
+      query: {query}
     """
 
 
@@ -381,11 +378,12 @@ def half_open_shard_connections():
 
 @test
 def blackholed_shard():
-    # Warm the pools: three idle pooled connections to s1: one for the first scatter, one
-    # for the single-shard statement after it (which it keeps stuck), one for two-phase
-    # recovery's round every 5 s (it takes one from the same pool).
+    # Warm the pools: five idle pooled connections to s1: one for the first scatter, three
+    # for the single-shard statements after it (simple and extended protocol, inside a
+    # transaction block: it keeps them stuck), one for two-phase recovery's round every
+    # 5 s (it takes one from the same pool).
     run(SCATTER)
-    warm = [Background(run, f"SELECT pg_sleep(0.5) FROM t WHERE id = {SPLIT + 1}") for _ in range(3)]
+    warm = [Background(run, f"SELECT pg_sleep(0.5) FROM t WHERE id = {SPLIT + 1}") for _ in range(5)]
     assert all(j.join(20) and j.error is None for j in warm), [j.error for j in warm]
     w = wire()
     RELAYS[1].blackhole = True
@@ -401,19 +399,44 @@ def blackholed_shard():
               lambda: f"expected SPS01 naming s1, got {r.sqlstate}: {r.error}")
         check(1.9 <= el < 15 and "deadline" in r.error.get("M", ""), "blackhole-scatter-deadline",
               lambda: f"answered after {el:.2f}s ({r.error}), expected the 2s deadline")
-        # A single-shard statement on a pooled connection to s1: nothing bounds the wait.
-        w2 = wire()
+        # A single-shard statement on a pooled connection to s1: timeouts.query (5s) sends a
+        # cancel, which the blackhole swallows too; after timeouts.server_connect (1s) the
+        # proxy drops that backend and answers 08006.
+        w2, w3, w4 = wire(), wire(), wire()
+        ext = Background(lambda: w3.extended("SELECT count(*) FROM t WHERE id >= $1::bigint", [SPLIT], timeout=20))
+        assert w4.query("BEGIN").status == "T"
+        block = Background(lambda: w4.query(f"SELECT count(*) FROM t WHERE id >= {SPLIT}", timeout=20))
         t0 = time.monotonic()
         try:
-            code, rows, closed, el = wire_outcome(w2, f"SELECT count(*) FROM t WHERE id >= {SPLIT}", timeout=6)
-            outcome = f"{code or f'{rows} rows'} after {el:.2f}s"
-            ended = True
+            r2 = w2.query(f"SELECT count(*) FROM t WHERE id >= {SPLIT}", timeout=20)
+            el = time.monotonic() - t0
+            outcome = f"{r2.sqlstate or f'{len(r2.rows)} rows'} after {el:.2f}s: {r2.error and r2.error.get('M')}"
         except (TimeoutError, socket.timeout):
-            outcome = "no answer within 6s"
-            ended = False
+            r2, el, outcome = None, None, "no answer within 20s"
         print(f"     single shard, pooled backend connection: {outcome}", flush=True)
-        check(ended, "blackhole-pooled-single-shard", lambda: f"single-shard statement: {outcome}")
-        w2.sock.close()
+        check(r2 is not None and r2.sqlstate == "08006" and 's1' in r2.error.get("M", "")
+              and "timeouts.query" in r2.error.get("M", ""), "blackhole-pooled-single-shard",
+              lambda: f"single-shard statement: {outcome}")
+        check(el is not None and 1.9 <= el < 15, "blackhole-pooled-single-shard-time",
+              lambda: f"single-shard statement: {outcome}, expected timeouts.query (5s) + the cancel's 1s")
+        ext_ended = ext.join(20)
+        r3 = ext.result
+        print(f"     the same, extended protocol: {r3 and r3.sqlstate} after {ext.seconds or 0:.2f}s", flush=True)
+        check(ext_ended and r3 is not None and r3.sqlstate == "08006" and r3.status == "I",
+              "blackhole-pooled-single-shard-extended",
+              lambda: f"extended: {ext.error or (r3 and (r3.error, r3.status))}")
+        block_ended = block.join(20)
+        r4 = block.result
+        print(f"     the same, in a transaction block: {r4 and r4.sqlstate} status {r4 and r4.status} after "
+              f"{block.seconds or 0:.2f}s", flush=True)
+        check(block_ended and r4 is not None and r4.sqlstate == "08006" and r4.status == "E",
+              "blackhole-pooled-single-shard-block", lambda: f"in a block: {block.error or (r4 and (r4.error, r4.status))}")
+        r4 = w4.query("SELECT 1", timeout=20)
+        check(r4.sqlstate == "25P02" and r4.status == "E", "blackhole-pooled-block-failed",
+              lambda: f"the failed block's next statement: {r4.sqlstate} {r4.status}")
+        r4 = w4.query("ROLLBACK", timeout=20)
+        check(r4.error is None and r4.status == "I", "blackhole-pooled-block-rollback",
+              lambda: f"ROLLBACK of the failed block: {r4.sqlstate} {r4.status}")
         t0 = time.monotonic()
         r = w.query("/* splitpoint: deadline=1s, partial=allow */ SELECT id FROM t WHERE id % 1000 = 0 "
                     "ORDER BY id", timeout=30)
@@ -448,6 +471,22 @@ def blackholed_shard():
     check(r.error is None and r.rows == [[str(2 * ROWS)]], "blackhole-same-conn-after",
           lambda: f"the first connection after the blackhole: {r.sqlstate} {r.rows}")
     w.close()
+    # The connection that got 08006: the same client goes on, on s1 and on s0.
+    r2 = w2.query(f"SELECT count(*) FROM t WHERE id >= {SPLIT}", timeout=30)
+    check(r2.error is None and r2.rows == [[str(ROWS)]], "blackhole-pooled-same-conn-after",
+          lambda: f"the connection that got 08006, after the blackhole: {r2.sqlstate} {r2.error} {r2.rows}")
+    r2 = w2.query(f"SELECT count(*) FROM t WHERE id < {SPLIT}", timeout=30)
+    check(r2.error is None and r2.rows == [[str(ROWS)]], "blackhole-pooled-same-conn-s0",
+          lambda: f"the connection that got 08006, on s0: {r2.sqlstate} {r2.rows}")
+    w2.close()
+    r3 = w3.extended("SELECT count(*) FROM t WHERE id >= $1::bigint", [SPLIT], timeout=30)
+    check(r3.error is None and r3.rows == [[str(ROWS)]], "blackhole-pooled-extended-same-conn-after",
+          lambda: f"the extended connection that got 08006, after the blackhole: {r3.sqlstate} {r3.rows}")
+    w3.close()
+    r4 = w4.query(f"SELECT count(*) FROM t WHERE id >= {SPLIT}", timeout=30)
+    check(r4.error is None and r4.rows == [[str(ROWS)]] and r4.status == "I", "blackhole-pooled-block-same-conn-after",
+          lambda: f"the connection whose block failed, after the blackhole: {r4.sqlstate} {r4.rows}")
+    w4.close()
 
 
 # ------------------------------------------------------------------ shard restart inside 2PC
@@ -580,6 +619,9 @@ def proxy_sigkill_during_two_phase_commits():
 def pool_exhaustion_waiters_get_53300_nobody_starves():
     pp = sptest.Proxy("pool", config(sptest.PG_PORTS, pool_size=2, client_login="1s"), WORK).start()
     slow = f"SELECT pg_sleep(2.5), count(*) FROM t WHERE id < {SPLIT}"
+    # The new proxy reads t's definition first (a connection of the pool's for that too):
+    # done before the pool is full, so that the waiters' errors are the pool's 53300.
+    run(f"SELECT count(*) FROM t WHERE id < {SPLIT}", proxy=pp)
     conns = [pp.connect(DBS.name) for _ in range(6)]
     jobs = [Background(run, slow, c) for c in conns]
     for j in jobs:

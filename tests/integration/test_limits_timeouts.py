@@ -6,12 +6,19 @@ that stall during authentication or trickle their startup packet), timeouts.clie
 1s (idle sessions get FATAL 57P05; busy ones are not touched), max_client_connections
 3 (the 4th login gets 53300, a slot frees when a client leaves), and
 timeouts.server_connect 1s against a shard that accepts TCP connections and never
-speaks (the client gets an error instead of a hang).
-Run by tests/run (env: PG0_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
+speaks (the client gets an error instead of a hang), and timeouts.query 1s (statements
+shorter than it run, back to back too; a longer one gets 57014 from the cancel, in a
+transaction block too, and the connection goes on; a write on both shards (s1 on the
+second instance) too; the blackholed shard's case, where
+the cancel gets no answer either, is tests/integration/test_faults.py's), and TCP
+keepalive on the proxy's shard connections (ss shows the kernel's keepalive timer).
+Run by tests/run (env: PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
 
 import os
+import re
 import socket
+import subprocess
 import sys
 import textwrap
 import threading
@@ -130,14 +137,17 @@ def wait_closed(c, within):
 
 # ------------------------------------------------------------------ client_login
 
-LOGIN = None
+SHARED = {}  # name -> a proxy the scenarios of one setting share
+
+
+def shared_proxy(name, extra, shard=SHARD):
+    if name not in SHARED:
+        SHARED[name] = proxy(name, extra, shard)
+    return SHARED[name]
 
 
 def login_proxy():
-    global LOGIN
-    if LOGIN is None:
-        LOGIN = proxy("login", "timeouts:\n  client_login: 1s")
-    return LOGIN
+    return shared_proxy("login", "timeouts:\n  client_login: 1s")
 
 
 @test
@@ -231,14 +241,8 @@ def proxy_usable_after_login_timeouts():
 
 # ------------------------------------------------------------------ client_idle
 
-IDLE = None
-
-
 def idle_proxy():
-    global IDLE
-    if IDLE is None:
-        IDLE = proxy("idle", "timeouts:\n  client_idle: 1s")
-    return IDLE
+    return shared_proxy("idle", "timeouts:\n  client_idle: 1s")
 
 
 def expect_idle_kill(c, within=10):
@@ -382,6 +386,105 @@ def shard_that_never_speaks_gives_an_error_not_a_hang():
         assert c.scalar("SELECT 'good shard'") == "good shard"
         r = c.extended("SELECT $1::text", ["extended too"])
         assert r.rows == [["extended too"]], r.rows
+
+
+# ------------------------------------------------------------------ query
+
+def query_proxy():
+    # server_connect (the wait for the cancel's answer) longer than the bound on the
+    # cancelled statements: a statement right after a cancel is timed from its own start.
+    return shared_proxy("query", "timeouts:\n  query: 1s\n  server_connect: 5s")
+
+
+@test
+def statements_shorter_than_query_timeout_run():
+    with login(query_proxy()) as c:
+        r = c.query("SELECT pg_sleep(0.5), 'ran'", timeout=20)
+        assert r.error is None and r.rows[0][1] == "ran", r.error
+        r = c.extended("SELECT pg_sleep($1::float8), 'extended'", ["0.5"], timeout=20)
+        assert r.error is None and r.rows[0][1] == "extended", r.error
+        # Back to back for longer than the timeout: each statement is timed on its own.
+        t0 = time.monotonic()
+        n = 0
+        while time.monotonic() - t0 < 2.5:
+            r = c.query(f"SELECT pg_sleep(0.1), {n}", timeout=20)
+            assert r.error is None and r.rows[0][1] == str(n), (n, r.error)
+            n += 1
+        # In a transaction block, between statements (idle in transaction): not timed.
+        assert c.query("BEGIN").error is None
+        assert c.query("SELECT pg_sleep(0.6)").error is None
+        time.sleep(1.5)
+        r = c.query("SELECT pg_sleep(0.6), 'in block'", timeout=20)
+        assert r.error is None and r.rows[0][1] == "in block" and r.status == "T", (r.error, r.status)
+        assert c.query("COMMIT").status == "I"
+
+
+@test
+def statement_longer_than_query_timeout_gets_57014_from_the_cancel():
+    with login(query_proxy()) as c:
+        for sql in ("SELECT pg_sleep(3)", "SELECT 1 FROM pg_sleep(3)"):
+            t0 = time.monotonic()
+            r = c.query(sql, timeout=20)
+            took = time.monotonic() - t0
+            print(f"     {sql}: {r.sqlstate} {r.error and r.error.get('M')!r} after {took:.2f}s")
+            assert r.sqlstate == "57014", r.error
+            assert "timeouts.query (1s)" in r.error["M"] and '"s0"' in r.error["M"], r.error
+            assert 0.9 <= took < 2.9, f"cancelled after {took:.2f}s (timeouts.query 1s, the statement 3s)"
+            assert r.status == "I", r.status
+            assert c.scalar("SELECT 'usable'") == "usable"
+        r = c.extended("SELECT pg_sleep($1::float8)", ["3"], timeout=20)
+        assert r.sqlstate == "57014", r.error
+        assert c.scalar("SELECT 'usable after extended'") == "usable after extended"
+        # In a transaction block: the block fails, as with PostgreSQL's statement_timeout.
+        assert c.query("BEGIN").error is None
+        r = c.query("SELECT pg_sleep(3)", timeout=20)
+        assert r.sqlstate == "57014" and r.status == "E", (r.error, r.status)
+        assert c.query("SELECT 1").sqlstate == "25P02"
+        assert c.query("ROLLBACK").status == "I"
+        assert c.scalar("SELECT 'usable after the block'") == "usable after the block"
+
+
+@test
+def write_on_every_shard_longer_than_query_timeout_gets_57014():
+    # A write to an unlisted (reference) table runs on both shards in turn (MultiShardWrite):
+    # each shard's part is bounded by timeouts.query too.
+    s1 = f"{{ name: s1, host: {HOST}, port: {sptest.PG_PORTS[1]}, database: app, user: app, password: secret }}"
+    p = shared_proxy("query2", "timeouts:\n  query: 1s\n  server_connect: 5s", shard=f"{SHARD}\n  - {s1}")
+    with login(p) as c:
+        c.query("DROP TABLE IF EXISTS lt_query_ref").raise_error()
+        c.query("CREATE TABLE lt_query_ref (id int)").raise_error()
+        try:
+            t0 = time.monotonic()
+            r = c.query("INSERT INTO lt_query_ref SELECT 1 FROM pg_sleep(0.3)", timeout=20)
+            assert r.error is None and r.tag == "INSERT 0 1", (r.error, r.tag)
+            r = c.query("INSERT INTO lt_query_ref SELECT 2 FROM pg_sleep(3)", timeout=20)
+            took = time.monotonic() - t0
+            print(f"     write on both shards: {r.sqlstate} {r.error and r.error.get('M')!r} after {took:.2f}s")
+            assert r.sqlstate == "57014" and "applied on no shard" in r.error["M"], r.error
+            assert took < 5.9, f"answered after {took:.2f}s (timeouts.query 1s per shard, 2 shards)"
+            assert c.scalar("SELECT count(*) FROM lt_query_ref") == "1"
+        finally:
+            c.query("DROP TABLE IF EXISTS lt_query_ref")
+
+
+@test
+def shard_connections_have_tcp_keepalive():
+    # A pooled (idle) connection to the shard shows the kernel's keepalive timer, within
+    # the 30 s idle time the proxy sets (the kernel's default is 2 h); the user timeout
+    # shows in ss's extended socket information only on some kernels, so it is not
+    # checked here.
+    p = query_proxy()
+    with login(p) as c:
+        assert c.scalar("SELECT 'pooled'") == "pooled"
+        out = subprocess.run(["ss", "-tnop", "state", "established", f"( dport = :{PG0} )"],
+                             capture_output=True, text=True, check=True).stdout
+    mine = [line for line in out.splitlines() if f"pid={p.proc.pid}," in line]
+    assert mine, f"no connection of the proxy (pid {p.proc.pid}) to the shard:\n{out}"
+    timers = [re.search(r"timer:\(keepalive,([0-9.]+)(ms|sec|min)", line) for line in mine]
+    assert all(timers), f"a shard connection without keepalive:\n{out}"
+    seconds = [float(t.group(1)) * {"ms": 0.001, "sec": 1, "min": 60}[t.group(2)] for t in timers]
+    print(f"     {len(mine)} shard connection(s), keepalive timers {seconds} s")
+    assert all(s <= 30 for s in seconds), f"keepalive timers {seconds}, expected at most 30 s"
 
 
 if __name__ == "__main__":

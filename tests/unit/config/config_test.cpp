@@ -338,6 +338,19 @@ timeouts: { client_login: 1500, client_idle: 1h, server_connect: 1s, shutdown: 0
   CHECK(c.timeouts.shutdown == 0ms);
 }
 
+TEST_CASE("timeouts.query: a duration, 0 (the default) is off", "[config]") {
+  CHECK(load_ok(kTwoShards).timeouts.query == 0ms);
+  CHECK(load_ok(std::string(kTwoShards) + "timeouts: { query: 2s }\n").timeouts.query == 2s);
+  CHECK(load_ok(std::string(kTwoShards) + "timeouts: { query: 1500 }\n").timeouts.query == 1500ms);
+  CHECK(load_ok(std::string(kTwoShards) + "timeouts:\n  query: 0\n  server_connect: 1s\n").timeouts.query == 0ms);
+  expect_one_error(std::string(kTwoShards) + "timeouts:\n  query: -1s\n", 5,
+                   "timeouts.query: expected a duration");
+  expect_one_error(std::string(kTwoShards) + "timeouts:\n  query: forever\n", 5,
+                   "timeouts.query: expected a duration");
+  expect_one_error(std::string(kTwoShards) + "timeouts: { query_timeout: 1s }\n", 4,
+                   "timeouts.query_timeout: unknown key");
+}
+
 TEST_CASE("unlisted_tables: reject", "[config]") {
   CHECK(load_ok(std::string(kTwoShards) + "unlisted_tables: reject\n").unlisted_tables ==
         UnlistedPolicy::reject);
