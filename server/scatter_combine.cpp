@@ -259,11 +259,12 @@ awaitable<void> ScatterRead::run_combine_query() {
       failure_.body = frame_body_;
       fail("", error_text(frame_body_));
       out_.clear();  // PostgreSQL's error replaces what was not sent yet
-    } else if (type == 'T' && req_.describe) {
-      proto::Writer(out_, 'T').bytes(frame_body_).finish();
-    } else if (type == 'D' && req_.emit_rows) {
-      ++combining_.sh.rows;
-      proto::Writer(out_, 'D').bytes(frame_body_).finish();
+    } else if ((type == 'T' || type == 'n') && req_.describe) {
+      proto::Writer(out_, type).bytes(frame_body_).finish();
+    } else if ((type == 'D' || type == 'H' || type == 'd' || type == 'c') && req_.emit_rows) {
+      // (Rows, or a COPY's CopyOutResponse, CopyData and CopyDone.)
+      if (type == 'D' || type == 'd') ++combining_.sh.rows;
+      proto::Writer(out_, type).bytes(frame_body_).finish();
       if (out_.size() >= kCopyFlushBytes) {
         if (co_await s_.stream_.write(out_)) s_.closing_ = true;
         out_.clear();

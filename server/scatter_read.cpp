@@ -118,9 +118,11 @@ awaitable<bool> ScatterRead::plan() {
     co_return false;
   }
   copy_out_ = splan_->copy_out ? &*splan_->copy_out : nullptr;
-  copy_binary_ = copy_out_ && copy_out_->format == routing::CopyStatement::Format::binary;
   plan_ = splan_->merge ? &*splan_->merge : nullptr;
   combine_ = splan_->combine ? &*splan_->combine : nullptr;
+  // (Through the combine step the combine database writes the COPY; the shards' rows
+  // reach it as text.)
+  copy_binary_ = copy_out_ && !combine_ && copy_out_->format == routing::CopyStatement::Format::binary;
   co_return true;
 }
 
@@ -351,6 +353,8 @@ awaitable<bool> ScatterRead::next_message(Shard& sh, char& type) {
     }
     if (sh.skip_ready > 0) continue;  // output of injected statements
     if (type == 'T' || type == 'D' || type == 'C' || type == 'E' || type == 'I' || type == 'n') co_return true;
+    // The combine database's COPY TO STDOUT: CopyOutResponse, CopyData, CopyDone.
+    if (type == 'H' || type == 'd' || type == 'c') co_return true;
     // ParseComplete, BindComplete, notices, ParameterStatus: nothing for the merge.
   }
 }

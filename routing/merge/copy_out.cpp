@@ -49,6 +49,26 @@ std::optional<std::string> copy_source_query(std::string_view copy_sql, std::str
   return sql;
 }
 
+std::optional<std::string> copy_with_query(std::string_view copy_sql, std::string_view query) {
+  ParseTree copy = ParseTree::parse(copy_sql), select = ParseTree::parse(query);
+  if (!copy.ok() || !select.ok() || copy.tree()->n_stmts != 1 || select.tree()->n_stmts != 1 ||
+      !is(copy.tree()->stmts[0]->stmt, PG_QUERY__NODE__NODE_COPY_STMT))
+    return std::nullopt;
+  // The select's node and the table's fields lent to the COPY while it is printed.
+  PgQuery__CopyStmt* c = copy.tree()->stmts[0]->stmt->copy_stmt;
+  PgQuery__Node* saved_query = c->query;
+  PgQuery__RangeVar* saved_relation = c->relation;
+  const std::size_t saved_n = c->n_attlist;
+  c->query = select.tree()->stmts[0]->stmt;
+  c->relation = nullptr;
+  c->n_attlist = 0;
+  std::optional<std::string> out = deparse(copy.tree());
+  c->query = saved_query;
+  c->relation = saved_relation;
+  c->n_attlist = saved_n;
+  return out;
+}
+
 CopyOutFormatter::CopyOutFormatter(const CopyStatement& statement, const std::vector<std::string>& columns)
     : stmt_(statement), force_quote_(columns.size(), statement.force_quote_all), ncols_(columns.size()), names_(columns) {
   for (const auto& name : stmt_.force_quote) {

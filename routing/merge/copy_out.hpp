@@ -17,6 +17,10 @@ namespace splitpoint::routing {
 // the query as written, or `SELECT columns FROM ONLY table` (COPY of a table copies no
 // inheritance children).
 std::optional<std::string> copy_source_query(std::string_view copy_sql, std::string* error = nullptr);
+// The COPY ... TO statement `copy_sql` with `query` in place of its query or table, its
+// options kept: COPY (query) TO STDOUT WITH (...) — the combine step's COPY. nullopt if
+// either does not parse.
+std::optional<std::string> copy_with_query(std::string_view copy_sql, std::string_view query);
 
 class CopyOutFormatter {
  public:

@@ -57,6 +57,7 @@ bool sharded_only_in_sub_selects(PgQuery__ParseResult* tree, const CombineOption
 
 ScatterPlan plan_scatter(std::string_view sql, const ScatterOptions& options, bool standard_strings) {
   ScatterPlan plan;
+  const std::string_view statement = sql;
   std::string copy_source;
   if (first_keyword(sql) == "copy") {
     auto source = copy_query(sql, plan);
@@ -81,9 +82,9 @@ ScatterPlan plan_scatter(std::string_view sql, const ScatterOptions& options, bo
     }
     plan.error = std::move(std::get<MergeError>(merged));
   }
-  // What the merger refuses, PostgreSQL combines (not yet for COPY: its rows would
-  // need the COPY's own output).
-  if (!options.allow_combine || plan.copy_out || (plan.error->sqlstate != "SPC01" && plan.error->sqlstate != "0A000"))
+  // What the merger refuses, PostgreSQL combines (a COPY's rows in the COPY's own
+  // format: the combine database runs the COPY of the combine query).
+  if (!options.allow_combine || (plan.error->sqlstate != "SPC01" && plan.error->sqlstate != "0A000"))
     return plan;
   auto combine_tree = unpack_tree(parsed.packed());
   CombineOptions combine = options.combine;
@@ -95,6 +96,11 @@ ScatterPlan plan_scatter(std::string_view sql, const ScatterOptions& options, bo
   };
   auto combined = plan_combine(combine_tree.get(), combine);
   if (auto* c = std::get_if<CombinePlan>(&combined)) {
+    if (plan.copy_out) {
+      auto copy = copy_with_query(statement, c->combine_sql);
+      if (!copy) return plan;
+      c->combine_sql = std::move(*copy);
+    }
     plan.combine = std::move(*c);
     plan.error.reset();
     plan.missing_shapes = std::move(missing);

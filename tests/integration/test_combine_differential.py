@@ -1625,6 +1625,31 @@ def ddl_changes_the_combined_answer():
 
 
 @test
+def copy_to_stdout_through_the_combine_step():
+    """COPY (query) TO STDOUT whose query only the combine step answers: the combine
+    database writes the COPY, so text, csv with HEADER and binary are PostgreSQL's bytes."""
+    import io
+    queries = ["SELECT customer_id, count(DISTINCT status) FROM orders GROUP BY 1 ORDER BY 1",
+               "SELECT status, string_agg(order_id::text, ',' ORDER BY order_id) FROM orders "
+               "WHERE order_id % 7 = 0 GROUP BY 1 ORDER BY 1",
+               "SELECT order_id, rank() OVER (ORDER BY order_id) FROM orders WHERE order_id % 50 = 0 ORDER BY 1"]
+    for n, q in enumerate(queries):
+        for opts in ("", " WITH (FORMAT csv, HEADER)", " WITH (FORMAT binary)"):
+            sql = f"COPY ({q}) TO STDOUT{opts}"
+            out = []
+            for t in (PLAIN_T, PROXY_T):
+                buf = io.BytesIO()
+                try:
+                    t.psy.cursor().copy_expert(sql, buf)
+                    out.append(buf.getvalue())
+                except Exception as e:  # noqa: BLE001
+                    out.append(f"{type(e).__name__}: {e}")
+                    t.psy.rollback()
+            check(out[0] == out[1] and isinstance(out[0], bytes), f"copy{n}{opts.split()[-1] if opts else ''}", "simple",
+                  lambda: f"{sql}: plain {short(out[0])} proxy {short(out[1])}")
+
+
+@test
 @needs_proxy
 def no_temporary_tables_left():
     """After every statement above, the combine databases hold no temporary table of the
