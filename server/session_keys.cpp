@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "protocol/messages.hpp"
+#include "protocol/sqlstate.hpp"
 #include "routing/insert_split.hpp"
 #include "routing/text_scan.hpp"
 #include "server/server.hpp"
@@ -149,6 +150,9 @@ awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, std::
     if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, again);
     if (server_.moves_active() && !co_await wait_for_moves(route, false, again)) co_return !closing_;
     if (route.kind == RouteKind::error) co_return co_await reject(route.sqlstate, route.message, false);
+    // One shard, inside a block: the transaction's write rule, as for any write to one shard.
+    if (auto target = single_target(route); target && !check_write(route, *target, error))
+      co_return co_await reject(sqlstate::cross_shard_write, std::move(error), false);
     co_return co_await run_on_shards(route, *keyed);
   }
   // The client's parameters, then the keys (text).
@@ -165,6 +169,8 @@ awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, std::
   if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, again);
   if (server_.moves_active() && !co_await wait_for_moves(route, true, again)) co_return !closing_;
   if (route.kind == RouteKind::error) co_return co_await reject(route.sqlstate, route.message, true);
+  if (auto target = single_target(route); target && !check_write(route, *target, error))
+    co_return co_await reject(sqlstate::cross_shard_write, std::move(error), true);
   co_return co_await bind_scatter(route, b, std::move(*keyed), all_types);
 }
 

@@ -11,8 +11,9 @@ combine shard's is drawn from):
 - simple protocol (psycopg2): single-row and 30-row INSERTs with RETURNING, DEFAULT in
   the key's place (alone and beside an explicit key), identity ALWAYS (OVERRIDING SYSTEM
   VALUE added by the proxy), identity BY DEFAULT, a uuid default; inside a transaction
-  (visible before COMMIT, gone after ROLLBACK); a column without a default: SPR01 saying
-  so;
+  (visible before COMMIT, gone after ROLLBACK); under cross_shard_writes: refuse, a
+  generated key on a second shard of a block is SPT01; a column without a default:
+  SPR01 saying so;
 - extended protocol: psycopg 3 server-side prepared statements and executemany, asyncpg
   (binary parameters) fetchval and executemany;
 - two proxies inserting at once: every key unique, every row stored once;
@@ -190,6 +191,27 @@ def in_transaction():
     c.close()
 
 
+def refuse_mode_one_write_shard():
+    """With cross_shard_writes: refuse, a block writes to one shard: a generated key that
+    lands on another is SPT01, as an explicit one would be."""
+    body = config(DBS.name, EXTRA.name).rstrip() + "\n    transactions: { cross_shard_writes: refuse }\n"
+    with sptest.Proxy("genkeys-refuse", body, WORK) as p:
+        c = proxy_conn(p)
+        c.autocommit = False
+        cur = c.cursor()
+        code = None
+        for n in range(40):
+            try:
+                cur.execute("INSERT INTO orders (customer, amount) VALUES ('refuse', %s) RETURNING id", (n,))
+            except psycopg2.Error as e:
+                code = e.pgcode
+                break
+        c.rollback()
+        c.close()
+    assert code == "SPT01", f"40 generated keys in one block under refuse: {code}"
+    assert not any(r[2] == "refuse" for r in all_rows("orders", "id, customer")), "a refused block left rows"
+
+
 def extended_protocol():
     url = f"host=127.0.0.1 port={PROXY.port} dbname={DBS.name} user=app password=secret"
     with psycopg.connect(url, autocommit=True, prepare_threshold=0) as c3:
@@ -260,7 +282,7 @@ def rows_once_on_their_shard():
             assert owner_of(table, key) == (db, port), f"{table} key {key} stored on s{shard}, routed elsewhere"
 
 
-TESTS = [simple_protocol, in_transaction, extended_protocol, two_proxies, rows_once_on_their_shard]
+TESTS = [simple_protocol, in_transaction, refuse_mode_one_write_shard, extended_protocol, two_proxies, rows_once_on_their_shard]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS + [sptest.clean_shutdown], setup, teardown))
