@@ -9,6 +9,7 @@
 // the same), routed again by them, and run by the multi-shard write executor, which
 // returns RETURNING rows and the command tag as PostgreSQL does.
 #include <algorithm>
+#include <functional>
 
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
@@ -144,33 +145,31 @@ awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, std::
   std::vector<std::shared_ptr<const routing::TableShape>> keep;
   auto lookup = shape_lookup(keep);
   auto& router = *runtime_->router;
-  if (!extended) {
-    auto again = [&] { return router.route_simple(*keyed, settings_.routing, lookup); };
-    route = again();
-    if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, again);
-    if (server_.moves_active() && !co_await wait_for_moves(route, false, again)) co_return !closing_;
-    if (route.kind == RouteKind::error) co_return co_await reject(route.sqlstate, route.message, false);
-    // One shard, inside a block: the transaction's write rule, as for any write to one shard.
-    if (auto target = single_target(route); target && !check_write(route, *target, error))
-      co_return co_await reject(sqlstate::cross_shard_write, std::move(error), false);
-    co_return co_await run_on_shards(route, *keyed);
+  // Extended: the client's parameters, then the keys (text).
+  std::vector<std::int32_t> all_types;
+  proto::Bind b;
+  std::shared_ptr<const routing::Plan> plan;
+  routing::BoundParams params;
+  std::function<routing::Route()> again = [&] { return router.route_simple(*keyed, settings_.routing, lookup); };
+  if (extended) {
+    all_types = *types;
+    all_types.resize(bind->params.size() + keys->size(), 0);
+    b = *bind;
+    if (b.param_formats.size() == 1) b.param_formats.resize(bind->params.size(), b.param_formats[0]);  // one for all: one each
+    if (!b.param_formats.empty()) b.param_formats.resize(all_types.size(), 0);
+    for (const auto& k : *keys) b.params.emplace_back(k);
+    plan = router.plan(*keyed, all_types, settings_.routing.standard_conforming_strings);
+    params = routing::BoundParams{b.params, b.param_formats, all_types};
+    again = [&] { return router.route(*plan, params, settings_.routing, lookup); };
   }
-  // The client's parameters, then the keys (text).
-  std::vector<std::int32_t> all_types = *types;
-  all_types.resize(bind->params.size() + keys->size(), 0);
-  proto::Bind b = *bind;
-  if (b.param_formats.size() == 1) b.param_formats.resize(bind->params.size(), b.param_formats[0]);  // one for all: one each
-  if (!b.param_formats.empty()) b.param_formats.resize(all_types.size(), 0);
-  for (const auto& k : *keys) b.params.emplace_back(k);
-  auto plan = router.plan(*keyed, all_types, settings_.routing.standard_conforming_strings);
-  const routing::BoundParams params{b.params, b.param_formats, all_types};
-  auto again = [&] { return router.route(*plan, params, settings_.routing, lookup); };
   route = again();
   if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, again);
-  if (server_.moves_active() && !co_await wait_for_moves(route, true, again)) co_return !closing_;
-  if (route.kind == RouteKind::error) co_return co_await reject(route.sqlstate, route.message, true);
+  if (server_.moves_active() && !co_await wait_for_moves(route, extended, again)) co_return !closing_;
+  if (route.kind == RouteKind::error) co_return co_await reject(route.sqlstate, route.message, extended);
+  // One shard, inside a block: the transaction's write rule, as for any write to one shard.
   if (auto target = single_target(route); target && !check_write(route, *target, error))
-    co_return co_await reject(sqlstate::cross_shard_write, std::move(error), true);
+    co_return co_await reject(sqlstate::cross_shard_write, std::move(error), extended);
+  if (!extended) co_return co_await run_on_shards(route, *keyed);
   co_return co_await bind_scatter(route, b, std::move(*keyed), all_types);
 }
 
