@@ -710,7 +710,7 @@ void Loader::load_frontend(const Fields& f) {
 
 void Loader::load_scatter(const Entry& e) {
   auto f = mapping(e, {"deadline", "max_deadline", "partial_results", "max_buffered_rows", "combine",
-                       "max_combine_rows"});
+                       "max_combine_rows", "max_insert_select_rows"});
   if (!f) return;
   Scatter& s = cfg_.scatter;
   const Entry* deadline = f->get("deadline");
@@ -732,6 +732,8 @@ void Loader::load_scatter(const Entry& e) {
   if (const Entry* v = f->get("combine")) assign(s.combine_shard, shard_ref(*v));
   if (const Entry* v = f->get("max_combine_rows"))
     assign(s.max_combine_rows, integer(*v, 0, std::numeric_limits<std::int64_t>::max()));
+  if (const Entry* v = f->get("max_insert_select_rows"))
+    assign(s.max_insert_select_rows, integer(*v, 0, std::numeric_limits<std::int64_t>::max()));
 }
 
 void Loader::load_moves(const Entry& e) {

@@ -77,6 +77,8 @@ class Analyzer {
   void table(const PgQuery__RangeVar* rv, Scope& scope, int* occ_out);
   void insert(const PgQuery__InsertStmt* s, Scope& scope, bool alone);
   void insert_values(const PgQuery__InsertStmt* s, const PgQuery__SelectStmt* values, int occ, bool alone);
+  void insert_select(const PgQuery__InsertStmt* s, const Scope& child, int occ, bool alone, const std::string& what);
+  int pushdown_source(const PgQuery__InsertStmt* s, const Scope& child, int occ) const;
   void update(const PgQuery__UpdateStmt* s, Scope& scope);
   void remove(const PgQuery__DeleteStmt* s, Scope& scope);
   void write_target(const PgQuery__RangeVar* rv, Scope& scope);

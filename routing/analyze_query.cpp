@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "routing/analyze.hpp"
+#include "routing/merge/merge_tree.hpp"
 #include "routing/pg_tree.hpp"
 
 namespace splitpoint::routing {
@@ -272,10 +273,15 @@ void Analyzer::insert(const PgQuery__InsertStmt* s, Scope& scope, bool alone) {
   } else if (s->select_stmt != nullptr) {
     Scope child{scope.parent, {}, {}};
     dml(s->select_stmt, child, false, nullptr);
-    if (occ >= 0)
-      error("SPR01", what + ": INSERT ... SELECT is not supported for sharded tables; use INSERT ... VALUES", true);
+    if (occ >= 0) insert_select(s, child, occ, alone, what);
   } else if (occ >= 0) {
-    error("SPR01", what + " needs a value for its key column \"" + c.key_column + "\"", true);
+    // DEFAULT VALUES: one row, its key generated from the column's default (SPEC §3).
+    InsertRows rows;
+    rows.occ = occ;
+    rows.splittable = alone;
+    rows.key_omitted = true;
+    rows.rows.emplace_back();
+    plan_.inserts.push_back(std::move(rows));
   }
   if (s->on_conflict_clause != nullptr) {
     const PgQuery__OnConflictClause* oc = s->on_conflict_clause;
@@ -284,6 +290,61 @@ void Analyzer::insert(const PgQuery__InsertStmt* s, Scope& scope, bool alone) {
     scan(oc->where_clause, scope);
   }
   scan(s->returning_list, s->n_returning_list, scope);
+}
+
+// INSERT ... SELECT into a sharded table. Where each row's key is a co-located
+// table's key, passed through unchanged, every shard inserts the rows it holds (the
+// statement runs where those rows are). Otherwise the proxy reads the rows and
+// inserts them itself (Route::pull_insert, server/session_insert_select.cpp).
+void Analyzer::insert_select(const PgQuery__InsertStmt* s, const Scope& child, int occ, bool alone,
+                             const std::string& what) {
+  const int source = alone ? pushdown_source(s, child, occ) : -1;
+  if (source >= 0) {
+    plan_.edges.push_back(KeyEdge{source, occ});
+    plan_.edges.push_back(KeyEdge{occ, source});
+    plan_.insert_select = true;
+    return;
+  }
+  const bool pull = alone && s->with_clause == nullptr;
+  error("SPR01",
+        what + (pull ? ": the rows of its SELECT could not be read"
+                     : ": INSERT ... SELECT must be a statement of its own, without WITH"),
+        true);
+  fixed_routes_.back().pull_insert = pull;
+}
+
+// The occurrence whose key fills the target's key column, when each target row stays
+// in its source row's partition: the SELECT item at the key's place in the column
+// list is that key itself, and no clause combines rows of several partitions (LIMIT,
+// DISTINCT, window functions, set operations, aggregates not grouped by that key).
+// -1: the rows must be pulled.
+int Analyzer::pushdown_source(const PgQuery__InsertStmt* s, const Scope& child, int occ) const {
+  const PgQuery__SelectStmt* q = is(s->select_stmt, PG_QUERY__NODE__NODE_SELECT_STMT) ? s->select_stmt->select_stmt : nullptr;
+  if (q == nullptr || q->larg != nullptr || q->rarg != nullptr || q->n_values_lists > 0 || q->with_clause != nullptr ||
+      q->limit_count != nullptr || q->limit_offset != nullptr || q->n_distinct_clause > 0 || q->n_window_clause > 0)
+    return -1;
+  const std::string& key = plan_.occs[static_cast<std::size_t>(occ)].key_column;
+  std::optional<std::size_t> position;
+  for (std::size_t i = 0; i < s->n_cols; ++i)
+    if (is(s->cols[i], PG_QUERY__NODE__NODE_RES_TARGET) && sv(s->cols[i]->res_target->name) == key) position = i;
+  if (!position || *position >= q->n_target_list) return -1;
+  bool aggregated = q->n_group_clause > 0 || q->having_clause != nullptr;
+  for (std::size_t i = 0; i < q->n_target_list; ++i) {
+    if (!is(q->target_list[i], PG_QUERY__NODE__NODE_RES_TARGET)) return -1;
+    const PgQuery__ResTarget* t = q->target_list[i]->res_target;
+    if (merge_tree::is_star(t) || merge_tree::contains_window_function(t->val)) return -1;
+    aggregated = aggregated || merge_tree::contains_aggregate(t->val);
+  }
+  const Resolved r = resolve(q->target_list[*position]->res_target->val, child);
+  if (r.occ < 0 || r.depth != 0 ||
+      plan_.occs[static_cast<std::size_t>(r.occ)].distribution != plan_.occs[static_cast<std::size_t>(occ)].distribution)
+    return -1;
+  if (!aggregated) return r.occ;
+  for (std::size_t i = 0; i < q->n_group_clause; ++i) {  // grouped by that key: a group is one partition's
+    const Resolved g = resolve(q->group_clause[i], child);
+    if (g.occ == r.occ && g.depth == 0) return r.occ;
+  }
+  return -1;
 }
 
 void Analyzer::insert_values(const PgQuery__InsertStmt* s, const PgQuery__SelectStmt* values, int occ, bool alone) {

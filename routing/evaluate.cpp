@@ -478,6 +478,11 @@ Route Evaluator::finish() {
       r.needs_combine = true;
       return r;
     }
+    if (plan_.insert_select) {  // its rows do not stay on their shards: pulled through the proxy
+      Route pull = error_route(plan_, "SPR01", "INSERT ... SELECT into a sharded table: its rows could not be read");
+      pull.pull_insert = true;
+      return pull;
+    }
     return error_route(plan_, "SPC01",
                        "cannot be answered exactly across shards: the statement joins sharded tables that are not "
                        "co-located (same distribution, joined on the key); add the key to the join or fix it to one "

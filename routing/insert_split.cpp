@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 
+#include "routing/merge/merge_tree.hpp"
 #include "routing/pg_tree.hpp"
 #include "routing/router.hpp"
 
@@ -104,6 +105,44 @@ struct KeyColumn {
   }
 };
 
+// A VALUES list of one row with `item` (none when null) in it, for DEFAULT VALUES
+// and for kRowsMarker; swapped into the tree and out again before it is freed.
+struct OneRowValues {
+  PgQuery__List list;
+  PgQuery__Node row;
+  PgQuery__Node* rows[1] = {&row};
+  PgQuery__Node* items[1] = {nullptr};
+  PgQuery__SelectStmt select;
+  PgQuery__Node node;
+  explicit OneRowValues(PgQuery__Node* item) {
+    pg_query__list__init(&list);
+    if (item != nullptr) {
+      items[0] = item;
+      list.items = items;
+      list.n_items = 1;
+    }
+    pg_query__node__init(&row);
+    row.node_case = PG_QUERY__NODE__NODE_LIST;
+    row.list = &list;
+    pg_query__select_stmt__init(&select);
+    select.values_lists = rows;
+    select.n_values_lists = 1;
+    select.limit_option = PG_QUERY__LIMIT_OPTION__LIMIT_OPTION_DEFAULT;
+    select.op = PG_QUERY__SET_OPERATION__SETOP_NONE;
+    pg_query__node__init(&node);
+    node.node_case = PG_QUERY__NODE__NODE_SELECT_STMT;
+    node.select_stmt = &select;
+  }
+};
+
+// Puts `with` into a node slot of the tree and the original back when it goes out of scope.
+struct NodeSwap {
+  PgQuery__Node** slot;
+  PgQuery__Node* saved;
+  NodeSwap(PgQuery__Node** s, PgQuery__Node* with) : slot(s), saved(*s) { *slot = with; }
+  ~NodeSwap() { *slot = saved; }
+};
+
 // Swaps a protobuf array for another and back when it goes out of scope.
 struct ArraySwap {
   PgQuery__Node*** slot;
@@ -135,8 +174,13 @@ std::optional<std::string> insert_with_keys(std::string_view sql, bool standard_
                                             int first_param) {
   ParseTree parsed = ParseTree::parse(sql, standard_strings);
   PgQuery__InsertStmt* insert = insert_of(parsed.tree());
+  if (insert == nullptr || keys.size() != request.rows.size()) return std::nullopt;
+  // DEFAULT VALUES: one row that holds only the key.
+  OneRowValues default_values(nullptr);
+  std::optional<NodeSwap> no_select;
+  if (insert->select_stmt == nullptr) no_select.emplace(&insert->select_stmt, &default_values.node);
   PgQuery__SelectStmt* values = values_of(parsed.tree());
-  if (insert == nullptr || values == nullptr || keys.size() != request.rows.size()) return std::nullopt;
+  if (values == nullptr) return std::nullopt;
   std::deque<KeyValue> literals;
   for (std::size_t i = 0; i < keys.size(); ++i)
     literals.emplace_back(keys[i], first_param > 0 ? first_param + static_cast<int>(i) : 0);
@@ -170,6 +214,42 @@ std::optional<std::string> insert_with_keys(std::string_view sql, bool standard_
   insert->override = saved_override;
   swaps.clear();
   return out;
+}
+
+std::optional<InsertSelectParts> insert_select_parts(std::string_view sql, bool standard_strings) {
+  ParseTree parsed = ParseTree::parse(sql, standard_strings);
+  PgQuery__ParseResult* tree = parsed.tree();
+  PgQuery__InsertStmt* insert = insert_of(tree);
+  if (insert == nullptr || insert->with_clause != nullptr || !is(insert->select_stmt, PG_QUERY__NODE__NODE_SELECT_STMT) ||
+      insert->select_stmt->select_stmt->n_values_lists > 0 || !is(tree->stmts[0]->stmt, PG_QUERY__NODE__NODE_INSERT_STMT))
+    return std::nullopt;
+  InsertSelectParts parts;
+  {
+    PgQuery__RawStmt raw;
+    pg_query__raw_stmt__init(&raw);
+    raw.stmt = insert->select_stmt;
+    PgQuery__RawStmt* stmts[1] = {&raw};
+    PgQuery__ParseResult alone;
+    pg_query__parse_result__init(&alone);
+    alone.version = tree->version;
+    alone.stmts = stmts;
+    alone.n_stmts = 1;
+    auto select = deparse(&alone);
+    if (!select) return std::nullopt;
+    parts.select = std::move(*select);
+  }
+  KeyValue marker("", 2147483647);
+  OneRowValues rows(&marker.node);
+  {
+    NodeSwap swap(&insert->select_stmt, &rows.node);
+    // (Sorted: the marker's number is the largest.)
+    const auto params = merge_tree::parameters_of(&insert->base);
+    parts.params_outside_select = params.size() > 1;
+    auto text = deparse(tree);
+    if (!text || text->find(kRowsMarker) == std::string::npos) return std::nullopt;
+    parts.insert = std::move(*text);
+  }
+  return parts;
 }
 
 }  // namespace splitpoint::routing

@@ -20,7 +20,19 @@ std::optional<std::vector<std::pair<std::size_t, std::string>>> split_insert(
 
 struct KeyRequest;
 
-// `sql` (one INSERT ... VALUES) with a key for each row of `request.rows`: the key
+// INSERT ... SELECT whose rows the proxy reads and inserts itself (SPEC §3): the
+// SELECT as a statement of its own, and the INSERT with kRowsMarker where a VALUES list
+// of those rows goes (every other clause — column list, OVERRIDING, ON CONFLICT,
+// RETURNING — as written).
+inline constexpr std::string_view kRowsMarker = "VALUES ($2147483647)";
+struct InsertSelectParts {
+  std::string select;
+  std::string insert;
+  bool params_outside_select = false;  // ON CONFLICT / RETURNING use $n
+};
+std::optional<InsertSelectParts> insert_select_parts(std::string_view sql, bool standard_strings);
+
+// `sql` (one INSERT ... VALUES, or DEFAULT VALUES) with a key for each row of `request.rows`: the key
 // column appended to the column list, or the rows' DEFAULT replaced; with OVERRIDING
 // SYSTEM VALUE for a GENERATED ALWAYS identity key. The keys are `keys`, as string
 // literals (PostgreSQL reads them as the column's type), or with `first_param` > 0

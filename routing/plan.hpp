@@ -93,6 +93,9 @@ class Plan {
   bool writes_reference = false;           // INSERT/UPDATE/DELETE of a reference table
   std::vector<int> write_targets;          // occurrences UPDATE/DELETE write
   std::vector<InsertRows> inserts;         // INSERT ... VALUES into sharded tables
+  // An INSERT ... SELECT run where its rows are (its key is a co-located table's): if
+  // the statement turns out not co-located, its rows are pulled (Route::pull_insert).
+  bool insert_select = false;
   std::string packed_tree;                 // for rewriting a split INSERT
   std::vector<std::int32_t> param_types;   // from Parse, for binary parameters
 

@@ -125,6 +125,9 @@ struct Route {
   std::shared_ptr<const Names> names;
   // kind == error (SPR01) for an INSERT whose keys the proxy may generate.
   std::shared_ptr<const KeyRequest> generate_keys;
+  // kind == error (SPR01) for an INSERT ... SELECT into a sharded table whose rows the
+  // proxy reads and inserts itself (routing::insert_select_parts).
+  bool pull_insert = false;
 };
 
 // Session-level routing inputs.

@@ -90,6 +90,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string tag;       // CommandComplete tag (last)
     std::string error;     // ErrorResponse body, if any
     bool lost = false;     // connection broke
+    bool truncated = false;  // more DataRows than run_on's max_rows came (not kept)
   };
 
   // ---- session.cpp: login
@@ -270,6 +271,19 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> insert_with_generated_keys(routing::Route& route, std::string_view sql,
                                              const protocol::Bind* bind = nullptr,
                                              const std::vector<std::int32_t>* types = nullptr);
+  // An INSERT the proxy rewrote (keys filled in, rows pulled), routed again and run; in
+  // the extended protocol with `bind`'s parameters (of `types`).
+  awaitable<bool> run_rewritten_insert(routing::Route& route, std::string text, const protocol::Bind* bind = nullptr,
+                                       std::vector<std::int32_t> types = {});
+  // ---- session_insert_select.cpp: INSERT ... SELECT whose rows are pulled (route.pull_insert)
+  awaitable<bool> pull_insert_select(const routing::Route& route, std::string_view sql,
+                                     const protocol::Bind* bind = nullptr,
+                                     const std::vector<std::int32_t>* types = nullptr);
+  // The SELECT's answer (RowDescription, DataRows, notices, error) as a read through the
+  // proxy would give it, at most `max_rows` rows kept; false: refused (the client was told).
+  awaitable<bool> read_for_insert(std::string_view select, const protocol::Bind* bind,
+                                  const std::vector<std::int32_t>* types, std::size_t max_rows, std::string& answer,
+                                  std::size_t& rows);
   // `n` keys for `request`'s table; nullopt: none can be made, `error` says why.
   awaitable<std::optional<std::vector<std::string>>> draw_keys(const routing::KeyRequest& request, std::size_t n,
                                                                bool& overriding, std::string& error);
@@ -306,7 +320,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // `metered`: a client's statement (its wait for a connection is a metric), not the
   // proxy's own (catalog reads, COMMIT, two-phase commit).
   awaitable<Reply> run_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext = nullptr,
-                          bool metered = false);
+                          bool metered = false, std::size_t max_rows = ~std::size_t{0});
   awaitable<bool> refused_in_failed_transaction(const routing::Route& route, bool extended);
   awaitable<bool> reject(std::string_view sqlstate, std::string message, bool extended, int position = 0);
   std::size_t pick_any_shard();

@@ -35,25 +35,6 @@ std::string relation_literal(std::string_view table) {
   return quote_literal(routing::quote_ident(table.substr(0, dot)) + "." + routing::quote_ident(table.substr(dot + 1)));
 }
 
-std::string message_of(std::string_view error) {
-  auto e = proto::ErrorFields::decode(error);
-  return e ? std::string(e->get('M')) : std::string("the shard did not answer");
-}
-
-// The first column of each DataRow; nullopt when one is NULL.
-std::optional<std::vector<std::string>> first_column(std::string_view messages) {
-  std::vector<std::string> out;
-  bool null = false;
-  for_each_message(messages, [&](char type, std::string_view body, std::string_view) {
-    auto row = type == 'D' ? proto::DataRow::decode(body) : std::nullopt;
-    if (!row) return;
-    if (row->values.empty() || !row->values[0]) null = true;
-    else out.emplace_back(*row->values[0]);
-  });
-  if (null) return std::nullopt;
-  return out;
-}
-
 }  // namespace
 
 void Session::forget_table_definitions() {
@@ -142,35 +123,43 @@ awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, std::
   auto keyed = routing::insert_with_keys(sql, settings_.routing.standard_conforming_strings, *request, *keys,
                                          overriding, first_param);
   if (!keyed) co_return co_await reject(route.sqlstate, route.message, extended);
+  if (!extended) co_return co_await run_rewritten_insert(route, std::move(*keyed));
+  // Extended: the client's parameters, then the keys (text).
+  std::vector<std::int32_t> all_types = *types;
+  all_types.resize(bind->params.size() + keys->size(), 0);
+  proto::Bind b = *bind;
+  if (b.param_formats.size() == 1) b.param_formats.resize(bind->params.size(), b.param_formats[0]);  // one for all: one each
+  if (!b.param_formats.empty()) b.param_formats.resize(all_types.size(), 0);
+  for (const auto& k : *keys) b.params.emplace_back(k);
+  co_return co_await run_rewritten_insert(route, std::move(*keyed), &b, std::move(all_types));
+}
+
+awaitable<bool> Session::run_rewritten_insert(routing::Route& route, std::string text, const proto::Bind* bind,
+                                              std::vector<std::int32_t> types) {
+  const bool extended = bind != nullptr;
   std::vector<std::shared_ptr<const routing::TableShape>> keep;
   auto lookup = shape_lookup(keep);
   auto& router = *runtime_->router;
-  // Extended: the client's parameters, then the keys (text).
-  std::vector<std::int32_t> all_types;
-  proto::Bind b;
   std::shared_ptr<const routing::Plan> plan;
   routing::BoundParams params;
-  std::function<routing::Route()> again = [&] { return router.route_simple(*keyed, settings_.routing, lookup); };
+  std::function<routing::Route()> again = [&] { return router.route_simple(text, settings_.routing, lookup); };
   if (extended) {
-    all_types = *types;
-    all_types.resize(bind->params.size() + keys->size(), 0);
-    b = *bind;
-    if (b.param_formats.size() == 1) b.param_formats.resize(bind->params.size(), b.param_formats[0]);  // one for all: one each
-    if (!b.param_formats.empty()) b.param_formats.resize(all_types.size(), 0);
-    for (const auto& k : *keys) b.params.emplace_back(k);
-    plan = router.plan(*keyed, all_types, settings_.routing.standard_conforming_strings);
-    params = routing::BoundParams{b.params, b.param_formats, all_types};
+    plan = router.plan(text, types, settings_.routing.standard_conforming_strings);
+    params = routing::BoundParams{bind->params, bind->param_formats, types};
     again = [&] { return router.route(*plan, params, settings_.routing, lookup); };
   }
   route = again();
   if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, again);
   if (server_.moves_active() && !co_await wait_for_moves(route, extended, again)) co_return !closing_;
+  // Pulled rows whose key the column list leaves out: generated, then here again.
+  if (route.generate_keys) co_return co_await insert_with_generated_keys(route, text, bind, &types);
   if (route.kind == RouteKind::error) co_return co_await reject(route.sqlstate, route.message, extended);
   // One shard, inside a block: the transaction's write rule, as for any write to one shard.
+  std::string error;
   if (auto target = single_target(route); target && !check_write(route, *target, error))
     co_return co_await reject(sqlstate::cross_shard_write, std::move(error), extended);
-  if (!extended) co_return co_await run_on_shards(route, *keyed);
-  co_return co_await bind_scatter(route, b, std::move(*keyed), all_types);
+  if (!extended) co_return co_await run_on_shards(route, text);
+  co_return co_await bind_scatter(route, *bind, std::move(text), types);
 }
 
 }  // namespace splitpoint::server

@@ -260,6 +260,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     route.cls = StatementClass::utility;
   }
   if (route.generate_keys) co_return co_await insert_with_generated_keys(route, sql);
+  if (route.pull_insert) co_return co_await pull_insert_select(route, sql);
   switch (route.kind) {
     case RouteKind::error:
       co_return co_await reject(route.sqlstate, route.message, false, route.position);
@@ -637,6 +638,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   }
   if (route.generate_keys)
     co_return co_await insert_with_generated_keys(route, parse ? parse->query : std::string_view(), &*bind, &types);
+  if (route.pull_insert && parse) co_return co_await pull_insert_select(route, parse->query, &*bind, &types);
   switch (route.kind) {
     case RouteKind::error:
       if (route.syntax_error && cur()) {
@@ -960,7 +962,7 @@ void Session::reset_transaction() {
 // Runs one simple-protocol statement on a shard outside the pump (which must not
 // be reading that backend) and collects what it answered.
 awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext,
-                                          bool metered) {
+                                          bool metered, std::size_t max_rows) {
   Reply reply;
   std::unique_ptr<Backend> borrowed;
   may_write_on(shard);  // (the proxy's own statements too: BEGIN, COMMIT, a write on every shard)
@@ -1001,6 +1003,11 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
       return;
     }
     if (queries != 1) return;
+    if (type == 'D' && max_rows-- == 0) {
+      reply.truncated = true;
+      ++max_rows;  // (stays 0)
+      return;
+    }
     if (type == 'E') reply.error.assign(body);
     if (type == 'C') reply.tag.assign(body.substr(0, body.find('\0')));
     if (type != 'A' && type != '1' && type != '2') reply.messages.append(message);

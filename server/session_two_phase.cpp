@@ -94,8 +94,9 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
         "INSERT INTO splitpoint_2pc (txid, decision) VALUES (" + quote_literal(txid) + ", 'commit')";
     auto r = co_await run_on(0, insert);
     if (!r.lost && r.error.find(std::string("C") + sqlstate::undefined_table) != std::string::npos) {
+      // (Sessions creating it at once: one wins, the others fail but their INSERT works.)
       auto created = co_await run_on(0, two_phase::kCreateTable);
-      if (created.error.empty() && !created.lost) r = co_await run_on(0, insert);
+      if (!created.lost) r = co_await run_on(0, insert);
     }
     if (r.lost) {
       unknown = true;

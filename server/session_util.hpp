@@ -54,6 +54,26 @@ void for_each_message(std::string_view messages, Fn&& fn) {
   }
 }
 
+// The message of an ErrorResponse body ("the shard did not answer" when there is none).
+inline std::string message_of(std::string_view error) {
+  auto e = protocol::ErrorFields::decode(error);
+  return e ? std::string(e->get('M')) : std::string("the shard did not answer");
+}
+
+// The first column of each DataRow; nullopt when one is NULL.
+inline std::optional<std::vector<std::string>> first_column(std::string_view messages) {
+  std::vector<std::string> out;
+  bool null = false;
+  for_each_message(messages, [&](char type, std::string_view body, std::string_view) {
+    auto row = type == 'D' ? protocol::DataRow::decode(body) : std::nullopt;
+    if (!row) return;
+    if (row->values.empty() || !row->values[0]) null = true;
+    else out.emplace_back(*row->values[0]);
+  });
+  if (null) return std::nullopt;
+  return out;
+}
+
 // Appends the NoticeResponse and ParameterStatus messages among `messages` to `out`, in
 // order: what a statement the proxy ran for the client (COMMIT, ROLLBACK) told it
 // besides its result.

@@ -1,5 +1,7 @@
 #include "server/stream.hpp"
 
+#include "server/session_util.hpp"
+
 #include <openssl/evp.h>
 #include <openssl/obj_mac.h>
 #include <openssl/ssl.h>
@@ -27,6 +29,10 @@ awaitable<error_code> ClientStream::read_some(InputBuffer& buf, std::size_t min_
 }
 
 awaitable<error_code> ClientStream::write(std::string_view data) {
+  if (capture_ != nullptr) {
+    capture_->take(data);
+    co_return error_code{};
+  }
   if (bytes_out_) bytes_out_->add(data.size());
   if (tls_) {
     auto [ec, n] = co_await asio::async_write(*tls_, asio::buffer(data), use_nothrow);
@@ -34,6 +40,12 @@ awaitable<error_code> ClientStream::write(std::string_view data) {
   }
   auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(data), use_nothrow);
   co_return ec;
+}
+
+void ClientStream::Capture::take(std::string_view messages) {
+  for_each_message(messages, [&](char type, std::string_view, std::string_view whole) {
+    if (type != 'D' || ++rows <= max_rows) data.append(whole);
+  });
 }
 
 std::optional<std::string> ClientStream::certificate_hash() {

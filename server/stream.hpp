@@ -24,6 +24,17 @@ class ClientStream {
   awaitable<error_code> read_some(InputBuffer& buf, std::size_t min_chunk = 16384);
   awaitable<error_code> write(std::string_view data);
 
+  // While set, what would go to the client is kept here instead: the proxy reads a
+  // statement's answer itself (INSERT ... SELECT, server/session_insert_select.cpp).
+  // DataRows beyond `max_rows` are counted, not kept. Writes hold whole messages.
+  struct Capture {
+    std::string data;
+    std::size_t max_rows = ~std::size_t{0};
+    std::size_t rows = 0;
+    void take(std::string_view messages);
+  };
+  void capture(Capture* into) { capture_ = into; }
+
   tcp::socket& socket() { return socket_; }
   // Counts bytes read and written (splitpoint_bytes_total).
   void count_bytes(LocalCounter* in, LocalCounter* out) {
@@ -45,6 +56,7 @@ class ClientStream {
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;
   LocalCounter* bytes_in_ = nullptr;
   LocalCounter* bytes_out_ = nullptr;
+  Capture* capture_ = nullptr;
 };
 
 // Appends up to one read's worth of bytes from any stream to `buf` (into at least

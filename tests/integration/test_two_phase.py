@@ -114,6 +114,45 @@ def test(fn):
 
 
 @test
+def first_commits_at_once():
+    """The recorder's table does not exist (recovery makes it at start when it can log in;
+    dropped here) and eight sessions commit at once: each creates it, PostgreSQL lets
+    one CREATE through and fails the others (23505 on pg_type, IF NOT EXISTS or not);
+    every COMMIT still succeeds."""
+    import threading
+    a, b = keys(0, 8, start=1100), keys(1, 8, start=1100)
+    conns = [PROXY.connect(DBS.name) for _ in range(8)]
+    for i, c in enumerate(conns):
+        cur = c.cursor()
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO items (id, label) VALUES (%s, 'race'), (%s, 'race')", (a[i], b[i]))
+    on_shard(0, "DROP TABLE IF EXISTS splitpoint_2pc")
+    errors = []
+    gate = threading.Barrier(8)
+
+    def commit(c):
+        gate.wait()
+        try:
+            c.cursor().execute("COMMIT")
+        except psycopg2.Error as e:
+            errors.append(f"{e.pgcode}: {e}")
+
+    threads = [threading.Thread(target=commit, args=(c,)) for c in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for c in conns:
+        c.close()
+    assert not errors, errors
+    assert len(on_shard(0, "SELECT id FROM items WHERE label = 'race'")) == 8
+    assert len(on_shard(1, "SELECT id FROM items WHERE label = 'race'")) == 8
+    on_shard(0, "DELETE FROM items")
+    on_shard(1, "DELETE FROM items")
+    assert_clean("commits at once")
+
+
+@test
 def commit_simple_protocol():
     a, b = keys(0, 1)[0], keys(1, 1)[0]
     c = PROXY.connect(DBS.name)
@@ -297,8 +336,8 @@ def recovery_resolves_prepared_transactions():
 
 @test
 def metrics_count_outcomes():
-    """splitpoint_two_phase_total after the tests above: five two-phase commits
-    (simple, extended, psycopg2, the pipelined batch, COPY), one rolled back by a failed
+    """splitpoint_two_phase_total after the tests above: thirteen two-phase commits
+    (eight at once, simple, extended, psycopg2, the pipelined batch, COPY), one rolled back by a failed
     PREPARE; recovery committed two prepared transactions and rolled back one."""
     text = urllib.request.urlopen(f"http://{sptest.HOST}:{PROXY.metrics_port}/metrics", timeout=10).read().decode()
     got = {}
@@ -306,7 +345,7 @@ def metrics_count_outcomes():
         if line.startswith("splitpoint_two_phase_total{"):
             outcome = line.split('outcome="')[1].split('"')[0]
             got[outcome] = float(line.rsplit(" ", 1)[1])
-    want = {"committed": 5, "rolled_back": 1, "unknown": 0, "recovered_committed": 2, "recovered_rolled_back": 1}
+    want = {"committed": 13, "rolled_back": 1, "unknown": 0, "recovered_committed": 2, "recovered_rolled_back": 1}
     assert got == want, f"splitpoint_two_phase_total: {got}, expected {want}"
 
 

@@ -167,7 +167,8 @@ TEST_CASE("INSERT without its key: the rows the proxy generates keys for, and th
   for (const Case& c : {Case{"INSERT INTO users (name) VALUES ('a'), ('b') RETURNING id", true, 0, {0, 1}},
                         Case{"INSERT INTO users (id, name) VALUES (DEFAULT, 'a')", false, 0, {0}},
                         Case{"INSERT INTO users (name, id) VALUES ('a', 7), ('b', DEFAULT)", false, 1, {1}},
-                        Case{"INSERT INTO users VALUES (DEFAULT, 'a')", false, 0, {0}}}) {
+                        Case{"INSERT INTO users VALUES (DEFAULT, 'a')", false, 0, {0}},
+                        Case{"INSERT INTO users DEFAULT VALUES RETURNING id", true, 0, {0}}}) {
     INFO(c.sql);
     Route r = f.both(c.sql);
     CHECK(r.kind == RouteKind::error);
@@ -195,11 +196,69 @@ TEST_CASE("INSERT without its key: the rows the proxy generates keys for, and th
     CHECK(with_params->find("OVERRIDING SYSTEM VALUE") != std::string::npos);
   }
   // Not DEFAULT, not omitted: an expression stays refused, with nothing to generate.
-  for (const char* sql : {"INSERT INTO users (id, name) VALUES (1 + 1, 'a')", "INSERT INTO users DEFAULT VALUES",
-                          "INSERT INTO users (id) SELECT 42"}) {
+  for (const char* sql : {"INSERT INTO users (id, name) VALUES (1 + 1, 'a')", "INSERT INTO users (id) SELECT 42"}) {
     INFO(sql);
     Route r = f.both(sql);
     CHECK(r.sqlstate == "SPR01");
     CHECK_FALSE(r.generate_keys);
   }
+}
+
+TEST_CASE("INSERT ... SELECT: run where the rows are, or pulled through the proxy", "[router][insert]") {
+  Fixture f;
+  // The key is a co-located table's key, passed through: the shards its conditions select.
+  for (const char* sql : {"INSERT INTO orders (user_id, total) SELECT id, 1 FROM users",
+                          "INSERT INTO orders (total, user_id) SELECT count(*), u.id FROM users u GROUP BY u.id",
+                          "INSERT INTO users (id, name) SELECT o.user_id, c.name FROM orders o JOIN countries c ON true",
+                          "INSERT INTO users (id) SELECT id FROM users ON CONFLICT DO NOTHING RETURNING id"}) {
+    INFO(sql);
+    Route r = f.both(sql);
+    INFO(r.message);
+    CHECK(r.kind == RouteKind::shards);
+    CHECK(r.shards == shards({0, 1}));
+    CHECK(r.cls == StatementClass::write);
+    CHECK_FALSE(r.pull_insert);
+  }
+  Route one = f.both("INSERT INTO orders (user_id, total) SELECT id, 1 FROM users WHERE id = 42");
+  CHECK(one.shards == std::vector<std::size_t>{user_shard("42")});
+  // Anything else: the rows are read and inserted by the proxy.
+  for (const char* sql : {"INSERT INTO users (id) SELECT id + 1 FROM users", "INSERT INTO users SELECT * FROM users",
+                          "INSERT INTO users (id) SELECT 42", "INSERT INTO users (id) SELECT g FROM generate_series(1, 9) g",
+                          "INSERT INTO users (id) SELECT id FROM users LIMIT 5",
+                          "INSERT INTO users (id) SELECT DISTINCT id FROM users",
+                          "INSERT INTO users (id) SELECT max(id) FROM users",
+                          "INSERT INTO users (id) SELECT id FROM events",
+                          "INSERT INTO users (id) SELECT id FROM users UNION SELECT user_id FROM orders",
+                          "INSERT INTO users (id, name) SELECT id, (SELECT max(name) FROM users) FROM users",
+                          "INSERT INTO users (name) SELECT name FROM users"}) {
+    INFO(sql);
+    Route r = f.both(sql);
+    CHECK(r.kind == RouteKind::error);
+    CHECK(r.sqlstate == "SPR01");
+    CHECK(r.pull_insert);
+  }
+  // Not alone: refused.
+  Route with = f.both("WITH x AS (SELECT 1) INSERT INTO users (id) SELECT id + 1 FROM users");
+  CHECK(with.sqlstate == "SPR01");
+  CHECK_FALSE(with.pull_insert);
+  // The parts the proxy runs: the SELECT, and the INSERT with the rows' place marked.
+  auto parts = insert_select_parts(
+      "INSERT INTO users AS u (id, name) OVERRIDING USER VALUE SELECT id + 1, name FROM users WHERE id > $1 "
+      "ON CONFLICT (id) DO UPDATE SET name = excluded.name RETURNING u.id",
+      true);
+  REQUIRE(parts);
+  CHECK(parts->select == "SELECT id + 1, name FROM users WHERE id > $1");
+  CHECK_FALSE(parts->params_outside_select);
+  INFO(parts->insert);
+  CHECK(parts->insert.find(kRowsMarker) != std::string::npos);
+  std::string text = parts->insert;
+  text.replace(text.find(kRowsMarker), kRowsMarker.size(), "VALUES ('1'::int8, 'a'::text)");
+  Route again = f.both(text);
+  CHECK(again.kind == RouteKind::shards);
+  CHECK(again.shards == std::vector<std::size_t>{user_shard("1")});
+  CHECK(count(parse_json(text), "onConflictClause") == 1);
+  auto with_param = insert_select_parts("INSERT INTO users (id) SELECT id + 1 FROM users RETURNING id + $1", true);
+  REQUIRE(with_param);
+  CHECK(with_param->params_outside_select);
+  CHECK_FALSE(insert_select_parts("INSERT INTO users (id) VALUES (1)", true));
 }
