@@ -511,8 +511,10 @@ def cmd_report(d):
             for t in targets:
                 row = base[t]
                 row["vs_direct"] = ratio(row["tps"], base["direct"]["tps"])
+                # Against a PgBouncer whose runs failed (prepared, < 1.21) there is no ratio.
                 row["splitpoint_vs_pgbouncer"] = (ratio(row["tps"], base["pgbouncer"]["tps"])
-                                                  if t.startswith("splitpoint") else "")
+                                                  if t.startswith("splitpoint") and base["pgbouncer"]["status"] == "ok"
+                                                  else "")
                 results.append(row)
 
     fields = ["target", "mode", "clients", "tps", "lat_mean_ms", "lat_p99_ms", "vs_direct",
