@@ -21,8 +21,14 @@
                                           proxy PID (0: none), of every process of the
                                           PostgreSQL instances in the data directories, and
                                           of pgbench itself
+  benchlib.py sysbench FILE               tps, qps, mean, p95, p99, max latency (ms), ignored
+                                          errors, reconnects from a `sysbench ... --histogram=on
+                                          run` output (p99 from the histogram); "-" when absent
   benchlib.py report DIR                  aggregate DIR/*.csv into results.csv, summary.md
                                           and plot.dat; print the tables
+
+Imported by the by-hand scripts beside it (soak.py, moves.py, replicas.py) for sh(),
+start_proxy() and the /proc readers.
 """
 import csv
 import glob
@@ -39,6 +45,29 @@ import time
 
 
 # ---------------------------------------------------------------- small helpers
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+PG_SH = os.path.join(ROOT, "tests", "lib", "pg.sh")
+
+
+def sh(work, *args):
+    """Runs one function of tests/lib/pg.sh (free_port, pg_start, wait_port...) with
+    TEST_TMP=work; returns its output, stripped. Raises on a non-zero exit."""
+    env = dict(os.environ, TEST_TMP=work)
+    return subprocess.run(["bash", PG_SH, *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+def start_proxy(work, build, name, port, config):
+    """Writes config to WORK/NAME.yaml, starts BUILD/splitpoint on it (its output in
+    WORK/NAME.log) and waits until 127.0.0.1:PORT accepts connections; the Popen."""
+    path = os.path.join(work, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(config)
+    log = open(os.path.join(work, name + ".log"), "w")
+    p = subprocess.Popen([os.path.join(build, "splitpoint"), "--config", path], stdout=log, stderr=subprocess.STDOUT)
+    sh(work, "wait_port", str(port), "10")
+    return p
+
 
 def proc_status(pid):
     """VmRSS, VmHWM of a process in kB (None when it is gone)."""
@@ -109,6 +138,52 @@ def cmd_latency(prefix):
 
 
 # ---------------------------------------------------------------- RSS
+
+def sysbench_figures(path):
+    """tps, qps, mean, p95, p99, max latency (ms), ignored errors and reconnects of one
+    `sysbench ... --histogram=on --percentile=95 run` output (None when not found).
+    p95 is sysbench's own; p99 is the nearest-rank value of its latency histogram."""
+    import re
+    with open(path, errors="replace") as f:
+        text = f.read()
+
+    def grab(pattern):
+        m = re.search(pattern, text, re.M)
+        return float(m.group(1)) if m else None
+
+    hist = []
+    for m in re.finditer(r"^\s*([0-9.]+)\s+\|\**\s+([0-9]+)\s*$", text, re.M):
+        hist.append((float(m.group(1)), int(m.group(2))))
+    p99 = None
+    total = sum(c for _, c in hist)
+    if total:
+        need, seen = math.ceil(0.99 * total), 0
+        for value, count in hist:
+            seen += count
+            if seen >= need:
+                p99 = value
+                break
+    return {
+        "tps": grab(r"^\s*transactions:\s+\d+\s+\(([0-9.]+) per sec"),
+        "qps": grab(r"^\s*queries:\s+\d+\s+\(([0-9.]+) per sec"),
+        "avg": grab(r"^\s*avg:\s+([0-9.]+)"),
+        "p95": grab(r"^\s*95th percentile:\s+([0-9.]+)"),
+        "p99": p99,
+        "max": grab(r"^\s*max:\s+([0-9.]+)"),
+        "errors": grab(r"^\s*ignored errors:\s+([0-9]+)"),
+        "reconnects": grab(r"^\s*reconnects:\s+([0-9]+)"),
+    }
+
+
+def cmd_sysbench(path):
+    f = sysbench_figures(path)
+    keys = ["tps", "qps", "avg", "p95", "p99", "max", "errors", "reconnects"]
+    if f["tps"] is None:
+        print(" ".join("-" for _ in keys))
+        return
+    print(" ".join("-" if f[k] is None else (f"{f[k]:.0f}" if k in ("errors", "reconnects") else f"{f[k]:.2f}")
+                   for k in keys))
+
 
 def cmd_rss(pid):
     rss, hwm = proc_status(pid)
@@ -405,7 +480,9 @@ def ratio(a, b):
 def cmd_report(d):
     meta = read_meta(os.path.join(d, "meta.env"))
     runs = read_csv(os.path.join(d, "runs.csv"))
-    targets = ["direct", "pgbouncer", "splitpoint"]
+    # splitpoint_same: the two shards are databases on the direct instance (headline);
+    # splitpoint: one PostgreSQL instance per shard.
+    targets = ["direct", "pgbouncer", "splitpoint_same", "splitpoint"]
     modes = meta.get("modes", "simple extended prepared").split()
     clients = [int(c) for c in meta.get("clients", "8 64").split()]
 
@@ -434,8 +511,10 @@ def cmd_report(d):
             for t in targets:
                 row = base[t]
                 row["vs_direct"] = ratio(row["tps"], base["direct"]["tps"])
+                # Against a PgBouncer whose runs failed (prepared, < 1.21) there is no ratio.
                 row["splitpoint_vs_pgbouncer"] = (ratio(row["tps"], base["pgbouncer"]["tps"])
-                                                  if t == "splitpoint" else "")
+                                                  if t.startswith("splitpoint") and base["pgbouncer"]["status"] == "ok"
+                                                  else "")
                 results.append(row)
 
     fields = ["target", "mode", "clients", "tps", "lat_mean_ms", "lat_p99_ms", "vs_direct",
@@ -572,6 +651,35 @@ def cmd_report(d):
     cpu_header = ["target", "rounds", "tps", "proxy user", "proxy sys", "postgres user", "postgres sys",
                   "pgbench user", "pgbench sys", "total", "proxy syscalls", "proxy ctx switches"]
 
+    # ---- sysbench: per test, ps mode and target, medians of the rounds (max: the largest)
+    sbrows = read_csv(os.path.join(d, "sysbench.csv"))
+    sb_agg = {}
+    for r in sbrows:
+        sb_agg.setdefault((r["test"], r["ps_mode"]), {}).setdefault(r["target"], []).append(r)
+    sb_rows = []
+    for (test, ps), by_target in sb_agg.items():
+        base = {}
+        for t, rs in by_target.items():
+            ok = [r for r in rs if r["status"] == "ok"]
+            base[t] = median_of(ok, "tps")
+        for t in ["direct", "pgbouncer", "splitpoint_same", "splitpoint"]:
+            rs = by_target.get(t)
+            if not rs:
+                continue
+            ok = [r for r in rs if r["status"] == "ok"]
+            maxes = [float(r["lat_max_ms"]) for r in ok if r.get("lat_max_ms")]
+            errors = sum(int(float(r["errors"])) for r in ok if r.get("errors"))
+            bad = sorted({r["status"] for r in rs if r["status"] != "ok"})
+            status = "ok" if not bad else f"{len(rs) - len(ok)}/{len(rs)} runs: " + "; ".join(bad)
+            sb_rows.append([test, ps, t, len(rs), fmt(base[t], 0), fmt(median_of(ok, "qps"), 0),
+                            fmt(median_of(ok, "lat_avg_ms"), 2), fmt(median_of(ok, "lat_p95_ms"), 2),
+                            fmt(median_of(ok, "lat_p99_ms"), 2), fmt(max(maxes), 1) if maxes else "",
+                            ratio(base[t], base.get("direct")),
+                            ratio(base[t], base.get("pgbouncer")) if t.startswith("splitpoint") else "",
+                            errors, status])
+    sb_header = ["test", "ps mode", "target", "rounds", "tps", "qps", "mean ms", "p95 ms", "p99 ms",
+                 "max ms", "x direct", "x pgbouncer", "ignored errors", "status"]
+
     problems = []
     ppath = os.path.join(d, "problems.txt")
     if os.path.exists(ppath):
@@ -595,6 +703,10 @@ def cmd_report(d):
         print(f"\n== CPU per transaction (us), pgbench -S -M {meta.get('cpu_mode', '?')} "
               f"-c {meta.get('cpu_clients', '?')}, median of rounds ==")
         print(text_table(cpu_header, cpu_rows))
+    if sb_rows:
+        print(f"\n== sysbench, {meta.get('sb_threads', '?')} threads, {meta.get('sb_tables', '?')} tables x "
+              f"{meta.get('sb_table_size', '?')} rows, median of rounds ==")
+        print(text_table(sb_header, sb_rows))
     if st_rows:
         print("\n== ordered stream through 3 shards ==")
         print(text_table(st_header, st_rows))
@@ -630,6 +742,9 @@ def cmd_report(d):
         f"- data: `pgbench -i -s {m('scale')}`; direct = one PostgreSQL with all rows; splitpoint = two "
         f"shards, pgbench_accounts/pgbench_history hashed by aid over {m('partitions')} partitions, "
         "branches/tellers as reference tables",
+        "- splitpoint_same: the two shards are two databases (sp_s0, sp_s1) on the direct instance, the one "
+        "PgBouncer is in front of, so PostgreSQL does the same work for every target (the headline); "
+        "splitpoint: one PostgreSQL instance per shard",
         f"- PgBouncer {m('pgbouncer_version', '')}: transaction pooling, default_pool_size {m('pool_size')}, "
         "in front of the direct instance",
         f"- splitpoint: transaction pooling, pool_size {m('pool_size')} per shard, workers "
@@ -640,7 +755,9 @@ def cmd_report(d):
         "`--log` files; median of rounds",
         f"- PostgreSQL: shared_buffers {m('shared_buffers')}, fsync off (throw-away test instances)",
         "", "## pgbench -S (select only)", "",
-        "`x direct` = tps / direct tps; `sp/pgbouncer` = splitpoint tps / PgBouncer tps.", "",
+        "`x direct` = tps / direct tps; `sp/pgbouncer` = splitpoint tps / PgBouncer tps. "
+        "`splitpoint_same` (shards on the direct instance) is the comparison that measures the proxy; "
+        "`splitpoint` (two instances) also pays for a second PostgreSQL on the same cores.", "",
         md_table(main_header, main_rows), "",
         "![tps per mode and client count](plot.png)", "",
     ]
@@ -667,6 +784,17 @@ def cmd_report(d):
                   "proxy work against one PostgreSQL instead of two. The last two columns are the proxy's "
                   "system calls and context switches per transaction (`perf stat`; empty without perf).", "",
                   md_table(cpu_header, cpu_rows), ""]
+    if sb_rows:
+        lines += ["## sysbench", "",
+                  f"sysbench {m('sysbench_version', '?')}, `--tables={m('sb_tables')} --table-size={m('sb_table_size')} "
+                  f"--threads={m('sb_threads')} --time={m('duration')} --histogram=on --percentile=95`, "
+                  f"{m('rounds')} round(s), targets alternating (the first one rotated each round); median of "
+                  "rounds, `max ms` the largest of the rounds; p95 is sysbench's, p99 is read from its latency "
+                  "histogram. `x pgbouncer` = splitpoint tps / PgBouncer tps. Data through splitpoint_same: "
+                  f"{m('sysbench_prepare_splitpoint_same', '?')}; through splitpoint: "
+                  f"{m('sysbench_prepare_splitpoint', '?')} (proxy = `sysbench prepare` through the proxy, "
+                  "shards = prepared on each shard and trimmed).", "",
+                  md_table(sb_header, sb_rows), ""]
     if st_rows:
         lines += ["## Ordered stream", "",
                   f"`stream_t(id bigint, v int)`, {m('stream_rows')} rows, hashed by id over 3 shards "
@@ -721,6 +849,8 @@ def main(argv):
         cmd_scrape(int(args[0]), float(args[1]), args[2], args[3])
     elif cmd == "cpu":
         return cmd_cpu(args)
+    elif cmd == "sysbench":
+        cmd_sysbench(args[0])
     elif cmd == "report":
         cmd_report(args[0])
     else:

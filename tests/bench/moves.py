@@ -18,16 +18,17 @@ baseline and during the moves, the writes that waited on a cutover, the copy
 throughput (rows of the partition / time in `copying`), and every client error.
 """
 
+import functools
 import os
 import random
 import statistics
-import subprocess
 import sys
 import threading
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "bench"))
+import benchlib  # noqa: E402
 import psycopg2  # noqa: E402
 
 MOVES = int(os.environ.get("MOVES", "20"))
@@ -36,13 +37,8 @@ WRITERS = int(os.environ.get("WRITERS", "8"))
 BASELINE = float(os.environ.get("BASELINE", "10"))
 WORK = os.environ.get("BENCH_WORK", "/tmp/splitpoint-bench-moves")
 BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
-PG_SH = os.path.join(ROOT, "tests", "lib", "pg.sh")
 P = 8
-
-
-def sh(*args):
-    return subprocess.run(["bash", PG_SH, *args], check=True, capture_output=True, text=True,
-                          env={**os.environ, "TEST_TMP": WORK}).stdout.strip()
+sh = functools.partial(benchlib.sh, WORK)
 
 
 def connect(port, db, user="postgres", password="postgres"):
@@ -105,10 +101,7 @@ distributions:
 catalog: s0
 moves: {{ max_hold: 5s, poll: 200ms, lease: 3s, verify: {os.environ.get("VERIFY", "true")} }}
 """
-    with open(f"{WORK}/sp.yaml", "w") as f:
-        f.write(config)
-    proxy = subprocess.Popen([os.path.join(BUILD, "splitpoint"), "--config", f"{WORK}/sp.yaml"],
-                             stdout=open(f"{WORK}/sp.log", "w"), stderr=subprocess.STDOUT)
+    proxy = benchlib.start_proxy(WORK, BUILD, "sp", sp_port, config)
     time.sleep(1.5)
     part_of = {}
     stop = threading.Event()

@@ -21,6 +21,7 @@ proxy, both PostgreSQL instances and pgbench share the cores, so moving reads to
 standby mostly moves where the work is done: the CPU split says where it went.
 """
 
+import functools
 import os
 import statistics
 import subprocess
@@ -37,24 +38,14 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 SECONDS = int(os.environ.get("SECONDS", "5"))
 WORK = os.environ.get("BENCH_WORK", "/tmp/splitpoint-bench-replicas")
 BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
-PG_SH = os.path.join(ROOT, "tests", "lib", "pg.sh")
 PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
-
-
-def sh(*args):
-    env = dict(os.environ, TEST_TMP=WORK)
-    return subprocess.run(["bash", PG_SH, *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+sh = functools.partial(benchlib.sh, WORK)
 
 
 def proxy(name, port, metrics_port, body):
-    path = os.path.join(WORK, name + ".yaml")
-    with open(path, "w") as f:
-        f.write(f"listen: 127.0.0.1:{port}\nmetrics_listen: 127.0.0.1:{metrics_port}\nworkers: 2\n"
-                "auth: scram-sha-256\nusers: [ { name: app, password: secret } ]\n" + body)
-    log = open(os.path.join(WORK, name + ".log"), "w")
-    p = subprocess.Popen([os.path.join(BUILD, "splitpoint"), "--config", path], stdout=log, stderr=subprocess.STDOUT)
-    sh("wait_port", str(port), "10")
-    return p
+    return benchlib.start_proxy(WORK, BUILD, name, port,
+                                f"listen: 127.0.0.1:{port}\nmetrics_listen: 127.0.0.1:{metrics_port}\nworkers: 2\n"
+                                "auth: scram-sha-256\nusers: [ { name: app, password: secret } ]\n" + body)
 
 
 def pgbench(port, pids, datadirs):

@@ -24,6 +24,7 @@ thirds' median RSS and FDs. The load's connections stay open the whole time (the
 FDs are part of the baseline); `churn` checks that closed ones are given back.
 """
 
+import functools
 import io
 import os
 import random
@@ -42,28 +43,19 @@ MINUTES = float(os.environ.get("MINUTES", "30"))
 CLIENTS = int(os.environ.get("CLIENTS", "6"))
 WORK = os.environ.get("BENCH_WORK", "/tmp/splitpoint-soak")
 BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
-PG_SH = os.path.join(ROOT, "tests", "lib", "pg.sh")
 KEYS = 5000
-
-
-def sh(*args):
-    env = dict(os.environ, TEST_TMP=WORK)
-    return subprocess.run(["bash", PG_SH, *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+sh = functools.partial(benchlib.sh, WORK)
 
 
 def start(pg_port, port, metrics_port):
-    path = os.path.join(WORK, "soak.yaml")
     shards = "".join(f"  - {{ name: s{i}, host: 127.0.0.1, port: {pg_port}, database: soak{i}, user: app, "
                      f"password: secret, pool_size: 12 }}\n" for i in range(2))
-    with open(path, "w") as f:
-        f.write(f"listen: 127.0.0.1:{port}\nmetrics_listen: 127.0.0.1:{metrics_port}\n"
-                "auth: scram-sha-256\nusers: [ { name: app, password: secret } ]\n"
-                f"shards:\n{shards}"
-                "distributions:\n  - { name: d, method: hash, partitions: 16, tables: { kv: id, auto: id } }\n")
-    log = open(os.path.join(WORK, "soak.log"), "w")
-    p = subprocess.Popen([os.path.join(BUILD, "splitpoint"), "--config", path], stdout=log, stderr=subprocess.STDOUT)
-    sh("wait_port", str(port), "10")
-    return p
+    return benchlib.start_proxy(
+        WORK, BUILD, "soak", port,
+        f"listen: 127.0.0.1:{port}\nmetrics_listen: 127.0.0.1:{metrics_port}\n"
+        "auth: scram-sha-256\nusers: [ { name: app, password: secret } ]\n"
+        f"shards:\n{shards}"
+        "distributions:\n  - { name: d, method: hash, partitions: 16, tables: { kv: id, auto: id } }\n")
 
 
 def connect(port):
