@@ -171,6 +171,7 @@ def check_rows(expect_ranges):
             assert key not in rows, f"item {key} on both shards"
             rows[key] = (n, shard)
     assert {k: n for k, (n, _) in rows.items()} == INCREMENTS, "acknowledged upserts differ from the rows"
+    print(f"  {sum(INCREMENTS.values())} acknowledged upserts on {len(rows)} rows, {SPM01[0]} SPM01", flush=True)
     for key, (_, shard) in rows.items():
         want = [s for _, lo, hi, s in expect_ranges
                 if (lo is None or key >= int(lo)) and (hi is None or key < int(hi))]
