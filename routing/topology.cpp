@@ -226,4 +226,92 @@ bool Topology::step_integer(std::optional<std::string>& bound, bool& inclusive, 
   return true;
 }
 
+namespace {
+
+// How bounds of one range distribution compare: as integers when every bound and the
+// value are integers (integers also get their canonical spelling), else byte order.
+struct BoundOrder {
+  bool numeric = true;
+  bool mixed = false;  // the bounds are integers (there is one at least), the value is not
+
+  BoundOrder(const std::vector<config::Range>& ranges, std::string& value) {
+    bool bounds_numeric = true, any = false;
+    for (const auto& r : ranges) {
+      long long b = 0;
+      any = any || r.upto.has_value();
+      if (r.upto && !parse_int(*r.upto, b)) bounds_numeric = false;
+    }
+    long long v = 0;
+    const bool value_numeric = parse_int(value, v);
+    numeric = bounds_numeric && value_numeric;
+    mixed = any && bounds_numeric && !value_numeric;
+    if (numeric) value = std::to_string(v);
+  }
+  std::string mixed_error(const std::string& value) const {
+    return "the ranges' bounds are integers and \"" + value + "\" is not one";
+  }
+  int compare(const std::string& a, const std::string& b) const {
+    if (!numeric) return a.compare(b) < 0 ? -1 : (a.compare(b) > 0 ? 1 : 0);
+    long long x = 0, y = 0;
+    parse_int(a, x);
+    parse_int(b, y);
+    return x < y ? -1 : (x > y ? 1 : 0);
+  }
+};
+
+std::string quoted(const std::string& v) { return "\"" + v + "\""; }
+
+}  // namespace
+
+RangeChange split_range(const std::vector<config::Range>& ranges, std::string_view value_in) {
+  RangeChange out;
+  std::string value(value_in);
+  if (value.empty()) {
+    out.error = "the split value is empty";
+    return out;
+  }
+  const BoundOrder order(ranges, value);
+  if (order.mixed) {
+    out.error = order.mixed_error(value);
+    return out;
+  }
+  for (std::uint32_t i = 0; i < ranges.size(); ++i) {
+    const int above = ranges[i].upto ? order.compare(value, *ranges[i].upto) : -1;
+    if (above == 0) {
+      out.error = quoted(value) + " is already the bound between partitions " + std::to_string(i) + " and " +
+                  std::to_string(i + 1);
+      return out;
+    }
+    if (above > 0) continue;
+    // value < this range's upper bound and (the earlier ranges passed) above its lower.
+    out.ranges = ranges;
+    config::Range lower{value, ranges[i].shard};
+    out.ranges.insert(out.ranges.begin() + i, lower);
+    out.partition = i;
+    return out;
+  }
+  out.error = quoted(value) + " is above every range's upper bound: no partition holds it";
+  return out;
+}
+
+RangeChange merge_range(const std::vector<config::Range>& ranges, std::string_view value_in) {
+  RangeChange out;
+  std::string value(value_in);
+  const BoundOrder order(ranges, value);
+  if (order.mixed) {
+    out.error = order.mixed_error(value);
+    return out;
+  }
+  for (std::uint32_t i = 0; i + 1 < ranges.size(); ++i) {
+    if (!ranges[i].upto || order.compare(value, *ranges[i].upto) != 0) continue;
+    out.ranges = ranges;
+    out.ranges[i + 1].shard = ranges[i].shard;
+    out.ranges.erase(out.ranges.begin() + i);
+    out.partition = i;
+    return out;
+  }
+  out.error = quoted(value) + " is not a bound between two ranges (SHOW PARTITIONS lists them)";
+  return out;
+}
+
 }  // namespace splitpoint::routing

@@ -86,4 +86,21 @@ class Topology {
   std::vector<std::vector<std::size_t>> distribution_shards_;
 };
 
+// SPLIT RANGE and MERGE RANGE (SPEC §9) on a range distribution's ranges, metadata only.
+// A range partition's number is its position in key order (as in the file), so a split
+// at a value inside partition p makes [lo, value) partition p and [value, hi) partition
+// p + 1, both on p's shard, and every partition above p is numbered one higher; a merge
+// at the bound between p and p + 1 makes one partition p on their shard, and the ones
+// above are numbered one lower. Bounds compare as integers when all of them (and the
+// value) are integers, else as strings (byte order), as the file's ranges are checked.
+struct RangeChange {
+  std::vector<config::Range> ranges;  // the distribution's ranges afterwards
+  std::uint32_t partition = 0;        // split: the lower half (the upper is + 1); merge: the merged one
+  std::string error;                  // non-empty: refused, and why
+};
+RangeChange split_range(const std::vector<config::Range>& ranges, std::string_view value);
+// Refused unless `value` is the upper bound of a range that has one after it; the shards
+// are not compared here (the caller names them in its refusal).
+RangeChange merge_range(const std::vector<config::Range>& ranges, std::string_view value);
+
 }  // namespace splitpoint::routing

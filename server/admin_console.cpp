@@ -29,7 +29,7 @@ constexpr const char* kAdminHelp =
     "CONFIG | "
     "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., DROP SHARD name, "
     "REBALANCE dist "
-    "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id";
+    "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id, SPLIT RANGE dist AT value, MERGE RANGE dist AT value";
 
 // Upper-cased words of a command, without a trailing semicolon.
 std::vector<std::string> words_of(std::string_view sql, std::size_t max_words, std::string_view& rest) {
@@ -328,6 +328,16 @@ std::vector<std::string> raw_words(std::string_view sql) {
   }
 }
 
+// A range partition's bounds for SHOW PARTITIONS (NULL: unbounded, or not a range).
+std::pair<std::optional<std::string>, std::optional<std::string>> range_bounds(const config::Config& config,
+                                                                               const std::string& distribution,
+                                                                               std::uint32_t p) {
+  for (const auto& d : config.distributions)
+    if (d.name == distribution && d.method == config::Method::range && p < d.ranges.size())
+      return {p > 0 ? d.ranges[p - 1].upto : std::nullopt, d.ranges[p].upto};
+  return {};
+}
+
 std::optional<std::string> opt(const std::optional<std::int64_t>& v) {
   return v ? std::optional<std::string>(std::to_string(*v)) : std::nullopt;
 }
@@ -339,7 +349,8 @@ std::optional<std::string> opt(const std::optional<std::int64_t>& v) {
 awaitable<bool> AdminConsole::catalog_command(const std::vector<std::string>& w, std::string_view sql, std::string& out) {
   auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
   if (!is({"SHOW", "TOPOLOGY"}) && !is({"SHOW", "MOVES"}) && !is({"MOVE", "PARTITION"}) && !is({"CANCEL", "MOVE"}) &&
-      !is({"ADD", "SHARD"}) && !is({"DROP", "SHARD"}) && !is({"REBALANCE"}))
+      !is({"ADD", "SHARD"}) && !is({"DROP", "SHARD"}) && !is({"REBALANCE"}) && !is({"SPLIT", "RANGE"}) &&
+      !is({"MERGE", "RANGE"}) && !is({"SPLIT", "PARTITION"}))
     co_return false;
   Catalog* catalog = s_.server_.catalog();
   auto error = [&](std::string_view code, const std::string& msg) { admin_error(s_.metrics_, out, code, msg); };
@@ -372,10 +383,67 @@ awaitable<bool> AdminConsole::catalog_command(const std::vector<std::string>& w,
              m.owner.empty() ? std::nullopt : std::optional<std::string>(m.owner),
              m.error.empty() ? std::nullopt : std::optional<std::string>(m.error)});
     t.encode(out, "SHOW");
+  } else if (is({"SPLIT"}) || is({"MERGE"})) {
+    co_await range_change(w, sql, *catalog, out);
   } else {
     co_await topology_change(w, words, *catalog, out);
   }
   co_return true;
+}
+
+namespace {
+
+// The value after AT: a quoted literal ('2024-01-01 00:00', '' for a quote) or the
+// rest of the command as written, without a trailing ';'. nullopt: nothing, or a
+// quote not closed.
+std::optional<std::string> range_value(std::string_view rest) {
+  while (!rest.empty() && (std::isspace(static_cast<unsigned char>(rest.back())) || rest.back() == ';'))
+    rest.remove_suffix(1);
+  while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.front()))) rest.remove_prefix(1);
+  if (rest.empty()) return std::nullopt;
+  if (rest.front() != '\'') return std::string(rest);
+  std::string v;
+  for (std::size_t i = 1; i < rest.size(); ++i) {
+    if (rest[i] != '\'') {
+      v += rest[i];
+    } else if (i + 1 < rest.size() && rest[i + 1] == '\'') {
+      v += '\'';
+      ++i;
+    } else {
+      return i + 1 == rest.size() ? std::optional<std::string>(v) : std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+awaitable<void> AdminConsole::range_change(const std::vector<std::string>& w, std::string_view sql, Catalog& c,
+                                           std::string& out) {
+  auto error = [&](std::string_view code, const std::string& msg) { admin_error(s_.metrics_, out, code, msg); };
+  if (command_is(w, {"SPLIT", "PARTITION"})) {
+    error(sqlstate::feature_not_supported,
+          "SPLIT PARTITION (hash partitions) is not implemented; SPLIT RANGE splits a range distribution's ranges");
+    co_return;
+  }
+  const bool split = w[0] == "SPLIT";
+  const std::string tag = split ? "SPLIT RANGE" : "MERGE RANGE";
+  std::string_view rest;
+  auto upper = words_of(sql, 4, rest);
+  const auto raw = raw_words(sql);
+  std::optional<std::string> value;
+  if (upper.size() == 4 && upper[3] == "AT") value = range_value(rest);
+  if (!value) {
+    error(sqlstate::syntax_error, "usage: " + tag + " distribution AT value");
+    co_return;
+  }
+  Catalog* catalog = &c;
+  auto change = [catalog, dist = raw[2], v = *value, split] { return catalog->change_range(dist, v, split); };
+  auto r = co_await off_thread(change, s_.metrics_, out);
+  if (!r) co_return;
+  Table t({"distribution", "partition", "lower", "upper", "shard"});
+  for (const auto& row : *r) t.row({raw[2], std::to_string(row.partition), row.lower, row.upper, row.shard});
+  t.encode(out, tag);
 }
 
 // ADD SHARD name host=... port=... [database=...] [user=...] [password=...] [pool_size=...]
@@ -529,9 +597,12 @@ bool AdminConsole::show_state(const std::vector<std::string>& w, std::string& ou
     }
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "PARTITIONS"})) {
-    Table t({"distribution", "partition", "shard", "queries", "rows_written"});
-    for (auto& p : s_.server_.metrics().partitions(rt->config))
-      t.row({p.distribution, std::to_string(p.partition), p.shard, std::to_string(p.queries), std::to_string(p.writes)});
+    Table t({"distribution", "partition", "shard", "queries", "rows_written", "lower", "upper"});
+    for (auto& p : s_.server_.metrics().partitions(rt->config)) {
+      auto [lower, upper] = range_bounds(rt->config, p.distribution, p.partition);
+      t.row({p.distribution, std::to_string(p.partition), p.shard, std::to_string(p.queries), std::to_string(p.writes),
+             lower, upper});
+    }
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "HOT", "KEYS"})) {
     Table t({"distribution", "key", "count", "max_error", "skew"});

@@ -59,6 +59,11 @@ CREATE TABLE IF NOT EXISTS splitpoint.moves (
   updated timestamptz NOT NULL DEFAULT now());
 ALTER TABLE splitpoint.moves ADD COLUMN IF NOT EXISTS rows_total bigint;
 ALTER TABLE splitpoint.moves ADD COLUMN IF NOT EXISTS copy_started timestamptz;
+CREATE TABLE IF NOT EXISTS splitpoint.ranges (
+  distribution text NOT NULL,
+  partition int NOT NULL,
+  upto text,
+  PRIMARY KEY (distribution, partition));
 CREATE TABLE IF NOT EXISTS splitpoint.dropped_shards (
   name text PRIMARY KEY,
   dropped timestamptz NOT NULL DEFAULT now());
@@ -205,6 +210,13 @@ void apply_catalog(const CatalogState& state, config::Config& config, MoveView& 
       if (config.distributions[d].name == name) return d;
     return std::nullopt;
   };
+  for (const auto& [name, bounds] : state.ranges) {  // (before the placement: it may add partitions)
+    auto d = dist_of(name);
+    if (!d || config.distributions[*d].method != config::Method::range || bounds.empty()) continue;
+    auto& ranges = config.distributions[*d].ranges;
+    ranges.resize(bounds.size());  // (new ones get their shard from the placement)
+    for (std::size_t i = 0; i < bounds.size(); ++i) ranges[i].upto = bounds[i];
+  }
   for (const auto& p : state.placement) {
     auto d = dist_of(p.distribution);
     auto s = config.find_shard(p.shard);
@@ -268,7 +280,9 @@ void Catalog::seed(pqxx::connection& c) {
   for (const auto& d : config_.distributions) {
     auto known = w.exec_params("SELECT count(*) FROM splitpoint.placement WHERE distribution = $1", d.name);
     auto have = known[0][0].as<std::size_t>();
-    if (have != 0 && have != partitions_of(d))
+    const bool catalog_ranges =  // (split or merged online: the catalog's ranges win over the file's)
+        !w.exec_params("SELECT 1 FROM splitpoint.ranges WHERE distribution = $1 LIMIT 1", d.name).empty();
+    if (have != 0 && have != partitions_of(d) && !catalog_ranges)
       throw CatalogError("SPA01", "the catalog has " + std::to_string(have) + " partitions of distribution \"" + d.name +
                                       "\", the configuration " + std::to_string(partitions_of(d)));
     if (have != 0) continue;
@@ -303,6 +317,9 @@ CatalogState Catalog::read_state(pqxx::connection& c) {
     s.shards.push_back(std::move(sh));
   }
   for (const auto& r : w.exec("SELECT name FROM splitpoint.dropped_shards")) s.dropped.push_back(r[0].as<std::string>());
+  for (const auto& r : w.exec("SELECT distribution, upto FROM splitpoint.ranges ORDER BY distribution, partition"))
+    s.ranges[r[0].as<std::string>()].push_back(r[1].is_null() ? std::nullopt
+                                                              : std::optional<std::string>(r[1].as<std::string>()));
   for (const auto& r : w.exec("SELECT distribution, partition, shard FROM splitpoint.placement"))
     s.placement.push_back({r[0].as<std::string>(), r[1].as<std::uint32_t>(), r[2].as<std::string>()});
   for (const auto& r : w.exec(std::string("SELECT ") + kMoveColumns + " FROM splitpoint.moves WHERE " + kUnfinishedMoves +

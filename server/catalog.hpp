@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -62,6 +63,16 @@ struct CatalogState {
   std::vector<MoveRow> moves;  // those not finished (planned ... cleanup)
   std::vector<config::Shard> shards;  // added with ADD SHARD, in the order they were added
   std::vector<std::string> dropped;    // DROP SHARD: gone from the topology, the file's shards too
+  // SPLIT/MERGE RANGE: the ranges' upper bounds (nullopt: unbounded) of the range
+  // distributions whose ranges the catalog holds, by partition; the others keep the file's.
+  std::map<std::string, std::vector<std::optional<std::string>>> ranges;
+};
+
+// One range partition in the answer of SPLIT RANGE / MERGE RANGE.
+struct RangeRow {
+  std::uint32_t partition = 0;
+  std::optional<std::string> lower, upper;  // nullopt: unbounded
+  std::string shard;
 };
 
 // Logical partitions of a distribution, whatever its method, and where one's shard
@@ -114,6 +125,12 @@ class Catalog {
   // combine step, unlisted tables or a list's default, or is the source or target of an
   // unfinished move. Returns once every live proxy runs without it (or a lease passed).
   void drop_shard(const std::string& name);
+  // SPLIT RANGE dist AT value (`split`) or MERGE RANGE dist AT value: one compare-and-set
+  // transaction on the catalog's ranges and placement that bumps the epoch; refused (SPA01)
+  // for a distribution that is not a range one, with unfinished moves, a value that is a
+  // bound already (split) or not one (merge), or (merge) ranges on two shards. Returns the
+  // partitions made, once every live proxy runs them (or a lease passed).
+  std::vector<RangeRow> change_range(const std::string& distribution, const std::string& value, bool split);
   void cancel_move(std::int64_t id);
   std::vector<MoveRow> moves(bool all);
   struct ProxyRow {

@@ -1,14 +1,16 @@
-// ADD SHARD and REBALANCE (SPEC §9): changes of the catalog that the admin console asks
+// ADD SHARD, REBALANCE, DROP SHARD, SPLIT RANGE and MERGE RANGE (SPEC §9): changes of the catalog that the admin console asks
 // for. Blocking; the console runs them off the Asio threads.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <pqxx/pqxx>
 #include <sstream>
 
+#include "routing/topology.hpp"
 #include "server/catalog.hpp"
 
 namespace splitpoint::server {
@@ -209,6 +211,105 @@ void Catalog::drop_shard(const std::string& name) {
   // Proxies still behind after a lease have fenced themselves.
   if (!wait_for_acks(*c, epoch, config_.moves.lease))
     spdlog::warn("catalog: not every proxy acknowledged epoch {} within a lease", epoch);
+}
+
+namespace {
+
+// A range distribution's ranges as the catalog has them (its own bounds once split or
+// merged, else the file's), each range's shard an index into `shards` (names).
+std::vector<config::Range> catalog_ranges(pqxx::transaction_base& w, const config::Distribution& file,
+                                          std::vector<std::string>& shards) {
+  const std::string& name = file.name;
+  std::vector<config::Range> ranges;
+  auto bounds = w.exec_params("SELECT upto FROM splitpoint.ranges WHERE distribution = $1 ORDER BY partition", name);
+  if (bounds.empty()) ranges = file.ranges;
+  for (const auto& b : bounds)
+    ranges.push_back({b[0].is_null() ? std::nullopt : std::optional<std::string>(b[0].as<std::string>()), 0});
+  auto placed =
+      w.exec_params("SELECT partition, shard FROM splitpoint.placement WHERE distribution = $1 ORDER BY partition", name);
+  if (placed.size() != ranges.size())
+    throw CatalogError("SPA01", "the catalog places " + std::to_string(placed.size()) + " partitions of distribution \"" +
+                                    name + "\" but has " + std::to_string(ranges.size()) + " ranges");
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const auto shard = placed[i][1].as<std::string>();
+    auto at = std::find(shards.begin(), shards.end(), shard);
+    ranges[i].shard = static_cast<std::size_t>(at - shards.begin());
+    if (at == shards.end()) shards.push_back(shard);
+  }
+  return ranges;
+}
+
+// The catalog's ranges and placement of the distribution become `ranges`.
+void write_ranges(pqxx::transaction_base& w, const std::string& name, const std::vector<config::Range>& ranges,
+                  const std::vector<std::string>& shards) {
+  w.exec_params("DELETE FROM splitpoint.ranges WHERE distribution = $1", name);
+  w.exec_params("DELETE FROM splitpoint.placement WHERE distribution = $1", name);
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    w.exec_params("INSERT INTO splitpoint.ranges VALUES ($1, $2, $3)", name, static_cast<int>(i), ranges[i].upto);
+    w.exec_params("INSERT INTO splitpoint.placement VALUES ($1, $2, $3)", name, static_cast<int>(i),
+                  shards[ranges[i].shard]);
+  }
+}
+
+RangeRow range_row(const std::vector<config::Range>& ranges, std::uint32_t p, const std::vector<std::string>& shards) {
+  RangeRow r;
+  r.partition = p;
+  if (p > 0) r.lower = ranges[p - 1].upto;
+  r.upper = ranges[p].upto;
+  r.shard = shards[ranges[p].shard];
+  return r;
+}
+
+}  // namespace
+
+std::vector<RangeRow> Catalog::change_range(const std::string& distribution, const std::string& value, bool split) {
+  const std::string what = split ? "SPLIT RANGE" : "MERGE RANGE";
+  const config::Distribution* file = nullptr;
+  for (const auto& d : config_.distributions)
+    if (d.name == distribution) file = &d;
+  if (!file) throw CatalogError("SPA01", "unknown distribution \"" + distribution + "\"");
+  if (file->method != config::Method::range)
+    throw CatalogError("SPA01", what + " needs a range distribution; \"" + distribution + "\" is a " +
+                                    (file->method == config::Method::hash
+                                         ? "hash one (SPLIT PARTITION, for hash partitions, is not implemented)"
+                                         : "list one"));
+  std::unique_lock<std::mutex> lock;
+  auto* c = &admin_connection(lock);
+  std::int64_t epoch = 0;
+  std::vector<RangeRow> made;
+  {
+    pqxx::work w(*c);
+    w.exec("SELECT epoch FROM splitpoint.topology FOR UPDATE");  // (the compare-and-set: orders every change)
+    auto busy = w.exec_params(std::string("SELECT id, partition FROM splitpoint.moves WHERE distribution = $1 AND ") +
+                                  kUnfinishedMoves + " ORDER BY id",
+                              distribution);
+    if (!busy.empty())
+      throw CatalogError("SPA01", "move " + busy[0][0].as<std::string>() + " of partition " + distribution + ":" +
+                                      busy[0][1].as<std::string>() + " is unfinished (SHOW MOVES); " + what +
+                                      " renumbers the distribution's partitions, so it waits until its moves finish");
+    std::vector<std::string> shards;
+    const auto ranges = catalog_ranges(w, *file, shards);
+    const auto change = split ? routing::split_range(ranges, value) : routing::merge_range(ranges, value);
+    if (!change.error.empty()) throw CatalogError("SPA01", what + " " + distribution + ": " + change.error);
+    const auto p = change.partition;
+    if (!split && ranges[p].shard != ranges[p + 1].shard)
+      throw CatalogError("SPA01", "partitions " + distribution + ":" + std::to_string(p) + " (on shard \"" +
+                                      shards[ranges[p].shard] + "\") and " + distribution + ":" + std::to_string(p + 1) +
+                                      " (on shard \"" + shards[ranges[p + 1].shard] +
+                                      "\") are on different shards: MOVE PARTITION one of them to the other's shard first");
+    write_ranges(w, distribution, change.ranges, shards);
+    made.push_back(range_row(change.ranges, p, shards));
+    if (split) made.push_back(range_row(change.ranges, p + 1, shards));
+    epoch = w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1 RETURNING epoch")[0][0].as<std::int64_t>();
+    w.exec(std::string("NOTIFY ") + kCatalogChannel);
+    w.commit();
+  }
+  spdlog::info("catalog: {} {} AT {}: partition {} {}, topology epoch {}", what, distribution, value,
+               made[0].partition, split ? "split in two" : "merged with the next", epoch);
+  cv_.notify_all();
+  if (!wait_for_acks(*c, epoch, config_.moves.lease))
+    spdlog::warn("catalog: not every proxy acknowledged epoch {} within a lease", epoch);
+  return made;
 }
 
 }  // namespace splitpoint::server

@@ -610,10 +610,12 @@ void Catalog::mover_loop() {
           "ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) "
           "UPDATE splitpoint.moves m SET owner = $1 FROM c WHERE m.id = c.id RETURNING m.id, m.distribution, "
           "m.partition, m.source, m.target, m.state, m.owner, m.error, m.rows_copied, m.lag_bytes, m.hold_ms, "
-          "m.attempts, coalesce(c.previous, '')",
+          "m.attempts, coalesce(c.previous, ''), (SELECT epoch FROM splitpoint.topology)",
           proxy_id_);
       w.commit();
-      if (r.empty()) {
+      // A proxy behind the catalog's epoch would move by ranges a SPLIT/MERGE RANGE has
+      // changed since: the move waits (claimed) until this proxy has caught up.
+      if (r.empty() || r[0][13].as<std::int64_t>() > epoch()) {
         nap(config_.moves.poll);
         continue;
       }

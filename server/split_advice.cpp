@@ -57,12 +57,12 @@ std::vector<SplitAdvice> split_advice(const config::Config& config, const std::v
         std::string advice;
         if (last_range && std::string(what) == "rows_written")
           advice = "writes pile onto the last range, as with keys that only increase (ids, timestamps): split it "
-                   "above the current largest key (SPLIT RANGE " + d.name + " AT ..., not implemented yet) so that "
+                   "above the current largest key (SPLIT RANGE " + d.name + " AT ...) so that "
                    "new keys land on their own range, then " + move;
         else if (d.method == config::Method::hash)
           advice = "split it (SPLIT PARTITION " + part + ", not implemented yet), or " + move;
         else
-          advice = "split it (SPLIT RANGE " + d.name + " AT ..., not implemented yet), or " + move;
+          advice = "split it (SPLIT RANGE " + d.name + " AT ...), or " + move;
         out.push_back({d.name, r->partition, r->shard,
                        last_range && std::string(what) == "rows_written" ? "last_range" : what, share, share * n,
                        advice});

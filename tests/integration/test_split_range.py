@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""SPLIT RANGE and MERGE RANGE (SPEC 9): metadata-only changes of a range distribution's
+ranges in the catalog, while writers go on through two proxies.
+
+Shards s0 and s1 (databases sr_<random> on the two shared instances), the catalog on s0.
+A range distribution by_range (items: id) with ranges [.., 1000) on s0, [1000, 2000)
+and [2000, ..) on s1, and a hash one (by_user: counters) for the refusals. Two proxies,
+A and B, follow the catalog.
+
+While writers upsert items (`INSERT ... ON CONFLICT (id) DO UPDATE SET n = n + 1`, a
+per-key counter) through A and B:
+- SPLIT RANGE by_range AT 1500 through A: partitions 1 = [1000, 1500) and 2 = [1500,
+  2000), both on s1; both proxies run the new epoch and show the same ranges; B,
+  restarted from a file that still has three ranges, takes the catalog's four;
+- MOVE PARTITION by_range:1 TO s0 moves one half; SPLIT/MERGE refused while it runs;
+  MERGE RANGE AT 1500 refused while the halves are on two shards; the half moved back;
+  MERGE RANGE AT 1500 then joins them again;
+- refusals and their SQLSTATEs (SPA01, 42601, 0A000), the command-line form, and a
+  proxy without catalog: (SPA01).
+Afterwards every acknowledged increment is there exactly once (each row's n equals its
+acknowledged upserts) and every row is on the shard the catalog names for its range.
+"""
+# test-timeout: 240
+
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import psycopg2  # noqa: E402
+import sptest  # noqa: E402
+
+WORKDIR = sptest.workdir("split-range")
+DB = None
+A = B = None
+KEYS = 3000
+INCREMENTS = {}
+ERRORS = []
+SPM01 = [0]
+LOCK = threading.Lock()
+STOP = threading.Event()
+TESTS = []
+
+
+def config(db, catalog=True):
+    p0, p1 = sptest.PG_PORTS
+    return f"""
+    auth: scram-sha-256
+    users:
+      - {{ name: app, password: secret }}
+      - {{ name: admin, password: adminpw, admin: true }}
+    shards:
+      - {{ name: s0, host: 127.0.0.1, port: {p0}, database: {db}, user: postgres, password: postgres, pool_size: 10 }}
+      - {{ name: s1, host: 127.0.0.1, port: {p1}, database: {db}, user: postgres, password: postgres, pool_size: 10 }}
+    distributions:
+      - name: by_user
+        method: hash
+        partitions: 4
+        tables: {{ counters: id }}
+      - name: by_range
+        method: range
+        ranges:
+          - {{ upto: 1000, shard: s0 }}
+          - {{ upto: 2000, shard: s1 }}
+          - {{ shard: s1 }}
+        tables: {{ items: id }}
+    {"catalog: s0" if catalog else ""}
+    moves: {{ max_hold: 5s, poll: 100ms, lease: 2s }}
+    scatter: {{ deadline: 10s }}
+    """
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+def admin(proxy, sql):
+    return sptest.admin(proxy.port, sql)
+
+
+def direct(i, sql, params=None):
+    return sptest.query(sptest.PG_PORTS[i], DB, sql, params, "postgres", "postgres")
+
+
+def refused(proxy, sql, code, words):
+    try:
+        admin(proxy, sql)
+    except psycopg2.Error as e:
+        assert e.pgcode == code and words in str(e), (sql, e.pgcode, str(e))
+        return
+    raise AssertionError(f"{sql}: accepted")
+
+
+def ranges(proxy):
+    """by_range's partitions as the proxy shows them: [(partition, lower, upper, shard)]."""
+    return [(int(r[1]), r[5], r[6], r[2]) for r in admin(proxy, "SHOW PARTITIONS") if r[0] == "by_range"]
+
+
+def epochs():
+    return {r[0]: int(r[2]) for r in admin(A, "SHOW TOPOLOGY") if r[4] == "yes"}
+
+
+def wait_move(move, states=("done",), timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = {int(r[0]): r for r in admin(A, "SHOW MOVES ALL")}
+        if move in rows and rows[move][5] in states:
+            return rows[move]
+        time.sleep(0.1)
+    raise AssertionError(f"move {move} not {states}: {admin(A, 'SHOW MOVES ALL')}")
+
+
+def writer(seed):
+    rnd = random.Random(seed)
+    conns = {}
+    while not STOP.is_set():
+        proxy = rnd.choice([A, B])
+        try:
+            c = conns.get(proxy.name)
+            if c is None:
+                c = conns[proxy.name] = proxy.connect(DB)
+            key = rnd.randrange(KEYS)
+            cur = c.cursor()
+            cur.execute("INSERT INTO items (id, n) VALUES (%s, 1) ON CONFLICT (id) DO UPDATE SET n = items.n + 1",
+                        (key,))
+            assert cur.rowcount == 1, ("upsert", key, cur.rowcount)
+            with LOCK:
+                INCREMENTS[key] = INCREMENTS.get(key, 0) + 1
+        except psycopg2.Error as e:
+            if getattr(e, "pgcode", None) == "SPM01":  # a held statement past max_hold: not applied
+                with LOCK:
+                    SPM01[0] += 1
+                continue
+            with LOCK:
+                ERRORS.append(f"{proxy.name}: {getattr(e, 'pgcode', None)} {e}".strip())
+            conns.pop(proxy.name, None)
+        time.sleep(0.002)
+    for c in conns.values():
+        c.close()
+
+
+class Load:
+    """Writers through A and B for the duration of a `with`."""
+
+    def __enter__(self):
+        STOP.clear()
+        self.threads = [threading.Thread(target=writer, args=(i,), daemon=True) for i in range(4)]
+        for t in self.threads:
+            t.start()
+        time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc):
+        time.sleep(0.5)
+        STOP.set()
+        for t in self.threads:
+            t.join(30)
+        assert not ERRORS, ERRORS[:10]
+
+
+def check_rows(expect_ranges):
+    """Every acknowledged upsert exactly once, every row on the shard its range names."""
+    rows = {}
+    for i, shard in enumerate(("s0", "s1")):
+        for key, n in direct(i, "SELECT id, n FROM items"):
+            assert key not in rows, f"item {key} on both shards"
+            rows[key] = (n, shard)
+    assert {k: n for k, (n, _) in rows.items()} == INCREMENTS, "acknowledged upserts differ from the rows"
+    print(f"  {sum(INCREMENTS.values())} acknowledged upserts on {len(rows)} rows, {SPM01[0]} SPM01", flush=True)
+    for key, (_, shard) in rows.items():
+        want = [s for _, lo, hi, s in expect_ranges
+                if (lo is None or key >= int(lo)) and (hi is None or key < int(hi))]
+        assert want == [shard], (key, shard, want)
+
+
+def setup():
+    global DB, A, B
+    DB = sptest.Databases("sr").name
+    body = config(DB)
+    A = sptest.Proxy("split-a", body, WORKDIR)
+    B = sptest.Proxy("split-b", body, WORKDIR)
+    A.start()
+    B.start()
+    c = A.connect(DB)
+    cur = c.cursor()
+    cur.execute("CREATE TABLE items (id int PRIMARY KEY, n bigint NOT NULL)")
+    cur.execute("CREATE TABLE counters (id bigint PRIMARY KEY, n bigint NOT NULL DEFAULT 0)")
+    c.close()
+
+
+@test
+def split_under_load():
+    with Load():
+        rows = admin(A, "SPLIT RANGE by_range AT 1500")
+        assert rows == [("by_range", "1", "1000", "1500", "s1"), ("by_range", "2", "1500", "2000", "s1")], rows
+        time.sleep(1)
+    want = [(0, None, "1000", "s0"), (1, "1000", "1500", "s1"), (2, "1500", "2000", "s1"), (3, "2000", None, "s1")]
+    assert ranges(A) == want and ranges(B) == want, (ranges(A), ranges(B))
+    e = epochs()
+    assert len(e) == 2 and len(set(e.values())) == 1, e
+    check_rows(want)
+    # B restarted from a file with three ranges takes the catalog's four.
+    B.stop()
+    B.start()
+    assert ranges(B) == want, ranges(B)
+
+
+@test
+def refusals():
+    refused(A, "SPLIT RANGE by_range AT 1500", "SPA01", "already the bound between partitions 1 and 2")
+    refused(A, "SPLIT RANGE by_range AT 1000", "SPA01", "already the bound")
+    refused(A, "SPLIT RANGE by_range AT abc", "SPA01", "the ranges' bounds are integers and \"abc\" is not one")
+    refused(A, "MERGE RANGE by_range AT 1234", "SPA01", "not a bound between two ranges")
+    refused(A, "SPLIT RANGE by_user AT 5", "SPA01", "needs a range distribution")
+    refused(A, "SPLIT RANGE nowhere AT 5", "SPA01", "unknown distribution")
+    refused(A, "SPLIT RANGE by_range", "42601", "usage: SPLIT RANGE distribution AT value")
+    refused(A, "MERGE RANGE by_range AT", "42601", "usage: MERGE RANGE")
+    refused(A, "SPLIT RANGE by_range AT '12", "42601", "usage")
+    refused(A, "SPLIT PARTITION by_user:1", "0A000", "not implemented")
+    with sptest.Proxy("split-nocat", config(DB, catalog=False), WORKDIR) as p:
+        refused(p, "SPLIT RANGE by_range AT 1500", "SPA01", "no catalog")
+        refused(p, "MERGE RANGE by_range AT 1000", "SPA01", "no catalog")
+
+
+@test
+def move_half_then_merge():
+    four = [(0, None, "1000", "s0"), (1, "1000", "1500", "s1"), (2, "1500", "2000", "s1"), (3, "2000", None, "s1")]
+    with Load():
+        move = int(admin(A, "MOVE PARTITION by_range:1 TO s0")[0][0])
+        refused(B, "SPLIT RANGE by_range AT 1700", "SPA01", f"move {move} of partition by_range:1 is unfinished")
+        refused(B, "MERGE RANGE by_range AT 1500", "SPA01", "is unfinished")
+        wait_move(move)
+        refused(A, "MERGE RANGE by_range AT 1500", "SPA01",
+                "are on different shards: MOVE PARTITION one of them to the other's shard first")
+    moved = [(0, None, "1000", "s0"), (1, "1000", "1500", "s0"), (2, "1500", "2000", "s1"), (3, "2000", None, "s1")]
+    assert ranges(A) == moved and ranges(B) == moved, (ranges(A), ranges(B))
+    check_rows(moved)
+    with Load():
+        wait_move(int(admin(B, "MOVE PARTITION by_range:1 TO s1")[0][0]))
+        rows = admin(B, "MERGE RANGE by_range AT 1500")
+        assert rows == [("by_range", "1", "1000", "2000", "s1")], rows
+        time.sleep(0.5)
+    three = [(0, None, "1000", "s0"), (1, "1000", "2000", "s1"), (2, "2000", None, "s1")]
+    assert ranges(A) == three and ranges(B) == three, (ranges(A), ranges(B), four)
+    e = epochs()
+    assert len(set(e.values())) == 1, e
+    check_rows(three)
+
+
+@test
+def command_line():
+    def cli(*args):
+        env = dict(os.environ, SP_TEST_ADMIN_PW="adminpw")
+        p = subprocess.run([os.environ["SP_BIN"], "admin", "--host", sptest.HOST, "--port", str(A.port), "--user",
+                            "admin", "--password-env", "SP_TEST_ADMIN_PW", *args], env=env, capture_output=True,
+                           text=True, timeout=60)
+        return p.returncode, p.stdout, p.stderr
+
+    rc, out, err = cli("--csv", "SPLIT", "RANGE", "by_range", "AT", "2500")
+    assert rc == 0 and out.splitlines() == ["distribution,partition,lower,upper,shard", "by_range,2,2000,2500,s1",
+                                            "by_range,3,2500,,s1"], (rc, out, err)
+    rc, out, err = cli("SPLIT RANGE by_range AT 2500")
+    assert rc == 1 and err.startswith("ERROR: SPA01: SPLIT RANGE by_range: \"2500\" is already the bound"), (rc, err)
+    rc, out, err = cli("MERGE", "RANGE", "by_range", "AT", "'2500'")
+    assert rc == 0 and "(1 row)" in out, (rc, out, err)
+    three = [(0, None, "1000", "s0"), (1, "1000", "2000", "s1"), (2, "2000", None, "s1")]
+    assert ranges(A) == three and ranges(B) == three, (ranges(A), ranges(B))
+
+
+def teardown():
+    for p in (A, B):
+        if p:
+            p.stop()
+    if DB:
+        sptest.drop_databases(DB)
+
+
+if __name__ == "__main__":
+    sys.exit(sptest.run_tests(TESTS, setup, teardown))
