@@ -109,6 +109,7 @@ awaitable<bool> Session::read_for_insert(std::string_view select, const proto::B
     co_return true;
   }
   // Several shards: the scatter-read executor, its answer kept instead of sent.
+  co_await drain();  // (nothing of an earlier statement may go into the capture)
   ClientStream::Capture capture;
   capture.max_rows = max_rows;
   stream_.capture(&capture);
