@@ -24,6 +24,7 @@
 //                          unanswered is cancelled there, then its connection dropped
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -284,6 +285,8 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> read_for_insert(std::string_view select, const protocol::Bind* bind,
                                   const std::vector<std::int32_t>* types, std::size_t max_rows, std::string& answer,
                                   std::size_t& rows);
+  // The shard the proxy's own reads of definitions and keys go to: scatter.combine.
+  std::size_t combine_shard() const { return std::min(runtime_->config.scatter.combine_shard, pools_.size() - 1); }
   // `n` keys for `request`'s table; nullopt: none can be made, `error` says why.
   awaitable<std::optional<std::vector<std::string>>> draw_keys(const routing::KeyRequest& request, std::size_t n,
                                                                bool& overriding, std::string& error);

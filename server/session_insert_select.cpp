@@ -182,7 +182,7 @@ awaitable<bool> Session::pull_insert_select(const routing::Route& route, std::st
   std::string oids;
   for (auto t : answer.types) oids += (oids.empty() ? "" : ",") + std::to_string(static_cast<std::uint32_t>(t));
   co_await drain();
-  auto reply = co_await run_on(std::min(runtime_->config.scatter.combine_shard, pools_.size() - 1),
+  auto reply = co_await run_on(combine_shard(),
                                "SELECT pg_catalog.format_type(t, NULL) FROM pg_catalog.unnest('{" + oids +
                                    "}'::pg_catalog.oid[]) WITH ORDINALITY AS u(t, n) ORDER BY n");
   auto names = first_column(reply.messages);

@@ -54,7 +54,7 @@ awaitable<std::optional<KeyCache::Source>> Session::key_source(const routing::Ke
       "ON d.adrelid = a.attrelid AND d.adnum = a.attnum WHERE a.attrelid = " + rel +
       "::pg_catalog.regclass AND a.attname = " + col + " AND NOT a.attisdropped";
   co_await drain();
-  auto reply = co_await run_on(std::min(runtime_->config.scatter.combine_shard, pools_.size() - 1), sql);
+  auto reply = co_await run_on(combine_shard(), sql);
   if (reply.lost || !reply.error.empty()) {
     error = "cannot read its default: " + message_of(reply.error);
     co_return std::nullopt;
@@ -90,7 +90,7 @@ awaitable<std::optional<std::vector<std::string>>> Session::draw_keys(const rout
   if (keys.size() == n) co_return keys;
   const std::size_t missing = n - keys.size();
   co_await drain();
-  auto reply = co_await run_on(std::min(runtime_->config.scatter.combine_shard, pools_.size() - 1),
+  auto reply = co_await run_on(combine_shard(),
                                src->sql + std::to_string(std::max(missing, kKeyBlock)) + ")");
   if (reply.lost || !reply.error.empty()) {
     error = "cannot evaluate its default: " + message_of(reply.error);
