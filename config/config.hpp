@@ -108,7 +108,7 @@ struct Scatter {
   std::size_t combine_shard = 0;
   std::size_t max_combine_rows = 10000000;
   // Rows an INSERT ... SELECT whose rows are pulled through the proxy may move (SPS02 beyond).
-  std::size_t max_insert_select_rows = 100000;
+  std::size_t max_insert_select_rows = 10000;
 };
 
 struct Timeouts {
