@@ -296,8 +296,11 @@ void Analyzer::variable_show(const PgQuery__VariableShowStmt* s) {
 void Analyzer::transaction(const PgQuery__TransactionStmt* s) {
   Route r = make_route(RouteKind::any_shard, StatementClass::transaction);
   switch (s->kind) {
-    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_BEGIN:
-    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_START: r.txn = TxnCommand::begin; break;
+    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_BEGIN: r.txn = TxnCommand::begin; break;
+    case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_START:
+      r.txn = TxnCommand::begin;
+      r.txn_start = true;
+      break;
     case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_COMMIT: r.txn = TxnCommand::commit; break;
     case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_ROLLBACK: r.txn = TxnCommand::rollback; break;
     case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_SAVEPOINT: r.txn = TxnCommand::savepoint; break;
@@ -460,6 +463,18 @@ std::size_t plan_bytes(const Plan& p) {
   return n;
 }
 
+// The SET/RESET/DISCARD/DEALLOCATE/LISTEN statements of a text that holds some.
+std::shared_ptr<const std::vector<SessionCommandInfo>> find_session_commands(std::string_view sql,
+                                                                             bool standard_strings) {
+  auto out = std::make_shared<std::vector<SessionCommandInfo>>();
+  for (std::string_view stmt : split_statements(sql, standard_strings)) {
+    SessionCommandInfo cmd = classify_session_command(stmt);
+    cmd.text = stmt;
+    if (cmd.kind != SessionCommand::none) out->push_back(std::move(cmd));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t> param_types, const Topology& topo,
@@ -483,6 +498,7 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
   }
   Analyzer analyzer(topo, *plan);
   const std::size_t n = tree.tree()->n_stmts;
+  bool session_commands = false;
   for (std::size_t i = 0; i < n; ++i) {
     const PgQuery__Node* stmt = tree.tree()->stmts[i]->stmt;
     if (stmt == nullptr) continue;
@@ -492,7 +508,7 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
       case PG_QUERY__NODE__NODE_DEALLOCATE_STMT:
       case PG_QUERY__NODE__NODE_LISTEN_STMT:
       case PG_QUERY__NODE__NODE_PREPARE_STMT:
-        plan->session_command = true;
+        session_commands = true;
         break;
       default:
         break;
@@ -501,7 +517,21 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
     analyzer.statement(stmt, n == 1);
   }
   analyzer.finish(n);
-  plan->replica_safe = n > 0 && plan->fixed.cls != StatementClass::write && !plan->session_command && !plan->pins_session;
+  if (session_commands) {
+    plan->session_commands = find_session_commands(sql, standard_strings);
+    plan->cacheable = false;  // their texts hold literals, replayed on other backends
+  }
+  if (n > 0 && is(tree.tree()->stmts[0]->stmt, PG_QUERY__NODE__NODE_COPY_STMT) &&
+      tree.tree()->stmts[0]->stmt->copy_stmt->is_from) {
+    auto from = std::make_shared<CopyFrom>();
+    if (n == 1)
+      from->statement = copy_statement(tree.tree()->stmts[0]->stmt->copy_stmt, &from->error);
+    else
+      from->error = "not a single COPY statement";
+    plan->copy_from = std::move(from);
+    plan->cacheable = false;  // its options are literals
+  }
+  plan->replica_safe = n > 0 && plan->fixed.cls != StatementClass::write && !plan->session_commands && !plan->pins_session;
   for (std::size_t i = 0; i < n && plan->replica_safe; ++i)
     plan->replica_safe = standby_can_answer(tree.tree()->stmts[i]->stmt);
   for (const InsertRows& rows : plan->inserts)

@@ -216,8 +216,10 @@ std::optional<CopyStatement> parse_copy(std::string_view sql, std::string* error
   PgQuery__ParseResult* r = tree.tree();
   if (r->n_stmts != 1 || r->stmts[0] == nullptr || !is(r->stmts[0]->stmt, PG_QUERY__NODE__NODE_COPY_STMT))
     return refuse(error, "not a single COPY statement");
-  const PgQuery__CopyStmt* c = r->stmts[0]->stmt->copy_stmt;
+  return copy_statement(r->stmts[0]->stmt->copy_stmt, error);
+}
 
+std::optional<CopyStatement> copy_statement(const PgQuery__CopyStmt* c, std::string* error) {
   CopyStatement st;
   if (c->relation != nullptr) {
     st.schema = c->relation->schemaname != nullptr ? c->relation->schemaname : "";

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+struct PgQuery__CopyStmt;  // libpg_query's parse tree (routing/pg_tree.hpp)
+
 namespace splitpoint::routing {
 
 struct CopyStatement {
@@ -39,6 +41,16 @@ struct CopyStatement {
 // options PostgreSQL would refuse or the splitter cannot follow (an ENCODING other
 // than UTF8); `error` then says why.
 std::optional<CopyStatement> parse_copy(std::string_view sql, std::string* error = nullptr);
+// The same from a parsed COPY (the router's own parse, so the text is not parsed again).
+std::optional<CopyStatement> copy_statement(const PgQuery__CopyStmt* copy, std::string* error = nullptr);
+
+// A text whose first statement is COPY ... FROM: what the router found, for the caller
+// that splits the rows by key (SPEC §3). `statement` is nullopt when the text is not one
+// COPY statement or has options the splitter refuses; `error` says why.
+struct CopyFrom {
+  std::optional<CopyStatement> statement;
+  std::string error;
+};
 
 // One row cut from the stream: its bytes exactly as received (including the line end
 // for text/csv, the tuple for binary) and its key field. A text/csv row has no line end

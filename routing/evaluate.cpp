@@ -87,7 +87,8 @@ Route Evaluator::run(bool* needs_exact_plan) {
   }
   for (const auto& [k, v] : in_.hints)
     if (k != "shard" && k != "key") r.hints.emplace_back(k, v);
-  r.session_command = plan_.session_command;
+  r.session_commands = plan_.session_commands;
+  r.copy_from = plan_.copy_from;
   r.pins_session = plan_.pins_session;
   r.replica_safe = plan_.replica_safe && r.kind != RouteKind::error;
   return r;

@@ -15,27 +15,54 @@ StringSyntax::~StringSyntax() { standard_conforming_strings = saved_; }
 
 namespace {
 thread_local std::uint64_t parses = 0;
-}
+
+// The last text parsed on this thread and what libpg_query made of it: a statement's
+// text is parsed once although several steps read its tree (the router's analysis,
+// then the scatter plan, the COPY options or an INSERT's rewrite). Each ParseTree
+// unpacks its own tree from the bytes, so a caller may change its tree freely.
+struct LastParse {
+  bool valid = false;
+  std::string text;
+  bool standard_strings = true;
+  bool ok = false;
+  std::string packed;
+  SyntaxError error;
+};
+thread_local LastParse last;
+constexpr std::size_t kLastParseMax = 256 * 1024;
+}  // namespace
 
 std::uint64_t ParseTree::parses_on_this_thread() { return parses; }
 
 ParseTree ParseTree::parse(std::string_view sql, bool standard_strings) {
-  ++parses;
+  if (!last.valid || last.text != sql || last.standard_strings != standard_strings) {
+    ++parses;
+    // libpg_query wants a NUL-terminated string; PostgreSQL texts never contain NUL.
+    last.valid = true;
+    last.text.assign(sql);
+    last.standard_strings = standard_strings;
+    StringSyntax syntax(standard_strings);
+    PgQueryProtobufParseResult r = pg_query_parse_protobuf(last.text.c_str());
+    last.ok = r.error == nullptr;
+    last.error = SyntaxError{};
+    last.packed.clear();
+    if (r.error != nullptr) {
+      last.error.message = r.error->message != nullptr ? r.error->message : "syntax error";
+      last.error.position = r.error->cursorpos;
+    } else {
+      last.packed.assign(r.parse_tree.data, r.parse_tree.len);
+    }
+    pg_query_free_protobuf_parse_result(r);
+  }
   ParseTree out;
-  // libpg_query wants a NUL-terminated string; PostgreSQL texts never contain NUL.
-  std::string text(sql);
-  StringSyntax syntax(standard_strings);
-  PgQueryProtobufParseResult r = pg_query_parse_protobuf(text.c_str());
-  if (r.error != nullptr) {
-    out.error_.message = r.error->message != nullptr ? r.error->message : "syntax error";
-    out.error_.position = r.error->cursorpos;
-  } else {
-    out.packed_.assign(r.parse_tree.data, r.parse_tree.len);
-    out.tree_.reset(pg_query__parse_result__unpack(nullptr, r.parse_tree.len,
-                                                   reinterpret_cast<const uint8_t*>(r.parse_tree.data)));
+  out.error_ = last.error;
+  if (last.ok) {
+    out.packed_ = last.packed;
+    out.tree_.reset(pg_query__parse_result__unpack(nullptr, out.packed_.size(),
+                                                   reinterpret_cast<const uint8_t*>(out.packed_.data())));
     if (!out.tree_) out.error_.message = "could not decode the parse tree";
   }
-  pg_query_free_protobuf_parse_result(r);
+  if (last.text.size() > kLastParseMax) last = LastParse{};  // its tree can be ten times its size
   return out;
 }
 

@@ -102,7 +102,8 @@ class Plan {
   // Statement-wide:
   std::vector<std::string> ddl_tables;  // tables_changed_by
   Hints hints;                          // from the statement's comments
-  bool session_command = false;         // Route::session_command
+  std::shared_ptr<const std::vector<SessionCommandInfo>> session_commands;  // Route::session_commands
+  std::shared_ptr<const CopyFrom> copy_from;                                 // Route::copy_from
   bool pins_session = false;            // Route::pins_session
   bool replica_safe = false;            // Route::replica_safe
   bool cacheable = true;                // may be shared by texts differing only in literals

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "routing/copy.hpp"
+#include "routing/session_command.hpp"
 
 namespace splitpoint::routing {
 
@@ -75,6 +77,7 @@ struct Route {
   bool reference_write = false;  // a write to a reference table: every shard applies the same rows
   TxnCommand txn = TxnCommand::none;
   bool txn_chain = false;  // COMMIT AND CHAIN / ROLLBACK AND CHAIN
+  bool txn_start = false;  // START TRANSACTION, not BEGIN (the CommandComplete tag)
   std::vector<std::size_t> shards;          // sorted, unique; set for kind == shards
   std::vector<PartitionHit> partitions;     // partitions the key(s) mapped to
   std::vector<std::string> key_values;      // key values seen (text form), for hot-key stats
@@ -92,9 +95,13 @@ struct Route {
   std::vector<std::string> missing_tables;  // kind == need_shapes
   // Hints found in the statement text (SPEC §1): deadline=, partial=, ...
   std::vector<std::pair<std::string, std::string>> hints;
-  // A statement of the text is SET/RESET, DISCARD, DEALLOCATE or LISTEN: session state
-  // the caller carries over to other backends (routing/session_command.hpp says which).
-  bool session_command = false;
+  // The text's SET/RESET, DISCARD, DEALLOCATE and LISTEN statements, in order (null when
+  // it has none): session state the caller carries over to other backends
+  // (routing/session_command.hpp). Found once per statement shape.
+  std::shared_ptr<const std::vector<SessionCommandInfo>> session_commands;
+  // The text's first statement is COPY ... FROM: its options, for the caller that splits
+  // the rows by key (null otherwise).
+  std::shared_ptr<const CopyFrom> copy_from;
   // The text creates a temporary object or a WITH HOLD cursor that outlives its
   // transaction: it lives on the backend, so the session keeps that backend (as after
   // LISTEN).

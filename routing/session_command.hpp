@@ -1,7 +1,7 @@
 // Recognises the statements that change session state a pooled backend must carry
 // over (SET, RESET, DISCARD ALL, DEALLOCATE ALL) or that pin a session (LISTEN).
-// Only the leading keywords are looked at; statement routing uses libpg_query, and
-// its Route::session_command says whether a text holds such a statement at all.
+// Only the leading keywords are looked at, of the statements libpg_query found to be
+// such (the router's Route::session_commands lists them, once per text).
 #pragma once
 
 #include <string>
@@ -15,6 +15,7 @@ enum class SessionCommand { none, set, set_local, reset, reset_all, discard_all,
 struct SessionCommandInfo {
   SessionCommand kind = SessionCommand::none;
   std::string name;  // lower-cased parameter name for set / reset; statement name for deallocate
+  std::string text;  // the statement's own text (set by the router, to replay it elsewhere)
 };
 
 SessionCommandInfo classify_session_command(std::string_view sql);

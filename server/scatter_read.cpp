@@ -9,7 +9,6 @@
 
 #include "protocol/buffer.hpp"
 #include "protocol/sqlstate.hpp"
-#include "routing/session_command.hpp"
 #include "server/scatter_io.hpp"
 #include "server/session_util.hpp"
 

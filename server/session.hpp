@@ -212,7 +212,7 @@ class Session : public std::enable_shared_from_this<Session> {
   static RouteLabel label_of(const routing::Route& route, bool multi);
   awaitable<bool> handle_query(const protocol::Frame& f);
   awaitable<std::optional<bool>> transaction_control(const routing::Route& route, std::string_view sql);
-  awaitable<bool> hold_begin(std::string_view sql);
+  awaitable<bool> hold_begin(std::string_view sql, bool start);
   // ROLLBACK TO / RELEASE SAVEPOINT on every shard that has the savepoint; nullopt: not
   // one of the transaction's (a shard answers, as PostgreSQL).
   awaitable<std::optional<bool>> savepoint_across_shards(const routing::Route& route, std::string_view sql);
@@ -224,7 +224,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Before a PREPARE or EXECUTE on the current backend: replaces another session's
   // statement of that name there, and prepares this session's where it is missing.
   void sync_sql_prepared(const routing::Route& route);
-  std::string note_session_commands(std::string_view sql, std::vector<SessionCmd>& into);
+  std::string note_session_commands(const std::vector<routing::SessionCommandInfo>& cmds, std::vector<SessionCmd>& into);
   awaitable<bool> handle_parse(const protocol::Frame& f);
   awaitable<bool> handle_bind(const protocol::Frame& f);
   awaitable<std::optional<bool>> bind_transaction_end(routing::Route& route, std::string_view portal);

@@ -240,14 +240,12 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   if ((pump_.active || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
   if (pools_.size() > 1 && route.kind == RouteKind::all_shards && route.cls == StatementClass::write &&
-      (route.distribution || route.reference_write) && routing::first_keyword(sql) == "copy") {
+      (route.distribution || route.reference_write) && route.copy_from) {
     // COPY FROM STDIN into a sharded table is split by key; into a reference table it
     // goes to every shard. Any other COPY goes to one shard, where PostgreSQL answers it.
-    std::string copy_error;
-    auto cs = routing::parse_copy(sql, &copy_error);
-    if (!cs && !copy_error.empty())
-      co_return co_await reject(sqlstate::feature_not_supported, copy_error, false);
-    if (cs && cs->from_stdin) co_return co_await handle_copy_in(f, std::string(sql), *cs);
+    const auto& cs = route.copy_from->statement;
+    if (!cs) co_return co_await reject(sqlstate::feature_not_supported, route.copy_from->error, false);
+    if (cs->from_stdin) co_return co_await handle_copy_in(f, std::string(sql), *cs);
   }
   if (route.txn != TxnCommand::none) {
     auto done = co_await transaction_control(route, sql);
@@ -274,8 +272,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   if (route.pins_session) pin_backend();
   if (route.sql_prepared == routing::Route::SqlPrepared::execute && !co_await route_execute(route))
     co_return !closing_;
-  if (route.session_command) {
-    auto cmd = routing::classify_session_command(sql);
+  if (route.session_commands && !route.session_commands->empty()) {
+    const auto& cmd = route.session_commands->front();
     if (cmd.kind == SessionCommand::deallocate) {
       auto done = co_await deallocate(route, cmd.name);
       if (done) co_return *done;
@@ -326,7 +324,7 @@ awaitable<std::optional<bool>> Session::transaction_control(const routing::Route
     // Otherwise one shard answers as PostgreSQL: the WARNING for PREPARE TRANSACTION
     // outside a block, the error for COMMIT PREPARED inside one.
   }
-  if (route.txn == TxnCommand::begin && fe_.client_txn == 'I') co_return co_await hold_begin(sql);
+  if (route.txn == TxnCommand::begin && fe_.client_txn == 'I') co_return co_await hold_begin(sql, route.txn_start);
   if ((route.txn == TxnCommand::rollback_to_savepoint || route.txn == TxnCommand::release_savepoint) &&
       in_transaction()) {
     co_return co_await savepoint_across_shards(route, sql);
@@ -335,12 +333,12 @@ awaitable<std::optional<bool>> Session::transaction_control(const routing::Route
 }
 
 // BEGIN is held until the first statement that routes; each shard joins with its text.
-awaitable<bool> Session::hold_begin(std::string_view sql) {
+awaitable<bool> Session::hold_begin(std::string_view sql, bool start) {
   co_await drain();
   txn_.begin_sql = std::string(sql);
   fe_.client_txn = 'T';
   std::string out;
-  proto::CommandComplete{routing::first_keyword(sql) == "start" ? "START TRANSACTION" : "BEGIN"}.encode(out);
+  proto::CommandComplete{start ? "START TRANSACTION" : "BEGIN"}.encode(out);
   proto::ReadyForQuery{fe_.client_txn}.encode(out);
   co_await stream_.write(out);
   co_return true;
@@ -457,7 +455,7 @@ awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& ro
   // Each SET/RESET statement is recorded with its own text (never the whole Query:
   // replaying `SET ...; INSERT ...` would run the INSERT again on the next backend).
   // The router's plan says whether the text has any (no scan of other texts).
-  std::string restore = route.session_command ? note_session_commands(sql, e.commands) : std::string();
+  std::string restore = route.session_commands ? note_session_commands(*route.session_commands, e.commands) : std::string();
   const bool in_batch = e.query_in_batch;
   fe_.expect.push_back(std::move(e));
   if (!restore.empty()) {
@@ -475,14 +473,14 @@ awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& ro
 // the Expect whose success makes them part of the session's state. Returns the SQL
 // that must follow the text: RESET of a parameter the client gave at start-up goes
 // back to that value in PostgreSQL, not to the server's default.
-std::string Session::note_session_commands(std::string_view sql, std::vector<SessionCmd>& into) {
+std::string Session::note_session_commands(const std::vector<routing::SessionCommandInfo>& cmds,
+                                           std::vector<SessionCmd>& into) {
   std::string restore;
   auto restore_startup = [&](std::string_view name) {
     for (auto& [k, v] : settings_.startup)
       if (name.empty() || k == name) restore += set_config_sql(k, v);
   };
-  for (auto stmt : routing::split_statements(sql, settings_.routing.standard_conforming_strings)) {
-    auto cmd = routing::classify_session_command(stmt);
+  for (const routing::SessionCommandInfo& cmd : cmds) {
     if (cmd.kind == SessionCommand::reset || cmd.kind == SessionCommand::reset_all ||
         cmd.kind == SessionCommand::discard_all)
       restore_startup(cmd.kind == SessionCommand::reset ? std::string_view(cmd.name) : std::string_view());
@@ -500,7 +498,7 @@ std::string Session::note_session_commands(std::string_view sql, std::vector<Ses
         into.push_back({cmd.kind, {}, {}});
         break;
       default:
-        into.push_back({cmd.kind, std::move(cmd.name), std::string(stmt)});
+        into.push_back({cmd.kind, cmd.name, cmd.text});
         break;
     }
   }
@@ -777,7 +775,7 @@ awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Rout
   fe_.expect.push_back(Expect{'2'});
   fe_.expect.back().rows = row_shares(route, target);
   // Kept for the batch's Sync: the session's state once the batch succeeded.
-  if (route.session_command && !query.empty()) note_session_commands(query, fe_.batch_commands);
+  if (route.session_commands) note_session_commands(*route.session_commands, fe_.batch_commands);
   fe_.sent_after_sync = true;
   co_return true;
 }

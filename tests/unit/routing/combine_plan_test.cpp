@@ -160,10 +160,58 @@ TEST_CASE("one parse per new statement text, none for a cached one", "[combine][
     CHECK(ParseTree::parses_on_this_thread() == before);
     CHECK(again == first);
   }
+  auto cached = planner.plan("SELECT status, count(*) FROM orders GROUP BY status", o);
   planner.clear();  // DDL: plans are made again
+  CHECK(planner.plan("SELECT status, count(*) FROM orders GROUP BY status", o) != cached);
+}
+
+TEST_CASE("a statement's text is parsed once, however many steps read it", "[router][parse]") {
+  splitpoint::routing::test::Fixture f;
+  ScatterPlanner planner;
+  // A scatter read of a new text: the router's analysis, then the scatter plan.
+  const char* read = "SELECT user_id, sum(total) FROM orders WHERE total > 10 GROUP BY user_id";
   auto before = ParseTree::parses_on_this_thread();
-  planner.plan("SELECT status, count(*) FROM orders GROUP BY status", o);
+  Route r = f.simple(read);
+  CHECK((r.kind == RouteKind::all_shards || r.shards.size() > 1));
+  auto plan = planner.plan(read, options());
+  CHECK(plan->merge);
   CHECK(ParseTree::parses_on_this_thread() - before == 1);
+  // Its next execution with other literals: the route plan is shared, the scatter plan
+  // (by text) parses it once.
+  before = ParseTree::parses_on_this_thread();
+  f.simple("SELECT user_id, sum(total) FROM orders WHERE total > 20 GROUP BY user_id");
+  planner.plan("SELECT user_id, sum(total) FROM orders WHERE total > 20 GROUP BY user_id", options());
+  CHECK(ParseTree::parses_on_this_thread() - before == 1);
+  // COPY FROM: the route carries the COPY's options, read from the same parse.
+  before = ParseTree::parses_on_this_thread();
+  Route copy = f.simple("COPY orders (id, user_id) FROM STDIN WITH (FORMAT csv, DELIMITER ';')");
+  CHECK(ParseTree::parses_on_this_thread() - before == 1);
+  REQUIRE(copy.copy_from);
+  REQUIRE(copy.copy_from->statement);
+  CHECK(copy.copy_from->statement->from_stdin);
+  CHECK(copy.copy_from->statement->format == CopyStatement::Format::csv);
+  CHECK(copy.copy_from->statement->delimiter == ';');
+  Route bad = f.simple("COPY orders FROM STDIN WITH (ENCODING 'LATIN1')");
+  REQUIRE(bad.copy_from);
+  CHECK_FALSE(bad.copy_from->statement);
+  CHECK_FALSE(bad.copy_from->error.empty());
+  CHECK_FALSE(f.simple("COPY orders TO STDOUT").copy_from);
+}
+
+TEST_CASE("the route carries the text's session commands and BEGIN's tag", "[router][transparency]") {
+  splitpoint::routing::test::Fixture f;
+  for (int i = 0; i < 2; ++i) {  // the second time from the cache, with other literals
+    Route r = f.simple(i == 0 ? "SET search_path = a; SELECT 1; RESET work_mem" : "SET search_path = b; SELECT 1; RESET work_mem");
+    REQUIRE(r.session_commands);
+    REQUIRE(r.session_commands->size() == 2);
+    CHECK((*r.session_commands)[0].kind == SessionCommand::set);
+    CHECK((*r.session_commands)[0].name == "search_path");
+    CHECK((*r.session_commands)[0].text == (i == 0 ? "SET search_path = a" : "SET search_path = b"));
+    CHECK((*r.session_commands)[1].kind == SessionCommand::reset);
+  }
+  CHECK_FALSE(f.simple("SELECT 1").session_commands);
+  CHECK(f.simple("START TRANSACTION").txn_start);
+  CHECK_FALSE(f.simple("BEGIN").txn_start);
 }
 
 TEST_CASE("a cached route plan is not parsed again", "[router][parse]") {

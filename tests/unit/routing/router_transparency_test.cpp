@@ -42,7 +42,7 @@ TEST_CASE("SQL-level PREPARE and EXECUTE carry what routes the EXECUTE", "[route
   Route p = f.simple("PREPARE q1 (bigint) AS SELECT name FROM users WHERE id = $1");
   CHECK(p.sql_prepared == Route::SqlPrepared::prepare);
   CHECK(p.names->prepared_name == "q1");
-  CHECK(p.session_command);
+  CHECK(p.session_commands);
   REQUIRE_FALSE(p.names->prepared_query.empty());
   // The deparsed query routes like the client's own text.
   auto plan = f.router.plan(p.names->prepared_query, {});

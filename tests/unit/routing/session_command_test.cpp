@@ -1,6 +1,6 @@
 // Which texts carry session state over to other backends (routing/session_command.hpp):
-// the router's Route::session_command decides whether the proxy looks at the
-// statements of a Query at all, so it must be set for every text that holds one and,
+// the router's Route::session_commands lists them (the proxy reads no statement text
+// itself), so it must be set for every text that holds one and,
 // for the hot path, for no other (UPDATE ... SET, a literal 'set', a column "listen").
 #include "routing/session_command.hpp"
 #include "tests/unit/routing/router_fixture.hpp"
@@ -28,10 +28,10 @@ TEST_CASE("session commands are flagged by the router, in every mode and on a ca
   };
   for (const char* sql : with_command) {
     INFO(sql);
-    CHECK(f.simple(sql).session_command);
-    CHECK(f.simple(sql).session_command);  // a cache hit when cacheable
-    CHECK(f.prepared(sql).session_command);
-    CHECK(f.prepared(sql).session_command);  // the cached Parse plan
+    CHECK(f.simple(sql).session_commands);
+    CHECK(f.simple(sql).session_commands);  // a cache hit when cacheable
+    CHECK(f.prepared(sql).session_commands);
+    CHECK(f.prepared(sql).session_commands);  // the cached Parse plan
   }
   const char* without[] = {
       "SELECT * FROM users WHERE id = 1",
@@ -44,13 +44,15 @@ TEST_CASE("session commands are flagged by the router, in every mode and on a ca
   };
   for (std::size_t i = 0; i + 1 < std::size(without); ++i) {
     INFO(without[i]);
-    CHECK_FALSE(f.simple(without[i]).session_command);
-    CHECK_FALSE(f.simple(without[i]).session_command);
-    CHECK_FALSE(f.prepared(without[i]).session_command);
+    CHECK_FALSE(f.simple(without[i]).session_commands);
+    CHECK_FALSE(f.simple(without[i]).session_commands);
+    CHECK_FALSE(f.prepared(without[i]).session_commands);
   }
-  // SET TRANSACTION parses as a SET: flagged, and classify_session_command (which the
-  // proxy asks next) ignores it.
-  CHECK(f.simple(without[std::size(without) - 1]).session_command);
+  // SET TRANSACTION parses as a SET: looked at, and classify_session_command ignores
+  // it, so the list is empty.
+  Route set_transaction = f.simple(without[std::size(without) - 1]);
+  REQUIRE(set_transaction.session_commands);
+  CHECK(set_transaction.session_commands->empty());
   CHECK(classify_session_command("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE").kind == SessionCommand::none);
 }
 
