@@ -325,11 +325,16 @@ CatalogState Catalog::read_state(pqxx::connection& c) {
   for (const auto& r : w.exec(std::string("SELECT ") + kMoveColumns + " FROM splitpoint.moves WHERE " + kUnfinishedMoves +
                               " ORDER BY id"))
     s.moves.push_back(move_row(r));
-  std::int64_t by_state[7] = {};
+  std::int64_t by_state[std::size(kMoveStates)] = {};
   for (const auto& r : w.exec("SELECT state, count(*) FROM splitpoint.moves GROUP BY state"))
-    for (int i = 0; i < 7; ++i)
+    for (std::size_t i = 0; i < std::size(kMoveStates); ++i)
       if (r[0].as<std::string>() == kMoveStates[i]) by_state[i] = r[1].as<std::int64_t>();
-  for (int i = 0; i < 7; ++i) metrics_.moves_by_state[i] = by_state[i];
+  for (std::size_t i = 0; i < std::size(kMoveStates); ++i) metrics_.moves_by_state[i] = by_state[i];
+  {
+    std::lock_guard lock(metrics_.lag_mu);
+    metrics_.lag_by_move.clear();
+    for (const MoveRow& m : s.moves) metrics_.lag_by_move.emplace_back(m.id, m.lag_bytes.value_or(0));
+  }
   auto p = w.exec("SELECT count(*) FILTER (WHERE lease_until > now()), count(*) FILTER (WHERE lease_until <= now()) "
                   "FROM splitpoint.proxies");
   metrics_.proxies_live = p[0][0].as<std::int64_t>();

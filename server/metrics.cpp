@@ -470,9 +470,12 @@ void Metrics::render_moves(std::vector<pm::MetricFamily>& out, const MoveMetrics
   for (std::size_t i = 0; i < std::size(kMoveStates); ++i)
     add_gauge(moves, {label("state", kMoveStates[i])}, double(m.moves_by_state[i].load()));
   out.push_back(std::move(moves));
-  auto lag = family("splitpoint_move_lag_bytes", "WAL the running move's target has still to apply.",
+  auto lag = family("splitpoint_move_lag_bytes", "WAL each unfinished move's target has still to apply.",
                     pm::MetricType::Gauge);
-  add_gauge(lag, {}, double(m.lag_bytes.load()));
+  {
+    std::lock_guard lock(m.lag_mu);
+    for (const auto& [id, bytes] : m.lag_by_move) add_gauge(lag, {label("move", std::to_string(id))}, double(bytes));
+  }
   out.push_back(std::move(lag));
   auto rows = family("splitpoint_move_rows_copied_total", "Rows copied by this proxy's moves.", pm::MetricType::Counter);
   add_counter(rows, {}, double(m.rows_copied.load()));
@@ -481,6 +484,15 @@ void Metrics::render_moves(std::vector<pm::MetricFamily>& out, const MoveMetrics
                      pm::MetricType::Counter);
   add_counter(held, {}, double(m.held_statements.load()));
   out.push_back(std::move(held));
+  auto holding = family("splitpoint_held_statements", "Statements held now for a partition in cutover.",
+                        pm::MetricType::Gauge);
+  add_gauge(holding, {}, double(m.holding.load()));
+  out.push_back(std::move(holding));
+  auto fence = family("splitpoint_fence_rejections_total",
+                      "Writes a source shard's fence refused (SPM01 from the shard: a proxy on an old epoch).",
+                      pm::MetricType::Counter);
+  add_counter(fence, {}, double(m.fence_rejections.load()));
+  out.push_back(std::move(fence));
   auto hold = family("splitpoint_cutover_hold_seconds", "How long each cutover held its partition.",
                      pm::MetricType::Histogram);
   auto h = histogram_of({&m.cutover_hold}, {});

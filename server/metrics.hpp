@@ -142,15 +142,20 @@ struct WorkerMetrics {
 };
 
 // The catalog's and the mover's figures (SPEC §9), written by their threads.
-inline constexpr const char* kMoveStates[7] = {"planned", "copying", "catching_up", "cutover",
-                                               "cleanup", "done",    "failed"};
+inline constexpr const char* kMoveStates[8] = {"planned", "copying", "catching_up", "cutover",
+                                               "cleanup", "done",    "failed",      "cancelled"};
 struct MoveMetrics {
   std::atomic<std::int64_t> epoch{0};
   std::atomic<std::int64_t> proxies_live{0}, proxies_expired{0};
-  std::atomic<std::int64_t> moves_by_state[7] = {};  // kMoveStates order
+  std::atomic<std::int64_t> moves_by_state[std::size(kMoveStates)] = {};
   std::atomic<std::uint64_t> rows_copied{0};
-  std::atomic<std::int64_t> lag_bytes{0};             // of the move this proxy runs
   std::atomic<std::uint64_t> held_statements{0};      // statements that waited on a cutover
+  std::atomic<std::int64_t> holding{0};               // statements held now
+  std::atomic<std::uint64_t> fence_rejections{0};     // SPM01 from a source shard's fence
+  // WAL each unfinished move's target has still to apply, as the catalog last said
+  // (move id, bytes); written by the catalog's follower.
+  mutable std::mutex lag_mu;
+  std::vector<std::pair<std::int64_t, std::int64_t>> lag_by_move;
   LocalHistogram cutover_hold;                        // written by the mover thread only
 };
 

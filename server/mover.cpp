@@ -281,7 +281,6 @@ void Move::catch_up() {
         "slot_name = $1",
         name_);
     m_.lag_bytes = r.empty() || r[0][0].is_null() ? 0 : r[0][0].as<std::int64_t>();
-    cat_.metrics().lag_bytes = *m_.lag_bytes;
     set_state(m_.state, false);
     if (*m_.lag_bytes < (1 << 20) || std::chrono::steady_clock::now() > until) return;
     cat_.nap(100ms);

@@ -146,7 +146,7 @@ void MultiShardWrite::fail(std::string& out) const {
   std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
   if (original) message += ": " + std::string(original->get('M'));
   proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
-  s_.metrics_.error(code);
+  s_.count_shard_error(code);
 }
 
 // Row i of the statement came back as the next row of its shard's answer — unless a

@@ -332,6 +332,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<std::size_t> single_target(const routing::Route& route);
 
   // Output.
+  // A shard's error that reaches the client: splitpoint_errors_total, and SPM01 from a
+  // source's fence (a write of a proxy on an old epoch) as a fence rejection (SPEC §9).
+  void count_shard_error(std::string_view sqlstate);
   awaitable<void> send_error(std::string_view severity, std::string_view sqlstate, std::string message,
                              bool ready_for_query);
   awaitable<void> send_ready();

@@ -512,7 +512,7 @@ bool Session::process_backend_frame(char type, std::string_view body) {
   }
   if (v.client_error) {
     auto fields = proto::ErrorFields::decode(body);
-    metrics_.error(fields ? fields->get('C') : std::string_view("XX000"));
+    count_shard_error(fields ? fields->get('C') : std::string_view("XX000"));
     if (timed_out_statement_cancelled() && rewrite_timeout_error(body)) return false;
   }
   if (v.injected_failed) {

@@ -103,7 +103,16 @@ awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
   if (!touches(*moves_, route)) co_return true;
   const auto until = std::chrono::steady_clock::now() + runtime_->config.moves.max_hold;
   asio::steady_timer timer(co_await asio::this_coro::executor);
-  if (auto* c = server_.catalog()) c->metrics().held_statements.fetch_add(1, std::memory_order_relaxed);
+  // Counted while held (splitpoint_held_statements), and once (…_total).
+  struct Held {
+    MoveMetrics* m;
+    explicit Held(MoveMetrics* metrics) : m(metrics) {
+      if (m) m->held_statements.fetch_add(1, std::memory_order_relaxed), m->holding.fetch_add(1, std::memory_order_relaxed);
+    }
+    ~Held() {
+      if (m) m->holding.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } held(server_.catalog() ? &server_.catalog()->metrics() : nullptr);
   while (touches(*moves_, route)) {
     if (std::chrono::steady_clock::now() >= until || closing_) {
       co_await reject("SPM01",
@@ -133,6 +142,12 @@ std::optional<std::string> Session::hide_foreign_rows(std::size_t shard, const r
     if (!any) return std::nullopt;
   }
   return routing::read_through_views(sql, moves_->views[shard], settings_.routing.standard_conforming_strings);
+}
+
+void Session::count_shard_error(std::string_view sqlstate) {
+  metrics_.error(sqlstate);
+  if (sqlstate == "SPM01")
+    if (auto* c = server_.catalog()) c->metrics().fence_rejections.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace splitpoint::server

@@ -405,7 +405,8 @@ splitpoint_config_reloads_total splitpoint_bytes_total splitpoint_pool_waits_tot
 splitpoint_server_connect_errors_total splitpoint_partition_skew splitpoint_partition_writes_total
 splitpoint_replica_lag_seconds splitpoint_host_bans_total splitpoint_failovers_total
 splitpoint_topology_epoch splitpoint_proxies splitpoint_moves splitpoint_move_lag_bytes
-splitpoint_move_rows_copied_total splitpoint_held_statements_total splitpoint_cutover_hold_seconds"
+splitpoint_move_rows_copied_total splitpoint_held_statements_total splitpoint_cutover_hold_seconds
+splitpoint_held_statements splitpoint_fence_rejections_total"
 export KNOWN_METRICS=$known_metrics
 check "dashboard JSON: panels, PromQL, metric names; alerts' metric names" "$PY" - <<'PY'
 import json, os, re, sys, yaml

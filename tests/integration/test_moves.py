@@ -41,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
@@ -120,6 +121,23 @@ def wait_move(proxy, move, states, timeout=60):
             return m
         time.sleep(0.05)
     raise AssertionError(f"move {move} not in {states} after {timeout}s: {moves(proxy).get(move)}")
+
+
+LAG_SEEN = []  # moves whose splitpoint_move_lag_bytes{move} series was seen while unfinished
+
+
+def watch_lag(proxy, move, timeout=5):
+    """Polls /metrics for the move's own lag series while the move is unfinished."""
+    want = f'splitpoint_move_lag_bytes{{move="{move}"}}'
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/metrics", timeout=5) as r:
+            if want in r.read().decode():
+                LAG_SEEN.append(move)
+                return
+        if moves(proxy)[move]["state"] in ("done", "failed", "cancelled"):
+            return
+        time.sleep(0.1)
 
 
 def move(proxy, what, target):
@@ -327,6 +345,7 @@ def moves_under_load():
         # A cancel while copying (or just after: then the move may have finished).
         m3 = move(A, f"by_user:{on_s1[0]}", "s2")
         wait_move(A, m3, {"copying", "catching_up", "cutover", "cleanup", "done"})
+        watch_lag(A, m3)
         try:
             admin(A, f"CANCEL MOVE {m3}")
         except psycopg2.Error as e:
@@ -443,6 +462,15 @@ def metrics_and_config():
     assert epoch and epoch > 1, epoch
     assert A.metric("splitpoint_proxies", {"state": "live"}) == 2
     assert (A.metric("splitpoint_moves", {"state": "done"}) or 0) >= 4
+    # SPEC §9's names: a gauge of statements held now, the fence's refusals, each move's
+    # lag by id (seen while a move ran), cancelled moves counted by state.
+    with urllib.request.urlopen(f"http://127.0.0.1:{A.metrics_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    for line in ("\nsplitpoint_held_statements 0\n", "\nsplitpoint_fence_rejections_total "):
+        assert line in text, f"{line!r} not in /metrics"
+    assert LAG_SEEN, "no splitpoint_move_lag_bytes{move} series seen while a move ran"
+    if any(m["state"] == "cancelled" for m in moves(A).values()):
+        assert A.metric("splitpoint_moves", {"state": "cancelled"}) >= 1
     holds = (A.metric("splitpoint_cutover_hold_seconds_count") or 0) + (B.metric("splitpoint_cutover_hold_seconds_count") or 0)
     assert holds >= 1, holds  # (the killed proxy restarted with fresh counters)
     rows = (A.metric("splitpoint_move_rows_copied_total") or 0) + (B.metric("splitpoint_move_rows_copied_total") or 0)
