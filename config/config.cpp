@@ -235,6 +235,7 @@ class Loader {
   void load_scatter(const Entry& e);
   void load_timeouts(const Entry& e);
   void load_moves(const Entry& e);
+  void load_catalog(const Entry& e);
   void check_catalog_shards(int line);
   void check_trust_exposure(const Fields& top);
   void load_distributions(const Fields& top);
@@ -747,6 +748,16 @@ void Loader::load_moves(const Entry& e) {
   if (m.lease <= m.poll * 2) error(e.line(), "moves.lease must be more than twice moves.poll");
 }
 
+// `catalog:` (SPEC §9): a shard's name, or a libpq connection string (key=value
+// pairs or a postgres:// URI) for a database of its own, which no shard's traffic uses.
+void Loader::load_catalog(const Entry& e) {
+  auto s = text(e);
+  if (!s) return;
+  const bool dsn = s->find('=') != std::string::npos || s->starts_with("postgres://") || s->starts_with("postgresql://");
+  if (dsn) cfg_.catalog_dsn = *s;
+  else assign(cfg_.catalog_shard, shard_named(*s, e.line(), e.path));
+}
+
 // The catalog and the mover connect to shards on their own, with no client whose
 // database and credentials they could borrow.
 void Loader::check_catalog_shards(int line) {
@@ -1031,7 +1042,7 @@ LoadResult Loader::run(const YAML::Node& root) {
     load_frontend(*top);
     if (const Entry* e = top->get("scatter")) load_scatter(*e);
     if (const Entry* e = top->get("timeouts")) load_timeouts(*e);
-    if (const Entry* e = top->get("catalog")) assign(cfg_.catalog_shard, shard_ref(*e));
+    if (const Entry* e = top->get("catalog")) load_catalog(*e);
     if (const Entry* e = top->get("moves")) load_moves(*e);
     load_distributions(*top);
     load_reference_tables(*top);

@@ -156,6 +156,8 @@ struct Config {
   CrossShardWrites cross_shard_writes = CrossShardWrites::two_phase;
   Timeouts timeouts;
   std::optional<std::size_t> catalog_shard;  // `catalog:`: the shard whose database holds the topology
+  std::string catalog_dsn;                   // `catalog:` as a libpq connection string: a database of its own
+  bool has_catalog() const { return catalog_shard || !catalog_dsn.empty(); }
   Moves moves;
   Reads reads = Reads::primary;  // statements outside a transaction block (SPEC §10)
   Duration max_replica_lag{1000};

@@ -8,7 +8,8 @@
 namespace splitpoint::config {
 
 // Every whitespace-separated `password=value` (any case, as in ADD SHARD ...
-// password=...) becomes `password=***`; everything else is kept as written. Control
+// password=...) becomes `password=***`, and the password of a URI
+// (postgres://user:secret@host) `***`; everything else is kept as written. Control
 // characters become spaces, so one command stays one log line.
 std::string redact_passwords(std::string_view command);
 

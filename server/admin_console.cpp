@@ -143,7 +143,9 @@ void show_config(const config::Config& c, std::string& out) {
   t.row({"scatter.max_combine_rows", std::to_string(c.scatter.max_combine_rows)});
   t.row({"transactions.cross_shard_writes",
          c.cross_shard_writes == config::CrossShardWrites::two_phase ? "two_phase" : "refuse"});
-  t.row({"catalog", c.catalog_shard ? c.shards[*c.catalog_shard].name : "(none: the file is the topology)"});
+  t.row({"catalog", c.catalog_shard                ? c.shards[*c.catalog_shard].name
+                    : !c.catalog_dsn.empty() ? config::redact_passwords(c.catalog_dsn)
+                                             : "(none: the file is the topology)"});
   t.row({"moves.max_hold", dur(c.moves.max_hold)});
   t.row({"moves.poll", dur(c.moves.poll)});
   t.row({"moves.lease", dur(c.moves.lease)});

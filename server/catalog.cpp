@@ -248,7 +248,7 @@ const char* const kUnfinishedMoves = "state NOT IN ('done', 'failed', 'cancelled
 
 Catalog::Catalog(Server& server, const config::Config& config)
     : server_(server), config_(config), proxy_id_(random_id()) {
-  dsn_ = shard_dsn(config_, config_.shards[*config_.catalog_shard]);
+  dsn_ = config_.catalog_shard ? shard_dsn(config_, config_.shards[*config_.catalog_shard]) : config_.catalog_dsn;
 }
 
 Catalog::~Catalog() { stop(); }

@@ -114,7 +114,7 @@ static tcp::endpoint resolve_listen(const config::Endpoint& e) {
 }
 
 int Server::run() {
-  if (runtime()->config.catalog_shard) {
+  if (runtime()->config.has_catalog()) {
     // The catalog's placement before the first client: a proxy never routes by a
     // YAML placement the catalog has moved on from.
     catalog_ = std::make_unique<Catalog>(*this, runtime()->config);

@@ -2,7 +2,9 @@
 """SPLIT RANGE and MERGE RANGE (SPEC 9): metadata-only changes of a range distribution's
 ranges in the catalog, while writers go on through two proxies.
 
-Shards s0 and s1 (databases sr_<random> on the two shared instances), the catalog on s0.
+Shards s0 and s1 (databases sr_<random> on the two shared instances), the catalog in a
+database of its own (sr_<random>_cat on the second instance), given to `catalog:` as a
+libpq connection string (SPEC §9: a shard name or a connection string).
 A range distribution by_range (items: id) with ranges [.., 1000) on s0, [1000, 2000)
 and [2000, ..) on s1, and a hash one (by_user: counters) for the refusals. Two proxies,
 A and B, follow the catalog.
@@ -68,7 +70,7 @@ def config(db, catalog=True):
           - {{ upto: 2000, shard: s1 }}
           - {{ shard: s1 }}
         tables: {{ items: id }}
-    {"catalog: s0" if catalog else ""}
+    {f"catalog: 'host=127.0.0.1 port={p1} dbname={db}_cat user=postgres password=postgres'" if catalog else ""}
     moves: {{ max_hold: 5s, poll: 100ms, lease: 2s }}
     scatter: {{ deadline: 10s }}
     """
@@ -181,6 +183,7 @@ def check_rows(expect_ranges):
 def setup():
     global DB, A, B
     DB = sptest.Databases("sr").name
+    sptest.create_databases(DB + "_cat")
     body = config(DB)
     A = sptest.Proxy("split-a", body, WORKDIR)
     B = sptest.Proxy("split-b", body, WORKDIR)
@@ -253,6 +256,24 @@ def move_half_then_merge():
 
 
 @test
+def catalog_by_connection_string():
+    # The topology is in the catalog's own database, on no shard; SHOW CONFIG hides its password.
+    shown = dict(sptest.admin(A.port, "SHOW CONFIG"))["catalog"]
+    assert shown == f"host=127.0.0.1 port={sptest.PG_PORTS[1]} dbname={DB}_cat user=postgres password=***", shown
+    cat = sptest.connect(sptest.PG_PORTS[1], DB + "_cat", "postgres", "postgres")
+    cur = cat.cursor()
+    cur.execute("SELECT count(*) FROM splitpoint.proxies WHERE lease_until > now()")
+    assert cur.fetchone()[0] == 2
+    cat.close()
+    for i in (0, 1):
+        d = sptest.connect(sptest.PG_PORTS[i], DB, "postgres", "postgres")
+        cur = d.cursor()
+        cur.execute("SELECT to_regclass('splitpoint.topology') IS NULL")
+        assert cur.fetchone()[0], f"catalog tables on shard s{i}"
+        d.close()
+
+
+@test
 def command_line():
     def cli(*args):
         env = dict(os.environ, SP_TEST_ADMIN_PW="adminpw")
@@ -278,6 +299,7 @@ def teardown():
             p.stop()
     if DB:
         sptest.drop_databases(DB)
+        sptest.drop_databases(DB + "_cat")
 
 
 if __name__ == "__main__":

@@ -73,6 +73,9 @@ TEST_CASE("redact_passwords: the audit log never shows a password", "[config][se
   CHECK(redact_passwords("ADD SHARD s2 host=10.0.0.9 port=5432 password=hunter2 user=app") ==
         "ADD SHARD s2 host=10.0.0.9 port=5432 password=*** user=app");
   CHECK(redact_passwords("add shard s2 PASSWORD=x\npool_size=3") == "add shard s2 PASSWORD=*** pool_size=3");
+  CHECK(redact_passwords("postgresql://cat:s3cret@db.example:5432/catalog") == "postgresql://cat:***@db.example:5432/catalog");
+  CHECK(redact_passwords("postgres://cat@db/x") == "postgres://cat@db/x");
+  CHECK(redact_passwords("postgres://db:5432/x") == "postgres://db:5432/x");
   CHECK(redact_passwords("SHOW POOLS") == "SHOW POOLS");
   CHECK(redact_passwords("ADD SHARD s2 password=") == "ADD SHARD s2 password=***");
   CHECK(redact_passwords("SHOW ROUTE SELECT 1 -- password_x=1") == "SHOW ROUTE SELECT 1 -- password_x=1");

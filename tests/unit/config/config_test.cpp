@@ -726,6 +726,17 @@ TEST_CASE("catalog and moves (SPEC 9)", "[config]") {
   CHECK(r.config->moves.lease.count() == 10000);
   CHECK(r.config->moves.verify);
 
+  // A connection string instead of a shard's name: a database of its own.
+  r = load_string(shards + "catalog: 'host=10.0.0.5 dbname=topology user=cat'\n");
+  REQUIRE(r.config);
+  CHECK_FALSE(r.config->catalog_shard);
+  CHECK(r.config->catalog_dsn == "host=10.0.0.5 dbname=topology user=cat");
+  CHECK(r.config->has_catalog());
+  r = load_string(shards + "catalog: postgresql://cat@10.0.0.5/topology\n");
+  REQUIRE(r.config);
+  CHECK(r.config->catalog_dsn == "postgresql://cat@10.0.0.5/topology");
+  CHECK_FALSE(load_string(shards).config->has_catalog());
+
   expect_one_error(shards + "catalog: s9\n", 4, "unknown shard \"s9\"");
   expect_one_error(shards + "moves: { poll: 1s, lease: 2s }\n", 4, "moves.lease must be more than twice moves.poll");
   expect_one_error(shards + "moves: { hold: 1s }\n", 4, "moves.hold: unknown key");
