@@ -112,11 +112,26 @@ const T& at(const ProtobufCMessage* msg, unsigned offset) {
   return *reinterpret_cast<const T*>(reinterpret_cast<const char*>(msg) + offset);
 }
 
+// A Node is a oneof of some 250 message fields: only the one its case names is set, and
+// protobuf-c finds it by number (a binary search) rather than a scan of every field.
+const ProtobufCFieldDescriptor* node_member(const ProtobufCMessage* msg) {
+  const auto* node = reinterpret_cast<const PgQuery__Node*>(msg);
+  if (node->node_case == PG_QUERY__NODE__NODE__NOT_SET) return nullptr;
+  const ProtobufCFieldDescriptor* f = protobuf_c_message_descriptor_get_field(msg->descriptor, node->node_case);
+  return f != nullptr && f->type == PROTOBUF_C_TYPE_MESSAGE && f->label != PROTOBUF_C_LABEL_REPEATED ? f : nullptr;
+}
+
 }  // namespace
 
 void for_each_child(const ProtobufCMessage* msg, const std::function<void(const ProtobufCMessage*)>& visit) {
   if (msg == nullptr) return;
   const ProtobufCMessageDescriptor* d = msg->descriptor;
+  if (d == &pg_query__node__descriptor) {
+    const ProtobufCFieldDescriptor* f = node_member(msg);
+    const ProtobufCMessage* child = f != nullptr ? at<const ProtobufCMessage*>(msg, f->offset) : nullptr;
+    if (child != nullptr) visit(child);
+    return;
+  }
   for (unsigned i = 0; i < d->n_fields; ++i) {
     const ProtobufCFieldDescriptor& f = d->fields[i];
     if (f.type != PROTOBUF_C_TYPE_MESSAGE) continue;
@@ -136,25 +151,29 @@ void for_each_child(const ProtobufCMessage* msg, const std::function<void(const 
 
 void for_each_node_slot(ProtobufCMessage* msg, const std::function<bool(PgQuery__Node*& slot)>& visit) {
   if (msg == nullptr) return;
-  const ProtobufCMessageDescriptor* d = msg->descriptor;
-  for (unsigned i = 0; i < d->n_fields; ++i) {
-    const ProtobufCFieldDescriptor& f = d->fields[i];
-    if (f.type != PROTOBUF_C_TYPE_MESSAGE) continue;
-    if ((f.flags & PROTOBUF_C_FIELD_FLAG_ONEOF) != 0 && at<uint32_t>(msg, f.quantifier_offset) != f.id) continue;
+  auto field = [&](const ProtobufCFieldDescriptor& f) {
+    if (f.type != PROTOBUF_C_TYPE_MESSAGE) return;
+    if ((f.flags & PROTOBUF_C_FIELD_FLAG_ONEOF) != 0 && at<uint32_t>(msg, f.quantifier_offset) != f.id) return;
     const bool node = f.descriptor == &pg_query__node__descriptor;
-    char* field = reinterpret_cast<char*>(msg) + f.offset;
+    char* place = reinterpret_cast<char*>(msg) + f.offset;
     std::size_t n = 1;
-    ProtobufCMessage** slots = reinterpret_cast<ProtobufCMessage**>(field);
+    ProtobufCMessage** slots = reinterpret_cast<ProtobufCMessage**>(place);
     if (f.label == PROTOBUF_C_LABEL_REPEATED) {
       n = at<std::size_t>(msg, f.quantifier_offset);
-      slots = *reinterpret_cast<ProtobufCMessage***>(field);
+      slots = *reinterpret_cast<ProtobufCMessage***>(place);
     }
     for (std::size_t k = 0; k < n; ++k) {
       if (slots[k] == nullptr) continue;
       if (node && !visit(reinterpret_cast<PgQuery__Node*&>(slots[k]))) continue;
       if (slots[k] != nullptr) for_each_node_slot(slots[k], visit);
     }
+  };
+  const ProtobufCMessageDescriptor* d = msg->descriptor;
+  if (d == &pg_query__node__descriptor) {
+    if (const ProtobufCFieldDescriptor* f = node_member(msg)) field(*f);
+    return;
   }
+  for (unsigned i = 0; i < d->n_fields; ++i) field(d->fields[i]);
 }
 
 void walk_nodes(const ProtobufCMessage* msg, const std::function<bool(const PgQuery__Node*)>& visit) {
