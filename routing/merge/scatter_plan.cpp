@@ -74,8 +74,9 @@ ScatterPlan plan_scatter(std::string_view sql, const ScatterOptions& options, bo
     plan.error = MergeError{"SPC01", "cannot be answered exactly across shards: only the combine step sees every "
                                      "shard's rows this statement needs"};
   } else {
-    auto merge_tree = unpack_tree(parsed.packed());
-    auto merged = plan_merge(merge_tree.get(), options.merge);
+    // The merger rewrites the tree it is given: the parse's own, as nothing else reads
+    // it afterwards (the combine step unpacks a fresh copy).
+    auto merged = plan_merge(parsed.tree(), options.merge);
     if (auto* m = std::get_if<MergePlan>(&merged)) {
       plan.merge = std::move(*m);
       return plan;
