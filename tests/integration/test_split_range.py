@@ -15,8 +15,8 @@ per-key counter) through A and B:
 - MOVE PARTITION by_range:1 TO s0 moves one half; SPLIT/MERGE refused while it runs;
   MERGE RANGE AT 1500 refused while the halves are on two shards; the half moved back;
   MERGE RANGE AT 1500 then joins them again;
-- refusals and their SQLSTATEs (SPA01, 42601, 0A000), the command-line form, and a
-  proxy without catalog: (SPA01).
+- refusals and their SQLSTATEs (SPA01, 42601; SPLIT PARTITION of a range distribution:
+  SPA01), the command-line form, and a proxy without catalog: (SPA01).
 Afterwards every acknowledged increment is there exactly once (each row's n equals its
 acknowledged upserts) and every row is on the shard the catalog names for its range.
 """
@@ -221,7 +221,7 @@ def refusals():
     refused(A, "SPLIT RANGE by_range", "42601", "usage: SPLIT RANGE distribution AT value")
     refused(A, "MERGE RANGE by_range AT", "42601", "usage: MERGE RANGE")
     refused(A, "SPLIT RANGE by_range AT '12", "42601", "usage")
-    refused(A, "SPLIT PARTITION by_user:1", "0A000", "not implemented")
+    refused(A, "SPLIT PARTITION by_range:1", "SPA01", "SPLIT PARTITION needs a hash distribution")
     with sptest.Proxy("split-nocat", config(DB, catalog=False), WORKDIR) as p:
         refused(p, "SPLIT RANGE by_range AT 1500", "SPA01", "no catalog")
         refused(p, "MERGE RANGE by_range AT 1000", "SPA01", "no catalog")
