@@ -32,38 +32,23 @@ satisfies_hash_partition names and the one SHOW ROUTE names for its key.
 
 import os
 import random
-import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-import psycopg2  # noqa: E402
 import sptest  # noqa: E402
+from split_load import INCREMENTS, SPM01, Load, admin, cli, direct, epochs, refused, wait_move  # noqa: E402
+import split_load  # noqa: E402
 
 WORKDIR = sptest.workdir("split-partition")
 DB = None
 A = B = None
-KEYS = 3000
-INCREMENTS = {}
-ERRORS = []
-SPM01 = [0]
-LOCK = threading.Lock()
-STOP = threading.Event()
 TESTS = []
 
 
 def config(db, catalog=True):
-    p0, p1 = sptest.PG_PORTS
-    return f"""
-    auth: scram-sha-256
-    users:
-      - {{ name: app, password: secret }}
-      - {{ name: admin, password: adminpw, admin: true }}
-    shards:
-      - {{ name: s0, host: 127.0.0.1, port: {p0}, database: {db}, user: postgres, password: postgres, pool_size: 10 }}
-      - {{ name: s1, host: 127.0.0.1, port: {p1}, database: {db}, user: postgres, password: postgres, pool_size: 10 }}
+    return split_load.config_head(db) + f"""
     distributions:
       - name: by_user
         method: hash
@@ -76,32 +61,12 @@ def config(db, catalog=True):
           - {{ upto: 1000, shard: s0 }}
           - {{ shard: s1 }}
         tables: {{ items: id }}
-    {"catalog: s0" if catalog else ""}
-    moves: {{ max_hold: 5s, poll: 100ms, lease: 2s }}
-    scatter: {{ deadline: 10s }}
-    """
+    """ + split_load.config_tail(catalog)
 
 
 def test(fn):
     TESTS.append(fn)
     return fn
-
-
-def admin(proxy, sql):
-    return sptest.admin(proxy.port, sql)
-
-
-def direct(i, sql, params=None):
-    return sptest.query(sptest.PG_PORTS[i], DB, sql, params, "postgres", "postgres")
-
-
-def refused(proxy, sql, code, words):
-    try:
-        admin(proxy, sql)
-    except psycopg2.Error as e:
-        assert e.pgcode == code and words in str(e), (sql, e.pgcode, str(e))
-        return
-    raise AssertionError(f"{sql}: accepted")
 
 
 def parts(proxy):
@@ -112,68 +77,6 @@ def parts(proxy):
 def same_parts(want):
     got_a, got_b = parts(A), parts(B)
     assert got_a == want and got_b == want, (got_a, got_b, want)
-
-
-def epochs():
-    return {r[0]: int(r[2]) for r in admin(A, "SHOW TOPOLOGY") if r[4] == "yes"}
-
-
-def wait_move(move, states=("done",), timeout=90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = {int(r[0]): r for r in admin(A, "SHOW MOVES ALL")}
-        if move in rows and rows[move][5] in states:
-            return rows[move]
-        time.sleep(0.1)
-    raise AssertionError(f"move {move} not {states}: {admin(A, 'SHOW MOVES ALL')}")
-
-
-def writer(seed):
-    rnd = random.Random(seed)
-    conns = {}
-    while not STOP.is_set():
-        proxy = rnd.choice([A, B])
-        try:
-            c = conns.get(proxy.name)
-            if c is None:
-                c = conns[proxy.name] = proxy.connect(DB)
-            key = rnd.randrange(KEYS)
-            cur = c.cursor()
-            cur.execute("INSERT INTO counters (id, n) VALUES (%s, 1) ON CONFLICT (id) DO UPDATE SET n = counters.n + 1",
-                        (key,))
-            assert cur.rowcount == 1, ("upsert", key, cur.rowcount)
-            with LOCK:
-                INCREMENTS[key] = INCREMENTS.get(key, 0) + 1
-        except psycopg2.Error as e:
-            if getattr(e, "pgcode", None) == "SPM01":  # a held statement past max_hold: not applied
-                with LOCK:
-                    SPM01[0] += 1
-                continue
-            with LOCK:
-                ERRORS.append(f"{proxy.name}: {getattr(e, 'pgcode', None)} {e}".strip())
-            conns.pop(proxy.name, None)
-        time.sleep(0.002)
-    for c in conns.values():
-        c.close()
-
-
-class Load:
-    """Writers through A and B for the duration of a `with`."""
-
-    def __enter__(self):
-        STOP.clear()
-        self.threads = [threading.Thread(target=writer, args=(i,), daemon=True) for i in range(4)]
-        for t in self.threads:
-            t.start()
-        time.sleep(0.5)
-        return self
-
-    def __exit__(self, *exc):
-        time.sleep(0.5)
-        STOP.set()
-        for t in self.threads:
-            t.join(30)
-        assert not ERRORS, ERRORS[:10]
 
 
 def check_rows(want, route_sample=150):
@@ -213,17 +116,7 @@ def check_rows(want, route_sample=150):
 
 def setup():
     global DB, A, B
-    DB = sptest.Databases("sp").name
-    body = config(DB)
-    A = sptest.Proxy("splitp-a", body, WORKDIR)
-    B = sptest.Proxy("splitp-b", body, WORKDIR)
-    A.start()
-    B.start()
-    c = A.connect(DB)
-    cur = c.cursor()
-    cur.execute("CREATE TABLE counters (id bigint PRIMARY KEY, n bigint NOT NULL DEFAULT 0)")
-    cur.execute("CREATE TABLE items (id int PRIMARY KEY, n bigint NOT NULL)")
-    c.close()
+    DB, A, B = split_load.start("sp", config, ("splitp-a", "splitp-b"), "counters", WORKDIR)
 
 
 UNIFORM = {0: (4, 0, "s0"), 1: (4, 1, "s0"), 2: (4, 2, "s1"), 3: (4, 3, "s1")}
@@ -234,11 +127,11 @@ SIX = {0: (4, 0, "s0"), 1: (4, 1, "s0"), 2: (8, 2, "s1"), 3: (4, 3, "s1"), 4: (1
 def split_under_load():
     same_parts(UNIFORM)
     with Load():
-        before = max(epochs().values())
+        before = max(epochs(A).values())
         rows = admin(A, "SPLIT PARTITION by_user:2")
         assert rows == [("by_user", "2", "8", "2", "s1"), ("by_user", "4", "8", "6", "s1")], rows
         # Answered once every live proxy runs the new epoch.
-        e = epochs()
+        e = epochs(A)
         assert len(e) == 2 and len(set(e.values())) == 1 and min(e.values()) > before, (before, e)
         same_parts({**UNIFORM, 2: (8, 2, "s1"), 4: (8, 6, "s1")})
         time.sleep(1)
@@ -259,11 +152,11 @@ def move_half():
     with Load():
         move = int(admin(A, "MOVE PARTITION by_user:4 TO s0")[0][0])
         refused(B, "SPLIT PARTITION by_user:2", "SPA01", f"move {move} of partition by_user:4 is unfinished")
-        row = wait_move(move)
+        row = wait_move(A, move)
         assert int(row[6]) > 0, row  # rows_copied: the half had rows
         time.sleep(0.5)
     same_parts(moved)
-    e = epochs()
+    e = epochs(A)
     assert len(set(e.values())) == 1, e
     check_rows(moved)
 
@@ -300,18 +193,11 @@ def refusals():
 
 @test
 def command_line_and_advice():
-    def cli(*args):
-        env = dict(os.environ, SP_TEST_ADMIN_PW="adminpw")
-        p = subprocess.run([os.environ["SP_BIN"], "admin", "--host", sptest.HOST, "--port", str(A.port), "--user",
-                            "admin", "--password-env", "SP_TEST_ADMIN_PW", *args], env=env, capture_output=True,
-                           text=True, timeout=60)
-        return p.returncode, p.stdout, p.stderr
-
     n = len(parts(A))
-    rc, out, err = cli("--csv", "SPLIT", "PARTITION", "by_user:3")
+    rc, out, err = cli(A, "--csv", "SPLIT", "PARTITION", "by_user:3")
     assert rc == 0 and out.splitlines() == ["distribution,partition,modulus,remainder,shard", "by_user,3,8,3,s1",
                                             f"by_user,{n},8,7,s1"], (rc, out, err)
-    rc, out, err = cli("SPLIT PARTITION by_user:99")
+    rc, out, err = cli(A, "SPLIT PARTITION by_user:99")
     assert rc == 1 and err.startswith("ERROR: SPA01: SPLIT PARTITION: distribution \"by_user\" has no partition 99"), \
         (rc, err)
     # SHOW SPLIT ADVICE offers SPLIT PARTITION for a hash partition that stands out: on a
@@ -328,13 +214,5 @@ def command_line_and_advice():
     assert advice and "SPLIT PARTITION by_user:0" in advice[0][6] and "not implemented" not in advice[0][6], advice
 
 
-def teardown():
-    for p in (A, B):
-        if p:
-            p.stop()
-    if DB:
-        sptest.drop_databases(DB)
-
-
 if __name__ == "__main__":
-    sys.exit(sptest.run_tests(TESTS, setup, teardown))
+    sys.exit(sptest.run_tests(TESTS, setup, split_load.teardown))
