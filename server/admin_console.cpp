@@ -29,7 +29,8 @@ constexpr const char* kAdminHelp =
     "CONFIG | "
     "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., DROP SHARD name, "
     "REBALANCE dist "
-    "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id, SPLIT RANGE dist AT value, MERGE RANGE dist AT value, SPLIT PARTITION dist:part";
+    "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id, SPLIT RANGE dist AT value, MERGE RANGE dist AT value, "
+    "SPLIT PARTITION dist:part";
 
 // Upper-cased words of a command, without a trailing semicolon.
 std::vector<std::string> words_of(std::string_view sql, std::size_t max_words, std::string_view& rest) {
@@ -642,7 +643,8 @@ bool AdminConsole::show_state(const std::vector<std::string>& w, std::string& ou
     }
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "PARTITIONS"})) {
-    Table t({"distribution", "partition", "shard", "queries", "rows_written", "lower", "upper", "modulus", "remainder"});
+    Table t({"distribution", "partition", "shard", "queries", "rows_written", "lower", "upper", "modulus",
+             "remainder"});
     for (auto& p : s_.server_.metrics().partitions(rt->config)) {
       auto [lower, upper] = range_bounds(rt->config, p.distribution, p.partition);
       auto [modulus, remainder] = hash_bounds(rt->config, p.distribution, p.partition);

@@ -1,5 +1,6 @@
-// ADD SHARD, REBALANCE, DROP SHARD, SPLIT RANGE, MERGE RANGE and SPLIT PARTITION (SPEC §9): changes of the catalog that the admin console asks
-// for. Blocking; the console runs them off the Asio threads.
+// ADD SHARD, REBALANCE, DROP SHARD, SPLIT RANGE, MERGE RANGE and SPLIT PARTITION (SPEC §9):
+// changes of the catalog that the admin console asks for. Blocking; the console runs them
+// off the Asio threads.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -333,8 +334,8 @@ std::vector<HashPartRow> Catalog::split_partition(const std::string& distributio
   const auto epoch = change_partitions(distribution, "SPLIT PARTITION", [&](pqxx::transaction_base& w) {
     // The distribution as the catalog has it: its own moduli once split, else the file's.
     config::Distribution d = file;
-    auto placed =
-        w.exec_params("SELECT shard FROM splitpoint.placement WHERE distribution = $1 ORDER BY partition", distribution);
+    auto placed = w.exec_params("SELECT shard FROM splitpoint.placement WHERE distribution = $1 ORDER BY partition",
+                                distribution);
     for (const auto& r : w.exec_params("SELECT modulus, remainder FROM splitpoint.hash_partitions WHERE "
                                        "distribution = $1 ORDER BY partition",
                                        distribution))
@@ -358,7 +359,8 @@ std::vector<HashPartRow> Catalog::split_partition(const std::string& distributio
   });
   spdlog::info("catalog: SPLIT PARTITION {}:{}: now modulus {} remainder {}, new partition {} remainder {}, topology "
                "epoch {}",
-               distribution, partition, made[0].modulus, made[0].remainder, made[1].partition, made[1].remainder, epoch);
+               distribution, partition, made[0].modulus, made[0].remainder, made[1].partition, made[1].remainder,
+               epoch);
   return made;
 }
 

@@ -1,7 +1,8 @@
 // Partition moves (SPEC §9), run by the mover thread of whichever proxy claims them.
 // How a partition's rows are selected, and why (docs/operations.md): a row filter on
 // the shards' ordinary tables. Hash partitions use PostgreSQL's own
-// satisfies_hash_partition() with the partition's modulus and remainder against a small hash-partitioned helper table per key
+// satisfies_hash_partition() with the partition's own modulus and remainder (mixed once
+// SPLIT PARTITION split some) against a small hash-partitioned helper table per key
 // type (splitpoint.hash_<type>, no rows), so source, target, the proxy and PostgreSQL
 // agree on every row; range partitions use key >= lower AND key < upper. The same
 // filter selects the rows for the publication, the fence trigger, the verification,
