@@ -83,12 +83,27 @@ struct ListPartition {
   std::vector<std::string> values;
 };
 
+// One hash partition: the keys whose row hash % modulus == remainder (PostgreSQL's
+// FOR VALUES WITH (MODULUS m, REMAINDER r)).
+struct HashPartition {
+  std::uint32_t modulus = 0, remainder = 0;
+  bool operator==(const HashPartition&) const = default;
+};
+
 struct Distribution {
   std::string name;
   Method method = Method::hash;
   // hash: number of logical partitions and partition -> shard index (size == partitions)
   int partitions = 0;
   std::vector<std::size_t> placement;
+  // hash, once SPLIT PARTITION changed it (the catalog's): each partition's modulus and
+  // remainder, by number (size == partitions). Empty: uniform, partition p is
+  // (partitions, p), as the file gives it.
+  std::vector<HashPartition> hash_parts;
+  HashPartition hash_partition(std::size_t p) const {
+    return hash_parts.empty() ? HashPartition{static_cast<std::uint32_t>(partitions), static_cast<std::uint32_t>(p)}
+                              : hash_parts[p];
+  }
   // range: one logical partition per range, in order
   std::vector<Range> ranges;
   // list: one logical partition per shard entry, in file order; then the default

@@ -95,6 +95,20 @@ Topology::Topology(const config::Config& config) : config_(config) {
     shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
     distribution_shards_.push_back(std::move(shards));
   }
+  hash_slots_.resize(config.distributions.size());
+  for (std::size_t d = 0; d < config.distributions.size(); ++d) {
+    const config::Distribution& dist = config.distributions[d];
+    if (dist.method != config::Method::hash || dist.hash_parts.empty()) continue;
+    std::uint32_t largest = 1;
+    for (const auto& hp : dist.hash_parts) largest = std::max(largest, hp.modulus);
+    // (apply_catalog only takes sets check_hash_parts accepts: every slot is filled once.)
+    std::vector<std::uint32_t>& slots = hash_slots_[d];
+    slots.assign(largest, 0);
+    for (std::uint32_t p = 0; p < dist.hash_parts.size(); ++p)
+      for (std::uint64_t k = dist.hash_parts[p].remainder; dist.hash_parts[p].modulus > 0 && k < largest;
+           k += dist.hash_parts[p].modulus)
+        slots[k] = p;
+  }
 }
 
 std::string Topology::table_name(std::string_view schema, std::string_view name) {
@@ -156,11 +170,11 @@ PartitionOf Topology::partition_of(std::size_t d, const ColumnType& type, const 
   using S = PartitionOf::Status;
   const config::Distribution& dist = config_.distributions[d];
   if (dist.method == config::Method::hash) {
-    if (!value) return {S::ok, partition_for_null(partition_count(d))};
+    if (!value) return {S::ok, hash_partition_of(d, 0)};  // a NULL key's row hash is 0
     if (!type.hash_type) return {S::unknown};
     auto h = hash_key_text(*type.hash_type, *value, type.varchar_max_chars);
     if (!h) return {S::unknown};
-    return {S::ok, partition_for_hash(*h, partition_count(d))};
+    return {S::ok, hash_partition_of(d, *h)};
   }
   if (dist.method == config::Method::range) {
     if (!value) return {S::no_partition};
@@ -312,6 +326,57 @@ RangeChange merge_range(const std::vector<config::Range>& ranges, std::string_vi
   }
   out.error = quoted(value) + " is not a bound between two ranges (SHOW PARTITIONS lists them)";
   return out;
+}
+
+HashSplit split_hash_partition(const config::Distribution& d, std::uint32_t partition) {
+  HashSplit out;
+  const auto count = static_cast<std::uint32_t>(d.partitions);
+  if (partition >= count) {
+    out.error = "distribution \"" + d.name + "\" has no partition " + std::to_string(partition) + " (it has " +
+                std::to_string(count) + ")";
+    return out;
+  }
+  const config::HashPartition half = d.hash_partition(partition);
+  if (half.modulus > kMaxHashModulus / 2) {
+    out.error = "partition " + d.name + ":" + std::to_string(partition) + " has modulus " +
+                std::to_string(half.modulus) + "; split, it would have " + std::to_string(2ull * half.modulus) +
+                ", above the largest allowed, " + std::to_string(kMaxHashModulus);
+    return out;
+  }
+  for (std::uint32_t p = 0; p < count; ++p) out.parts.push_back(d.hash_partition(p));
+  out.parts[partition] = {2 * half.modulus, half.remainder};
+  out.parts.push_back({2 * half.modulus, half.remainder + half.modulus});
+  out.added = count;
+  return out;
+}
+
+std::string check_hash_parts(const std::vector<config::HashPartition>& parts) {
+  if (parts.empty()) return "no partitions";
+  std::vector<std::uint32_t> moduli;
+  for (const auto& hp : parts) {
+    if (hp.modulus == 0 || hp.modulus > kMaxHashModulus)
+      return "modulus " + std::to_string(hp.modulus) + " is not between 1 and " + std::to_string(kMaxHashModulus);
+    if (hp.remainder >= hp.modulus)
+      return "remainder " + std::to_string(hp.remainder) + " is not below its modulus " + std::to_string(hp.modulus);
+    moduli.push_back(hp.modulus);
+  }
+  std::sort(moduli.begin(), moduli.end());
+  moduli.erase(std::unique(moduli.begin(), moduli.end()), moduli.end());
+  for (std::size_t i = 0; i + 1 < moduli.size(); ++i)
+    if (moduli[i + 1] % moduli[i] != 0)
+      return "modulus " + std::to_string(moduli[i]) + " is not a factor of the next larger one, " +
+             std::to_string(moduli[i + 1]);
+  // Every value of h % largest in exactly one partition.
+  std::vector<std::uint8_t> seen(moduli.back(), 0);
+  for (const auto& hp : parts)
+    for (std::uint32_t k = hp.remainder; k < moduli.back(); k += hp.modulus)
+      if (seen[k]++) return "row hashes with remainder " + std::to_string(k) + " of " + std::to_string(moduli.back()) +
+                            " are in two partitions";
+  for (std::uint32_t k = 0; k < moduli.back(); ++k)
+    if (!seen[k])
+      return "row hashes with remainder " + std::to_string(k) + " of " + std::to_string(moduli.back()) +
+             " are in no partition";
+  return {};
 }
 
 }  // namespace splitpoint::routing

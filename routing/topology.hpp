@@ -71,6 +71,14 @@ class Topology {
   // range/list distribution has no partition (as in PostgreSQL without a default).
   PartitionOf partition_of(std::size_t distribution, const ColumnType& type,
                            const std::optional<std::string>& value) const;
+  // The partition of a hash distribution holding row hash `h`: the one whose
+  // h % modulus == remainder, as PostgreSQL picks among mixed-modulus hash partitions.
+  // Uniform (never split): h % partitions; split: a table by h % the largest modulus.
+  std::uint32_t hash_partition_of(std::size_t distribution, std::uint64_t h) const {
+    const std::vector<std::uint32_t>& slots = hash_slots_[distribution];
+    return slots.empty() ? partition_for_hash(h, partition_count(distribution))
+                         : slots[h % slots.size()];
+  }
   // Partitions of a range distribution overlapping [lower, upper]; `all` when the
   // distribution is not a range one or a bound cannot be read.
   PartSet partitions_between(std::size_t distribution, const ColumnType& type, std::optional<std::string> lower,
@@ -84,6 +92,9 @@ class Topology {
   const config::Config& config_;
   std::unordered_map<std::string, TableClass> tables_;
   std::vector<std::vector<std::size_t>> distribution_shards_;
+  // Hash distributions with mixed moduli: the partition of each h % (largest modulus);
+  // empty for uniform ones and other methods.
+  std::vector<std::vector<std::uint32_t>> hash_slots_;
 };
 
 // SPLIT RANGE and MERGE RANGE (SPEC §9) on a range distribution's ranges, metadata only.
@@ -102,5 +113,22 @@ RangeChange split_range(const std::vector<config::Range>& ranges, std::string_vi
 // Refused unless `value` is the upper bound of a range that has one after it; the shards
 // are not compared here (the caller names them in its refusal).
 RangeChange merge_range(const std::vector<config::Range>& ranges, std::string_view value);
+
+// SPLIT PARTITION (SPEC §9) on a hash distribution, metadata only: partition p with
+// modulus m and remainder r becomes (2m, r), keeping its number, and the new partition
+// (2m, r + m) gets the next number (the count before), so no other number changes.
+// Refused when 2m would exceed kMaxHashModulus (the lookup table of a split
+// distribution has one entry per value of the largest modulus).
+inline constexpr std::uint32_t kMaxHashModulus = 65536;
+struct HashSplit {
+  std::vector<config::HashPartition> parts;  // every partition's, by number, afterwards
+  std::uint32_t added = 0;                   // the new partition's number
+  std::string error;                         // non-empty: refused, and why
+};
+HashSplit split_hash_partition(const config::Distribution& distribution, std::uint32_t partition);
+// Why `parts` is not a set of PostgreSQL hash partitions covering every row hash once
+// (each modulus at most kMaxHashModulus and a factor of the next larger one, remainder
+// below the modulus, no row hash in two partitions or in none); empty: it is one.
+std::string check_hash_parts(const std::vector<config::HashPartition>& parts);
 
 }  // namespace splitpoint::routing

@@ -29,7 +29,8 @@ constexpr const char* kAdminHelp =
     "CONFIG | "
     "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., DROP SHARD name, "
     "REBALANCE dist "
-    "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id, SPLIT RANGE dist AT value, MERGE RANGE dist AT value";
+    "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id, SPLIT RANGE dist AT value, MERGE RANGE dist AT value, "
+    "SPLIT PARTITION dist:part";
 
 // Upper-cased words of a command, without a trailing semicolon.
 std::vector<std::string> words_of(std::string_view sql, std::size_t max_words, std::string_view& rest) {
@@ -340,6 +341,18 @@ std::pair<std::optional<std::string>, std::optional<std::string>> range_bounds(c
   return {};
 }
 
+// A hash partition's modulus and remainder for SHOW PARTITIONS (NULL: not a hash one).
+std::pair<std::optional<std::string>, std::optional<std::string>> hash_bounds(const config::Config& config,
+                                                                              const std::string& distribution,
+                                                                              std::uint32_t p) {
+  for (const auto& d : config.distributions)
+    if (d.name == distribution && d.method == config::Method::hash && p < d.placement.size()) {
+      const auto hp = d.hash_partition(p);
+      return {std::to_string(hp.modulus), std::to_string(hp.remainder)};
+    }
+  return {};
+}
+
 std::optional<std::string> opt(const std::optional<std::int64_t>& v) {
   return v ? std::optional<std::string>(std::to_string(*v)) : std::nullopt;
 }
@@ -424,8 +437,8 @@ awaitable<void> AdminConsole::range_change(const std::vector<std::string>& w, st
                                            std::string& out) {
   auto error = [&](std::string_view code, const std::string& msg) { admin_error(s_.metrics_, out, code, msg); };
   if (command_is(w, {"SPLIT", "PARTITION"})) {
-    error(sqlstate::feature_not_supported,
-          "SPLIT PARTITION (hash partitions) is not implemented; SPLIT RANGE splits a range distribution's ranges");
+    const auto words = raw_words(sql);
+    co_await split_partition(words, c, out);
     co_return;
   }
   const bool split = w[0] == "SPLIT";
@@ -446,6 +459,39 @@ awaitable<void> AdminConsole::range_change(const std::vector<std::string>& w, st
   Table t({"distribution", "partition", "lower", "upper", "shard"});
   for (const auto& row : *r) t.row({raw[2], std::to_string(row.partition), row.lower, row.upper, row.shard});
   t.encode(out, tag);
+}
+
+namespace {
+
+// "dist:part" as MOVE PARTITION and SPLIT PARTITION name a partition; nullopt: not that.
+std::optional<std::pair<std::string, std::uint32_t>> partition_name(const std::string& word) {
+  const auto colon = word.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 >= word.size() || word.size() - colon > 10 ||
+      word.find_first_not_of("0123456789", colon + 1) != std::string::npos)
+    return std::nullopt;
+  return std::pair{word.substr(0, colon), static_cast<std::uint32_t>(std::stoul(word.substr(colon + 1)))};
+}
+
+}  // namespace
+
+// SPLIT PARTITION dist:part: answers both halves (distribution, partition, modulus,
+// remainder, shard) once every live proxy routes with them.
+awaitable<void> AdminConsole::split_partition(const std::vector<std::string>& words, Catalog& c, std::string& out) {
+  std::optional<std::pair<std::string, std::uint32_t>> part;
+  if (words.size() == 3) part = partition_name(words[2]);
+  if (!part) {
+    admin_error(s_.metrics_, out, sqlstate::syntax_error, "usage: SPLIT PARTITION distribution:partition");
+    co_return;
+  }
+  Catalog* catalog = &c;
+  auto split = [catalog, part] { return catalog->split_partition(part->first, part->second); };
+  auto r = co_await off_thread(split, s_.metrics_, out);
+  if (!r) co_return;
+  Table t({"distribution", "partition", "modulus", "remainder", "shard"});
+  for (const auto& row : *r)
+    t.row({part->first, std::to_string(row.partition), std::to_string(row.modulus), std::to_string(row.remainder),
+           row.shard});
+  t.encode(out, "SPLIT PARTITION");
 }
 
 // ADD SHARD name host=... port=... [database=...] [user=...] [password=...] [pool_size=...]
@@ -518,14 +564,14 @@ awaitable<void> AdminConsole::topology_change(const std::vector<std::string>& w,
              std::to_string(m.partition), m.source, m.target});
     t.encode(out, "REBALANCE");
   } else if (is({"MOVE", "PARTITION"})) {
-    auto colon = words.size() == 5 ? words[2].rfind(':') : std::string::npos;
-    if (colon == std::string::npos || !(words[3] == "TO" || words[3] == "to") || colon + 1 >= words[2].size() ||
-        words[2].size() - colon > 10 || words[2].find_first_not_of("0123456789", colon + 1) != std::string::npos) {
+    std::optional<std::pair<std::string, std::uint32_t>> named;
+    if (words.size() == 5) named = partition_name(words[2]);
+    if (!named || !(words[3] == "TO" || words[3] == "to")) {
       error(sqlstate::syntax_error, "usage: MOVE PARTITION distribution:partition TO shard");
       co_return;
     }
-    auto dist = words[2].substr(0, colon);
-    auto part = static_cast<std::uint32_t>(std::stoul(words[2].substr(colon + 1)));
+    auto dist = named->first;
+    auto part = named->second;
     auto target = words[4];
     auto plan = [=] { return catalog->plan_move(dist, part, target); };
     auto r = co_await off_thread(plan, s_.metrics_, out);
@@ -599,11 +645,13 @@ bool AdminConsole::show_state(const std::vector<std::string>& w, std::string& ou
     }
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "PARTITIONS"})) {
-    Table t({"distribution", "partition", "shard", "queries", "rows_written", "lower", "upper"});
+    Table t({"distribution", "partition", "shard", "queries", "rows_written", "lower", "upper", "modulus",
+             "remainder"});
     for (auto& p : s_.server_.metrics().partitions(rt->config)) {
       auto [lower, upper] = range_bounds(rt->config, p.distribution, p.partition);
+      auto [modulus, remainder] = hash_bounds(rt->config, p.distribution, p.partition);
       t.row({p.distribution, std::to_string(p.partition), p.shard, std::to_string(p.queries), std::to_string(p.writes),
-             lower, upper});
+             lower, upper, modulus, remainder});
     }
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "HOT", "KEYS"})) {

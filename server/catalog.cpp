@@ -8,6 +8,7 @@
 #include <openssl/rand.h>
 #include <pqxx/pqxx>
 
+#include "routing/topology.hpp"
 #include "server/server.hpp"
 
 namespace splitpoint::server {
@@ -63,6 +64,12 @@ CREATE TABLE IF NOT EXISTS splitpoint.ranges (
   distribution text NOT NULL,
   partition int NOT NULL,
   upto text,
+  PRIMARY KEY (distribution, partition));
+CREATE TABLE IF NOT EXISTS splitpoint.hash_partitions (
+  distribution text NOT NULL,
+  partition int NOT NULL,
+  modulus int NOT NULL,
+  remainder int NOT NULL,
   PRIMARY KEY (distribution, partition));
 CREATE TABLE IF NOT EXISTS splitpoint.dropped_shards (
   name text PRIMARY KEY,
@@ -217,6 +224,18 @@ void apply_catalog(const CatalogState& state, config::Config& config, MoveView& 
     ranges.resize(bounds.size());  // (new ones get their shard from the placement)
     for (std::size_t i = 0; i < bounds.size(); ++i) ranges[i].upto = bounds[i];
   }
+  for (const auto& [name, parts] : state.hash_parts) {  // (SPLIT PARTITION; before the placement too)
+    auto d = dist_of(name);
+    if (!d || config.distributions[*d].method != config::Method::hash) continue;
+    if (auto why = routing::check_hash_parts(parts); !why.empty()) {
+      spdlog::error("catalog: the hash partitions of distribution {} are not valid ({}); kept the file's", name, why);
+      continue;
+    }
+    auto& dist = config.distributions[*d];
+    dist.hash_parts = parts;
+    dist.partitions = static_cast<int>(parts.size());
+    dist.placement.resize(parts.size(), 0);  // (new ones get their shard from the placement)
+  }
   for (const auto& p : state.placement) {
     auto d = dist_of(p.distribution);
     auto s = config.find_shard(p.shard);
@@ -280,9 +299,12 @@ void Catalog::seed(pqxx::connection& c) {
   for (const auto& d : config_.distributions) {
     auto known = w.exec_params("SELECT count(*) FROM splitpoint.placement WHERE distribution = $1", d.name);
     auto have = known[0][0].as<std::size_t>();
-    const bool catalog_ranges =  // (split or merged online: the catalog's ranges win over the file's)
-        !w.exec_params("SELECT 1 FROM splitpoint.ranges WHERE distribution = $1 LIMIT 1", d.name).empty();
-    if (have != 0 && have != partitions_of(d) && !catalog_ranges)
+    const bool changed_online =  // (split or merged online: the catalog's partitions win over the file's)
+        !w.exec_params("SELECT 1 FROM splitpoint.ranges WHERE distribution = $1 UNION ALL SELECT 1 FROM "
+                       "splitpoint.hash_partitions WHERE distribution = $1 LIMIT 1",
+                       d.name)
+             .empty();
+    if (have != 0 && have != partitions_of(d) && !changed_online)
       throw CatalogError("SPA01", "the catalog has " + std::to_string(have) + " partitions of distribution \"" + d.name +
                                       "\", the configuration " + std::to_string(partitions_of(d)));
     if (have != 0) continue;
@@ -320,6 +342,9 @@ CatalogState Catalog::read_state(pqxx::connection& c) {
   for (const auto& r : w.exec("SELECT distribution, upto FROM splitpoint.ranges ORDER BY distribution, partition"))
     s.ranges[r[0].as<std::string>()].push_back(r[1].is_null() ? std::nullopt
                                                               : std::optional<std::string>(r[1].as<std::string>()));
+  for (const auto& r : w.exec("SELECT distribution, modulus, remainder FROM splitpoint.hash_partitions ORDER BY "
+                              "distribution, partition"))
+    s.hash_parts[r[0].as<std::string>()].push_back({r[1].as<std::uint32_t>(), r[2].as<std::uint32_t>()});
   for (const auto& r : w.exec("SELECT distribution, partition, shard FROM splitpoint.placement"))
     s.placement.push_back({r[0].as<std::string>(), r[1].as<std::uint32_t>(), r[2].as<std::string>()});
   for (const auto& r : w.exec(std::string("SELECT ") + kMoveColumns + " FROM splitpoint.moves WHERE " + kUnfinishedMoves +

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,12 +67,21 @@ struct CatalogState {
   // SPLIT/MERGE RANGE: the ranges' upper bounds (nullopt: unbounded) of the range
   // distributions whose ranges the catalog holds, by partition; the others keep the file's.
   std::map<std::string, std::vector<std::optional<std::string>>> ranges;
+  // SPLIT PARTITION: each partition's modulus and remainder, by partition, of the hash
+  // distributions split online; the others are uniform with the file's partitions.
+  std::map<std::string, std::vector<config::HashPartition>> hash_parts;
 };
 
 // One range partition in the answer of SPLIT RANGE / MERGE RANGE.
 struct RangeRow {
   std::uint32_t partition = 0;
   std::optional<std::string> lower, upper;  // nullopt: unbounded
+  std::string shard;
+};
+
+// One hash partition in the answer of SPLIT PARTITION.
+struct HashPartRow {
+  std::uint32_t partition = 0, modulus = 0, remainder = 0;
   std::string shard;
 };
 
@@ -131,6 +141,13 @@ class Catalog {
   // bound already (split) or not one (merge), or (merge) ranges on two shards. Returns the
   // partitions made, once every live proxy runs them (or a lease passed).
   std::vector<RangeRow> change_range(const std::string& distribution, const std::string& value, bool split);
+  // SPLIT PARTITION dist:part: partition `partition` (modulus m, remainder r) of a hash
+  // distribution becomes (2m, r) and a new partition, numbered next, (2m, r + m), both on
+  // its shard; one compare-and-set transaction on splitpoint.hash_partitions and the
+  // placement that bumps the epoch. Refused (SPA01) for a distribution that is not a hash
+  // one, with unfinished moves, an unknown partition, or a modulus beyond
+  // routing::kMaxHashModulus. Returns both halves once every live proxy runs them.
+  std::vector<HashPartRow> split_partition(const std::string& distribution, std::uint32_t partition);
   void cancel_move(std::int64_t id);
   std::vector<MoveRow> moves(bool all);
   struct ProxyRow {
@@ -167,6 +184,15 @@ class Catalog {
   void follow_once(pqxx::connection& c);
   void mover_loop();
   void sweep_views();
+  // The file's distribution of that name with method `method`; SPA01 otherwise (`what`
+  // names the command).
+  const config::Distribution& changeable(const std::string& name, config::Method method, const std::string& what) const;
+  // One change of a distribution's partitions: under the topology row's lock, refused
+  // (SPA01) while a move of the distribution is unfinished, `change` rewrites the
+  // catalog's rows (or throws), the epoch increments. Returns the epoch once every live
+  // proxy runs it (or a lease passed).
+  std::int64_t change_partitions(const std::string& distribution, const std::string& what,
+                                 const std::function<void(pqxx::transaction_base&)>& change);
   std::int64_t insert_move(pqxx::transaction_base& w, const std::string& distribution, std::uint32_t partition,
                            const std::string& target);
 

@@ -1,5 +1,6 @@
-// ADD SHARD, REBALANCE, DROP SHARD, SPLIT RANGE and MERGE RANGE (SPEC §9): changes of the catalog that the admin console asks
-// for. Blocking; the console runs them off the Asio threads.
+// ADD SHARD, REBALANCE, DROP SHARD, SPLIT RANGE, MERGE RANGE and SPLIT PARTITION (SPEC §9):
+// changes of the catalog that the admin console asks for. Blocking; the console runs them
+// off the Asio threads.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -262,21 +263,25 @@ RangeRow range_row(const std::vector<config::Range>& ranges, std::uint32_t p, co
 
 }  // namespace
 
-std::vector<RangeRow> Catalog::change_range(const std::string& distribution, const std::string& value, bool split) {
-  const std::string what = split ? "SPLIT RANGE" : "MERGE RANGE";
-  const config::Distribution* file = nullptr;
-  for (const auto& d : config_.distributions)
-    if (d.name == distribution) file = &d;
-  if (!file) throw CatalogError("SPA01", "unknown distribution \"" + distribution + "\"");
-  if (file->method != config::Method::range)
-    throw CatalogError("SPA01", what + " needs a range distribution; \"" + distribution + "\" is a " +
-                                    (file->method == config::Method::hash
-                                         ? "hash one (SPLIT PARTITION, for hash partitions, is not implemented)"
-                                         : "list one"));
+const config::Distribution& Catalog::changeable(const std::string& name, config::Method method,
+                                                const std::string& what) const {
+  for (const auto& d : config_.distributions) {
+    if (d.name != name) continue;
+    if (d.method == method) return d;
+    static constexpr const char* kMethods[] = {"a hash one (SPLIT PARTITION dist:part splits its partitions)",
+                                               "a range one (SPLIT RANGE and MERGE RANGE change its ranges)",
+                                               "a list one"};
+    throw CatalogError("SPA01", what + " needs a " + (method == config::Method::hash ? "hash" : "range") +
+                                    " distribution; \"" + name + "\" is " + kMethods[static_cast<int>(d.method)]);
+  }
+  throw CatalogError("SPA01", "unknown distribution \"" + name + "\"");
+}
+
+std::int64_t Catalog::change_partitions(const std::string& distribution, const std::string& what,
+                                        const std::function<void(pqxx::transaction_base&)>& change) {
   std::unique_lock<std::mutex> lock;
   auto* c = &admin_connection(lock);
   std::int64_t epoch = 0;
-  std::vector<RangeRow> made;
   {
     pqxx::work w(*c);
     w.exec("SELECT epoch FROM splitpoint.topology FOR UPDATE");  // (the compare-and-set: orders every change)
@@ -286,9 +291,26 @@ std::vector<RangeRow> Catalog::change_range(const std::string& distribution, con
     if (!busy.empty())
       throw CatalogError("SPA01", "move " + busy[0][0].as<std::string>() + " of partition " + distribution + ":" +
                                       busy[0][1].as<std::string>() + " is unfinished (SHOW MOVES); " + what +
-                                      " renumbers the distribution's partitions, so it waits until its moves finish");
+                                      " changes the partitions a move selects its rows by, so it waits until the "
+                                      "distribution's moves finish");
+    change(w);
+    epoch = w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1 RETURNING epoch")[0][0].as<std::int64_t>();
+    w.exec(std::string("NOTIFY ") + kCatalogChannel);
+    w.commit();
+  }
+  cv_.notify_all();
+  if (!wait_for_acks(*c, epoch, config_.moves.lease))
+    spdlog::warn("catalog: not every proxy acknowledged epoch {} within a lease", epoch);
+  return epoch;
+}
+
+std::vector<RangeRow> Catalog::change_range(const std::string& distribution, const std::string& value, bool split) {
+  const std::string what = split ? "SPLIT RANGE" : "MERGE RANGE";
+  const config::Distribution& file = changeable(distribution, config::Method::range, what);
+  std::vector<RangeRow> made;
+  const auto epoch = change_partitions(distribution, what, [&](pqxx::transaction_base& w) {
     std::vector<std::string> shards;
-    const auto ranges = catalog_ranges(w, *file, shards);
+    const auto ranges = catalog_ranges(w, file, shards);
     const auto change = split ? routing::split_range(ranges, value) : routing::merge_range(ranges, value);
     if (!change.error.empty()) throw CatalogError("SPA01", what + " " + distribution + ": " + change.error);
     const auto p = change.partition;
@@ -300,15 +322,45 @@ std::vector<RangeRow> Catalog::change_range(const std::string& distribution, con
     write_ranges(w, distribution, change.ranges, shards);
     made.push_back(range_row(change.ranges, p, shards));
     if (split) made.push_back(range_row(change.ranges, p + 1, shards));
-    epoch = w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1 RETURNING epoch")[0][0].as<std::int64_t>();
-    w.exec(std::string("NOTIFY ") + kCatalogChannel);
-    w.commit();
-  }
+  });
   spdlog::info("catalog: {} {} AT {}: partition {} {}, topology epoch {}", what, distribution, value,
                made[0].partition, split ? "split in two" : "merged with the next", epoch);
-  cv_.notify_all();
-  if (!wait_for_acks(*c, epoch, config_.moves.lease))
-    spdlog::warn("catalog: not every proxy acknowledged epoch {} within a lease", epoch);
+  return made;
+}
+
+std::vector<HashPartRow> Catalog::split_partition(const std::string& distribution, std::uint32_t partition) {
+  const config::Distribution& file = changeable(distribution, config::Method::hash, "SPLIT PARTITION");
+  std::vector<HashPartRow> made;
+  const auto epoch = change_partitions(distribution, "SPLIT PARTITION", [&](pqxx::transaction_base& w) {
+    // The distribution as the catalog has it: its own moduli once split, else the file's.
+    config::Distribution d = file;
+    auto placed = w.exec_params("SELECT shard FROM splitpoint.placement WHERE distribution = $1 ORDER BY partition",
+                                distribution);
+    for (const auto& r : w.exec_params("SELECT modulus, remainder FROM splitpoint.hash_partitions WHERE "
+                                       "distribution = $1 ORDER BY partition",
+                                       distribution))
+      d.hash_parts.push_back({r[0].as<std::uint32_t>(), r[1].as<std::uint32_t>()});
+    if (!d.hash_parts.empty()) d.partitions = static_cast<int>(d.hash_parts.size());
+    if (placed.size() != static_cast<std::size_t>(d.partitions))
+      throw CatalogError("SPA01", "the catalog places " + std::to_string(placed.size()) +
+                                      " partitions of distribution \"" + distribution + "\" but has " +
+                                      std::to_string(d.partitions) + " hash partitions");
+    const auto split = routing::split_hash_partition(d, partition);
+    if (!split.error.empty()) throw CatalogError("SPA01", "SPLIT PARTITION: " + split.error);
+    const auto shard = placed[partition][0].as<std::string>();
+    w.exec_params("DELETE FROM splitpoint.hash_partitions WHERE distribution = $1", distribution);
+    for (std::size_t p = 0; p < split.parts.size(); ++p)
+      w.exec_params("INSERT INTO splitpoint.hash_partitions VALUES ($1, $2, $3, $4)", distribution, static_cast<int>(p),
+                    static_cast<int>(split.parts[p].modulus), static_cast<int>(split.parts[p].remainder));
+    w.exec_params("INSERT INTO splitpoint.placement VALUES ($1, $2, $3)", distribution, static_cast<int>(split.added),
+                  shard);
+    for (const std::uint32_t p : {partition, split.added})
+      made.push_back({p, split.parts[p].modulus, split.parts[p].remainder, shard});
+  });
+  spdlog::info("catalog: SPLIT PARTITION {}:{}: now modulus {} remainder {}, new partition {} remainder {}, topology "
+               "epoch {}",
+               distribution, partition, made[0].modulus, made[0].remainder, made[1].partition, made[1].remainder,
+               epoch);
   return made;
 }
 

@@ -1,7 +1,8 @@
 // Partition moves (SPEC §9), run by the mover thread of whichever proxy claims them.
 // How a partition's rows are selected, and why (docs/operations.md): a row filter on
 // the shards' ordinary tables. Hash partitions use PostgreSQL's own
-// satisfies_hash_partition() against a small hash-partitioned helper table per key
+// satisfies_hash_partition() with the partition's own modulus and remainder (mixed once
+// SPLIT PARTITION split some) against a small hash-partitioned helper table per key
 // type (splitpoint.hash_<type>, no rows), so source, target, the proxy and PostgreSQL
 // agree on every row; range partitions use key >= lower AND key < upper. The same
 // filter selects the rows for the publication, the fence trigger, the verification,
@@ -97,6 +98,7 @@ void Move::connect() {
     if (d.name == m_.distribution) dist_ = &d;
   auto src = cfg_.find_shard(m_.source), tgt = cfg_.find_shard(m_.target);
   if (!dist_ || !src || !tgt) throw Abort("the configuration no longer has its distribution or shards");
+  if (m_.partition >= partitions_of(*dist_)) throw Abort("the distribution no longer has the partition");
   src_ = std::make_unique<pqxx::connection>(shard_dsn(cfg_, cfg_.shards[*src]));
   tgt_ = std::make_unique<pqxx::connection>(shard_dsn(cfg_, cfg_.shards[*tgt]));
   // If this proxy dies, PostgreSQL ends its statements within a second instead of
@@ -154,9 +156,12 @@ void Move::create_helpers() {
 
 // The SQL condition "this key is in the moving partition", valid on `side`.
 std::string Move::filter(const Table& t, const std::string& key_expr, pqxx::connection& side) const {
-  if (dist_->method == config::Method::hash)
-    return "satisfies_hash_partition(" + helpers_.at({&side, t.key_type}) + "::oid, " +
-           std::to_string(dist_->partitions) + ", " + std::to_string(m_.partition) + ", " + key_expr + ")";
+  if (dist_->method == config::Method::hash) {
+    // The partition's own modulus and remainder (mixed once SPLIT PARTITION split some).
+    const config::HashPartition hp = dist_->hash_partition(m_.partition);
+    return "satisfies_hash_partition(" + helpers_.at({&side, t.key_type}) + "::oid, " + std::to_string(hp.modulus) +
+           ", " + std::to_string(hp.remainder) + ", " + key_expr + ")";
+  }
   auto literal = [](const std::string& v) {
     std::string out = "'";
     for (char c : v) out += c == '\'' ? std::string("''") : std::string(1, c);

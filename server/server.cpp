@@ -62,8 +62,8 @@ static bool same_layout(const config::Config& a, const config::Config& b) {
     if (a.shards[i].name != b.shards[i].name) return false;
   for (std::size_t i = 0; i < a.distributions.size(); ++i) {
     const auto &x = a.distributions[i], &y = b.distributions[i];
-    if (x.name != y.name || x.method != y.method || x.partitions != y.partitions || x.tables != y.tables ||
-        x.ranges.size() != y.ranges.size() || x.lists.size() != y.lists.size())
+    if (x.name != y.name || x.method != y.method || x.partitions != y.partitions || x.hash_parts != y.hash_parts ||
+        x.tables != y.tables || x.ranges.size() != y.ranges.size() || x.lists.size() != y.lists.size())
       return false;
   }
   return a.reference_tables == b.reference_tables;

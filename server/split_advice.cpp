@@ -48,10 +48,14 @@ std::vector<SplitAdvice> split_advice(const config::Config& config, const std::v
     for (const auto* r : rows) {
       const bool last_range = d.method == config::Method::range && r->partition + 1 == rows.size() &&
                               !d.ranges.back().upto;
+      // An even share: 1/partitions, or 1/modulus for a hash partition (mixed once split).
+      const double parts = d.method == config::Method::hash && r->partition < d.placement.size()
+                               ? static_cast<double>(d.hash_partition(r->partition).modulus)
+                               : n;
       auto check = [&](std::uint64_t mine, std::uint64_t total, const char* what) {
         if (total < kSplitAdviceMinimum) return false;
         const double share = static_cast<double>(mine) / static_cast<double>(total);
-        if (share * n < kSplitAdviceFactor) return false;
+        if (share * parts < kSplitAdviceFactor) return false;
         const std::string part = part_name(d.name, r->partition);
         const std::string move = "MOVE PARTITION " + part + " TO " + quietest_shard(rows, config, r->shard);
         std::string advice;
@@ -60,11 +64,11 @@ std::vector<SplitAdvice> split_advice(const config::Config& config, const std::v
                    "above the current largest key (SPLIT RANGE " + d.name + " AT ...) so that "
                    "new keys land on their own range, then " + move;
         else if (d.method == config::Method::hash)
-          advice = "split it (SPLIT PARTITION " + part + ", not implemented yet), or " + move;
+          advice = "split it (SPLIT PARTITION " + part + "), or " + move;
         else
           advice = "split it (SPLIT RANGE " + d.name + " AT ...), or " + move;
         out.push_back({d.name, r->partition, r->shard,
-                       last_range && std::string(what) == "rows_written" ? "last_range" : what, share, share * n,
+                       last_range && std::string(what) == "rows_written" ? "last_range" : what, share, share * parts,
                        advice});
         return true;
       };

@@ -512,7 +512,8 @@ def admin_command_line():
     assert rc == 0, (rc, out, err)
     lines = out.splitlines()
     assert [h.strip() for h in lines[0].split("|")] == ["distribution", "partition", "shard", "queries",
-                                                       "rows_written", "lower", "upper"], lines[0]
+                                                       "rows_written", "lower", "upper", "modulus",
+                                                       "remainder"], lines[0]
     assert set(lines[1]) <= {"-", "+"} and lines[-1] == f"({len(rows)} rows)", (lines[1], lines[-1])
     assert [[c.strip() for c in line.split("|")][:3] for line in lines[2:-1]] == [list(r[:3]) for r in rows]
     assert len({line.index("|") for line in lines[:-1] if "|" in line}) == 1, out  # aligned

@@ -3,7 +3,7 @@
 ranges in the catalog, while writers go on through two proxies.
 
 Shards s0 and s1 (databases sr_<random> on the two shared instances), the catalog in a
-database of its own (sr_<random>_cat on the second instance), given to `catalog:` as a
+database of its own (srcat_<random> on the second instance), given to `catalog:` as a
 libpq connection string (SPEC §9: a shard name or a connection string).
 A range distribution by_range (items: id) with ranges [.., 1000) on s0, [1000, 2000)
 and [2000, ..) on s1, and a hash one (by_user: counters) for the refusals. Two proxies,
@@ -17,47 +17,34 @@ per-key counter) through A and B:
 - MOVE PARTITION by_range:1 TO s0 moves one half; SPLIT/MERGE refused while it runs;
   MERGE RANGE AT 1500 refused while the halves are on two shards; the half moved back;
   MERGE RANGE AT 1500 then joins them again;
-- refusals and their SQLSTATEs (SPA01, 42601, 0A000), the command-line form, and a
-  proxy without catalog: (SPA01).
+- refusals and their SQLSTATEs (SPA01, 42601; SPLIT PARTITION of a range distribution:
+  SPA01), the command-line form, and a proxy without catalog: (SPA01).
 Afterwards every acknowledged increment is there exactly once (each row's n equals its
 acknowledged upserts) and every row is on the shard the catalog names for its range.
 """
 # test-timeout: 240
 
 import os
-import random
-import subprocess
+import secrets
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-import psycopg2  # noqa: E402
 import sptest  # noqa: E402
+from split_load import INCREMENTS, SPM01, Load, admin, cli, direct, epochs, refused, wait_move  # noqa: E402
+import split_load  # noqa: E402
 
 WORKDIR = sptest.workdir("split-range")
 DB = None
+CAT = None
 A = B = None
-KEYS = 3000
-INCREMENTS = {}
-ERRORS = []
-SPM01 = [0]
-LOCK = threading.Lock()
-STOP = threading.Event()
 TESTS = []
+CATALOG_DSN = "'host=127.0.0.1 port={port} dbname={cat} user=postgres password=postgres'"
 
 
 def config(db, catalog=True):
-    p0, p1 = sptest.PG_PORTS
-    return f"""
-    auth: scram-sha-256
-    users:
-      - {{ name: app, password: secret }}
-      - {{ name: admin, password: adminpw, admin: true }}
-    shards:
-      - {{ name: s0, host: 127.0.0.1, port: {p0}, database: {db}, user: postgres, password: postgres, pool_size: 10 }}
-      - {{ name: s1, host: 127.0.0.1, port: {p1}, database: {db}, user: postgres, password: postgres, pool_size: 10 }}
+    return split_load.config_head(db) + f"""
     distributions:
       - name: by_user
         method: hash
@@ -70,10 +57,7 @@ def config(db, catalog=True):
           - {{ upto: 2000, shard: s1 }}
           - {{ shard: s1 }}
         tables: {{ items: id }}
-    {f"catalog: 'host=127.0.0.1 port={p1} dbname={db}_cat user=postgres password=postgres'" if catalog else ""}
-    moves: {{ max_hold: 5s, poll: 100ms, lease: 2s }}
-    scatter: {{ deadline: 10s }}
-    """
+    """ + split_load.config_tail(CATALOG_DSN.format(port=sptest.PG_PORTS[1], cat=CAT) if catalog else False)
 
 
 def test(fn):
@@ -81,88 +65,9 @@ def test(fn):
     return fn
 
 
-def admin(proxy, sql):
-    return sptest.admin(proxy.port, sql)
-
-
-def direct(i, sql, params=None):
-    return sptest.query(sptest.PG_PORTS[i], DB, sql, params, "postgres", "postgres")
-
-
-def refused(proxy, sql, code, words):
-    try:
-        admin(proxy, sql)
-    except psycopg2.Error as e:
-        assert e.pgcode == code and words in str(e), (sql, e.pgcode, str(e))
-        return
-    raise AssertionError(f"{sql}: accepted")
-
-
 def ranges(proxy):
     """by_range's partitions as the proxy shows them: [(partition, lower, upper, shard)]."""
     return [(int(r[1]), r[5], r[6], r[2]) for r in admin(proxy, "SHOW PARTITIONS") if r[0] == "by_range"]
-
-
-def epochs():
-    return {r[0]: int(r[2]) for r in admin(A, "SHOW TOPOLOGY") if r[4] == "yes"}
-
-
-def wait_move(move, states=("done",), timeout=90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = {int(r[0]): r for r in admin(A, "SHOW MOVES ALL")}
-        if move in rows and rows[move][5] in states:
-            return rows[move]
-        time.sleep(0.1)
-    raise AssertionError(f"move {move} not {states}: {admin(A, 'SHOW MOVES ALL')}")
-
-
-def writer(seed):
-    rnd = random.Random(seed)
-    conns = {}
-    while not STOP.is_set():
-        proxy = rnd.choice([A, B])
-        try:
-            c = conns.get(proxy.name)
-            if c is None:
-                c = conns[proxy.name] = proxy.connect(DB)
-            key = rnd.randrange(KEYS)
-            cur = c.cursor()
-            cur.execute("INSERT INTO items (id, n) VALUES (%s, 1) ON CONFLICT (id) DO UPDATE SET n = items.n + 1",
-                        (key,))
-            assert cur.rowcount == 1, ("upsert", key, cur.rowcount)
-            with LOCK:
-                INCREMENTS[key] = INCREMENTS.get(key, 0) + 1
-        except psycopg2.Error as e:
-            if getattr(e, "pgcode", None) == "SPM01":  # a held statement past max_hold: not applied
-                with LOCK:
-                    SPM01[0] += 1
-                continue
-            with LOCK:
-                ERRORS.append(f"{proxy.name}: {getattr(e, 'pgcode', None)} {e}".strip())
-            conns.pop(proxy.name, None)
-        time.sleep(0.002)
-    for c in conns.values():
-        c.close()
-
-
-class Load:
-    """Writers through A and B for the duration of a `with`."""
-
-    def __enter__(self):
-        STOP.clear()
-        self.threads = [threading.Thread(target=writer, args=(i,), daemon=True) for i in range(4)]
-        for t in self.threads:
-            t.start()
-        time.sleep(0.5)
-        return self
-
-    def __exit__(self, *exc):
-        time.sleep(0.5)
-        STOP.set()
-        for t in self.threads:
-            t.join(30)
-        assert not ERRORS, ERRORS[:10]
 
 
 def check_rows(expect_ranges):
@@ -181,19 +86,10 @@ def check_rows(expect_ranges):
 
 
 def setup():
-    global DB, A, B
-    DB = sptest.Databases("sr").name
-    sptest.create_databases(DB + "_cat")
-    body = config(DB)
-    A = sptest.Proxy("split-a", body, WORKDIR)
-    B = sptest.Proxy("split-b", body, WORKDIR)
-    A.start()
-    B.start()
-    c = A.connect(DB)
-    cur = c.cursor()
-    cur.execute("CREATE TABLE items (id int PRIMARY KEY, n bigint NOT NULL)")
-    cur.execute("CREATE TABLE counters (id bigint PRIMARY KEY, n bigint NOT NULL DEFAULT 0)")
-    c.close()
+    global DB, CAT, A, B
+    CAT = "srcat_" + secrets.token_hex(4)  # the catalog's own database (on the second instance)
+    sptest.create_databases(CAT)
+    DB, A, B = split_load.start("sr", config, ("split-a", "split-b"), "items", WORKDIR)
 
 
 @test
@@ -204,7 +100,7 @@ def split_under_load():
         time.sleep(1)
     want = [(0, None, "1000", "s0"), (1, "1000", "1500", "s1"), (2, "1500", "2000", "s1"), (3, "2000", None, "s1")]
     assert ranges(A) == want and ranges(B) == want, (ranges(A), ranges(B))
-    e = epochs()
+    e = epochs(A)
     assert len(e) == 2 and len(set(e.values())) == 1, e
     check_rows(want)
     # B restarted from a file with three ranges takes the catalog's four.
@@ -224,7 +120,7 @@ def refusals():
     refused(A, "SPLIT RANGE by_range", "42601", "usage: SPLIT RANGE distribution AT value")
     refused(A, "MERGE RANGE by_range AT", "42601", "usage: MERGE RANGE")
     refused(A, "SPLIT RANGE by_range AT '12", "42601", "usage")
-    refused(A, "SPLIT PARTITION by_user:1", "0A000", "not implemented")
+    refused(A, "SPLIT PARTITION by_range:1", "SPA01", "SPLIT PARTITION needs a hash distribution")
     with sptest.Proxy("split-nocat", config(DB, catalog=False), WORKDIR) as p:
         refused(p, "SPLIT RANGE by_range AT 1500", "SPA01", "no catalog")
         refused(p, "MERGE RANGE by_range AT 1000", "SPA01", "no catalog")
@@ -237,20 +133,20 @@ def move_half_then_merge():
         move = int(admin(A, "MOVE PARTITION by_range:1 TO s0")[0][0])
         refused(B, "SPLIT RANGE by_range AT 1700", "SPA01", f"move {move} of partition by_range:1 is unfinished")
         refused(B, "MERGE RANGE by_range AT 1500", "SPA01", "is unfinished")
-        wait_move(move)
+        wait_move(A, move)
         refused(A, "MERGE RANGE by_range AT 1500", "SPA01",
                 "are on different shards: MOVE PARTITION one of them to the other's shard first")
     moved = [(0, None, "1000", "s0"), (1, "1000", "1500", "s0"), (2, "1500", "2000", "s1"), (3, "2000", None, "s1")]
     assert ranges(A) == moved and ranges(B) == moved, (ranges(A), ranges(B))
     check_rows(moved)
     with Load():
-        wait_move(int(admin(B, "MOVE PARTITION by_range:1 TO s1")[0][0]))
+        wait_move(A, int(admin(B, "MOVE PARTITION by_range:1 TO s1")[0][0]))
         rows = admin(B, "MERGE RANGE by_range AT 1500")
         assert rows == [("by_range", "1", "1000", "2000", "s1")], rows
         time.sleep(0.5)
     three = [(0, None, "1000", "s0"), (1, "1000", "2000", "s1"), (2, "2000", None, "s1")]
     assert ranges(A) == three and ranges(B) == three, (ranges(A), ranges(B), four)
-    e = epochs()
+    e = epochs(A)
     assert len(set(e.values())) == 1, e
     check_rows(three)
 
@@ -259,8 +155,8 @@ def move_half_then_merge():
 def catalog_by_connection_string():
     # The topology is in the catalog's own database, on no shard; SHOW CONFIG hides its password.
     shown = dict(sptest.admin(A.port, "SHOW CONFIG"))["catalog"]
-    assert shown == f"host=127.0.0.1 port={sptest.PG_PORTS[1]} dbname={DB}_cat user=postgres password=***", shown
-    cat = sptest.connect(sptest.PG_PORTS[1], DB + "_cat", "postgres", "postgres")
+    assert shown == f"host=127.0.0.1 port={sptest.PG_PORTS[1]} dbname={CAT} user=postgres password=***", shown
+    cat = sptest.connect(sptest.PG_PORTS[1], CAT, "postgres", "postgres")
     cur = cat.cursor()
     cur.execute("SELECT count(*) FROM splitpoint.proxies WHERE lease_until > now()")
     assert cur.fetchone()[0] == 2
@@ -275,31 +171,21 @@ def catalog_by_connection_string():
 
 @test
 def command_line():
-    def cli(*args):
-        env = dict(os.environ, SP_TEST_ADMIN_PW="adminpw")
-        p = subprocess.run([os.environ["SP_BIN"], "admin", "--host", sptest.HOST, "--port", str(A.port), "--user",
-                            "admin", "--password-env", "SP_TEST_ADMIN_PW", *args], env=env, capture_output=True,
-                           text=True, timeout=60)
-        return p.returncode, p.stdout, p.stderr
-
-    rc, out, err = cli("--csv", "SPLIT", "RANGE", "by_range", "AT", "2500")
+    rc, out, err = cli(A, "--csv", "SPLIT", "RANGE", "by_range", "AT", "2500")
     assert rc == 0 and out.splitlines() == ["distribution,partition,lower,upper,shard", "by_range,2,2000,2500,s1",
                                             "by_range,3,2500,,s1"], (rc, out, err)
-    rc, out, err = cli("SPLIT RANGE by_range AT 2500")
+    rc, out, err = cli(A, "SPLIT RANGE by_range AT 2500")
     assert rc == 1 and err.startswith("ERROR: SPA01: SPLIT RANGE by_range: \"2500\" is already the bound"), (rc, err)
-    rc, out, err = cli("MERGE", "RANGE", "by_range", "AT", "'2500'")
+    rc, out, err = cli(A, "MERGE", "RANGE", "by_range", "AT", "'2500'")
     assert rc == 0 and "(1 row)" in out, (rc, out, err)
     three = [(0, None, "1000", "s0"), (1, "1000", "2000", "s1"), (2, "2000", None, "s1")]
     assert ranges(A) == three and ranges(B) == three, (ranges(A), ranges(B))
 
 
 def teardown():
-    for p in (A, B):
-        if p:
-            p.stop()
-    if DB:
-        sptest.drop_databases(DB)
-        sptest.drop_databases(DB + "_cat")
+    split_load.teardown()
+    if CAT:
+        sptest.drop_databases(CAT)
 
 
 if __name__ == "__main__":

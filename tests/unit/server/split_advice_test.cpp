@@ -75,3 +75,22 @@ TEST_CASE("one key with a large share is a hot key, not a partition to split") {
   CHECK(a[0].advice.find("key 42") != std::string::npos);
   CHECK(a[1].reason == "queries");
 }
+
+TEST_CASE("a split hash partition's even share is 1/modulus, and the advice names SPLIT PARTITION") {
+  auto config = two_distributions();
+  auto& d = config.distributions[0];
+  // by_user:1 split: (8, 1) and the new by_user:4 (8, 5); the others (4, r).
+  d.hash_parts = {{4, 0}, {8, 1}, {4, 2}, {4, 3}, {8, 5}};
+  d.partitions = 5;
+  d.placement.push_back(d.placement[1]);
+  std::vector<Metrics::PartitionRow> r;
+  const std::vector<std::uint64_t> queries{200, 100, 200, 200, 300};  // by_user:4 holds 1/8 of the hashes
+  for (std::uint32_t p = 0; p < queries.size(); ++p) r.push_back({"by_user", p, "s0", queries[p], 0});
+  auto a = split_advice(config, r, {});
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].partition == 4u);
+  CHECK(a[0].even == Approx(3.0 / 10 * 8));  // 1/partitions would say 1.5: no advice
+  CHECK(a[0].advice.find("split it (SPLIT PARTITION by_user:4), or MOVE PARTITION by_user:4 TO s1") !=
+        std::string::npos);
+  CHECK(a[0].advice.find("not implemented") == std::string::npos);
+}
