@@ -139,10 +139,7 @@ constexpr const char* kMoveColumns =
 
 const config::Distribution* movable_distribution(const config::Config& config, const std::string& name) {
   for (const auto& d : config.distributions)
-    if (d.name == name) {
-      if (d.method == config::Method::list) throw CatalogError("SPA01", "list partitions cannot move yet");
-      return &d;
-    }
+    if (d.name == name) return &d;
   throw CatalogError("SPA01", "unknown distribution \"" + name + "\"");
 }
 
@@ -513,6 +510,9 @@ bool Catalog::wait_for_acks(pqxx::connection& c, std::int64_t epoch, std::chrono
 std::int64_t Catalog::plan_move(const std::string& distribution, std::uint32_t partition, const std::string& target) {
   const auto config = effective_config();
   const config::Distribution* d = movable_distribution(config, distribution);
+  if (d->method == config::Method::list && d->default_shard && partition == d->lists.size())
+    throw CatalogError("SPA01", "partition " + distribution + ":" + std::to_string(partition) +
+                                    " is the list distribution's default (every unlisted value): it stays on its shard");
   if (partition >= partitions_of(*d))
     throw CatalogError("SPA01", "distribution \"" + distribution + "\" has no partition " + std::to_string(partition));
   if (!config.find_shard(target)) throw CatalogError("SPA01", "unknown shard \"" + target + "\"");

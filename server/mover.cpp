@@ -167,6 +167,14 @@ std::string Move::filter(const Table& t, const std::string& key_expr, pqxx::conn
     for (char c : v) out += c == '\'' ? std::string("''") : std::string(1, c);
     return out + "'";
   };
+  if (dist_->method == config::Method::list) {
+    // The partition's values, cast to the key's type: equal as the router compares them
+    // (numbers by value, text exactly). NULL is in no listed partition.
+    std::string values;
+    for (const std::string& v : dist_->lists[m_.partition].values)
+      values += (values.empty() ? "" : ", ") + literal(v) + "::" + t.key_type;
+    return values.empty() ? "false" : "(" + key_expr + " IN (" + values + "))";
+  }
   std::string cond;
   const auto& ranges = dist_->ranges;
   if (m_.partition > 0 && ranges[m_.partition - 1].upto)

@@ -27,10 +27,12 @@ acknowledged upserts) and every row is on the shard the catalog names for its ra
 import os
 import secrets
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import psycopg2  # noqa: E402
 import sptest  # noqa: E402
 from split_load import INCREMENTS, SPM01, Load, admin, cli, direct, epochs, refused, wait_move  # noqa: E402
 import split_load  # noqa: E402
@@ -57,6 +59,11 @@ def config(db, catalog=True):
           - {{ upto: 2000, shard: s1 }}
           - {{ shard: s1 }}
         tables: {{ items: id }}
+      - name: by_region
+        method: list
+        lists: {{ s0: [jp, kr], s1: [us, eu] }}
+        default: s0
+        tables: {{ visits: region }}
     """ + split_load.config_tail(CATALOG_DSN.format(port=sptest.PG_PORTS[1], cat=CAT) if catalog else False)
 
 
@@ -149,6 +156,54 @@ def move_half_then_merge():
     e = epochs(A)
     assert len(set(e.values())) == 1, e
     check_rows(three)
+
+
+@test
+def list_partition_moves():
+    # by_region: partition 0 = jp, kr (s0), 1 = us, eu (s1), 2 = the default (s0).
+    c = A.connect(DB)
+    c.cursor().execute("CREATE TABLE visits (region text NOT NULL, id int NOT NULL, PRIMARY KEY (region, id))")
+    for r in ("jp", "kr", "us", "eu", "br"):
+        c.cursor().execute("INSERT INTO visits SELECT %s, g FROM generate_series(1, 100) g", (r,))
+    c.close()
+    acked, errors, stop = [], [], threading.Event()
+
+    def write():  # through B, into the moving partition and another one, while it moves
+        conn, i = B.connect(DB), 1000
+        while not stop.is_set():
+            for r in ("us", "jp"):
+                try:
+                    conn.cursor().execute("INSERT INTO visits VALUES (%s, %s)", (r, i))
+                    acked.append((r, i))
+                except psycopg2.Error as e:
+                    if e.pgcode != "SPM01":
+                        errors.append(e)
+            i += 1
+        conn.close()
+
+    t = threading.Thread(target=write)
+    t.start()
+    try:
+        move = int(admin(A, "MOVE PARTITION by_region:1 TO s0")[0][0])
+        wait_move(A, move)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors[:3]
+    assert any(r == "us" for r, _ in acked), "no write reached the moving partition"
+    refused(A, "MOVE PARTITION by_region:2 TO s1", "SPA01", "default")
+    parts = {r[1]: r[2] for p in (A, B) for r in admin(p, "SHOW PARTITIONS") if r[0] == "by_region"}
+    assert parts == {"0": "s0", "1": "s0", "2": "s0"}, parts
+    want = {(r, i) for r in ("jp", "kr", "us", "eu", "br") for i in range(1, 101)} | set(acked)
+    got = [tuple(r) for r in sptest.query(A.port, DB, "SELECT region, id FROM visits")]
+    assert len(got) == len(set(got)) and set(got) == want, (len(got), len(want))
+    on_s0 = {tuple(r) for r in direct(0, "SELECT region, id FROM visits")}
+    assert want <= on_s0, len(want - on_s0)
+    deadline = time.monotonic() + 30  # the source's copy goes after the cleanup's grace period
+    while direct(1, "SELECT count(*) FROM visits WHERE region IN ('us', 'eu')")[0][0] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert direct(1, "SELECT count(*) FROM visits")[0][0] == 0
 
 
 @test
