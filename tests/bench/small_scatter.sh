@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Latency of small statements, one client, by hand (figures in docs/performance.md, "A
+# small scatter read"; issue #16 asks a 2-shard scatter of a small query within 1.5x of
+# the same query direct). One PostgreSQL 15 instance holds three databases of pgbench
+# scale 1: `direct` (PostgreSQL direct, and behind PgBouncer in transaction pooling)
+# and `sp_s0`/`sp_s1`, splitpoint's two shards (pgbench_accounts hashed by aid over 8
+# partitions), so PostgreSQL does the same work for every target.
+#   scatter  SELECT sum(abalance) ... WHERE aid BETWEEN :a AND :a + 99 — through
+#            splitpoint it reads both shards (a range of a hashed key)
+#   point    SELECT abalance ... WHERE aid = :a — one shard
+#   one      SELECT 1
+# Each statement x target x mode (-M simple, extended) runs ROUNDS rounds of SECONDS s
+# (pgbench -c1); the median latency and its ratio to direct are printed as CSV.
+#   tests/bench/small_scatter.sh              # ROUNDS=3 SECONDS_PER_RUN=5
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export TEST_TMP=${BENCH_WORK:-/tmp/splitpoint-bench-small-scatter}
+SP_BIN=${SP_BIN:-${BUILD_DIR:-$ROOT/build}/splitpoint}
+ROUNDS=${ROUNDS:-3}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
+# shellcheck source=../lib/pg.sh
+source "$ROOT/tests/lib/pg.sh"
+rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
+
+pg=$(free_port) && pg_start "$TEST_TMP/pg" "$pg" >/dev/null
+on_exit "pg_stop '$TEST_TMP/pg'"
+for db in direct sp_s0 sp_s1; do
+  psql_as "$TEST_TMP/pg" "$pg" postgres postgres -c "CREATE DATABASE $db OWNER app" >/dev/null
+  PGPASSWORD=secret pgbench -q -i -s 1 -h 127.0.0.1 -p "$pg" -U app "$db" >"$TEST_TMP/init-$db.log" 2>&1
+done
+
+sp=$(free_port)
+cat >"$TEST_TMP/splitpoint.yaml" <<EOF
+listen: 127.0.0.1:$sp
+metrics_listen: 127.0.0.1:$(free_port)
+auth: scram-sha-256
+users:
+  - { name: app, password: secret }
+pool_mode: transaction
+shards:
+  - { name: s0, host: 127.0.0.1, port: $pg, database: sp_s0, user: app, password: secret, pool_size: 4 }
+  - { name: s1, host: 127.0.0.1, port: $pg, database: sp_s1, user: app, password: secret, pool_size: 4 }
+distributions:
+  - { name: acc, method: hash, partitions: 8, tables: { pgbench_accounts: aid } }
+EOF
+"$SP_BIN" --config "$TEST_TMP/splitpoint.yaml" >"$TEST_TMP/splitpoint.log" 2>&1 &
+sp_pid=$!
+on_exit "kill $sp_pid 2>/dev/null"
+wait_port "$sp" 10
+
+pgb=$(free_port)
+mkdir -p "$TEST_TMP/pgbouncer"
+cat >"$TEST_TMP/pgbouncer/pgbouncer.ini" <<EOF
+[databases]
+direct = host=127.0.0.1 port=$pg dbname=direct
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $pgb
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = $TEST_TMP/pgbouncer/userlist.txt
+pool_mode = transaction
+default_pool_size = 4
+logfile = $TEST_TMP/pgbouncer/pgbouncer.log
+EOF
+printf '"app" "secret"\n' >"$TEST_TMP/pgbouncer/userlist.txt"
+pgb_cmd=(pgbouncer "$TEST_TMP/pgbouncer/pgbouncer.ini")
+if ((EUID == 0)); then  # PgBouncer refuses to run as root
+  chown -R postgres: "$TEST_TMP/pgbouncer"
+  pgb_cmd=(setpriv --reuid=postgres --regid=postgres --init-groups -- "${pgb_cmd[@]}")
+fi
+"${pgb_cmd[@]}" >"$TEST_TMP/pgbouncer/stdout.log" 2>&1 </dev/null &
+pgb_pid=$!
+on_exit "kill $pgb_pid 2>/dev/null"
+wait_port "$pgb" 10
+
+printf '\\set a random(1, 99000)\nSELECT sum(abalance) FROM pgbench_accounts WHERE aid BETWEEN :a AND :a + 99;\n' \
+  >"$TEST_TMP/scatter.sql"
+printf '\\set a random(1, 99000)\nSELECT abalance FROM pgbench_accounts WHERE aid = :a;\n' >"$TEST_TMP/point.sql"
+printf 'SELECT 1;\n' >"$TEST_TMP/one.sql"
+
+latency() {  # target port db script mode -> median latency in ms over ROUNDS
+  local port=$2 db=$3 script=$4 mode=$5 r out all=()
+  for ((r = 0; r < ROUNDS; r++)); do
+    out=$(PGPASSWORD=secret pgbench -n -c1 -T "$SECONDS_PER_RUN" -M "$mode" -f "$TEST_TMP/$script.sql" \
+      -h 127.0.0.1 -p "$port" -U app "$db" 2>&1 | awk '/latency average/ {print $4}')
+    all+=("$out")
+  done
+  printf '%s\n' "${all[@]}" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'
+}
+
+echo "statement,mode,direct_ms,pgbouncer_ms,splitpoint_ms,pgbouncer_x_direct,splitpoint_x_direct"
+for script in scatter point one; do
+  for mode in simple extended; do
+    d=$(latency direct "$pg" direct "$script" "$mode")
+    b=$(latency pgbouncer "$pgb" direct "$script" "$mode")
+    s=$(latency splitpoint "$sp" sp_s0 "$script" "$mode")
+    awk -v st="$script" -v m="$mode" -v d="$d" -v b="$b" -v s="$s" \
+      'BEGIN {printf "%s,%s,%.3f,%.3f,%.3f,%.2f,%.2f\n", st, m, d, b, s, b / d, s / d}'
+  done
+done
