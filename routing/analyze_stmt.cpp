@@ -467,9 +467,11 @@ std::size_t plan_bytes(const Plan& p) {
 std::shared_ptr<const std::vector<SessionCommandInfo>> find_session_commands(std::string_view sql,
                                                                              bool standard_strings) {
   auto out = std::make_shared<std::vector<SessionCommandInfo>>();
+  std::size_t i = 0;
   for (std::string_view stmt : split_statements(sql, standard_strings)) {
     SessionCommandInfo cmd = classify_session_command(stmt);
     cmd.text = stmt;
+    cmd.statement = i++;
     if (cmd.kind != SessionCommand::none) out->push_back(std::move(cmd));
   }
   return out;

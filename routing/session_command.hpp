@@ -16,6 +16,7 @@ struct SessionCommandInfo {
   SessionCommand kind = SessionCommand::none;
   std::string name;  // lower-cased parameter name for set / reset; statement name for deallocate
   std::string text;  // the statement's own text (set by the router, to replay it elsewhere)
+  std::size_t statement = 0;  // its place among the text's statements, from 0 (set by the router)
 };
 
 SessionCommandInfo classify_session_command(std::string_view sql);

@@ -274,7 +274,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     co_return !closing_;
   if (route.session_commands && !route.session_commands->empty()) {
     const auto& cmd = route.session_commands->front();
-    if (cmd.kind == SessionCommand::deallocate) {
+    if (cmd.kind == SessionCommand::deallocate && cmd.statement == 0) {  // (a text that starts with it)
       auto done = co_await deallocate(route, cmd.name);
       if (done) co_return *done;
     }

@@ -208,7 +208,11 @@ TEST_CASE("the route carries the text's session commands and BEGIN's tag", "[rou
     CHECK((*r.session_commands)[0].name == "search_path");
     CHECK((*r.session_commands)[0].text == (i == 0 ? "SET search_path = a" : "SET search_path = b"));
     CHECK((*r.session_commands)[1].kind == SessionCommand::reset);
+    CHECK((*r.session_commands)[1].statement == 2);
   }
+  Route d = f.simple("SELECT 1; DEALLOCATE q");  // not a text that starts with DEALLOCATE
+  REQUIRE(d.session_commands);
+  CHECK(d.session_commands->front().statement == 1);
   CHECK_FALSE(f.simple("SELECT 1").session_commands);
   CHECK(f.simple("START TRANSACTION").txn_start);
   CHECK_FALSE(f.simple("BEGIN").txn_start);
