@@ -97,7 +97,8 @@ struct Route {
   std::vector<std::pair<std::string, std::string>> hints;
   // The text's SET/RESET, DISCARD, DEALLOCATE and LISTEN statements, in order (null when
   // it has none): session state the caller carries over to other backends
-  // (routing/session_command.hpp). Found once per statement shape.
+  // (routing/session_command.hpp). Found once per text: such a text's plan is not
+  // shared by texts that differ only in literals.
   std::shared_ptr<const std::vector<SessionCommandInfo>> session_commands;
   // The text's first statement is COPY ... FROM: its options, for the caller that splits
   // the rows by key (null otherwise).

@@ -107,7 +107,9 @@ awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
   struct Held {
     MoveMetrics* m;
     explicit Held(MoveMetrics* metrics) : m(metrics) {
-      if (m) m->held_statements.fetch_add(1, std::memory_order_relaxed), m->holding.fetch_add(1, std::memory_order_relaxed);
+      if (!m) return;
+      m->held_statements.fetch_add(1, std::memory_order_relaxed);
+      m->holding.fetch_add(1, std::memory_order_relaxed);
     }
     ~Held() {
       if (m) m->holding.fetch_sub(1, std::memory_order_relaxed);

@@ -532,13 +532,7 @@ def admin_command_line():
     assert rc == 2 and "password authentication failed" in err, (rc, out, err)
 
 
-def refused(proxy, sql, code, words):
-    try:
-        admin(proxy, sql)
-    except psycopg2.Error as e:
-        assert e.pgcode == code and words in str(e), (sql, e.pgcode, str(e))
-        return
-    raise AssertionError(f"{sql}: accepted")
+refused = sptest.admin_refused
 
 
 def backends_from_proxies(i):

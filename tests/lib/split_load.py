@@ -91,13 +91,7 @@ def admin(proxy, sql):
     return sptest.admin(proxy.port, sql)
 
 
-def refused(proxy, sql, code, words):
-    try:
-        admin(proxy, sql)
-    except psycopg2.Error as e:
-        assert e.pgcode == code and words in str(e), (sql, e.pgcode, str(e))
-        return
-    raise AssertionError(f"{sql}: accepted")
+refused = sptest.admin_refused
 
 
 def epochs(proxy):

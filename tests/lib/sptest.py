@@ -242,6 +242,18 @@ def admin(port, sql, user="admin", password="adminpw"):
     return query(port, "splitpoint", sql, None, user, password)
 
 
+def admin_refused(proxy, sql, code, words):
+    """Asserts that admin command `sql` on `proxy` fails with SQLSTATE `code` and a
+    message holding `words`."""
+    import psycopg2  # (as in connect)
+    try:
+        admin(proxy.port, sql)
+    except psycopg2.Error as e:
+        assert e.pgcode == code and words in str(e), (sql, e.pgcode, str(e))
+        return
+    raise AssertionError(f"{sql}: accepted")
+
+
 def rss_kb(pid):
     """VmRSS of a running process in kB."""
     with open(f"/proc/{pid}/status") as f:
