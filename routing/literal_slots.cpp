@@ -14,24 +14,13 @@ class Slotter {
 
   bool value(ValueSource& v) {
     if (v.kind != ValueSource::Kind::constant) return true;
-    if (v.location < 0 || static_cast<std::size_t>(v.location) >= sql_.size()) return false;
-    const auto& lits = scan_.literals;
-    const auto loc = static_cast<std::uint32_t>(v.location);
-    auto it = std::lower_bound(lits.begin(), lits.end(), loc, [](const Literal& l, std::uint32_t p) { return l.start < p; });
-    bool negate = false;
-    // PostgreSQL folds a unary minus into a numeric constant located at the minus.
-    if ((it == lits.end() || it->start != loc) && sql_[loc] == '-') {
-      std::size_t p = loc + 1;
-      while (p < sql_.size() && is_space(sql_[p])) ++p;
-      if (it == lits.end() || it->start != p || it->kind != Literal::Kind::number) return false;
-      negate = true;
-    }
-    if (it == lits.end() || (!negate && it->start != loc)) return false;
-    std::optional<std::string> text = literal_value(sql_, *it);
-    if (!text || (negate ? "-" + *text : *text) != v.text) return false;
+    std::optional<LiteralAt> at = literal_at(sql_, scan_, v.location);
+    if (!at) return false;
+    std::optional<std::string> text = literal_value(sql_, scan_.literals[at->index]);
+    if (!text || (at->negate ? "-" + *text : *text) != v.text) return false;
     v.kind = ValueSource::Kind::slot;
-    v.index = static_cast<int>(it - lits.begin());
-    v.negate = negate;
+    v.index = static_cast<int>(at->index);
+    v.negate = at->negate;
     v.text.clear();
     plan_.uses_slots = true;
     return true;
@@ -65,6 +54,20 @@ void collect(const KeyCond& k, std::vector<int>& out) {
 }
 
 }  // namespace
+
+std::optional<LiteralAt> literal_at(std::string_view sql, const ScannedText& scan, int location) {
+  if (location < 0 || static_cast<std::size_t>(location) >= sql.size()) return std::nullopt;
+  const auto& lits = scan.literals;
+  const auto loc = static_cast<std::uint32_t>(location);
+  auto it = std::lower_bound(lits.begin(), lits.end(), loc, [](const Literal& l, std::uint32_t p) { return l.start < p; });
+  if (it != lits.end() && it->start == loc) return LiteralAt{static_cast<std::size_t>(it - lits.begin()), false};
+  // PostgreSQL folds a unary minus into a numeric constant located at the minus.
+  if (sql[loc] != '-') return std::nullopt;
+  std::size_t p = loc + 1;
+  while (p < sql.size() && is_space(sql[p])) ++p;
+  if (it == lits.end() || it->start != p || it->kind != Literal::Kind::number) return std::nullopt;
+  return LiteralAt{static_cast<std::size_t>(it - lits.begin()), true};
+}
 
 std::shared_ptr<Plan> with_literal_slots(const Plan& plan, std::string_view sql, const ScannedText& scan) {
   auto copy = std::make_shared<Plan>(plan);

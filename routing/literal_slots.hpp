@@ -14,6 +14,15 @@
 
 namespace splitpoint::routing {
 
+// The literal of `scan` that PostgreSQL's constant at byte `location` (an A_Const's
+// location) was read from, and whether the parser folded a unary minus before it into
+// the constant (the constant is then located at the minus). nullopt: none starts there.
+struct LiteralAt {
+  std::size_t index = 0;
+  bool negate = false;
+};
+std::optional<LiteralAt> literal_at(std::string_view sql, const ScannedText& scan, int location);
+
 // A copy of `plan` (analysed from `sql`) whose routing constants are literal slots of
 // `scan`; nullptr when a constant cannot be matched to a literal the scanner reads
 // exactly as PostgreSQL did (then the shape is not cached).

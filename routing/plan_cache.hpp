@@ -1,5 +1,6 @@
 // Plans by key, bounded in bytes with least-recently-used eviction: route plans by
-// normalised text (routing/text_scan.hpp) or by exact text, scatter plans by exact text.
+// normalised text (routing/text_scan.hpp) or by exact text, scatter plans by exact text
+// or by shape (routing/merge/scatter_shape.hpp).
 // Lookups run on many threads: the cache is split into shards by key hash, each
 // behind its own mutex, so threads only contend when they touch the same shard; a hit
 // holds the lock for a hash lookup and a list splice.

@@ -5,7 +5,7 @@
 // fail, or are down are missing, and the partial-result rule decides between an error
 // and a warning. One object per statement, its phases in the order run() calls them:
 //
-//   plan()           merge or combine, cached by text (routing/merge/scatter_plan.hpp)
+//   plan()           merge or combine, cached by text or shape (routing/merge/scatter_plan.hpp)
 //   acquire()        a backend per shard, all at once (no pool deadlock), each sent the
 //                    statement as soon as it is there; the first one also learns the
 //                    shards' result formats and the database's collation
@@ -138,7 +138,7 @@ class ScatterRead {
   Clock::time_point deadline_;
   bool allow_partial_ = false;
 
-  // plan(): the statement's decision, cached by text (routing/merge/scatter_plan.hpp)
+  // plan(): the statement's decision, cached by text or shape (routing/merge/scatter_plan.hpp)
   std::vector<std::shared_ptr<const routing::TableShape>> shapes_used_;
   std::shared_ptr<const routing::ScatterPlan> splan_;
   const routing::CopyStatement* copy_out_ = nullptr;

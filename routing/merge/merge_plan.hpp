@@ -88,6 +88,7 @@ struct AggregateColumn {
   ShardColumn count_column;  // avg only
   std::string label;         // the aggregate as written, for describe()
   std::string collation;     // min/max(x COLLATE "c"): the comparison's; "" = the column's
+  bool operator==(const AggregateColumn&) const = default;
 };
 
 struct SortKey {
@@ -95,6 +96,7 @@ struct SortKey {
   bool descending = false;
   bool nulls_first = false;  // PostgreSQL's default: NULLS LAST for ASC, FIRST for DESC
   std::string collation;     // from COLLATE in ORDER BY; "" = the column's (database) default
+  bool operator==(const SortKey&) const = default;
 };
 
 // LIMIT / OFFSET: absent (or NULL / ALL), a constant, or a parameter of the statement.
@@ -103,6 +105,7 @@ struct RowBound {
   Kind kind = Kind::none;
   std::int64_t value = 0;  // constant
   int param = 0;           // param: 0-based index ($1 = 0)
+  bool operator==(const RowBound&) const = default;
 };
 
 // A HAVING condition, evaluated on combined rows with SQL's three-valued logic.
@@ -113,6 +116,7 @@ struct HavingOperand {
   std::string text;    // number / string literal text; boolean: "true" / "false"
   int param = 0;       // param: 0-based
   std::string cast;    // a literal's explicit type ('2024-01-01'::date), lower-case; "" = none
+  bool operator==(const HavingOperand&) const = default;
 };
 
 struct HavingExpr {
@@ -121,6 +125,7 @@ struct HavingExpr {
   std::string comparison;          // compare: "=", "<>", "<", "<=", ">", ">="
   std::vector<HavingExpr> args;    // and_ / or_ / not_
   HavingOperand left, right;       // compare: both; is_null / is_not_null / truth: left
+  bool operator==(const HavingExpr&) const = default;
 };
 
 struct MergePlan {
@@ -163,6 +168,7 @@ struct MergePlan {
   // The merger emits each visible column in the format its shard column was sent in.
   std::vector<std::int16_t> shard_result_formats(std::span<const std::int16_t> client_formats,
                                                  std::size_t shard_columns) const;
+  bool operator==(const MergePlan&) const = default;  // every field (scatter_shape.cpp compares plans)
 };
 
 // Catalog knowledge the planner may use; both are optional.

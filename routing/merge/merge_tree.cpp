@@ -501,6 +501,13 @@ PgQuery__Node* make_column_ref(std::string_view name) {
   return wrap(PG_QUERY__NODE__NODE_COLUMN_REF, c);
 }
 
+PgQuery__Node* make_param_ref(int number) {
+  auto* p = alloc<PgQuery__ParamRef>(PG_QUERY__PARAM_REF__INIT);
+  p->number = number;
+  p->location = -1;
+  return wrap(PG_QUERY__NODE__NODE_PARAM_REF, p);
+}
+
 PgQuery__Node* make_sort_by(PgQuery__Node* expr, bool descending, bool nulls_first) {
   auto* s = alloc<PgQuery__SortBy>(PG_QUERY__SORT_BY__INIT);
   s->node = expr;

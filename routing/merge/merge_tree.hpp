@@ -59,6 +59,7 @@ PgQuery__Node* make_plus(PgQuery__Node* a, PgQuery__Node* b);  // a + b
 PgQuery__Node* make_nullif(PgQuery__Node* a, PgQuery__Node* b);  // NULLIF(a, b)
 PgQuery__Node* make_res_target(PgQuery__Node* val, std::string_view alias);
 PgQuery__Node* make_column_ref(std::string_view name);  // a column by name; "" = *
+PgQuery__Node* make_param_ref(int number);               // $number
 PgQuery__Node* make_sort_by(PgQuery__Node* expr, bool descending, bool nulls_first);
 char* dup_string(std::string_view s);  // malloc'd, for string fields in the tree
 // Replaces a string field of the tree (unset fields point at protobuf-c's shared "").

@@ -111,22 +111,96 @@ ScatterPlan plan_scatter(std::string_view sql, const ScatterOptions& options, bo
   return plan;
 }
 
+namespace {
+
+// The scan of the text being planned: its normalised form and literals.
+thread_local ScannedText scanned;
+
+std::size_t hash_of(std::string_view key) { return std::hash<std::string_view>{}(key); }
+
+// `key` with the source texts of the shape's key literals appended.
+std::string completed(std::string_view key, std::string_view sql, const std::vector<std::uint32_t>& key_literals) {
+  std::string out(key);
+  out.push_back('\1');
+  for (std::uint32_t i : key_literals) {
+    out.append(literal_text(sql, scanned, i));
+    out.push_back('\0');
+  }
+  return out;
+}
+
+}  // namespace
+
 std::shared_ptr<const ScatterPlan> ScatterPlanner::plan(std::string_view sql, const ScatterOptions& options,
                                                         bool standard_strings) {
   // Texts read with standard_conforming_strings off are not cached (the same text can
   // mean another statement), as Router::plan does.
   if (!standard_strings) return std::make_shared<const ScatterPlan>(plan_scatter(sql, options, false));
-  // The key: the text, a NUL (no query text holds one) and what the options decide.
-  thread_local std::string key;
+  // The keys: the text (or its shape), a NUL (no query text holds one) and what the
+  // options decide.
+  const char decided = static_cast<char>('0' + options.allow_combine + 2 * options.combine_only);
+  thread_local std::string key, shape_key;
   key.assign(sql);
   key.push_back('\0');
-  key.push_back(static_cast<char>('0' + options.allow_combine + 2 * options.combine_only));
-  const std::size_t hash = std::hash<std::string_view>{}(key);
+  key.push_back(decided);
+  const std::size_t hash = hash_of(key);
   if (auto cached = cache_.find(key, hash)) return cached;
+  bool learn = false;
+  if (scan_text(sql, scanned) && !scanned.literals.empty()) {
+    shape_key.assign(scanned.key);
+    shape_key.push_back('\0');
+    shape_key.push_back(decided);
+    if (auto shaped = from_shape(sql, shape_key, learn)) return shaped;
+  }
   auto p = std::make_shared<ScatterPlan>(plan_scatter(sql, options, true));
   p->bytes = footprint(*p);
   if (p->missing_shapes.empty()) cache_.insert(key, hash, p);
+  if (learn && p->merge && !p->copy_out) learn_shape(sql, shape_key, *p, options);
   return p;
+}
+
+// A plan from the shape cache; nullptr when there is none. `learn`: the shape (or its
+// completed key) is unknown, so a plan made from this text may teach it.
+std::shared_ptr<const ScatterPlan> ScatterPlanner::from_shape(std::string_view sql, const std::string& key,
+                                                              bool& learn) {
+  std::shared_ptr<const Shape> shape = shapes_.find(key, hash_of(key));
+  if (shape && !shape->refused && !shape->plan) {
+    if (shape->key_literals.empty() || shape->key_literals.back() >= scanned.literals.size()) return nullptr;
+    const std::string full = completed(key, sql, shape->key_literals);
+    shape = shapes_.find(full, hash_of(full));
+  }
+  learn = shape == nullptr;
+  if (!shape || shape->refused) return nullptr;
+  auto p = std::make_shared<ScatterPlan>(*shape->plan);
+  p->merge->shard_sql = shape->sql.shard_sql(sql, scanned);
+  return p;
+}
+
+void ScatterPlanner::learn_shape(std::string_view sql, const std::string& key, const ScatterPlan& plan,
+                                 const ScatterOptions& options) {
+  // The parse plan_scatter just made (ParseTree keeps the last one): a private copy.
+  ParseTree parsed = ParseTree::parse(sql, true);
+  if (!parsed.ok()) return;
+  auto tree = unpack_tree(parsed.packed());
+  std::optional<ShapeTemplate> t = shape_template(tree.get(), sql, scanned, *plan.merge, options.merge);
+  auto entry = [](std::string_view k, std::shared_ptr<Shape> s, BoundedCache<Shape>& cache) {
+    s->bytes = sizeof(Shape) + s->sql.bytes() + 4 * s->key_literals.size() + (s->plan ? s->plan->bytes : 0);
+    cache.insert(k, hash_of(k), std::move(s));
+  };
+  auto shape = std::make_shared<Shape>();
+  if (!t) {
+    shape->refused = true;
+    return entry(key, shape, shapes_);
+  }
+  auto shared = std::make_shared<ScatterPlan>(plan);
+  shared->merge->shard_sql.clear();
+  shape->plan = std::move(shared);
+  shape->sql = std::move(*t);
+  if (shape->sql.key_literals.empty()) return entry(key, shape, shapes_);
+  auto index = std::make_shared<Shape>();
+  index->key_literals = shape->sql.key_literals;
+  entry(key, index, shapes_);
+  entry(completed(key, sql, shape->sql.key_literals), shape, shapes_);
 }
 
 }  // namespace splitpoint::routing

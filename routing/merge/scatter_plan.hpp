@@ -1,6 +1,6 @@
 // How a read that runs on several shards is answered: one decision per statement text,
-// parsed once and cached (server/scatter_read.cpp asks ScatterPlanner for it at every
-// execution). The decision is, in order of preference:
+// parsed once and cached, merges also by shape (scatter_shape.hpp; server/scatter_read.cpp
+// asks ScatterPlanner for it at every execution). The decision is, in order of preference:
 //   merge    the streaming merger (merge_plan.hpp): exact, fast, memory O(shards)
 //   combine  the combine step (combine_plan.hpp): what the merger cannot combine is
 //            combined by PostgreSQL on the combine database
@@ -19,6 +19,7 @@
 #include "routing/copy.hpp"
 #include "routing/merge/combine_plan.hpp"
 #include "routing/merge/merge_plan.hpp"
+#include "routing/merge/scatter_shape.hpp"
 #include "routing/plan_cache.hpp"
 
 namespace splitpoint::routing {
@@ -47,17 +48,37 @@ struct ScatterOptions {
 // Plans `sql` (one statement): parses it once.
 ScatterPlan plan_scatter(std::string_view sql, const ScatterOptions& options, bool standard_strings = true);
 
-// plan_scatter through a bounded cache by exact text. The options' lookups describe the
-// catalog: clear() whenever what they answer may have changed (DDL, a reload).
+// plan_scatter through two bounded caches: by exact text, and for merge plans by shape
+// (scatter_shape.hpp: a new text of a known shape is neither parsed nor planned). The
+// options' lookups describe the catalog: clear() whenever what they answer may have
+// changed (DDL, a reload).
 class ScatterPlanner {
  public:
   std::shared_ptr<const ScatterPlan> plan(std::string_view sql, const ScatterOptions& options,
                                           bool standard_strings = true);
-  void clear() { cache_.clear(); }
-  std::size_t entries() const { return cache_.entries(); }
+  void clear() {
+    cache_.clear();
+    shapes_.clear();
+  }
+  std::size_t entries() const { return cache_.entries() + shapes_.entries(); }
+
+  // One entry of the shape cache. By the normalised text: which literals complete the
+  // key (`key_literals`; then `plan` is null and the entry under the completed key
+  // holds it), or the plan, or `refused` (the shape is planned per text).
+  struct Shape {
+    std::vector<std::uint32_t> key_literals;
+    std::shared_ptr<const ScatterPlan> plan;  // its merge's shard_sql is empty: see `sql`
+    ShapeTemplate sql;
+    bool refused = false;
+    std::size_t bytes = 0;
+  };
 
  private:
+  std::shared_ptr<const ScatterPlan> from_shape(std::string_view sql, const std::string& key, bool& learn);
+  void learn_shape(std::string_view sql, const std::string& key, const ScatterPlan& plan, const ScatterOptions& options);
+
   BoundedCache<ScatterPlan> cache_;
+  BoundedCache<Shape> shapes_;
 };
 
 }  // namespace splitpoint::routing

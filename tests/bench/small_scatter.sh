@@ -12,7 +12,13 @@
 # Each statement x target x mode (-M simple, extended) runs ROUNDS rounds of SECONDS s
 # (pgbench -c1); the median latency and its ratio to direct are printed as CSV.
 #   tests/bench/small_scatter.sh              # ROUNDS=3 SECONDS_PER_RUN=5
+#   tests/bench/small_scatter.sh callgrind    # the proxy's instructions per scatter
+# With `callgrind`, splitpoint runs under valgrind --tool=callgrind and only the
+# scatter runs through it, WARMUP (200) then TXNS (2000) statements per mode; the
+# counters are zeroed between the two, so the figure (CSV: mode, instructions per
+# statement) leaves the login out.
 set -euo pipefail
+what=${1:-latency}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export TEST_TMP=${BENCH_WORK:-/tmp/splitpoint-bench-small-scatter}
 SP_BIN=${SP_BIN:-${BUILD_DIR:-$ROOT/build}/splitpoint}
@@ -43,10 +49,35 @@ shards:
 distributions:
   - { name: acc, method: hash, partitions: 8, tables: { pgbench_accounts: aid } }
 EOF
-"$SP_BIN" --config "$TEST_TMP/splitpoint.yaml" >"$TEST_TMP/splitpoint.log" 2>&1 &
+printf '\\set a random(1, 99000)\nSELECT sum(abalance) FROM pgbench_accounts WHERE aid BETWEEN :a AND :a + 99;\n' \
+  >"$TEST_TMP/scatter.sql"
+printf '\\set a random(1, 99000)\nSELECT abalance FROM pgbench_accounts WHERE aid = :a;\n' >"$TEST_TMP/point.sql"
+printf 'SELECT 1;\n' >"$TEST_TMP/one.sql"
+
+under=()
+[[ $what == callgrind ]] && under=(valgrind --tool=callgrind --callgrind-out-file="$TEST_TMP/callgrind.out"
+                                   --dump-instr=no --compress-strings=no)
+"${under[@]}" "$SP_BIN" --config "$TEST_TMP/splitpoint.yaml" >"$TEST_TMP/splitpoint.log" 2>&1 &
 sp_pid=$!
 on_exit "kill $sp_pid 2>/dev/null"
-wait_port "$sp" 10
+wait_port "$sp" 60
+
+if [[ $what == callgrind ]]; then
+  WARMUP=${WARMUP:-200}
+  TXNS=${TXNS:-2000}
+  run() { PGPASSWORD=secret pgbench -n -c1 -t "$1" -M "$2" -f "$TEST_TMP/scatter.sql" -h 127.0.0.1 -p "$sp" -U app sp_s0 >/dev/null; }
+  echo "mode,statements,instructions_per_statement"
+  for mode in simple extended; do
+    run "$WARMUP" "$mode"
+    callgrind_control -z "$sp_pid" >/dev/null
+    run "$TXNS" "$mode"
+    callgrind_control -d "$sp_pid" >/dev/null
+    dump=$(ls -1 "$TEST_TMP"/callgrind.out.* | sort -t. -k3 -n | tail -1)
+    ir=$(awk '/^summary:|^totals:/ {print $2; exit}' "$dump")
+    echo "$mode,$TXNS,$((ir / TXNS))"
+  done
+  exit 0
+fi
 
 pgb=$(free_port)
 mkdir -p "$TEST_TMP/pgbouncer"
@@ -74,11 +105,6 @@ fi
 pgb_pid=$!
 on_exit "kill $pgb_pid 2>/dev/null"
 wait_port "$pgb" 10
-
-printf '\\set a random(1, 99000)\nSELECT sum(abalance) FROM pgbench_accounts WHERE aid BETWEEN :a AND :a + 99;\n' \
-  >"$TEST_TMP/scatter.sql"
-printf '\\set a random(1, 99000)\nSELECT abalance FROM pgbench_accounts WHERE aid = :a;\n' >"$TEST_TMP/point.sql"
-printf 'SELECT 1;\n' >"$TEST_TMP/one.sql"
 
 latency() {  # target port db script mode -> median latency in ms over ROUNDS
   local port=$2 db=$3 script=$4 mode=$5 r out all=()

@@ -22,11 +22,12 @@ sum's last bits and NaN sign depend on the order of addition, the inexactness
 docs/scatter-gather.md states).
 
 Checks: after loading, every table read directly from the shards and united equals
-the plain table. Then 230 SELECTs (plain concatenation, ORDER BY in every form,
+the plain table. Then 250 SELECTs (plain concatenation, ORDER BY in every form,
 LIMIT/OFFSET literal and $n (also NULL), aggregates with and without GROUP BY, HAVING,
 DISTINCT, ORDER BY/LIMIT over aggregates, joins and sub-selects with the reference
 table, CTEs, key IN lists and ranges touching a subset of shards, negative LIMIT/OFFSET
-giving PostgreSQL's SQLSTATE), each run three ways: simple protocol (psycopg2,
+giving PostgreSQL's SQLSTATE, texts of one shape with other literals, which the
+proxy answers from the shape's template), each run three ways: simple protocol (psycopg2,
 values kept as the server's text), extended protocol with text results and with binary
 results (pgwire; raw bytes of every value). Column names, type OIDs, sizes, typmods and
 formats, the command tag and the rows must be identical: in order where ORDER BY fixes
@@ -683,6 +684,30 @@ def build_statements():
     S("err-01", "SELECT order_id FROM orders ORDER BY order_id LIMIT -1", order="error")
     S("err-02", "SELECT order_id FROM orders ORDER BY order_id LIMIT $1", [-1], order="error")
     S("err-03", "SELECT order_id FROM orders ORDER BY order_id OFFSET $1", [-5], order="error")
+
+    # --- one shape, other literals: the first text of a shape teaches the proxy its
+    # template, the next ones are answered from it with their own literals put back
+    # (routing/merge/scatter_shape.hpp); LIMIT, OFFSET, ORDER BY positions and HAVING
+    # constants get a template per value
+    for i, (q, n) in enumerate([(3, 10), (7, 10), (12, 10), (7, 25)]):
+        S(f"shp-lim-{i}", f"SELECT order_id, status FROM orders WHERE qty > {q} ORDER BY order_id LIMIT {n}",
+          order="exact")
+    for i, (a, h) in enumerate([(10, 5), (500, 5), (10, 50)]):
+        S(f"shp-hav-{i}", f"SELECT status, count(*), sum(qty) FROM orders WHERE amount > {a} GROUP BY status "
+                          f"HAVING count(*) > {h} ORDER BY status NULLS FIRST", order="exact")
+    for i, name in enumerate(["m", "it''s", "é", ""]):
+        S(f"shp-str-{i}", f"SELECT count(*), min(name) FROM customers WHERE name < '{name}'", order="exact")
+    for i, d in enumerate(["2001-01-01", "1999-12-31", "0044-03-15 BC"]):
+        S(f"shp-date-{i}", f"SELECT order_id, ship_date FROM orders WHERE ship_date < DATE '{d}' "
+                           f"ORDER BY ship_date, order_id LIMIT 50", order="exact")
+    for i, (k, m, q, pos) in enumerate([("'x'", 2, 5, 1), ("'y'", 3, 6, 1), ("'z'", 4, 5, 3)]):
+        S(f"shp-pos-{i}", f"SELECT order_id, {k} AS k, qty * {m} AS m FROM orders WHERE qty = {q} "
+                          f"ORDER BY {pos}, order_id", order="exact")
+    for i, (a, b, o) in enumerate([("日本", "a", 0), ("b", "c", 5), ("日本", "x", 5)]):
+        S(f"shp-in-{i}", f"SELECT order_id FROM orders WHERE status IN ('{a}', '{b}') "
+                         f"ORDER BY order_id DESC LIMIT 20 OFFSET {o}", order="exact")
+    for i, x in enumerate(["E'a\\nb'", "E'\\''", "$$it's$$"]):
+        S(f"shp-esc-{i}", f"SELECT count(*) FROM orders WHERE note <> {x} AND qty > {i}", order="exact")
 
     # --- key IN lists / ranges (subset of shards)
     # filled in by subset_statements() once the shard contents are known

@@ -176,12 +176,14 @@ TEST_CASE("a statement's text is parsed once, however many steps read it", "[rou
   auto plan = planner.plan(read, options());
   CHECK(plan->merge);
   CHECK(ParseTree::parses_on_this_thread() - before == 1);
-  // Its next execution with other literals: the route plan is shared, the scatter plan
-  // (by text) parses it once.
+  // Its next execution with other literals: the route plan and the scatter plan are
+  // the shape's (scatter_shape.hpp), nothing is parsed.
   before = ParseTree::parses_on_this_thread();
   f.simple("SELECT user_id, sum(total) FROM orders WHERE total > 20 GROUP BY user_id");
-  planner.plan("SELECT user_id, sum(total) FROM orders WHERE total > 20 GROUP BY user_id", options());
-  CHECK(ParseTree::parses_on_this_thread() - before == 1);
+  auto shaped = planner.plan("SELECT user_id, sum(total) FROM orders WHERE total > 20 GROUP BY user_id", options());
+  CHECK(ParseTree::parses_on_this_thread() == before);
+  REQUIRE(shaped->merge);
+  CHECK(shaped->merge->shard_sql.find("total > 20") != std::string::npos);
   // COPY FROM: the route carries the COPY's options, read from the same parse.
   before = ParseTree::parses_on_this_thread();
   Route copy = f.simple("COPY orders (id, user_id) FROM STDIN WITH (FORMAT csv, DELIMITER ';')");
