@@ -50,7 +50,7 @@ awaitable<bool> MultiShardWrite::run() {
                                  "statement would write to " + std::to_string(targets_.size()) +
                                      " shards inside a transaction; a transaction may write to one shard only",
                                  ext_ != nullptr);
-  co_await s_.drain();
+  co_await s_.pump_.drain();
   if (s_.closing_) co_return false;
   if (in_block_) {
     bool ok = true;

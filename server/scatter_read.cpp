@@ -42,7 +42,7 @@ ScatterRead::ScatterRead(Session& session, const routing::Route& route, Session:
 awaitable<bool> ScatterRead::run() {
   if (!retry_) s_.count_route(route_, RouteLabel::multi);
   if (!co_await plan()) co_return !s_.closing_;  // refused (the client was told), or wants_combine()
-  co_await s_.drain();
+  co_await s_.pump_.drain();
   if (s_.closing_) co_return false;
   if (!co_await acquire()) co_return !s_.closing_;
   // (Never co_await inside a call's arguments here: GCC 12 then built a frame that

@@ -543,7 +543,7 @@ Session::ClientInfo Session::info() const {
   i.database = who_.database;
   i.address = who_.peer;
   i.connected_unix = who_.connected_unix;
-  i.state = who_.admin ? "admin" : active_.load(std::memory_order_relaxed) ? "active" : "idle";
+  i.state = who_.admin ? "admin" : pump_.active() ? "active" : "idle";
   return i;
 }
 

@@ -6,8 +6,9 @@
 // guarded by cancel_mu_.
 //
 //   session.cpp            life cycle, login and authentication, startup parameters
-//   session_forward.cpp    the client loop, the pump, prepared statements, backend state
-//                          (SET replay, BEGIN on joining, SQL-level PREPARE)
+//   session_forward.cpp    the client loop, prepared statements, backend state (SET
+//                          replay, BEGIN on joining, SQL-level PREPARE)
+//   pump.cpp               the single-shard forward: its executor, Pump (pump.hpp)
 //   session_route.cpp      routing decisions, transactions, multi-shard writes,
 //                          local commands (SET/SHOW splitpoint.*)
 //   session_two_phase.cpp  joining shards, two-phase commit as coordinator
@@ -43,6 +44,7 @@
 #include "server/backend.hpp"
 #include "server/frontend.hpp"
 #include "server/metrics.hpp"
+#include "server/pump.hpp"
 #include "server/runtime.hpp"
 #include "server/stream.hpp"
 
@@ -55,12 +57,13 @@ class ScatterRead;
 class CopyIn;
 
 class Session : public std::enable_shared_from_this<Session> {
-  // Executors of the session's statements: server/scatter_read.hpp, server/session_copy.cpp,
-  // server/admin_console.hpp
+  // Executors of the session's statements: server/pump.hpp, server/scatter_read.hpp,
+  // server/session_copy.cpp, server/multi_shard_write.hpp, server/admin_console.hpp
   friend class ScatterRead;
   friend class CopyIn;
   friend class AdminConsole;
   friend class MultiShardWrite;
+  friend class Pump;
 
  public:
   Session(Server& server, Worker& worker, tcp::socket socket);
@@ -116,16 +119,9 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> handle_sync(const protocol::Frame& f);
   awaitable<bool> handle_execute(const protocol::Frame& f);
   awaitable<bool> protocol_violation(char type);  // FATAL 08P01, the session ends
-  // `standby`: a host of the shard's that answers the read (read_host); else the primary.
-  awaitable<bool> use_shard(std::size_t shard, std::optional<std::size_t> standby = std::nullopt);
+  // Before the current backend changes inside an extended batch that wrote there.
   void leave_batch_shard(std::size_t shard);
-  awaitable<bool> attach(std::size_t shard, std::optional<std::size_t> standby);
-  awaitable<void> drain();
-  awaitable<void> flush_to_backend();
-  void start_pump();
-  awaitable<void> pump();
   void forward_raw(const protocol::Frame& f, char expect);
-  bool process_backend_frame(char type, std::string_view body);
   bool should_release() const;
   // Transaction pooling: the session keeps its backend to the end (LISTEN, temp tables:
   // state that lives on that backend). Session pooling keeps it anyway.
@@ -160,7 +156,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- session_timeout.cpp (timeouts.query)
   // After a flush to the current backend: starts timing what it owes, if not already.
   void start_query_clock() {
-    if (pump_.clock.since == std::chrono::steady_clock::time_point{} && !fe_.expect.empty() &&
+    if (query_clock_.since == std::chrono::steady_clock::time_point{} && !fe_.expect.empty() &&
         runtime_->config.timeouts.query.count() > 0)
       start_query_timer();
   }
@@ -169,11 +165,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_query_timer();
   void cancel_timed_out_statement();
   bool timed_out_statement_cancelled() const {
-    return pump_.clock.cancelled == pump_.clock.since && pump_.clock.since != std::chrono::steady_clock::time_point{};
+    return query_clock_.cancelled == query_clock_.since && query_clock_.since != std::chrono::steady_clock::time_point{};
   }
-  // PostgreSQL's 57014 after the proxy's cancel, into pump_.replacement with a message
-  // that names the shard and the timeout. False: not a 57014.
-  bool rewrite_timeout_error(std::string_view body);
+  // PostgreSQL's 57014 after the proxy's cancel, into `out` with a message that names
+  // the shard and the timeout. False: not a 57014.
+  bool rewrite_timeout_error(std::string_view body, std::string& out);
   // The backend did not answer the cancel either: the client's statements get 08006.
   awaitable<void> answer_dropped_statement(std::size_t shard);
   void note_parameter_status(std::string_view body);     // one ParameterStatus body
@@ -197,7 +193,7 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> wait_for_primary(std::size_t shard);
   std::string no_primary_message(std::size_t shard) const;
   std::string host_label(std::size_t shard, std::size_t host) const;  // "host:port"
-  // After use_shard(): counts the statement's target (queries_total{target}).
+  // After pump_.use_shard(): counts the statement's target (queries_total{target}).
   void count_target(RouteLabel label);
   // `standby` is reset when the standby could not be reached (the primary answers).
   awaitable<AcquireResult> acquire_backend(std::size_t shard, std::optional<std::size_t>& standby);
@@ -380,17 +376,6 @@ class Session : public std::enable_shared_from_this<Session> {
     bool armed = false;
     bool dropped = false;  // no answer to the cancel either: the pump ends that backend
   };
-  // The pump: the coroutine that forwards the current backend's answers.
-  struct PumpState {
-    bool active = false;
-    bool pending = false;  // attached, pump not started yet (start_pump())
-    bool stop = false;     // drain(): the pump must stop once nothing is owed
-    bool lost = false;     // the current backend's connection broke
-    std::unique_ptr<asio::steady_timer> exit;
-    std::string cout;  // bytes for the client when responses are filtered
-    std::string replacement;  // a backend message rewritten for the client (timeouts.query's 57014)
-    QueryClock clock;
-  };
   // The routed statement whose Sync is still to come (extended protocol).
   struct PendingSync {
     std::chrono::steady_clock::time_point started{};
@@ -457,7 +442,6 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t id_;
   protocol::FrameLimits limits_;
   WorkerMetrics& metrics_;
-  std::atomic<bool> active_{false};  // a backend is working for this client
   Client who_;
   bool closing_ = false;
 
@@ -482,7 +466,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<std::unique_ptr<Backend>> held_;
   std::size_t cur_ = kNoShard;
   std::string bout_;  // bytes for the current backend, written once per batch
-  PumpState pump_;
+  Pump pump_{*this};   // the single-shard forward (pump.hpp)
+  QueryClock query_clock_;
   bool pinned_ = false;  // LISTEN: keeps its backend until the end
   std::size_t next_any_ = 0;
   ReadYourWrites ryw_;

@@ -133,7 +133,7 @@ awaitable<bool> CopyIn::run() {
     const bool found = co_await find_key();
     if (!found) co_return !s_.closing_;
   }
-  co_await s_.drain();
+  co_await s_.pump_.drain();
   if (s_.closing_) co_return false;
   co_await start();
   if (!start_error_.empty()) {

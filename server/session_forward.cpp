@@ -1,4 +1,4 @@
-// The client loop, the pump, and what keeps a pooled backend indistinguishable from
+// The client loop, and what keeps a pooled backend indistinguishable from
 // a dedicated one: prepared statements under server-side names and SET replay.
 #include <spdlog/spdlog.h>
 
@@ -20,7 +20,7 @@ using routing::SessionCommand;
 awaitable<void> Session::serve() {
   auto self = shared_from_this();
   auto ex = co_await asio::this_coro::executor;
-  pump_.exit = std::make_unique<asio::steady_timer>(ex);
+  pump_.bind(ex);
   const auto idle_timeout = runtime_->config.timeouts.client_idle;
   for (;;) {
     for (;;) {
@@ -38,7 +38,7 @@ awaitable<void> Session::serve() {
       cpos_ += f.size;
       if (!go_on || closing_) co_return;
     }
-    co_await flush_to_backend();
+    co_await pump_.flush();
     if (closing_) co_return;
     if (server_.shutting_down() && !cur() && fe_.client_txn == 'I') {
       co_await send_error("FATAL", sqlstate::admin_shutdown, "terminating connection due to administrator command",
@@ -125,7 +125,7 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       if (fe_.local_portal || scatter_.portal) co_return co_await handle_execute(f);
       [[fallthrough]];
     case 'H':
-      if (!cur() && !co_await use_shard(pick_any_shard())) {
+      if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
         fe_.skip_until_sync = true;
         co_return !closing_;
       }
@@ -136,8 +136,8 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     case 'f':
       if (f.type != 'd') fe_.copy_in = false;
       // COPY IN: the shard waits for the client, timeouts.query counts from its last data.
-      if (pump_.clock.since != std::chrono::steady_clock::time_point{})
-        pump_.clock.since = std::chrono::steady_clock::now();
+      if (query_clock_.since != std::chrono::steady_clock::time_point{})
+        query_clock_.since = std::chrono::steady_clock::now();
       if (cur()) {
         bool open = fe_.sent_after_sync;
         forward_raw(f, 0);
@@ -170,7 +170,7 @@ awaitable<bool> Session::handle_describe(const proto::Frame& f) {
     scatter_.portal->second.describe = true;  // answered with the rows at Execute
     co_return true;
   }
-  if (!cur() && !co_await use_shard(pick_any_shard())) {
+  if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
     fe_.skip_until_sync = true;
     co_return !closing_;
   }
@@ -270,7 +270,7 @@ awaitable<bool> Session::handle_execute(const proto::Frame& f) {
       co_return co_await scatter_read(*scatter_.route, std::move(req));
     }
   }
-  if (!cur() && !co_await use_shard(pick_any_shard())) {
+  if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
     fe_.skip_until_sync = true;
     co_return !closing_;
   }
@@ -289,38 +289,12 @@ void Session::forward_raw(const proto::Frame& f, char expect) {
   fe_.sent_after_sync = expect != 'Z';
 }
 
-awaitable<void> Session::flush_to_backend() {
-  if (!bout_.empty() && cur()) {
-    start_query_clock();  // (before: a write into a full window to a silent shard is waiting too)
-    auto [ec, n] = co_await asio::async_write(cur()->socket, asio::buffer(bout_), use_nothrow);
-    if (ec) {
-      // The pump sees the broken connection too and tells the client.
-      spdlog::warn("[{}] write to server failed: {}", id_, ec.message());
-      error_code ignored;
-      cur()->socket.close(ignored);
-    }
-  }
-  bout_.clear();
-  start_pump();
-}
-
-// The pump of a backend attach() made current starts once its first request is out.
-// Started before, its first read would always find nothing (the request is not even
-// sent) and cost a failed recv plus a turn of the event loop; started after, it finds
-// the answer already there whenever the server answered while the proxy was busy or
-// preempted (on a loaded machine, often).
-void Session::start_pump() {
-  if (!pump_.pending) return;
-  pump_.pending = false;
-  asio::co_spawn(stream_.socket().get_executor(), pump(), asio::detached);
-}
-
 // The batch wrote on the current shard and goes on to `shard` before its Sync.
 // PostgreSQL runs the whole batch as one transaction: BEGIN makes what ran here a
 // transaction block (the shards joined next get BEGIN too) and the client's Sync ends
 // them together (end_implicit_transaction). After an error here PostgreSQL skips it.
 void Session::leave_batch_shard(std::size_t shard) {
-  if (shard == cur_ || !fe_.sent_after_sync || !txn_.batch_wrote || !pump_.active || in_transaction()) return;
+  if (shard == cur_ || !fe_.sent_after_sync || !txn_.batch_wrote || !pump_.active() || in_transaction()) return;
   // A fence first: the answers to the client's Describe/Execute are not counted in
   // fe_.expect, and everything before the fence's CloseComplete is theirs, not BEGIN's.
   proto::Close{'S', "sp_fence"}.encode(bout_);
@@ -335,84 +309,6 @@ void Session::leave_batch_shard(std::size_t shard) {
   txn_.write_shard = cur_;
   note_written(cur_);
   txn_.batch_wrote = false;
-}
-
-// Makes `shard` the current backend: waits until the current one owes nothing,
-// then attaches. False if it failed (the error was reported to the client).
-awaitable<bool> Session::use_shard(std::size_t shard, std::optional<std::size_t> standby) {
-  if (cur_ == shard && pump_.active && cur()->host == (standby ? *standby : pools_[shard]->target().host_index))
-    co_return true;
-  bool mid_batch = fe_.sent_after_sync;
-  leave_batch_shard(shard);
-  if (pump_.active) co_await drain();
-  else bout_.clear();  // what drain() does then, without a coroutine frame
-  if (closing_) co_return false;
-  if (mid_batch && fe_.batch_failed) {
-    // The previous shard failed inside this extended batch: discard until Sync.
-    fe_.skip_until_sync = true;
-    co_return false;
-  }
-  co_return co_await attach(shard, standby);
-}
-
-awaitable<bool> Session::attach(std::size_t shard, std::optional<std::size_t> standby) {
-  // A backend held outside a transaction on another host than the statement wants
-  // (a standby's after a read, or the old primary's after a failover) goes back.
-  if (runtime_->standbys && held_[shard] && held_[shard]->status == 'I' && !pinned_ &&
-      held_[shard]->host != (standby ? *standby : pools_[shard]->target().host_index))
-    release_shard(shard, true);
-  if (!held_[shard]) {
-    const auto waited_from = std::chrono::steady_clock::now();
-    AcquireResult r;
-    if (!runtime_->standbys) r.backend = pools_[shard]->take_idle(stream_.socket().get_executor());  // no coroutine frame
-    if (!r.backend) r = co_await acquire_backend(shard, standby);
-    if (shard < kMaxShards) metrics_.shards[shard].pool_wait.observe_since(waited_from);
-    if (!r.backend) {
-      if (shard < kMaxShards) metrics_.shards[shard].connect_errors.add();
-      metrics_.error(r.sqlstate);
-      spdlog::warn("[{}] no backend: {}", id_, r.message);
-      co_await send_error("ERROR", r.sqlstate, r.message, false);
-      if (fe_.client_txn != 'I') fe_.client_txn = 'E';
-      co_return false;
-    }
-    held_[shard] = std::move(r.backend);
-  }
-  Backend* b = held_[shard].get();
-  cur_ = shard;
-  set_cancel_target(b, shard);
-  for (int n = sync_backend_state(*b, bout_, true); n > 0; --n) fe_.expect.push_back(Expect{'Z', true});
-  pump_.active = true;
-  active_.store(true, std::memory_order_relaxed);
-  metrics_.clients_active.add(1);
-  pump_.stop = false;
-  pump_.exit->expires_at(asio::steady_timer::time_point::max());
-  pump_.pending = true;  // started by flush_to_backend()
-  co_return true;
-}
-
-// Waits until the current backend owes nothing and detaches the pump from it (it
-// stays held inside a transaction, else it went back to the pool).
-awaitable<void> Session::drain() {
-  if (!pump_.active) {
-    bout_.clear();
-    co_return;
-  }
-  if (fe_.sent_after_sync) {
-    // Close the implicit transaction of an unfinished extended batch so it completes.
-    proto::encode_sync(bout_);
-    Expect e{'Z', true};
-    e.is_sync = true;  // only its ReadyForQuery is ours: the batch's answers go to the client
-    fe_.expect.push_back(std::move(e));
-    fe_.sent_after_sync = false;
-  }
-  co_await flush_to_backend();
-  if (!pump_.active) co_return;
-  pump_.stop = true;
-  if (fe_.expect.empty()) {
-    error_code ignored;
-    cur()->socket.cancel(ignored);
-  }
-  co_await pump_.exit->async_wait(use_nothrow);
 }
 
 // A backend another session-mode client left is reset first (DISCARD ALL refuses to
@@ -494,35 +390,6 @@ void Session::ensure_prepared(const Prepared& p) {
   fe_.sent_after_sync = true;
 }
 
-// One message from the current backend; true if it goes to the client. What it means
-// for the client is the Frontend's to say; the session counts and logs it.
-bool Session::process_backend_frame(char type, std::string_view body) {
-  auto v = fe_.on_backend(type, body, *cur());
-  if (v.count_tag) count_written(body);
-  if (type == 'S') note_parameter_status(body);
-  if (v.finished) {
-    if (v.started != std::chrono::steady_clock::time_point{}) {
-      metrics_.duration[static_cast<std::size_t>(v.route)].observe_since(v.started);
-      if (cur_ < kMaxShards) metrics_.shards[cur_].query.observe_since(v.started);
-    }
-    if (v.idle) {
-      apply_session_commands();
-      reset_transaction();
-    }
-  }
-  if (v.client_error) {
-    auto fields = proto::ErrorFields::decode(body);
-    count_shard_error(fields ? fields->get('C') : std::string_view("XX000"));
-    if (timed_out_statement_cancelled() && rewrite_timeout_error(body)) return false;
-  }
-  if (v.injected_failed) {
-    auto e = proto::ErrorFields::decode(body);
-    spdlog::warn("[{}] injected statement failed: {}", id_, e ? std::string(e->get('M')) : "?");
-  }
-  if (v.unexpected) spdlog::error("[{}] unexpected backend message '{}'", id_, type);
-  return v.to_client;
-}
-
 // The settings the proxy's own reading of SQL depends on, as the server reports them.
 void Session::note_parameter_status(std::string_view body) {
   auto p = proto::ParameterStatus::decode(body);
@@ -567,99 +434,11 @@ void Session::release_all(bool reusable) {
   for (std::size_t s = 0; s < held_.size(); ++s) release_shard(s, reusable);
 }
 
-awaitable<void> Session::pump() {
-  auto self = shared_from_this();
-  const std::size_t shard = cur_;
-  Backend* b = held_[shard].get();
-  InputBuffer& in = b->read_buf;
-  bool lost = false;
-  for (;;) {
-    // read_into() inline: one coroutine frame less per response.
-    std::span<char> space = in.prepare(16384);
-    auto [ec, n] = co_await b->socket.async_read_some(asio::buffer(space.data(), space.size()), use_nothrow);
-    in.commit(n);
-    if (ec && pump_.clock.dropped) {
-      co_await answer_dropped_statement(shard);  // (still current: the client loop waits)
-      release_shard(shard, false);
-      break;
-    }
-    if (ec) {
-      lost = !(ec == asio::error::operation_aborted && (pump_.stop || closing_));
-      break;
-    }
-    std::size_t pos = 0, plain_end = 0;
-    bool filtered = false;
-    for (;;) {
-      auto r = proto::decode_frame(std::string_view(in).substr(pos), proto::Direction::backend, limits_);
-      if (r.status == proto::FrameStatus::need_more) break;
-      if (r.status == proto::FrameStatus::error) {
-        spdlog::error("[{}] malformed message from shard {}", id_, pools_[shard]->target().shard);
-        lost = true;
-        break;
-      }
-      bool keep = process_backend_frame(r.frame.type, r.frame.body);
-      if (keep && !filtered) {
-        plain_end = pos + r.frame.size;
-      } else if (keep) {
-        pump_.cout.append(in, pos, r.frame.size);
-      } else {
-        if (!filtered) pump_.cout.assign(in, 0, plain_end);
-        filtered = true;
-        pump_.cout += pump_.replacement;  // (usually empty)
-        pump_.replacement.clear();
-      }
-      pos += r.frame.size;
-    }
-    if (lost) break;
-    if (fe_.expect.empty()) pump_.clock.since = {};  // timeouts.query: nothing owed (before the client hears it)
-    std::string_view data = filtered ? std::string_view(pump_.cout) : std::string_view(in).substr(0, plain_end);
-    if (!data.empty() && co_await stream_.write(data)) {
-      closing_ = true;  // client gone; the client loop sees it on its next read
-      stream_.close();
-    }
-    pump_.cout.clear();
-    in.erase(0, pos);
-    if (closing_) break;
-    bool owes_nothing = fe_.expect.empty() && !fe_.sent_after_sync;
-    if (should_release()) {
-      release_all(true);
-      break;
-    }
-    if (pump_.stop && owes_nothing) break;
-    if (server_.shutting_down() && owes_nothing && fe_.client_txn == 'I') on_shutdown();
-  }
-  cur_ = kNoShard;
-  pump_.clock.since = {};
-  pump_.clock.dropped = false;
-  pump_.active = false;
-  active_.store(false, std::memory_order_relaxed);
-  metrics_.clients_active.add(-1);
-  set_cancel_target(nullptr, 0);
-  pump_.exit->cancel();
-  if (lost && !closing_) {
-    spdlog::warn("[{}] lost connection to shard {}", id_, pools_[shard]->target().shard);
-    if (runtime_->standbys) host_failed(shard, b->host, BanReason::lost);
-    pump_.lost = true;
-    release_shard(shard, false);
-    fe_.expect.clear();
-    closing_ = true;
-    std::string out;
-    proto::ErrorFields::make("FATAL", sqlstate::connection_failure, "server connection lost").encode(out, 'E');
-    co_await stream_.write(out);
-    stream_.close();
-  }
-}
-
 // Stops the pump and gives held backends back (clean and idle) or closes them.
 awaitable<void> Session::detach_for_exit() {
   closing_ = true;
-  bool clean = fe_.expect.empty() && !fe_.sent_after_sync && !pinned_ && !pump_.lost;
-  start_pump();
-  if (pump_.active) {
-    error_code ignored;
-    cur()->socket.cancel(ignored);
-    co_await pump_.exit->async_wait(use_nothrow);
-  }
+  bool clean = fe_.expect.empty() && !fe_.sent_after_sync && !pinned_ && !pump_.lost();
+  co_await pump_.stop_for_exit();
   for (std::size_t s = 0; s < held_.size(); ++s) {
     if (!held_[s]) continue;
     if (clean && held_[s]->status == 'I') {

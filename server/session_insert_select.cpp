@@ -98,7 +98,7 @@ awaitable<bool> Session::read_for_insert(std::string_view select, const proto::B
     req.param_types = *types;
   }
   if (auto target = single_target(route)) {
-    co_await drain();
+    co_await pump_.drain();
     auto hidden = hide_foreign_rows(*target, route, select);
     std::string_view text = hidden ? std::string_view(*hidden) : select;
     auto reply = co_await run_on(*target, text, extended ? &req : nullptr, true, max_rows);
@@ -109,7 +109,7 @@ awaitable<bool> Session::read_for_insert(std::string_view select, const proto::B
     co_return true;
   }
   // Several shards: the scatter-read executor, its answer kept instead of sent.
-  co_await drain();  // (nothing of an earlier statement may go into the capture)
+  co_await pump_.drain();  // (nothing of an earlier statement may go into the capture)
   ClientStream::Capture capture;
   capture.max_rows = max_rows;
   stream_.capture(&capture);
@@ -181,7 +181,7 @@ awaitable<bool> Session::pull_insert_select(const routing::Route& route, std::st
   // The SELECT's column types by name, as literals' casts.
   std::string oids;
   for (auto t : answer.types) oids += (oids.empty() ? "" : ",") + std::to_string(static_cast<std::uint32_t>(t));
-  co_await drain();
+  co_await pump_.drain();
   auto reply = co_await run_on(combine_shard(),
                                "SELECT pg_catalog.format_type(t, NULL) FROM pg_catalog.unnest('{" + oids +
                                    "}'::pg_catalog.oid[]) WITH ORDINALITY AS u(t, n) ORDER BY n");

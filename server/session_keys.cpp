@@ -53,7 +53,7 @@ awaitable<std::optional<KeyCache::Source>> Session::key_source(const routing::Ke
       "), pg_catalog.pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attribute a LEFT JOIN pg_catalog.pg_attrdef d "
       "ON d.adrelid = a.attrelid AND d.adnum = a.attnum WHERE a.attrelid = " + rel +
       "::pg_catalog.regclass AND a.attname = " + col + " AND NOT a.attisdropped";
-  co_await drain();
+  co_await pump_.drain();
   auto reply = co_await run_on(combine_shard(), sql);
   if (reply.lost || !reply.error.empty()) {
     error = "cannot read its default: " + message_of(reply.error);
@@ -89,7 +89,7 @@ awaitable<std::optional<std::vector<std::string>>> Session::draw_keys(const rout
   std::vector<std::string> keys = runtime_->keys->take(cache_key, n);
   if (keys.size() == n) co_return keys;
   const std::size_t missing = n - keys.size();
-  co_await drain();
+  co_await pump_.drain();
   auto reply = co_await run_on(combine_shard(),
                                src->sql + std::to_string(std::max(missing, kKeyBlock)) + ")");
   if (reply.lost || !reply.error.empty()) {

@@ -14,7 +14,7 @@ namespace splitpoint::server {
 using routing::RouteKind;
 
 void Session::follow_runtime() {
-  if (in_transaction() || pump_.active || txn_.implicit) return;  // (asked again at the next frame)
+  if (in_transaction() || pump_.active() || txn_.implicit) return;  // (asked again at the next frame)
   const auto generation = server_.runtime_generation();
   auto rt = server_.runtime();
   generation_ = generation;

@@ -41,7 +41,7 @@ awaitable<std::optional<std::size_t>> Session::read_host(std::size_t shard, cons
   if (!may_read_standby(shard, route)) co_return std::nullopt;
   ShardHosts& hosts = runtime_->shards[shard]->hosts();
   // Within a batch the reads stay on the standby the batch is on.
-  if (cur_ == shard && pump_.active && cur()->host != pools_[shard]->target().host_index) co_return cur()->host;
+  if (cur_ == shard && pump_.active() && cur()->host != pools_[shard]->target().host_index) co_return cur()->host;
   if (ryw_.unknown[shard]) {
     // The session used the primary since it last looked: what it committed there is
     // at most the primary's current LSN. A standby must have replayed that far.

@@ -133,7 +133,7 @@ awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables) {
       "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
       "WHERE c.relname IN (" + list + ") AND pg_catalog.pg_table_is_visible(c.oid) "
       "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY c.relname, a.attnum";
-  co_await drain();
+  co_await pump_.drain();
   auto reply = co_await run_on(pick_any_shard(), sql);
   if (reply.lost || !reply.error.empty()) co_return false;
   std::map<std::string, routing::TableShape> found;
@@ -177,11 +177,11 @@ awaitable<bool> Session::refused_in_failed_transaction(const routing::Route& rou
   if (route.txn == TxnCommand::rollback || route.txn == TxnCommand::commit ||
       route.txn == TxnCommand::rollback_to_savepoint || route.syntax_error)
     co_return false;
-  if (!fe_.proxy_failed_txn && pump_.active && (!fe_.expect.empty() || fe_.sent_after_sync)) {
+  if (!fe_.proxy_failed_txn && pump_.active() && (!fe_.expect.empty() || fe_.sent_after_sync)) {
     auto target = single_target(route);
     if (target && *target == cur_) co_return false;
     leave_batch_shard(target ? *target : kNoShard);
-    co_await drain();
+    co_await pump_.drain();
   }
   if (fe_.client_txn != 'E') co_return false;
   if (!fe_.proxy_failed_txn) {
@@ -197,7 +197,7 @@ awaitable<bool> Session::refused_in_failed_transaction(const routing::Route& rou
 
 // Refuses the statement the way PostgreSQL reports an error.
 awaitable<bool> Session::reject(std::string_view code, std::string message, bool extended, int position) {
-  co_await drain();
+  co_await pump_.drain();
   if (closing_) co_return false;
   std::string out;
   metrics_.error(code);
@@ -237,7 +237,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   else if (!co_await wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, settings_.routing, lookup); }))
     co_return !closing_;
 
-  if ((pump_.active || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
+  if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
   if (pools_.size() > 1 && route.kind == RouteKind::all_shards && route.cls == StatementClass::write &&
       (route.distribution || route.reference_write) && route.copy_from) {
@@ -263,7 +263,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     case RouteKind::error:
       co_return co_await reject(route.sqlstate, route.message, false, route.position);
     case RouteKind::local:
-      co_await drain();
+      co_await pump_.drain();
       co_return co_await run_local(*route.local);
     default:
       break;
@@ -334,7 +334,7 @@ awaitable<std::optional<bool>> Session::transaction_control(const routing::Route
 
 // BEGIN is held until the first statement that routes; each shard joins with its text.
 awaitable<bool> Session::hold_begin(std::string_view sql, bool start) {
-  co_await drain();
+  co_await pump_.drain();
   txn_.begin_sql = std::string(sql);
   fe_.client_txn = 'T';
   std::string out;
@@ -350,7 +350,7 @@ awaitable<std::optional<bool>> Session::savepoint_across_shards(const routing::R
   if (last == txn_.savepoints.rend()) co_return std::nullopt;
   const std::size_t i = static_cast<std::size_t>(txn_.savepoints.rend() - last) - 1;
   const bool rollback = route.txn == TxnCommand::rollback_to_savepoint;
-  co_await drain();
+  co_await pump_.drain();
   if (closing_) co_return false;
   std::string error, notices;
   for (std::size_t s = 0; s < held_.size() && error.empty(); ++s) {
@@ -411,7 +411,7 @@ awaitable<std::optional<bool>> Session::deallocate(routing::Route& route, const 
     co_return co_await reject("26000", "prepared statement \"" + name + "\" does not exist", false);
   }
   if (answer_here) {
-    co_await drain();
+    co_await pump_.drain();
     std::string out;
     proto::CommandComplete{"DEALLOCATE"}.encode(out);
     proto::ReadyForQuery{fe_.client_txn}.encode(out);
@@ -432,7 +432,7 @@ awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& ro
   std::optional<std::size_t> standby;
   if (runtime_->standbys) standby = co_await read_host(target, route);
   if (!standby && !route.replica_safe) may_write_on(target);
-  if (!co_await use_shard(target, standby)) {
+  if (!co_await pump_.use_shard(target, standby)) {
     if (closing_) co_return false;
     co_await send_ready();
     co_return true;
@@ -549,7 +549,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
       }
       pos += next.frame.size;
     }
-    if (!co_await use_shard(shard, standby)) {
+    if (!co_await pump_.use_shard(shard, standby)) {
       fe_.skip_until_sync = true;
       co_return !closing_;
     }
@@ -590,7 +590,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   auto it = fe_.prepared.find(std::string(bind->statement));
   if (it == fe_.prepared.end()) {
     // Unknown statement: let PostgreSQL report it.
-    if (!cur() && !co_await use_shard(pick_any_shard())) {
+    if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
       fe_.skip_until_sync = true;
       co_return !closing_;
     }
@@ -621,7 +621,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   else if (!co_await wait_for_moves(route, true, [&] { return runtime_->router->route(*p.plan, params, settings_.routing, lookup); }))
     co_return !closing_;
 
-  if ((pump_.active || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, true))
+  if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, true))
     co_return !closing_;
   if (route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback) {
     auto done = co_await bind_transaction_end(route, bind->portal);
@@ -667,7 +667,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
 awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& route, std::string_view portal) {
   if (route.txn == TxnCommand::commit && fe_.client_txn != 'E' && !fe_.proxy_failed_txn && txn_.written.size() > 1) {
     // Written on several shards: two-phase commit, answered here.
-    co_await drain();
+    co_await pump_.drain();
     auto error = co_await commit_two_phase();
     if (error.empty()) apply_session_commands();
     else fe_.pending_commands.clear();
@@ -686,7 +686,7 @@ awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& rou
   }
   {
     // Finish the other shards first; the client's own message ends the last one.
-    co_await drain();
+    co_await pump_.drain();
     std::optional<std::size_t> last = txn_.write_shard;
     for (std::size_t s = 0; s < held_.size(); ++s)
       if (in_transaction_on(s) && !last) last = s;
@@ -720,7 +720,7 @@ awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::
                               "statement would write to several shards inside a transaction; a transaction may "
                               "write to one shard only (transactions.cross_shard_writes: refuse)",
                               true);
-  co_await drain();
+  co_await pump_.drain();
   if (closing_) co_return false;
   ScatterRequest req;
   req.sql = std::move(sql);
@@ -752,7 +752,7 @@ awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Rout
   std::optional<std::size_t> standby;
   if (runtime_->standbys) standby = co_await read_host(target, route);
   if (!standby && !route.replica_safe) may_write_on(target);
-  if (!co_await use_shard(target, standby)) {
+  if (!co_await pump_.use_shard(target, standby)) {
     fe_.skip_until_sync = true;
     co_return !closing_;
   }
@@ -825,7 +825,7 @@ awaitable<bool> Session::route_execute(routing::Route& route) {
 // failed commit there is what the client sees. Notices raised while committing
 // (deferred constraint triggers) reach the client in order, before the tag.
 awaitable<bool> Session::finish_transaction(const routing::Route& route, std::string_view sql) {
-  co_await drain();
+  co_await pump_.drain();
   if (closing_) co_return false;
   bool rollback = route.txn == TxnCommand::rollback || fe_.client_txn == 'E';
   const char* verb = rollback ? "ROLLBACK" : "COMMIT";
@@ -882,7 +882,7 @@ awaitable<void> Session::answer(std::string messages, std::string_view error, st
 // shard prepares it (joining it first if nothing ran yet); a transaction on several
 // shards cannot be one prepared transaction and is rolled back.
 awaitable<bool> Session::prepare_transaction(std::string_view sql) {
-  co_await drain();
+  co_await pump_.drain();
   if (closing_) co_return false;
   std::vector<std::size_t> joined;
   for (std::size_t s = 0; s < held_.size(); ++s)
@@ -919,7 +919,7 @@ awaitable<bool> Session::prepare_transaction(std::string_view sql) {
 // COMMIT PREPARED / ROLLBACK PREPARED 'gid' over several shards: the one that holds
 // the prepared transaction finishes it; the others do not know the gid (42704).
 awaitable<bool> Session::finish_prepared(std::string_view sql) {
-  co_await drain();
+  co_await pump_.drain();
   if (closing_) co_return false;
   Reply reply;
   for (std::size_t s = 0; s < pools_.size(); ++s) {
@@ -936,7 +936,7 @@ awaitable<bool> Session::finish_prepared(std::string_view sql) {
 }
 
 awaitable<void> Session::roll_back_everywhere() {
-  co_await drain();
+  co_await pump_.drain();
   for (std::size_t s = 0; s < held_.size(); ++s) {
     if (!in_transaction_on(s)) continue;
     auto reply = co_await run_on(s, "ROLLBACK");

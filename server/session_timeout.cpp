@@ -34,7 +34,7 @@ std::string duration_text(std::chrono::milliseconds d) {
 }  // namespace
 
 void Session::start_query_timer() {
-  auto& q = pump_.clock;
+  auto& q = query_clock_;
   q.since = Clock::now();
   const auto due = q.since + runtime_->config.timeouts.query;
   if (q.armed && q.timer->expiry() <= due) return;  // it looks at `since` when it fires
@@ -44,12 +44,12 @@ void Session::start_query_timer() {
 
 // Replaces a pending wait, whose handler then sees operation_aborted and does nothing.
 void Session::arm_query_timer(Clock::time_point at) {
-  pump_.clock.armed = true;
-  pump_.clock.timer->expires_at(at);
-  pump_.clock.timer->async_wait([weak = weak_from_this()](error_code ec) {
+  query_clock_.armed = true;
+  query_clock_.timer->expires_at(at);
+  query_clock_.timer->async_wait([weak = weak_from_this()](error_code ec) {
     auto self = weak.lock();
     if (!self || ec) return;
-    self->pump_.clock.armed = false;
+    self->query_clock_.armed = false;
     self->on_query_timer();
   });
 }
@@ -58,9 +58,9 @@ void Session::arm_query_timer(Clock::time_point at) {
 // rest), owed too long (cancel, then the grace of timeouts.server_connect), or the
 // cancelled statement still unanswered after that grace (the backend is dropped).
 void Session::on_query_timer() {
-  auto& q = pump_.clock;
+  auto& q = query_clock_;
   const auto limit = runtime_->config.timeouts.query;
-  if (q.since == Clock::time_point{} || !cur() || !pump_.active || fe_.expect.empty() || limit.count() == 0) {
+  if (q.since == Clock::time_point{} || !cur() || !pump_.active() || fe_.expect.empty() || limit.count() == 0) {
     q.since = {};
     return;
   }
@@ -93,7 +93,7 @@ void Session::cancel_timed_out_statement() {
                  asio::detached);
 }
 
-bool Session::rewrite_timeout_error(std::string_view body) {
+bool Session::rewrite_timeout_error(std::string_view body, std::string& out) {
   auto e = proto::ErrorFields::decode(body);
   if (!e || e->get('C') != sqlstate::query_canceled) return false;
   const std::string message = "canceling statement due to timeouts.query (" +
@@ -101,7 +101,7 @@ bool Session::rewrite_timeout_error(std::string_view body) {
                               pools_[cur_]->target().shard + "\"";
   for (auto& [code, value] : e->fields)
     if (code == 'M') value = message;
-  e->encode(pump_.replacement, 'E');
+  e->encode(out, 'E');
   return true;
 }
 
@@ -109,8 +109,8 @@ bool Session::rewrite_timeout_error(std::string_view body) {
 // Sync) gets 08006 and its ReadyForQuery; a batch whose Sync is still to come is
 // skipped up to it, as after any error. Inside a transaction block the block fails.
 awaitable<void> Session::answer_dropped_statement(std::size_t shard) {
-  pump_.clock.dropped = false;
-  pump_.clock.since = {};
+  query_clock_.dropped = false;
+  query_clock_.since = {};
   const std::string message = "shard \"" + pools_[shard]->target().shard + "\" did not answer within timeouts.query (" +
                               duration_text(runtime_->config.timeouts.query) +
                               ") nor to the cancel; its connection was closed";

@@ -144,7 +144,7 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
 }
 
 awaitable<bool> Session::end_implicit_transaction() {
-  co_await drain();  // the current shard's part of the batch, up to an added Sync
+  co_await pump_.drain();  // the current shard's part of the batch, up to an added Sync
   if (closing_) co_return false;
   bool failed = fe_.batch_failed || fe_.proxy_failed_txn || fe_.client_txn == 'E';
   for (auto& b : held_)
