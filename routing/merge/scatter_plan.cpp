@@ -118,11 +118,13 @@ thread_local ScannedText scanned;
 
 std::size_t hash_of(std::string_view key) { return std::hash<std::string_view>{}(key); }
 
-// `key` with the source texts of the shape's key literals appended.
+// `key` with the shape's key literals appended: each one's index and source text.
 std::string completed(std::string_view key, std::string_view sql, const std::vector<std::uint32_t>& key_literals) {
   std::string out(key);
   out.push_back('\1');
   for (std::uint32_t i : key_literals) {
+    out += std::to_string(i);
+    out.push_back('=');
     out.append(literal_text(sql, scanned, i));
     out.push_back('\0');
   }
@@ -178,11 +180,10 @@ std::shared_ptr<const ScatterPlan> ScatterPlanner::from_shape(std::string_view s
 
 void ScatterPlanner::learn_shape(std::string_view sql, const std::string& key, const ScatterPlan& plan,
                                  const ScatterOptions& options) {
-  // The parse plan_scatter just made (ParseTree keeps the last one): a private copy.
+  // The parse plan_scatter just made (ParseTree keeps the last one).
   ParseTree parsed = ParseTree::parse(sql, true);
   if (!parsed.ok()) return;
-  auto tree = unpack_tree(parsed.packed());
-  std::optional<ShapeTemplate> t = shape_template(tree.get(), sql, scanned, *plan.merge, options.merge);
+  std::optional<ShapeTemplate> t = shape_template(parsed.packed(), sql, scanned, *plan.merge, options.merge);
   auto entry = [](std::string_view k, std::shared_ptr<Shape> s, BoundedCache<Shape>& cache) {
     s->bytes = sizeof(Shape) + s->sql.bytes() + 4 * s->key_literals.size() + (s->plan ? s->plan->bytes : 0);
     cache.insert(k, hash_of(k), std::move(s));

@@ -23,8 +23,9 @@ bool ident_char(char c) {
          static_cast<unsigned char>(c) >= 0x80;
 }
 
-// Locations of the constants whose values the merge plan reads (step 1).
-std::unordered_set<int> key_constant_locations(const PgQuery__SelectStmt* s) {
+// Locations of the constants whose values the merge plan reads (step 1); with
+// `targets`, also those of the select list (step 1's second try).
+std::unordered_set<int> key_constant_locations(const PgQuery__SelectStmt* s, bool targets) {
   std::unordered_set<int> out;
   auto add = [&](const PgQuery__Node* n) {
     if (n == nullptr) return;
@@ -41,15 +42,16 @@ std::unordered_set<int> key_constant_locations(const PgQuery__SelectStmt* s) {
   for (std::size_t i = 0; i < s->n_sort_clause; ++i) add(s->sort_clause[i]);
   for (std::size_t i = 0; i < s->n_group_clause; ++i) add(s->group_clause[i]);
   for (std::size_t i = 0; i < s->n_distinct_clause; ++i) add(s->distinct_clause[i]);
+  for (std::size_t i = 0; targets && i < s->n_target_list; ++i) add(s->target_list[i]);
   return out;
 }
 
 // Step 2: every constant read from a literal becomes a key literal or a marker. False
 // when a literal of the text is neither (it is not a constant of the tree, or has a
 // minus folded in).
-bool mark_literals(PgQuery__ParseResult* tree, std::string_view sql, const ScannedText& scan,
+bool mark_literals(PgQuery__ParseResult* tree, std::string_view sql, const ScannedText& scan, bool targets,
                    std::vector<std::uint32_t>& key_literals) {
-  const auto keys = key_constant_locations(tree->stmts[0]->stmt->select_stmt);
+  const auto keys = key_constant_locations(tree->stmts[0]->stmt->select_stmt, targets);
   std::vector<Use> use(scan.literals.size(), Use::unseen);
   bool ok = true;
   for_each_node_slot(&tree->base, [&](PgQuery__Node*& slot) {
@@ -141,11 +143,12 @@ std::size_t ShapeTemplate::bytes() const {
   return n;
 }
 
-std::optional<ShapeTemplate> shape_template(PgQuery__ParseResult* tree, std::string_view sql, const ScannedText& scan,
-                                            const MergePlan& plan, const MergeOptions& options) {
-  if (tree->n_stmts != 1 || !is(tree->stmts[0]->stmt, PG_QUERY__NODE__NODE_SELECT_STMT) || !scan.ok) return std::nullopt;
+namespace {
+
+std::optional<ShapeTemplate> try_template(PgQuery__ParseResult* tree, std::string_view sql, const ScannedText& scan,
+                                          const MergePlan& plan, const MergeOptions& options, bool targets) {
   ShapeTemplate t;
-  if (!mark_literals(tree, sql, scan, t.key_literals)) return std::nullopt;
+  if (!mark_literals(tree, sql, scan, targets, t.key_literals)) return std::nullopt;
   auto marked = plan_merge(tree, options);
   auto* m = std::get_if<MergePlan>(&marked);
   if (m == nullptr) return std::nullopt;
@@ -156,6 +159,22 @@ std::optional<ShapeTemplate> shape_template(PgQuery__ParseResult* tree, std::str
   if (!(a == *m) || !split_at_markers(marked_sql, scan.literals.size(), t)) return std::nullopt;
   if (!same_normalised(t.shard_sql(sql, scan), plan.shard_sql)) return std::nullopt;
   return t;
+}
+
+}  // namespace
+
+std::optional<ShapeTemplate> shape_template(const std::string& packed, std::string_view sql, const ScannedText& scan,
+                                            const MergePlan& plan, const MergeOptions& options) {
+  if (!scan.ok) return std::nullopt;
+  // First with the select list's literals as markers; then, for a select list that
+  // repeats a GROUP BY or ORDER BY expression with its literal (`date_trunc('day', t)`
+  // in both, which the planner matches), with them as key literals too.
+  for (bool targets : {false, true}) {
+    auto tree = unpack_tree(packed);
+    if (tree->n_stmts != 1 || !is(tree->stmts[0]->stmt, PG_QUERY__NODE__NODE_SELECT_STMT)) return std::nullopt;
+    if (auto t = try_template(tree.get(), sql, scan, plan, options, targets)) return t;
+  }
+  return std::nullopt;
 }
 
 }  // namespace splitpoint::routing

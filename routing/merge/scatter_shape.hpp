@@ -8,7 +8,9 @@
 //     top SELECT's LIMIT, OFFSET, ORDER BY, GROUP BY, DISTINCT ON and HAVING (`ORDER BY
 //     2` is a position, a row bound is a number the merger counts, a HAVING constant is
 //     compared by the proxy). Their source texts complete the cache key, so `LIMIT 10`
-//     and `LIMIT 20` have templates of their own.
+//     and `LIMIT 20` have templates of their own. When the steps below fail, they are
+//     tried once more with the select list's literals as key literals too (a select
+//     list that repeats a GROUP BY expression, literal and all).
 //  2. Every other literal's constant becomes a marker parameter ($1000001 for the
 //     text's first literal, and so on) and the tree is planned again.
 //  3. The template is kept only when every literal of the text was found as a constant
@@ -20,8 +22,6 @@
 // (`x > -5`) is not put back (its parentheses depend on where it stands): such shapes
 // are planned per text.
 #pragma once
-
-#include <pg_query/pg_query.pb-c.h>
 
 #include <cstdint>
 #include <optional>
@@ -51,10 +51,10 @@ inline std::string_view literal_text(std::string_view sql, const ScannedText& sc
   return sql.substr(scan.literals[i].start, scan.literals[i].end - scan.literals[i].start);
 }
 
-// The template of `sql`'s shape (steps 1-3 above). `tree` is a private copy of `sql`'s
-// parse (changed here); `plan` is the merge plan made from the literals, with
-// `options`. nullopt: the shape is planned per text.
-std::optional<ShapeTemplate> shape_template(PgQuery__ParseResult* tree, std::string_view sql, const ScannedText& scan,
+// The template of `sql`'s shape (steps 1-3 above). `packed` is `sql`'s parse
+// (ParseTree::packed); `plan` is the merge plan made from the literals, with `options`.
+// nullopt: the shape is planned per text.
+std::optional<ShapeTemplate> shape_template(const std::string& packed, std::string_view sql, const ScannedText& scan,
                                             const MergePlan& plan, const MergeOptions& options);
 
 }  // namespace splitpoint::routing

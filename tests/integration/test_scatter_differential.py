@@ -706,6 +706,9 @@ def build_statements():
     for i, (a, b, o) in enumerate([("日本", "a", 0), ("b", "c", 5), ("日本", "x", 5)]):
         S(f"shp-in-{i}", f"SELECT order_id FROM orders WHERE status IN ('{a}', '{b}') "
                          f"ORDER BY order_id DESC LIMIT 20 OFFSET {o}", order="exact")
+    for i, (u, q) in enumerate([("day", 1), ("day", 5), ("hour", 5)]):
+        S(f"shp-trunc-{i}", f"SELECT date_trunc('{u}', created_at) AS t, count(*), sum(qty) FROM orders "
+                            f"WHERE qty > {q} GROUP BY date_trunc('{u}', created_at) ORDER BY t", order="exact")
     for i, x in enumerate(["E'a\\nb'", "E'\\''", "$$it's$$"]):
         S(f"shp-esc-{i}", f"SELECT count(*) FROM orders WHERE note <> {x} AND qty > {i}", order="exact")
 

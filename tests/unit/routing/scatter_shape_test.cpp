@@ -91,10 +91,18 @@ TEST_CASE("a text of a known shape gets the plan it would get alone", "[scatter]
       {"SELECT avg(amount::numeric(10, 2)) FROM orders WHERE amount > 1.5e3",
        "SELECT avg(amount::numeric(10, 2)) FROM orders WHERE amount > 2.5e3", true},
       {"SELECT \"a$1000001\" FROM orders WHERE qty = 1", "SELECT \"a$1000001\" FROM orders WHERE qty = 2", true},
-      // Planned per text: a literal both grouped by and selected (the plan matches the
-      // two expressions), a folded minus sign.
+      // A literal both grouped by and selected (the planner matches the two
+      // expressions): both are key literals.
+      {"SELECT date_trunc('day', created_at), count(*) FROM orders WHERE qty > 1 GROUP BY date_trunc('day', created_at)",
+       "SELECT date_trunc('day', created_at), count(*) FROM orders WHERE qty > 2 GROUP BY date_trunc('day', created_at)",
+       true},
       {"SELECT date_trunc('day', created_at), count(*) FROM orders GROUP BY date_trunc('day', created_at)",
        "SELECT date_trunc('hour', created_at), count(*) FROM orders GROUP BY date_trunc('hour', created_at)", false},
+      {"SELECT date_trunc('day', created_at), count(*) FROM orders GROUP BY date_trunc('day', created_at)",
+       "SELECT date_trunc('hour', created_at), count(*) FROM orders GROUP BY date_trunc('day', created_at)", false},
+      {"SELECT qty + 1, count(*) FROM orders GROUP BY qty + 1 ORDER BY qty + 1",
+       "SELECT qty + 2, count(*) FROM orders GROUP BY qty + 2 ORDER BY qty + 2", false},
+      // A folded minus sign: planned per text.
       {"SELECT * FROM orders WHERE amount > -5", "SELECT * FROM orders WHERE amount > -7", false},
       // Not merged: combined or refused, as alone.
       {"SELECT customer, count(DISTINCT status) FROM orders WHERE qty > 1 GROUP BY customer",
