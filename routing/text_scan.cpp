@@ -11,7 +11,6 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_ident_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || static_cast<unsigned char>(c) >= 0x80;
 }
-bool is_ident_char(char c) { return is_ident_start(c) || is_digit(c) || c == '$'; }
 char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
 std::string_view trim(std::string_view s) {
@@ -185,7 +184,7 @@ class Scanner {
 
   bool identifier() {
     std::size_t j = i_;
-    while (j < s_.size() && is_ident_char(s_[j])) ++j;
+    while (j < s_.size() && is_identifier_char(s_[j])) ++j;
     std::size_t len = j - i_;
     char first = lower(s_[i_]);
     if (len == 1 && j < s_.size() && s_[j] == '\'') {

@@ -55,6 +55,13 @@ std::optional<std::string> literal_value(std::string_view sql, const Literal& li
 // ("splitpoint: shard=s1, deadline=200ms"); keys are lower-cased.
 void parse_hint_comment(std::string_view body, Hints& out);
 
+// A character that continues an unquoted identifier (letters, digits, _, $, any
+// non-ASCII byte): `a$1` is one identifier, not `a` and the parameter `$1`.
+inline bool is_identifier_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' ||
+         static_cast<unsigned char>(c) >= 0x80;
+}
+
 // `name` as a quoted identifier ("a""b" for a"b), safe in any SQL text.
 std::string quote_ident(std::string_view name);
 

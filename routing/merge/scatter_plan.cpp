@@ -184,24 +184,24 @@ void ScatterPlanner::learn_shape(std::string_view sql, const std::string& key, c
   ParseTree parsed = ParseTree::parse(sql, true);
   if (!parsed.ok()) return;
   std::optional<ShapeTemplate> t = shape_template(parsed.packed(), sql, scanned, *plan.merge, options.merge);
-  auto entry = [](std::string_view k, std::shared_ptr<Shape> s, BoundedCache<Shape>& cache) {
+  auto entry = [this](std::string_view k, std::shared_ptr<Shape> s) {
     s->bytes = sizeof(Shape) + s->sql.bytes() + 4 * s->key_literals.size() + (s->plan ? s->plan->bytes : 0);
-    cache.insert(k, hash_of(k), std::move(s));
+    shapes_.insert(k, hash_of(k), std::move(s));
   };
   auto shape = std::make_shared<Shape>();
   if (!t) {
     shape->refused = true;
-    return entry(key, shape, shapes_);
+    return entry(key, shape);
   }
   auto shared = std::make_shared<ScatterPlan>(plan);
   shared->merge->shard_sql.clear();
   shape->plan = std::move(shared);
   shape->sql = std::move(*t);
-  if (shape->sql.key_literals.empty()) return entry(key, shape, shapes_);
+  if (shape->sql.key_literals.empty()) return entry(key, shape);
   auto index = std::make_shared<Shape>();
   index->key_literals = shape->sql.key_literals;
-  entry(key, index, shapes_);
-  entry(completed(key, sql, shape->sql.key_literals), shape, shapes_);
+  entry(key, index);
+  entry(completed(key, sql, shape->sql.key_literals), shape);
 }
 
 }  // namespace splitpoint::routing

@@ -18,11 +18,6 @@ constexpr int kMarker = 1'000'000;
 
 enum class Use : std::uint8_t { unseen, key, marker };
 
-bool ident_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' ||
-         static_cast<unsigned char>(c) >= 0x80;
-}
-
 // Locations of the constants whose values the merge plan reads (step 1); with
 // `targets`, also those of the select list (step 1's second try).
 std::unordered_set<int> key_constant_locations(const PgQuery__SelectStmt* s, bool targets) {
@@ -98,7 +93,7 @@ bool split_at_markers(std::string_view sql, std::size_t literals, ShapeTemplate&
     }
     std::size_t j = i + 1;
     while (j < sql.size() && sql[j] >= '0' && sql[j] <= '9') ++j;
-    if (sql[i] != '$' || j == i + 1 || (i > 0 && ident_char(sql[i - 1])) || j - i > 9) {
+    if (sql[i] != '$' || j == i + 1 || (i > 0 && is_identifier_char(sql[i - 1])) || j - i > 9) {
       ++i;
       continue;
     }
