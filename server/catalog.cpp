@@ -385,7 +385,7 @@ void Catalog::start(config::Config& config, MoveView& view) {
   seed(*c);
   renew_lease(*c);
   auto state = read_state(*c);
-  acked_epoch_ = state.epoch;
+  applied_epoch_ = acked_epoch_ = state.epoch;
   renew_lease(*c);
   metrics_.epoch = state.epoch;
   {
@@ -449,7 +449,10 @@ void Catalog::follow() {
         pqxx::nontransaction(*c).exec(std::string("LISTEN ") + kCatalogChannel);
       }
       follow_once(*c);
-      c->await_notification(0, static_cast<long>(config_.moves.poll.count()) * 1000);
+      // (An acknowledgement held back by a running statement is looked at again soon.)
+      const auto wait = acked_epoch_ < applied_epoch_ ? std::min(config_.moves.poll, std::chrono::milliseconds(10))
+                                                      : config_.moves.poll;
+      c->await_notification(0, static_cast<long>(std::chrono::duration_cast<std::chrono::microseconds>(wait).count()));
       c->get_notifs();
     } catch (const std::exception& e) {
       spdlog::warn("catalog: {}", e.what());
@@ -468,16 +471,19 @@ void Catalog::follow() {
 
 void Catalog::follow_once(pqxx::connection& c) {
   auto state = read_state(c);
-  if (state.epoch != acked_epoch_ || fenced_) {
+  if (state.epoch != applied_epoch_ || fenced_) {
     {
       std::lock_guard lock(mu_);
       state_ = std::move(state);
-      acked_epoch_ = state_.epoch;
+      applied_epoch_ = state_.epoch;
     }
     fenced_ = false;
     server_.apply_topology();
-    metrics_.epoch = acked_epoch_;
   }
+  // Acknowledged once no statement that took its moves under an older epoch still runs
+  // (a read that began before a copy would meet the copied rows unhidden).
+  acked_epoch_ = std::min(applied_epoch_, server_.epoch_in_use());
+  metrics_.epoch = acked_epoch_;
   renew_lease(c);
 }
 

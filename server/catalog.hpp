@@ -204,7 +204,8 @@ class Catalog {
   mutable std::mutex mu_;  // guards state_ and the nap condition
   std::condition_variable cv_;
   CatalogState state_;
-  std::int64_t acked_epoch_ = 0;  // follower thread only
+  std::int64_t applied_epoch_ = 0;  // follower thread only: the runtime's
+  std::int64_t acked_epoch_ = 0;    // follower thread only: written to the lease row
   std::chrono::steady_clock::time_point lease_renewed_;  // follower thread only
   std::atomic<bool> fenced_{false};  // written by the follower thread; read by overlay()
   MoveMetrics metrics_;

@@ -71,7 +71,9 @@ static bool same_layout(const config::Config& a, const config::Config& b) {
 
 void Server::store_runtime(std::shared_ptr<const Runtime> rt) {
   moves_active_.store(rt && rt->moves->active(), std::memory_order_relaxed);
+  const auto epoch = rt ? rt->moves->epoch : 0;
   runtime_.store(std::move(rt));
+  epoch_.store(epoch, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_release);
 }
 
@@ -255,7 +257,7 @@ bool Server::reload(std::string& error) {
 
 void Server::register_session(std::uint64_t id, const std::shared_ptr<Session>& s) {
   std::lock_guard lock(sessions_mu_);
-  sessions_[id] = s;
+  sessions_[id] = {s, s.get()};
 }
 
 void Server::unregister_session(std::uint64_t id) {
@@ -266,9 +268,19 @@ void Server::unregister_session(std::uint64_t id) {
 std::vector<std::shared_ptr<Session>> Server::sessions() {
   std::lock_guard lock(sessions_mu_);
   std::vector<std::shared_ptr<Session>> v;
-  for (auto& [id, w] : sessions_)
-    if (auto s = w.lock()) v.push_back(std::move(s));
+  for (auto& [id, r] : sessions_)
+    if (auto s = r.session.lock()) v.push_back(std::move(s));
   return v;
+}
+
+std::int64_t Server::epoch_in_use() {
+  // After the runtime was stored (pairs with the fence in Session::take_moves): a session
+  // whose mark is not seen here takes that runtime's moves.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::int64_t oldest = epoch();
+  std::lock_guard lock(sessions_mu_);
+  for (auto& [id, r] : sessions_) oldest = std::min(oldest, r.alive->statement_epoch());
+  return oldest;
 }
 
 std::string Server::render_metrics() {

@@ -85,6 +85,11 @@ class Server {
   Catalog* catalog() { return catalog_.get(); }
   // The current runtime has moves in progress (or a lapsed lease): sessions check them.
   bool moves_active() const { return moves_active_.load(std::memory_order_relaxed); }
+  // The catalog epoch of the current runtime (0 without a catalog); stored after it.
+  std::int64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  // From the catalog's thread: the oldest epoch a running statement took its moves
+  // under (Session::take_moves), or the current one; the epoch this proxy acknowledges.
+  std::int64_t epoch_in_use();
 
   Metrics& metrics() { return *metrics_; }
 
@@ -105,6 +110,7 @@ class Server {
   std::atomic<std::shared_ptr<const Runtime>> runtime_;
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> moves_active_{false};
+  std::atomic<std::int64_t> epoch_{0};
   std::unique_ptr<Catalog> catalog_;
   std::string config_path_;
   std::vector<std::unique_ptr<Worker>> workers_;
@@ -113,7 +119,11 @@ class Server {
   std::unique_ptr<asio::signal_set> signals_;
   std::unique_ptr<Metrics> metrics_;
   std::mutex sessions_mu_;
-  std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions_;
+  struct Registered {
+    std::weak_ptr<Session> session;
+    const Session* alive;  // until it unregisters, in its destructor: read under sessions_mu_
+  };
+  std::unordered_map<std::uint64_t, Registered> sessions_;
   CancelRegistry cancels_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<std::int64_t> clients_{0};

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -84,6 +85,10 @@ class Session : public std::enable_shared_from_this<Session> {
     std::int64_t connected_unix = 0;
   };
   ClientInfo info() const;
+  // From any thread (Server::epoch_in_use): the catalog epoch the running statement
+  // took its moves under; kIdle when none runs.
+  static constexpr std::int64_t kIdle = INT64_MAX;
+  std::int64_t statement_epoch() const { return moves_.epoch.load(std::memory_order_relaxed); }
 
  private:
   static constexpr std::size_t kNoShard = ~std::size_t{0};
@@ -140,9 +145,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // Between transactions: the newest runtime of this one's lineage (a catalog epoch).
   void follow_runtime();
   void renumber_shards(const Runtime& next);  // DROP SHARD: per-shard state by name
+  // Before a statement reaches the shards (and again while it is held): marks it running
+  // under the current epoch, then takes the newest moves (moves_.view, null if none).
+  void take_moves();
+  void statement_ended() { moves_.epoch.store(kIdle, std::memory_order_release); }
   // Waits while the statement is for a partition in cutover (or the lease lapsed), up
   // to moves.max_hold, then routes it `again` with the new placement. False: refused
-  // (SPM01, or DDL during a move), the error sent.
+  // (SPM01, or DDL during a move), the error sent. Call when take_moves found moves.
   awaitable<bool> wait_for_moves(routing::Route& route, bool extended, const std::function<routing::Route()>& again);
   // The text to send to `shard` so that it leaves out rows it holds but does not own;
   // nullopt: `sql` as it is.
@@ -438,7 +447,15 @@ class Session : public std::enable_shared_from_this<Session> {
   ClientStream stream_;
   std::shared_ptr<const Runtime> runtime_;
   std::uint64_t generation_ = 0;           // of the server's runtime when runtime_ was taken
-  std::shared_ptr<const MoveView> moves_;  // the moves the current statement runs with (null: none)
+  // The moves the running statement reads through (null: none), and the epoch it took
+  // them under. The catalog acknowledges an epoch only once no statement of an older
+  // one runs: a read that began before a move's copy must not meet the copied rows
+  // without the view that hides them (SPEC §9).
+  struct StatementMoves {
+    std::shared_ptr<const MoveView> view;
+    std::atomic<std::int64_t> epoch{kIdle};
+  };
+  StatementMoves moves_;
   std::uint64_t id_;
   protocol::FrameLimits limits_;
   WorkerMetrics& metrics_;

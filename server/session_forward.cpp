@@ -50,6 +50,7 @@ awaitable<void> Session::serve() {
       cpos_ = 0;
     }
     if (cbuf_.empty() && cbuf_.capacity() > kIdleInputBytes) cbuf_.shrink_to_fit();  // frees it
+    statement_ended();  // (what the proxy runs itself is done; a scatter portal takes moves again at Execute)
     bool timed = idle_timeout.count() > 0;
     if (timed) {
       if (!idle_.timer) idle_.timer = std::make_unique<asio::steady_timer>(ex);
@@ -265,6 +266,7 @@ awaitable<bool> Session::handle_execute(const proto::Frame& f) {
     if (e && e->portal == scatter_.portal->first) {
       auto req = std::move(scatter_.portal->second);
       scatter_.portal.reset();
+      take_moves();  // (a named portal may outlive its Sync: then nothing marks it running)
       if (scatter_.route->cls != routing::StatementClass::read)
         co_return co_await run_on_shards(*scatter_.route, req.sql, &req);
       co_return co_await scatter_read(*scatter_.route, std::move(req));

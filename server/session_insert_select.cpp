@@ -84,7 +84,8 @@ awaitable<bool> Session::read_for_insert(std::string_view select, const proto::B
   }
   routing::Route route = again();
   if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, again);
-  if (server_.moves_active() && !co_await wait_for_moves(route, extended, again)) co_return false;
+  take_moves();
+  if (moves_.view && !co_await wait_for_moves(route, extended, again)) co_return false;
   if (route.kind == RouteKind::error) {
     co_await reject(route.sqlstate, route.message, extended);
     co_return false;

@@ -150,7 +150,8 @@ awaitable<bool> Session::run_rewritten_insert(routing::Route& route, std::string
   }
   route = again();
   if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, again);
-  if (server_.moves_active() && !co_await wait_for_moves(route, extended, again)) co_return !closing_;
+  take_moves();
+  if (moves_.view && !co_await wait_for_moves(route, extended, again)) co_return !closing_;
   // Pulled rows whose key the column list leaves out: generated, then here again.
   if (route.generate_keys) co_return co_await insert_with_generated_keys(route, text, bind, &types);
   if (route.kind == RouteKind::error) co_return co_await reject(route.sqlstate, route.message, extended);

@@ -88,19 +88,28 @@ bool touches(const MoveView& v, const routing::Route& r) {
 
 }  // namespace
 
+void Session::take_moves() {
+  if (server_.catalog()) {
+    // Marked before the moves are read: the catalog thread reads the mark after storing
+    // a new epoch's runtime, so one of the two sees the other (Server::epoch_in_use).
+    moves_.epoch.store(server_.epoch(), std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  moves_.view.reset();
+  if (!server_.moves_active()) return;
+  moves_.view = server_.runtime()->moves;  // (the newest epoch's: the session's may predate a cutover)
+  if (!moves_.view->active()) moves_.view.reset();
+}
+
 awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
                                         const std::function<routing::Route()>& again) {
-  moves_ = server_.runtime()->moves;  // (the newest epoch's: the session's may predate a cutover)
-  if (!moves_->active()) {
-    moves_.reset();
-    co_return true;
-  }
-  if (route.cls == routing::StatementClass::ddl && route.kind == RouteKind::all_shards && moves_->moving) {
+  const auto& moves = moves_.view;
+  if (route.cls == routing::StatementClass::ddl && route.kind == RouteKind::all_shards && moves->moving) {
     co_await reject("SPA01", "a partition move is in progress (SHOW MOVES); DDL on the shards waits until it ends",
                     extended);
     co_return false;
   }
-  if (!touches(*moves_, route)) co_return true;
+  if (!touches(*moves, route)) co_return true;
   const auto until = std::chrono::steady_clock::now() + runtime_->config.moves.max_hold;
   asio::steady_timer timer(co_await asio::this_coro::executor);
   // Counted while held (splitpoint_held_statements), and once (…_total).
@@ -115,17 +124,17 @@ awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
       if (m) m->holding.fetch_sub(1, std::memory_order_relaxed);
     }
   } held(server_.catalog() ? &server_.catalog()->metrics() : nullptr);
-  while (touches(*moves_, route)) {
+  while (moves && touches(*moves, route)) {
     if (std::chrono::steady_clock::now() >= until || closing_) {
       co_await reject("SPM01",
-                      moves_->fenced ? "this proxy lost its catalog lease; retry when it is back"
-                                     : "the partition is moving and its hold expired before the move finished; retry",
+                      moves->fenced ? "this proxy lost its catalog lease; retry when it is back"
+                                    : "the partition is moving and its hold expired before the move finished; retry",
                       extended);
       co_return false;
     }
     timer.expires_after(std::chrono::milliseconds(2));
     co_await timer.async_wait(use_nothrow);
-    moves_ = server_.runtime()->moves;
+    take_moves();  // (a held statement has sent nothing: it runs under the newest epoch)
   }
   follow_runtime();  // outside a transaction the statement routes with the new placement
   route = again();
@@ -134,16 +143,17 @@ awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
 
 std::optional<std::string> Session::hide_foreign_rows(std::size_t shard, const routing::Route& route,
                                                       std::string_view sql) const {
-  if (!moves_ || shard >= moves_->views.size() || moves_->views[shard].empty()) return std::nullopt;
+  const auto& moves = moves_.view;
+  if (!moves || shard >= moves->views.size() || moves->views[shard].empty()) return std::nullopt;
   if (!route.partitions.empty()) {
     // Keys confine the statement to their partitions: only those hidden here matter.
     bool any = false;
-    for (const auto& h : moves_->hidden)
+    for (const auto& h : moves->hidden)
       for (const auto& p : route.partitions)
         any |= h.shard == shard && p.distribution == h.distribution && p.partition == h.partition;
     if (!any) return std::nullopt;
   }
-  return routing::read_through_views(sql, moves_->views[shard], settings_.routing.standard_conforming_strings);
+  return routing::read_through_views(sql, moves->views[shard], settings_.routing.standard_conforming_strings);
 }
 
 void Session::count_shard_error(std::string_view sqlstate) {

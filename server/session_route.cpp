@@ -232,9 +232,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   // The checks before these calls spare most statements two coroutine frames.
   if (route.kind == RouteKind::need_shapes)
     co_await route_with_shapes(route, [&] { return router.route_simple(sql, settings_.routing, lookup); });
-  if (!server_.moves_active())  // (a partition in cutover: SPEC §9)
-    moves_.reset();
-  else if (!co_await wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, settings_.routing, lookup); }))
+  take_moves();  // (a partition in cutover: SPEC §9)
+  if (moves_.view && !co_await wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, settings_.routing, lookup); }))
     co_return !closing_;
 
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
@@ -616,9 +615,8 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   lookahead_.reset();
   if (route.kind == RouteKind::need_shapes)
     co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, settings_.routing, lookup); });
-  if (!server_.moves_active())
-    moves_.reset();
-  else if (!co_await wait_for_moves(route, true, [&] { return runtime_->router->route(*p.plan, params, settings_.routing, lookup); }))
+  take_moves();
+  if (moves_.view && !co_await wait_for_moves(route, true, [&] { return runtime_->router->route(*p.plan, params, settings_.routing, lookup); }))
     co_return !closing_;
 
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, true))

@@ -391,6 +391,46 @@ def moves_under_load():
 
 
 @test
+def acks_wait_for_running_statements():
+    """A proxy acknowledges an epoch only once no statement that took its moves under an
+    older one still runs: a scatter read that began before a move's copy would otherwise
+    meet the copied rows on the target without the view that hides them, and count them
+    twice (seen once under load, in moves_under_load's readers)."""
+    placement = [r for r in admin(A, "SHOW PARTITIONS") if r[0] == "by_user"]
+    source = next(r for r in placement if r[2] == "s0")
+    most = max(direct(i, "SELECT count(*) FROM counters")[0][0] for i in range(len(shards())))
+    pause = round(2.0 / most, 4)  # the read takes about 2 s on its busiest shard
+    c = A.connect(DB)
+    got = []
+
+    def slow_read():
+        cur = c.cursor()
+        cur.execute(f"SELECT count(*) FROM counters WHERE pg_sleep({pause}) IS NOT NULL")
+        got.append(cur.fetchone()[0])
+
+    t = threading.Thread(target=slow_read)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not direct(0, "SELECT 1 FROM pg_stat_activity WHERE query LIKE '%pg_sleep(%' AND pid <> pg_backend_pid()"):
+        assert time.monotonic() < deadline, "the slow read never reached s0"
+        time.sleep(0.01)
+    m = move(B, f"by_user:{source[1]}", "s2")
+    time.sleep(0.7)  # (several of moves.poll)
+    newest = direct(0, "SELECT epoch FROM splitpoint.topology")[0][0]
+    a_epoch = int(next(r for r in admin(A, "SHOW TOPOLOGY") if r[5] == "yes")[2])
+    assert t.is_alive(), "the slow read ended too soon for the check"
+    assert a_epoch < newest, f"A acknowledged epoch {a_epoch} of {newest} while a statement of an older one ran"
+    t.join(30)
+    c.close()
+    assert got == [N_COUNTERS], got
+    assert wait_move(B, m, {"done", "failed"})["state"] == "done", moves(B)[m]
+    deadline = time.monotonic() + 10
+    while int(next(r for r in admin(A, "SHOW TOPOLOGY") if r[5] == "yes")[2]) < newest:
+        assert time.monotonic() < deadline, "A never acknowledged the epoch after the read ended"
+        time.sleep(0.05)
+
+
+@test
 def data_is_exact_and_placed():
     placement = {(r[0], int(r[1])): r[2] for r in admin(A, "SHOW PARTITIONS")}
     names = ["s0", "s1", "s2"]
