@@ -647,7 +647,7 @@ bool AdminConsole::show_state(const std::vector<std::string>& w, std::string& ou
   } else if (is({"SHOW", "PARTITIONS"})) {
     Table t({"distribution", "partition", "shard", "queries", "rows_written", "lower", "upper", "modulus",
              "remainder"});
-    for (auto& p : s_.server_.metrics().partitions(rt->config)) {
+    for (auto& p : s_.server_.metrics().partitions(rt->config, *rt->slots)) {
       auto [lower, upper] = range_bounds(rt->config, p.distribution, p.partition);
       auto [modulus, remainder] = hash_bounds(rt->config, p.distribution, p.partition);
       t.row({p.distribution, std::to_string(p.partition), p.shard, std::to_string(p.queries), std::to_string(p.writes),
@@ -660,14 +660,14 @@ bool AdminConsole::show_state(const std::vector<std::string>& w, std::string& ou
       std::size_t d = 0;
       while (d < rt->config.distributions.size() && rt->config.distributions[d].name != k.distribution) ++d;
       char skew[32];
-      std::snprintf(skew, sizeof skew, "%.2f", s_.server_.metrics().skew(rt->config, d));
+      std::snprintf(skew, sizeof skew, "%.2f", s_.server_.metrics().skew(rt->config, *rt->slots, d));
       t.row({k.distribution, k.key, std::to_string(k.count), std::to_string(k.error), std::string(skew)});
     }
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "SPLIT", "ADVICE"})) {
     Table t({"distribution", "partition", "shard", "reason", "share", "times_even", "advice"});
     auto& m = s_.server_.metrics();
-    for (auto& a : split_advice(rt->config, m.partitions(rt->config), m.hot_keys(rt->config, kHotKeysShown))) {
+    for (auto& a : split_advice(rt->config, m.partitions(rt->config, *rt->slots), m.hot_keys(rt->config, kHotKeysShown))) {
       char share[32], even[32];
       std::snprintf(share, sizeof share, "%.2f", a.share);
       std::snprintf(even, sizeof even, "%.1f", a.even);

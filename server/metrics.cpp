@@ -118,25 +118,13 @@ void WorkerMetrics::add_rows(const RowShares& shares, std::uint64_t rows) {
     if (part[i] && shares[i].index < partition_writes.size()) partition_writes[shares[i].index].add(part[i]);
 }
 
-Metrics::Metrics(std::size_t workers, const config::Config& config) {
-  routing::Topology topo(config);
-  std::size_t total = 0;
-  for (std::size_t d = 0; d < config.distributions.size(); ++d) {
-    offsets_.push_back(total);
-    counts_.push_back(topo.partition_count(d));
-    total += counts_.back();
-  }
+Metrics::Metrics(std::size_t workers, const config::Config& config, const PartitionSlots& slots) {
   for (std::size_t i = 0; i < workers; ++i)
-    workers_.push_back(std::make_unique<WorkerMetrics>(total, config.distributions.size()));
+    workers_.push_back(std::make_unique<WorkerMetrics>(slots.capacity(), config.distributions.size()));
 }
 
-std::size_t Metrics::partition_index(std::size_t distribution, std::uint32_t partition) const {
-  // Distributions changed by a reload beyond what was sized at start are not counted.
-  if (distribution >= offsets_.size() || partition >= counts_[distribution]) return ~std::size_t{0};
-  return offsets_[distribution] + partition;
-}
-
-RowShares Metrics::row_shares(const routing::Route& route, std::size_t shard, const routing::Topology& topo) const {
+RowShares Metrics::row_shares(const routing::Route& route, std::size_t shard, const routing::Topology& topo,
+                              const PartitionSlots& slots) const {
   RowShares shares;
   // Tables of two distributions: which one was written is not known here.
   if (route.cls != routing::StatementClass::write || route.reference_write || !route.distribution) return shares;
@@ -144,8 +132,8 @@ RowShares Metrics::row_shares(const routing::Route& route, std::size_t shard, co
   for (auto& hit : route.partitions) {
     if (hit.distribution >= topo.config().distributions.size() || topo.shard_of(hit.distribution, hit.partition) != shard)
       continue;
-    auto i = partition_index(hit.distribution, hit.partition);
-    if (i == ~std::size_t{0}) continue;
+    auto i = slots.slot(hit.distribution, hit.partition);
+    if (i == PartitionSlots::kNone) continue;
     shares.push_back({i, hit.rows});
     weighted = weighted && hit.rows > 0;
   }
@@ -156,8 +144,8 @@ RowShares Metrics::row_shares(const routing::Route& route, std::size_t shard, co
     // UPDATE/DELETE without the key: its rows are somewhere in the shard's partitions.
     auto d = *route.distribution;
     for (std::uint32_t p = 0; p < topo.partition_count(d); ++p) {
-      auto i = partition_index(d, p);
-      if (topo.shard_of(d, p) == shard && i != ~std::size_t{0}) shares.push_back({i, 1});
+      auto i = slots.slot(d, p);
+      if (topo.shard_of(d, p) == shard && i != PartitionSlots::kNone) shares.push_back({i, 1});
     }
   }
   return shares;
@@ -238,12 +226,12 @@ double Metrics::sum(Get get) const {
   return v;
 }
 
-std::string Metrics::render(const config::Config& config, const std::vector<PoolGauge>& pools,
-                            const MoveMetrics* moves) const {
+std::string Metrics::render(const config::Config& config, const PartitionSlots& slots,
+                            const std::vector<PoolGauge>& pools, const MoveMetrics* moves) const {
   std::vector<pm::MetricFamily> out;
   render_connections(out, pools);
   render_statements(out, config);
-  render_partitions(out, config);
+  render_partitions(out, config, slots);
   render_totals(out);
   if (moves) render_moves(out, *moves);
   std::ostringstream text;
@@ -344,19 +332,20 @@ void Metrics::render_statements(std::vector<pm::MetricFamily>& out, const config
   out.push_back(std::move(missing));
 }
 
-void Metrics::render_partitions(std::vector<pm::MetricFamily>& out, const config::Config& config) const {
+void Metrics::render_partitions(std::vector<pm::MetricFamily>& out, const config::Config& config,
+                                const PartitionSlots& slots) const {
   auto pq = family("splitpoint_partition_queries_total", "Statements per logical partition.", pm::MetricType::Counter);
   auto pw = family("splitpoint_partition_writes_total", "Rows written per logical partition.", pm::MetricType::Counter);
   auto skew_f = family("splitpoint_partition_skew",
                        "Busiest partition's share of queries divided by an even share (1 = even).",
                        pm::MetricType::Gauge);
-  for (auto& row : partitions(config)) {
+  for (auto& row : partitions(config, slots)) {
     auto p = std::to_string(row.partition);
     add_counter(pq, {label("distribution", row.distribution), label("partition", p)}, double(row.queries));
     add_counter(pw, {label("distribution", row.distribution), label("partition", p)}, double(row.writes));
   }
   for (std::size_t d = 0; d < config.distributions.size(); ++d)
-    add_gauge(skew_f, {label("distribution", config.distributions[d].name)}, skew(config, d));
+    add_gauge(skew_f, {label("distribution", config.distributions[d].name)}, skew(config, slots, d));
   out.push_back(std::move(pq));
   out.push_back(std::move(pw));
   out.push_back(std::move(skew_f));
@@ -402,14 +391,14 @@ void Metrics::render_totals(std::vector<pm::MetricFamily>& out) const {
   out.push_back(std::move(tpc));
 }
 
-std::vector<Metrics::PartitionRow> Metrics::partitions(const config::Config& config) const {
+std::vector<Metrics::PartitionRow> Metrics::partitions(const config::Config& config,
+                                                       const PartitionSlots& slots) const {
   routing::Topology topo(config);
   std::vector<PartitionRow> rows;
   for (std::size_t d = 0; d < config.distributions.size(); ++d) {
     for (std::uint32_t p = 0; p < topo.partition_count(d); ++p) {
-      auto i = partition_index(d, p);
       PartitionRow row{config.distributions[d].name, p, config.shards[topo.shard_of(d, p)].name};
-      if (i != ~std::size_t{0}) {
+      for (auto i : slots.slots(d, p)) {
         for (auto& w : workers_) {
           row.queries += w->partition_queries[i].get();
           row.writes += w->partition_writes[i].get();
@@ -444,10 +433,10 @@ std::vector<Metrics::HotKeyRow> Metrics::hot_keys(const config::Config& config, 
   return rows;
 }
 
-double Metrics::skew(const config::Config& config, std::size_t distribution) const {
+double Metrics::skew(const config::Config& config, const PartitionSlots& slots, std::size_t distribution) const {
   std::uint64_t total = 0, busiest = 0;
   std::size_t n = 0;
-  for (auto& row : partitions(config)) {
+  for (auto& row : partitions(config, slots)) {
     if (row.distribution != config.distributions[distribution].name) continue;
     ++n;
     total += row.queries;

@@ -19,6 +19,7 @@
 #include "routing/router.hpp"
 #include "routing/topology.hpp"
 #include "server/hosts.hpp"
+#include "server/partition_slots.hpp"
 
 namespace prometheus {
 struct MetricFamily;
@@ -125,7 +126,7 @@ struct WorkerMetrics {
   LocalCounter combines, combine_rows;  // combine steps run, partial rows they moved
   LocalGauge clients, clients_active;  // logged-in clients / those holding a backend
   std::array<ShardCounters, kMaxShards> shards;
-  std::vector<LocalCounter> partition_queries;  // flat: distribution offset + partition
+  std::vector<LocalCounter> partition_queries;  // by PartitionSlots slot
   std::vector<LocalCounter> partition_writes;
 
   void error(std::string_view sqlstate);
@@ -170,15 +171,16 @@ struct PoolGauge {
 
 class Metrics {
  public:
-  Metrics(std::size_t workers, const config::Config& config);
+  // `slots`: the first runtime's (its capacity sizes the per-partition counters).
+  Metrics(std::size_t workers, const config::Config& config, const PartitionSlots& slots);
   WorkerMetrics& worker(std::size_t i) { return *workers_[i]; }
-  std::size_t partition_index(std::size_t distribution, std::uint32_t partition) const;
   // The partitions of a write statement on `shard` its rows are counted in (docs/metrics.md):
   // the partitions its keys mapped to on that shard, weighted by their INSERT ... VALUES
   // rows when every one is known, else evenly; a keyless UPDATE/DELETE of one
   // distribution: every partition of that distribution on the shard, evenly. Empty for
   // reads, reference-table writes and writes no distribution owns.
-  RowShares row_shares(const routing::Route& route, std::size_t shard, const routing::Topology& topo) const;
+  RowShares row_shares(const routing::Route& route, std::size_t shard, const routing::Topology& topo,
+                       const PartitionSlots& slots) const;
 
   void config_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).fetch_add(1, std::memory_order_relaxed); }
 
@@ -189,7 +191,7 @@ class Metrics {
   void two_phase(TwoPhase o) { two_phase_[static_cast<std::size_t>(o)].fetch_add(1, std::memory_order_relaxed); }
 
   // Prometheus text exposition; `config` names shards and distributions.
-  std::string render(const config::Config& config, const std::vector<PoolGauge>& pools,
+  std::string render(const config::Config& config, const PartitionSlots& slots, const std::vector<PoolGauge>& pools,
                      const MoveMetrics* moves = nullptr) const;
 
   struct PartitionRow {
@@ -198,7 +200,7 @@ class Metrics {
     std::string shard;
     std::uint64_t queries = 0, writes = 0;
   };
-  std::vector<PartitionRow> partitions(const config::Config& config) const;
+  std::vector<PartitionRow> partitions(const config::Config& config, const PartitionSlots& slots) const;
   struct HotKeyRow {
     std::string distribution;
     std::string key;
@@ -207,20 +209,19 @@ class Metrics {
   std::vector<HotKeyRow> hot_keys(const config::Config& config, std::size_t per_distribution) const;
   // Busiest partition's share of queries divided by an even share (1/partitions):
   // 1 = perfectly even, `partitions` = everything on one partition. 0 without traffic.
-  double skew(const config::Config& config, std::size_t distribution) const;
+  double skew(const config::Config& config, const PartitionSlots& slots, std::size_t distribution) const;
 
  private:
   template <typename Get>
   double sum(Get get) const;
   void render_connections(std::vector<prometheus::MetricFamily>& out, const std::vector<PoolGauge>& pools) const;
   void render_statements(std::vector<prometheus::MetricFamily>& out, const config::Config& config) const;
-  void render_partitions(std::vector<prometheus::MetricFamily>& out, const config::Config& config) const;
+  void render_partitions(std::vector<prometheus::MetricFamily>& out, const config::Config& config,
+                         const PartitionSlots& slots) const;
   void render_totals(std::vector<prometheus::MetricFamily>& out) const;
   static void render_moves(std::vector<prometheus::MetricFamily>& out, const MoveMetrics& m);
 
   std::vector<std::unique_ptr<WorkerMetrics>> workers_;
-  std::vector<std::size_t> offsets_;  // per distribution, into the flat partition arrays
-  std::vector<std::uint32_t> counts_;
   std::atomic<std::uint64_t> reloads_ok_{0}, reloads_failed_{0};
   std::atomic<std::uint64_t> two_phase_[kTwoPhaseOutcomes] = {};
 };

@@ -11,7 +11,8 @@
 // States: planned -> copying (publication, fence trigger and views exist; the slot and
 // the subscription copy and stream) -> catching_up -> cutover (the partition is held
 // on every proxy, the fence refuses writes to it on the source, the target's copy is
-// verified, the placement flips) -> cleanup (the source's rows are deleted) -> done.
+// verified — the scans before the hold, the keys that differed or were written since
+// under it — the placement flips) -> cleanup (the source's rows are deleted) -> done.
 // Before the flip any failure, a cancel or a dead mover rolls everything back.
 #include <spdlog/spdlog.h>
 
@@ -19,6 +20,7 @@
 
 #include <future>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "server/catalog.hpp"
@@ -33,6 +35,9 @@ constexpr int kLockSpace = 0x5350;  // advisory lock key space of the fences ("S
 struct Table {
   std::string name, key, key_type;
 };
+
+// Keys (as text) of one table of the distribution, for a comparison key by key.
+using KeySet = std::set<std::string>;
 
 struct Abort : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -69,6 +74,19 @@ class Move {
   void wait_acks(std::chrono::milliseconds timeout);
   std::string fence_function(std::size_t i, bool refuse_all);
   std::vector<std::pair<std::int64_t, std::string>> checksums(pqxx::connection& side);
+  std::optional<std::vector<KeySet>> verify_before_hold();
+  void verify_held(std::optional<std::vector<KeySet>> keys);
+  bool take_logged(std::vector<KeySet>& keys, std::size_t max);
+  std::vector<KeySet> differing_keys(const std::vector<KeySet>& keys);
+  using Sums = std::map<std::optional<std::string>, std::string>;
+  Sums sums(pqxx::connection& side, const Table& t, const std::string& group, const std::string& and_where);
+  // f(target) on another thread and f(source) on this one, at once: {source's, target's}.
+  template <class F>
+  auto both(F f) {
+    auto target = std::async(std::launch::async, [&] { return f(*tgt_); });
+    auto source = f(*src_);
+    return std::pair{std::move(source), target.get()};
+  }
   void delete_rows(pqxx::connection& side);
   void drop_subscription();
   void drop_publication();
@@ -142,6 +160,14 @@ void Move::create_helpers() {
     w.exec("CREATE TABLE IF NOT EXISTS splitpoint.move_marks (move bigint PRIMARY KEY, attempt int NOT NULL, at "
            "timestamptz NOT NULL)");
     w.exec("DELETE FROM splitpoint.move_marks WHERE move = " + std::to_string(m_.id));
+    // Keys the fence trigger saw written since the last check before a cutover (the
+    // application's users write it, through the trigger; losing it in a crash is fine).
+    w.exec("CREATE UNLOGGED TABLE IF NOT EXISTS splitpoint.move_changes (move bigint NOT NULL, tab int NOT NULL, "
+           "key text)");
+    w.exec("CREATE INDEX IF NOT EXISTS move_changes_move ON splitpoint.move_changes (move, tab)");
+    w.exec("GRANT USAGE ON SCHEMA splitpoint TO PUBLIC");
+    w.exec("GRANT INSERT ON splitpoint.move_changes TO PUBLIC");
+    w.exec("DELETE FROM splitpoint.move_changes WHERE move = " + std::to_string(m_.id));
   }
   if (dist_->method != config::Method::hash) return;
   for (auto* side : {src_.get(), tgt_.get()})
@@ -189,17 +215,27 @@ std::string Move::filter(const Table& t, const std::string& key_expr, pqxx::conn
 // transaction that wrote the partition), and after the flip the fence refuses always.
 std::string Move::fence_function(std::size_t i, bool refuse_all) {
   const Table& t = tables_[i];
-  auto new_in = filter(t, "NEW." + q(*src_, t.key), *src_), old_in = filter(t, "OLD." + q(*src_, t.key), *src_);
+  const auto key = q(*src_, t.key);
+  auto new_in = filter(t, "NEW." + key, *src_), old_in = filter(t, "OLD." + key, *src_);
+  // With moves.verify, the keys written are logged for the check under the hold.
+  const std::string log = "INSERT INTO splitpoint.move_changes VALUES (" + std::to_string(m_.id) + ", " +
+                          std::to_string(i) + ", ";
+  const std::string log_keys = !cfg_.moves.verify || refuse_all ? ""
+                               : "    IF n THEN " + log + "NEW." + key + "::text); END IF;\n"
+                                 "    IF o AND NOT (n AND NEW." + key + " IS NOT DISTINCT FROM OLD." + key + ") THEN " +
+                                     log + "OLD." + key + "::text); END IF;\n";
   return "CREATE OR REPLACE FUNCTION splitpoint." + name_ + "_fence_" + std::to_string(i) +
-         "() RETURNS trigger LANGUAGE plpgsql AS $f$\nBEGIN\n"
-         "  IF coalesce(current_setting('splitpoint.mover', true), '') <> 'on' AND (\n"
-         "     (TG_OP <> 'DELETE' AND coalesce(" + new_in + ", false)) OR\n"
-         "     (TG_OP <> 'INSERT' AND coalesce(" + old_in + ", false))) THEN\n"
+         "() RETURNS trigger LANGUAGE plpgsql AS $f$\nDECLARE\n  n boolean;\n  o boolean;\nBEGIN\n"
+         "  IF coalesce(current_setting('splitpoint.mover', true), '') = 'on' THEN\n"
+         "    IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;\n    RETURN NEW;\n  END IF;\n"
+         "  n := TG_OP <> 'DELETE' AND coalesce(" + new_in + ", false);\n"
+         "  o := TG_OP <> 'INSERT' AND coalesce(" + old_in + ", false);\n"
+         "  IF n OR o THEN\n"
          "    IF " + (refuse_all ? "true" : "false") + " OR NOT pg_try_advisory_xact_lock_shared(" +
          std::to_string(kLockSpace) + ", " + std::to_string(m_.id) + ") THEN\n"
          "      RAISE EXCEPTION 'partition %:% is moving to shard %; retry', " + "'" + m_.distribution + "', " +
          std::to_string(m_.partition) + ", '" + m_.target + "' USING ERRCODE = 'SPM01';\n"
-         "    END IF;\n  END IF;\n"
+         "    END IF;\n" + log_keys + "  END IF;\n"
          "  IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;\n  RETURN NEW;\nEND\n$f$";
 }
 
@@ -320,9 +356,137 @@ std::vector<std::pair<std::int64_t, std::string>> Move::checksums(pqxx::connecti
   return out;
 }
 
+// Per group of the partition's rows of `t` on `side` (a NULL group is nullopt): their
+// count and the sum of their hashes.
+Move::Sums Move::sums(pqxx::connection& side, const Table& t, const std::string& group, const std::string& and_where) {
+  pqxx::nontransaction w(side);
+  auto r = w.exec("SELECT (" + group + ")::text, count(*) || ' ' || sum(hashtextextended(x::text, 0)) FROM " +
+                  q(side, t.name) + " x WHERE " + filter(t, "x." + q(side, t.key), side) + and_where + " GROUP BY 1");
+  Sums out;
+  for (const auto& row : r)
+    out[row[0].is_null() ? std::nullopt : std::optional(row[0].as<std::string>())] = row[1].as<std::string>();
+  return out;
+}
+
+namespace {
+
+std::vector<std::optional<std::string>> differing(const std::map<std::optional<std::string>, std::string>& a,
+                                                  const std::map<std::optional<std::string>, std::string>& b) {
+  std::vector<std::optional<std::string>> out;
+  for (const auto& [k, v] : a)
+    if (auto it = b.find(k); it == b.end() || it->second != v) out.push_back(k);
+  for (const auto& [k, v] : b)
+    if (!a.count(k)) out.push_back(k);
+  return out;
+}
+
+// Keys compared one by one: under the hold, and before it (where a table scan is the
+// alternative, so more may be).
+constexpr std::size_t kMaxKeysUnderHold = 10000;
+constexpr std::size_t kMaxKeysBeforeHold = 200000;
+
+std::size_t count(const std::vector<KeySet>& keys) {
+  std::size_t n = 0;
+  for (const auto& k : keys) n += k.size();
+  return n;
+}
+
+}  // namespace
+
+// Moves the keys the fence trigger logged into `keys` (the log starts again). False: a
+// NULL key, or more than `max` keys in all.
+bool Move::take_logged(std::vector<KeySet>& keys, std::size_t max) {
+  pqxx::nontransaction w(*src_);
+  for (const auto& row : w.exec("DELETE FROM splitpoint.move_changes WHERE move = " + std::to_string(m_.id) +
+                                " RETURNING tab, key")) {
+    const auto tab = row[0].as<std::size_t>();
+    if (row[1].is_null() || tab >= keys.size()) return false;
+    keys[tab].insert(row[1].as<std::string>());
+  }
+  return count(keys) <= max;
+}
+
+// Of `keys`, those whose rows differ between the two sides (both compared at once; an
+// index lookup per key where the key column has an index).
+std::vector<KeySet> Move::differing_keys(const std::vector<KeySet>& keys) {
+  std::vector<KeySet> out(tables_.size());
+  for (std::size_t i = 0; i < tables_.size() && i < keys.size(); ++i) {
+    if (keys[i].empty()) continue;
+    const auto& t = tables_[i];
+    std::string array;
+    for (const auto& k : keys[i]) {
+      array += array.empty() ? "{\"" : ",\"";
+      for (char c : k) array += c == '"' || c == '\\' ? std::string{'\\', c} : std::string(1, c);
+      array += '"';
+    }
+    array += '}';
+    auto sides = both([&](pqxx::connection& side) {
+      return sums(side, t, "x." + q(side, t.key),
+                  " AND x." + q(side, t.key) + " = ANY (" + side.quote(array) + "::" + t.key_type + "[])");
+    });
+    for (const auto& k : differing(sides.first, sides.second)) out[i].insert(*k);  // (no NULL among them)
+  }
+  return out;
+}
+
+// Before a cutover attempt (moves.verify), VDiff-style but with the scans outside the
+// hold. The partition's rows on both sides, at once, per bucket of keys (a hash of the
+// key's text, 1024 buckets), then key by key in the buckets that differ. Writes go on
+// meanwhile (the fence trigger logs their keys from the start), so a key that differs
+// may be lagging: those keys and the logged ones are compared again, key by key (a few
+// rounds, each with the keys written during the one before), and what still differs is
+// left for the hold, with the keys written since. nullopt: too many keys, or a NULL
+// key; the hold compares every row.
+std::optional<std::vector<KeySet>> Move::verify_before_hold() {
+  exec(*src_, "DELETE FROM splitpoint.move_changes WHERE move = " + std::to_string(m_.id));
+  std::vector<KeySet> suspects(tables_.size());
+  for (std::size_t i = 0; i < tables_.size(); ++i) {
+    const auto& t = tables_[i];
+    const std::string key = "x." + q(*src_, t.key);
+    const std::string bucket = "hashtextextended(" + key + "::text, 0) & 1023";
+    auto buckets = both([&](pqxx::connection& side) { return sums(side, t, bucket, ""); });
+    std::string in;
+    for (const auto& b : differing(buckets.first, buckets.second)) {
+      if (!b) return std::nullopt;
+      in += (in.empty() ? "" : ", ") + *b;
+    }
+    if (in.empty()) continue;
+    auto keys = both([&](pqxx::connection& side) { return sums(side, t, key, " AND (" + bucket + ") IN (" + in + ")"); });
+    for (const auto& k : differing(keys.first, keys.second)) {
+      if (!k) return std::nullopt;
+      suspects[i].insert(*k);
+    }
+  }
+  // Each round compares the keys written during the one before: fewer, and faster.
+  for (int round = 0; round < 4; ++round) {
+    if (!take_logged(suspects, kMaxKeysBeforeHold)) return std::nullopt;
+    const bool few = count(suspects) <= 100;
+    suspects = differing_keys(suspects);
+    if (few) break;
+  }
+  return suspects;
+}
+
+// Under the hold, the target caught up: the same rows on both sides, or the move fails.
+void Move::verify_held(std::optional<std::vector<KeySet>> keys) {
+  if (keys && !take_logged(*keys, kMaxKeysUnderHold)) keys.reset();
+  bool same = true;
+  if (keys) {
+    same = count(differing_keys(*keys)) == 0;
+  } else {
+    auto sides = both([this](pqxx::connection& side) { return checksums(side); });
+    same = sides.first == sides.second;
+  }
+  if (!same) throw Abort("verification failed: the target's rows differ from the source's");
+  if (keys) spdlog::info("move {}: verified: {} keys compared under the hold", m_.id, count(*keys));
+  else spdlog::info("move {}: verified: every row compared under the hold", m_.id);
+}
+
 // One attempt: false when it had to give up (the partition is released, writes go on
 // on the source, and the move tries again).
 bool Move::cutover() {
+  std::optional<std::vector<KeySet>> suspects;
+  if (cfg_.moves.verify) suspects = verify_before_hold();
   ++m_.attempts;
   set_state("cutover", true);
   const auto held_from = std::chrono::steady_clock::now();
@@ -362,13 +526,8 @@ bool Move::cutover() {
     if (std::chrono::steady_clock::now() - held_from > hold * 4 / 5) return give_up("the target did not catch up in time");
     cat_.nap(1ms);
   }
-  // Then the same rows on both sides (counts and checksums per table, VDiff-style), the
-  // two sides computed at once; a difference is a failed copy, not lag.
-  if (cfg_.moves.verify) {
-    auto target = std::async(std::launch::async, [this] { return checksums(*tgt_); });
-    auto expected = checksums(*src_);
-    if (target.get() != expected) throw Abort("verification failed: the target's rows differ from the source's");
-  }
+  // Then the same rows on both sides; a difference now is a failed copy, not lag.
+  if (cfg_.moves.verify) verify_held(suspects);
   const auto verified = std::chrono::steady_clock::now();
   flip(held_from);
   auto ms = [](auto a, auto b) { return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count(); };
@@ -482,7 +641,8 @@ void Move::drop_fences() {
 
 void Move::delete_marks() {
   for (auto* side : {src_.get(), tgt_.get()})
-    exec(*side, "DELETE FROM splitpoint.move_marks WHERE move = " + std::to_string(m_.id));
+    exec(*side, "DELETE FROM splitpoint.move_marks WHERE move = " + std::to_string(m_.id) +
+                    "; DELETE FROM splitpoint.move_changes WHERE move = " + std::to_string(m_.id));
 }
 
 // Before the flip: the source still owns every row, so undo everything else.

@@ -178,6 +178,8 @@ std::shared_ptr<const Runtime> make_runtime(config::Config config, const Runtime
   rt->config = std::move(config);
   rt->router = std::make_shared<routing::Router>(rt->config);
   rt->topology = std::make_shared<routing::Topology>(rt->config);
+  rt->slots = previous ? std::make_shared<PartitionSlots>(*rt->topology, *previous->slots)
+                       : std::make_shared<PartitionSlots>(*rt->topology);
   return rt;
 }
 

@@ -20,6 +20,7 @@
 #include "routing/topology.hpp"
 #include "server/asio.hpp"
 #include "server/hosts.hpp"
+#include "server/partition_slots.hpp"
 #include "server/pool.hpp"
 
 namespace splitpoint::server {
@@ -135,6 +136,7 @@ struct Runtime {
   std::shared_ptr<const MoveView> moves = std::make_shared<MoveView>();
   std::shared_ptr<routing::Router> router;  // shared: its plan cache is internally locked
   std::shared_ptr<routing::Topology> topology;  // key -> partition -> shard, for COPY
+  std::shared_ptr<const PartitionSlots> slots;  // the partitions' counters (metrics)
   std::shared_ptr<ShapeCache> shapes = std::make_shared<ShapeCache>();
   std::shared_ptr<KeyCache> keys = std::make_shared<KeyCache>();
   std::unordered_map<std::string, UserAuth> users;

@@ -46,7 +46,7 @@ Server::Server(std::shared_ptr<const Runtime> runtime, std::string config_path)
     : runtime_(std::move(runtime)), config_path_(std::move(config_path)) {
   int n = runtime_.load()->config.workers;
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  metrics_ = std::make_unique<Metrics>(static_cast<std::size_t>(n), runtime_.load()->config);
+  metrics_ = std::make_unique<Metrics>(static_cast<std::size_t>(n), runtime_.load()->config, *runtime_.load()->slots);
   for (int i = 0; i < n; ++i) {
     workers_.push_back(std::make_unique<Worker>());
     workers_.back()->index = static_cast<std::size_t>(i);
@@ -302,7 +302,7 @@ std::string Server::render_metrics() {
     }
     pools.push_back(std::move(g));
   }
-  return metrics_->render(rt->config, pools, catalog_ ? &catalog_->metrics() : nullptr);
+  return metrics_->render(rt->config, *rt->slots, pools, catalog_ ? &catalog_->metrics() : nullptr);
 }
 
 }  // namespace splitpoint::server

@@ -60,10 +60,9 @@ RouteLabel Session::label_of(const routing::Route& route, bool multi) {
 // Counts a routed statement: by route, per partition, and its keys for hot-key stats.
 void Session::count_route(const routing::Route& route, RouteLabel label) {
   metrics_.queries[static_cast<std::size_t>(label)].add();
-  auto& m = server_.metrics();
   for (auto& hit : route.partitions) {
-    auto i = m.partition_index(hit.distribution, hit.partition);
-    if (i == ~std::size_t{0}) continue;
+    auto i = runtime_->slots->slot(hit.distribution, hit.partition);
+    if (i == PartitionSlots::kNone) continue;
     metrics_.partition_queries[i].add();  // rows written: from the shards' tags (session_rows.cpp)
   }
   if (route.distribution)

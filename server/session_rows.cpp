@@ -12,7 +12,7 @@ namespace proto = splitpoint::protocol;
 
 RowShares Session::row_shares(const routing::Route& route, std::size_t shard) const {
   if (route.cls != routing::StatementClass::write) return {};  // reads allocate nothing
-  return server_.metrics().row_shares(route, shard, *runtime_->topology);
+  return server_.metrics().row_shares(route, shard, *runtime_->topology, *runtime_->slots);
 }
 
 // A CommandComplete from the current backend. An Execute's tag counts for the write
@@ -44,11 +44,10 @@ void Session::count_reply_rows(const routing::Route& route, std::size_t shard, c
 void Session::count_copy_rows(std::size_t distribution, std::size_t shard,
                               const std::vector<std::uint64_t>& partition_rows, std::uint64_t rows) {
   const auto& topo = *runtime_->topology;
-  auto& m = server_.metrics();
   RowShares shares;
   for (std::uint32_t p = 0; p < partition_rows.size(); ++p) {
-    auto i = m.partition_index(distribution, p);
-    if (partition_rows[p] && topo.shard_of(distribution, p) == shard && i != ~std::size_t{0})
+    auto i = runtime_->slots->slot(distribution, p);
+    if (partition_rows[p] && topo.shard_of(distribution, p) == shard && i != PartitionSlots::kNone)
       shares.push_back({i, partition_rows[p]});
   }
   metrics_.add_rows(shares, rows);

@@ -35,7 +35,9 @@ distributions:
 constexpr std::size_t kWorkers = 2;
 
 struct Setup {
-  Setup() : config(*config::load_string(kConfig).config), router(config), metrics(kWorkers, config) {
+  Setup()
+      : config(*config::load_string(kConfig).config), router(config), topology(config), slots(topology),
+        metrics(kWorkers, config, slots) {
     shapes["users"] = {{"id", "name"}, {"bigint", "text"}};
     lookup = [this](std::string_view t) -> const routing::TableShape* {
       auto it = shapes.find(std::string(t));
@@ -48,6 +50,8 @@ struct Setup {
   }
   config::Config config;
   routing::Router router;
+  routing::Topology topology;
+  server::PartitionSlots slots;
   server::Metrics metrics;
   std::map<std::string, routing::TableShape> shapes;
   routing::ShapeLookup lookup;
@@ -100,7 +104,7 @@ void BM_PartitionCounter(benchmark::State& state) {
   auto& w = mine(state);
   std::uint32_t p = 0;
   for (auto _ : state) {
-    auto i = s.metrics.partition_index(0, p++ & 63);
+    auto i = s.slots.slot(0, p++ & 63);
     w.partition_queries[i].add();
   }
 }
@@ -112,7 +116,7 @@ void BM_PartitionCounter(benchmark::State& state) {
 void statement_metrics(Setup& s, server::WorkerMetrics& w, std::size_t k) {
   auto started = std::chrono::steady_clock::now();
   w.queries[kSingle].add();
-  auto i = s.metrics.partition_index(0, static_cast<std::uint32_t>(k & 63));
+  auto i = s.slots.slot(0, static_cast<std::uint32_t>(k & 63));
   w.partition_queries[i].add();
   w.hot_key(0, s.keys[k & 1023]);
   w.shards[0].pool_wait.observe_since(started);
@@ -167,7 +171,7 @@ void BM_ScrapeRender(benchmark::State& state) {
   pools[0].shard = "s0";
   pools[1].shard = "s1";
   for (auto _ : state) {
-    auto text = s.metrics.render(s.config, pools);
+    auto text = s.metrics.render(s.config, s.slots, pools);
     benchmark::DoNotOptimize(text);
   }
 }

@@ -431,6 +431,33 @@ def acks_wait_for_running_statements():
 
 
 @test
+def verification_catches_a_bad_copy():
+    """moves.verify: a target whose copy differs from the source (a replica-only trigger
+    there adds a million to every counter the move brings) fails the move and undoes it; the
+    moves before it compared only the keys that differed or were written, not every row,
+    under their holds (the proxies' logs say which)."""
+    logs = ""
+    for p in (A, B):
+        with open(p.log_path, errors="replace") as f:
+            logs += f.read()
+    assert "keys compared under the hold" in logs, "no cutover compared by keys"
+    source = next(r for r in admin(A, "SHOW PARTITIONS") if r[0] == "by_user" and r[2] == "s0")
+    direct(2, "CREATE FUNCTION corrupt() RETURNS trigger LANGUAGE plpgsql AS "
+              "$$BEGIN NEW.n := NEW.n + 1000000; RETURN NEW; END$$")
+    direct(2, "CREATE TRIGGER corrupt BEFORE INSERT ON counters FOR EACH ROW EXECUTE FUNCTION corrupt()")
+    direct(2, "ALTER TABLE counters ENABLE REPLICA TRIGGER corrupt")
+    try:
+        m = move(A, f"by_user:{source[1]}", "s2")
+        st = wait_move(A, m, {"done", "failed"})
+        assert st["state"] == "failed" and "verification failed" in (st["error"] or ""), st
+    finally:
+        direct(2, "DROP TRIGGER corrupt ON counters")
+        direct(2, "DROP FUNCTION corrupt()")
+    assert next(r for r in admin(A, "SHOW PARTITIONS") if r[:2] == source[:2])[2] == "s0"
+    assert direct(2, "SELECT count(*) FROM counters WHERE n >= 1000000")[0][0] == 0
+
+
+@test
 def data_is_exact_and_placed():
     placement = {(r[0], int(r[1])): r[2] for r in admin(A, "SHOW PARTITIONS")}
     names = ["s0", "s1", "s2"]

@@ -159,6 +159,34 @@ def move_half_then_merge():
 
 
 @test
+def counters_follow_ranges():
+    """SHOW PARTITIONS' counters follow the ranges when a split or merge renumbers them:
+    the lower half keeps the range's counts, the upper half counts from zero, the ranges
+    above keep theirs under their new numbers, and a merged range shows both halves'."""
+    def queries():
+        return {int(r[1]): int(r[3]) for r in admin(A, "SHOW PARTITIONS") if r[0] == "by_range"}
+
+    c = A.connect(DB)
+    cur = c.cursor()
+    for key, times in ((1200, 3), (2500, 7)):
+        for _ in range(times):
+            cur.execute("SELECT n FROM items WHERE id = %s", (key,))
+            cur.fetchall()
+    before = queries()
+    assert len(before) == 3 and before[1] >= 3 and before[2] >= 7, before
+    admin(A, "SPLIT RANGE by_range AT 1500")
+    split = queries()
+    assert split == {0: before[0], 1: before[1], 2: 0, 3: before[2]}, (before, split)
+    cur.execute("SELECT n FROM items WHERE id = 1700")
+    cur.fetchall()
+    assert queries()[2] == 1
+    admin(A, "MERGE RANGE by_range AT 1500")
+    merged = queries()
+    assert merged == {0: before[0], 1: before[1] + 1, 2: before[2]}, (before, merged)
+    c.close()
+
+
+@test
 def list_partition_moves():
     # by_region: partition 0 = jp, kr (s0), 1 = us, eu (s1), 2 = the default (s0).
     c = A.connect(DB)
