@@ -350,6 +350,40 @@ HashSplit split_hash_partition(const config::Distribution& d, std::uint32_t part
   return out;
 }
 
+HashMerge merge_hash_partition(const config::Distribution& d, std::uint32_t partition) {
+  HashMerge out;
+  const auto count = static_cast<std::uint32_t>(d.partitions);
+  const std::string name = d.name + ":" + std::to_string(partition);
+  if (partition >= count) {
+    out.error = "distribution \"" + d.name + "\" has no partition " + std::to_string(partition) + " (it has " +
+                std::to_string(count) + ")";
+    return out;
+  }
+  const config::HashPartition hp = d.hash_partition(partition);
+  if (hp.modulus % 2 != 0) {
+    out.error = "partition " + name + " has modulus " + std::to_string(hp.modulus) + ", an odd one: it is not half of " +
+                "a partition with modulus " + std::to_string(hp.modulus / 2);
+    return out;
+  }
+  const config::HashPartition sibling{hp.modulus, (hp.remainder + hp.modulus / 2) % hp.modulus};
+  std::optional<std::uint32_t> other;
+  for (std::uint32_t p = 0; p < count; ++p)
+    if (p != partition && d.hash_partition(p) == sibling) other = p;
+  if (!other) {
+    out.error = "partition " + name + " (modulus " + std::to_string(hp.modulus) + ", remainder " +
+                std::to_string(hp.remainder) + ") has no partition (modulus " + std::to_string(sibling.modulus) +
+                ", remainder " + std::to_string(sibling.remainder) +
+                ") to merge with: those keys are split further; merge their partitions first";
+    return out;
+  }
+  out.kept = std::min(partition, *other);
+  out.removed = std::max(partition, *other);
+  for (std::uint32_t p = 0; p < count; ++p)
+    if (p != out.removed) out.parts.push_back(d.hash_partition(p));
+  out.parts[out.kept] = {hp.modulus / 2, hp.remainder % (hp.modulus / 2)};
+  return out;
+}
+
 std::string check_hash_parts(const std::vector<config::HashPartition>& parts) {
   if (parts.empty()) return "no partitions";
   std::vector<std::uint32_t> moduli;

@@ -126,6 +126,17 @@ struct HashSplit {
   std::string error;                         // non-empty: refused, and why
 };
 HashSplit split_hash_partition(const config::Distribution& distribution, std::uint32_t partition);
+// MERGE PARTITION (SPEC §9), SPLIT PARTITION's inverse, metadata only: partition p with
+// modulus m and remainder r and its sibling (m, (r + m/2) % m), two halves as a split
+// makes them, become one partition (m/2, r % (m/2)) numbered the lower of the two; the
+// partitions above the higher number are numbered one lower. Refused when m is odd or
+// the sibling is not one partition (it was split again: merge its halves first).
+struct HashMerge {
+  std::vector<config::HashPartition> parts;  // every partition's, by number, afterwards
+  std::uint32_t kept = 0, removed = 0;       // the merged partition's number; the number that goes
+  std::string error;                         // non-empty: refused, and why
+};
+HashMerge merge_hash_partition(const config::Distribution& distribution, std::uint32_t partition);
 // Why `parts` is not a set of PostgreSQL hash partitions covering every row hash once
 // (each modulus at most kMaxHashModulus and a factor of the next larger one, remainder
 // below the modulus, no row hash in two partitions or in none); empty: it is one.

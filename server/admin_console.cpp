@@ -30,7 +30,7 @@ constexpr const char* kAdminHelp =
     "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., DROP SHARD name, "
     "REBALANCE dist "
     "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id, SPLIT RANGE dist AT value, MERGE RANGE dist AT value, "
-    "SPLIT PARTITION dist:part";
+    "SPLIT PARTITION dist:part, MERGE PARTITION dist:part";
 
 // Upper-cased words of a command, without a trailing semicolon.
 std::vector<std::string> words_of(std::string_view sql, std::size_t max_words, std::string_view& rest) {
@@ -365,7 +365,7 @@ awaitable<bool> AdminConsole::catalog_command(const std::vector<std::string>& w,
   auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
   if (!is({"SHOW", "TOPOLOGY"}) && !is({"SHOW", "MOVES"}) && !is({"MOVE", "PARTITION"}) && !is({"CANCEL", "MOVE"}) &&
       !is({"ADD", "SHARD"}) && !is({"DROP", "SHARD"}) && !is({"REBALANCE"}) && !is({"SPLIT", "RANGE"}) &&
-      !is({"MERGE", "RANGE"}) && !is({"SPLIT", "PARTITION"}))
+      !is({"MERGE", "RANGE"}) && !is({"SPLIT", "PARTITION"}) && !is({"MERGE", "PARTITION"}))
     co_return false;
   Catalog* catalog = s_.server_.catalog();
   auto error = [&](std::string_view code, const std::string& msg) { admin_error(s_.metrics_, out, code, msg); };
@@ -436,9 +436,9 @@ std::optional<std::string> range_value(std::string_view rest) {
 awaitable<void> AdminConsole::range_change(const std::vector<std::string>& w, std::string_view sql, Catalog& c,
                                            std::string& out) {
   auto error = [&](std::string_view code, const std::string& msg) { admin_error(s_.metrics_, out, code, msg); };
-  if (command_is(w, {"SPLIT", "PARTITION"})) {
+  if (command_is(w, {"SPLIT", "PARTITION"}) || command_is(w, {"MERGE", "PARTITION"})) {
     const auto words = raw_words(sql);
-    co_await split_partition(words, c, out);
+    co_await hash_change(words, c, out, w[0] == "SPLIT");
     co_return;
   }
   const bool split = w[0] == "SPLIT";
@@ -474,24 +474,30 @@ std::optional<std::pair<std::string, std::uint32_t>> partition_name(const std::s
 
 }  // namespace
 
-// SPLIT PARTITION dist:part: answers both halves (distribution, partition, modulus,
-// remainder, shard) once every live proxy routes with them.
-awaitable<void> AdminConsole::split_partition(const std::vector<std::string>& words, Catalog& c, std::string& out) {
+// SPLIT PARTITION dist:part answers both halves, MERGE PARTITION dist:part the merged
+// partition (distribution, partition, modulus, remainder, shard), once every live proxy
+// routes with them.
+awaitable<void> AdminConsole::hash_change(const std::vector<std::string>& words, Catalog& c, std::string& out,
+                                          bool split) {
+  const std::string tag = split ? "SPLIT PARTITION" : "MERGE PARTITION";
   std::optional<std::pair<std::string, std::uint32_t>> part;
   if (words.size() == 3) part = partition_name(words[2]);
   if (!part) {
-    admin_error(s_.metrics_, out, sqlstate::syntax_error, "usage: SPLIT PARTITION distribution:partition");
+    admin_error(s_.metrics_, out, sqlstate::syntax_error, "usage: " + tag + " distribution:partition");
     co_return;
   }
   Catalog* catalog = &c;
-  auto split = [catalog, part] { return catalog->split_partition(part->first, part->second); };
-  auto r = co_await off_thread(split, s_.metrics_, out);
+  auto change = [catalog, part, split] {
+    return split ? catalog->split_partition(part->first, part->second)
+                 : catalog->merge_partition(part->first, part->second);
+  };
+  auto r = co_await off_thread(change, s_.metrics_, out);
   if (!r) co_return;
   Table t({"distribution", "partition", "modulus", "remainder", "shard"});
   for (const auto& row : *r)
     t.row({part->first, std::to_string(row.partition), std::to_string(row.modulus), std::to_string(row.remainder),
            row.shard});
-  t.encode(out, "SPLIT PARTITION");
+  t.encode(out, tag);
 }
 
 // ADD SHARD name host=... port=... [database=...] [user=...] [password=...] [pool_size=...]

@@ -36,11 +36,11 @@ class AdminConsole {
   // The catalog's commands (SPEC §9); false: not one of them.
   awaitable<bool> catalog_command(const std::vector<std::string>& words, std::string_view sql, std::string& out);
   awaitable<void> add_shard(const std::vector<std::string>& words, Catalog& catalog, std::string& out);
-  // SPLIT RANGE dist AT value, MERGE RANGE dist AT value (and SPLIT PARTITION).
+  // SPLIT RANGE dist AT value, MERGE RANGE dist AT value (and SPLIT/MERGE PARTITION).
   awaitable<void> range_change(const std::vector<std::string>& w, std::string_view sql, Catalog& catalog,
                                std::string& out);
-  // SPLIT PARTITION dist:part (`words` as written).
-  awaitable<void> split_partition(const std::vector<std::string>& words, Catalog& catalog, std::string& out);
+  // SPLIT PARTITION or MERGE PARTITION dist:part (`words` as written).
+  awaitable<void> hash_change(const std::vector<std::string>& words, Catalog& catalog, std::string& out, bool split);
   awaitable<void> topology_change(const std::vector<std::string>& w, const std::vector<std::string>& words,
                                   Catalog& catalog, std::string& out);
 

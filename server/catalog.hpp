@@ -79,7 +79,7 @@ struct RangeRow {
   std::string shard;
 };
 
-// One hash partition in the answer of SPLIT PARTITION.
+// One hash partition in the answer of SPLIT PARTITION or MERGE PARTITION.
 struct HashPartRow {
   std::uint32_t partition = 0, modulus = 0, remainder = 0;
   std::string shard;
@@ -148,6 +148,11 @@ class Catalog {
   // one, with unfinished moves, an unknown partition, or a modulus beyond
   // routing::kMaxHashModulus. Returns both halves once every live proxy runs them.
   std::vector<HashPartRow> split_partition(const std::string& distribution, std::uint32_t partition);
+  // MERGE PARTITION (SPEC §9): partition p and its sibling, the two halves of a split
+  // (routing::merge_hash_partition), become one, numbered the lower of the two; those
+  // above the higher number are numbered one lower. Refused (SPA01) as SPLIT PARTITION,
+  // and while the two are on different shards. Returns the merged partition.
+  std::vector<HashPartRow> merge_partition(const std::string& distribution, std::uint32_t partition);
   void cancel_move(std::int64_t id);
   std::vector<MoveRow> moves(bool all);
   struct ProxyRow {

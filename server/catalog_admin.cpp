@@ -1,4 +1,4 @@
-// ADD SHARD, REBALANCE, DROP SHARD, SPLIT RANGE, MERGE RANGE and SPLIT PARTITION (SPEC §9):
+// ADD SHARD, REBALANCE, DROP SHARD, SPLIT RANGE, MERGE RANGE, SPLIT and MERGE PARTITION (SPEC §9):
 // changes of the catalog that the admin console asks for. Blocking; the console runs them
 // off the Asio threads.
 #include <spdlog/spdlog.h>
@@ -328,39 +328,82 @@ std::vector<RangeRow> Catalog::change_range(const std::string& distribution, con
   return made;
 }
 
+namespace {
+
+// A hash distribution as the catalog has it (its own moduli once split, else the file's),
+// and the shard of each partition.
+config::Distribution catalog_hash(pqxx::transaction_base& w, const config::Distribution& file,
+                                  std::vector<std::string>& shards) {
+  config::Distribution d = file;
+  for (const auto& r : w.exec_params("SELECT shard FROM splitpoint.placement WHERE distribution = $1 ORDER BY partition",
+                                     d.name))
+    shards.push_back(r[0].as<std::string>());
+  for (const auto& r : w.exec_params("SELECT modulus, remainder FROM splitpoint.hash_partitions WHERE "
+                                     "distribution = $1 ORDER BY partition",
+                                     d.name))
+    d.hash_parts.push_back({r[0].as<std::uint32_t>(), r[1].as<std::uint32_t>()});
+  if (!d.hash_parts.empty()) d.partitions = static_cast<int>(d.hash_parts.size());
+  if (shards.size() != static_cast<std::size_t>(d.partitions))
+    throw CatalogError("SPA01", "the catalog places " + std::to_string(shards.size()) + " partitions of distribution \"" +
+                                    d.name + "\" but has " + std::to_string(d.partitions) + " hash partitions");
+  return d;
+}
+
+void write_hash_parts(pqxx::transaction_base& w, const std::string& name,
+                      const std::vector<config::HashPartition>& parts, const std::vector<std::string>& shards) {
+  w.exec_params("DELETE FROM splitpoint.hash_partitions WHERE distribution = $1", name);
+  w.exec_params("DELETE FROM splitpoint.placement WHERE distribution = $1", name);
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    w.exec_params("INSERT INTO splitpoint.hash_partitions VALUES ($1, $2, $3, $4)", name, static_cast<int>(p),
+                  static_cast<int>(parts[p].modulus), static_cast<int>(parts[p].remainder));
+    w.exec_params("INSERT INTO splitpoint.placement VALUES ($1, $2, $3)", name, static_cast<int>(p), shards[p]);
+  }
+}
+
+}  // namespace
+
 std::vector<HashPartRow> Catalog::split_partition(const std::string& distribution, std::uint32_t partition) {
   const config::Distribution& file = changeable(distribution, config::Method::hash, "SPLIT PARTITION");
   std::vector<HashPartRow> made;
   const auto epoch = change_partitions(distribution, "SPLIT PARTITION", [&](pqxx::transaction_base& w) {
-    // The distribution as the catalog has it: its own moduli once split, else the file's.
-    config::Distribution d = file;
-    auto placed = w.exec_params("SELECT shard FROM splitpoint.placement WHERE distribution = $1 ORDER BY partition",
-                                distribution);
-    for (const auto& r : w.exec_params("SELECT modulus, remainder FROM splitpoint.hash_partitions WHERE "
-                                       "distribution = $1 ORDER BY partition",
-                                       distribution))
-      d.hash_parts.push_back({r[0].as<std::uint32_t>(), r[1].as<std::uint32_t>()});
-    if (!d.hash_parts.empty()) d.partitions = static_cast<int>(d.hash_parts.size());
-    if (placed.size() != static_cast<std::size_t>(d.partitions))
-      throw CatalogError("SPA01", "the catalog places " + std::to_string(placed.size()) +
-                                      " partitions of distribution \"" + distribution + "\" but has " +
-                                      std::to_string(d.partitions) + " hash partitions");
+    std::vector<std::string> shards;
+    const config::Distribution d = catalog_hash(w, file, shards);
     const auto split = routing::split_hash_partition(d, partition);
     if (!split.error.empty()) throw CatalogError("SPA01", "SPLIT PARTITION: " + split.error);
-    const auto shard = placed[partition][0].as<std::string>();
-    w.exec_params("DELETE FROM splitpoint.hash_partitions WHERE distribution = $1", distribution);
-    for (std::size_t p = 0; p < split.parts.size(); ++p)
-      w.exec_params("INSERT INTO splitpoint.hash_partitions VALUES ($1, $2, $3, $4)", distribution, static_cast<int>(p),
-                    static_cast<int>(split.parts[p].modulus), static_cast<int>(split.parts[p].remainder));
-    w.exec_params("INSERT INTO splitpoint.placement VALUES ($1, $2, $3)", distribution, static_cast<int>(split.added),
-                  shard);
+    shards.push_back(shards[partition]);
+    write_hash_parts(w, distribution, split.parts, shards);
     for (const std::uint32_t p : {partition, split.added})
-      made.push_back({p, split.parts[p].modulus, split.parts[p].remainder, shard});
+      made.push_back({p, split.parts[p].modulus, split.parts[p].remainder, shards[p]});
   });
   spdlog::info("catalog: SPLIT PARTITION {}:{}: now modulus {} remainder {}, new partition {} remainder {}, topology "
                "epoch {}",
                distribution, partition, made[0].modulus, made[0].remainder, made[1].partition, made[1].remainder,
                epoch);
+  return made;
+}
+
+std::vector<HashPartRow> Catalog::merge_partition(const std::string& distribution, std::uint32_t partition) {
+  const config::Distribution& file = changeable(distribution, config::Method::hash, "MERGE PARTITION");
+  std::vector<HashPartRow> made;
+  std::uint32_t removed = 0;
+  const auto epoch = change_partitions(distribution, "MERGE PARTITION", [&](pqxx::transaction_base& w) {
+    std::vector<std::string> shards;
+    const config::Distribution d = catalog_hash(w, file, shards);
+    const auto merge = routing::merge_hash_partition(d, partition);
+    if (!merge.error.empty()) throw CatalogError("SPA01", "MERGE PARTITION: " + merge.error);
+    const auto name = [&](std::uint32_t p) {
+      return distribution + ":" + std::to_string(p) + " (on shard \"" + shards[p] + "\")";
+    };
+    if (shards[merge.kept] != shards[merge.removed])
+      throw CatalogError("SPA01", "partitions " + name(merge.kept) + " and " + name(merge.removed) +
+                                      " are on different shards: MOVE PARTITION one of them to the other's shard first");
+    shards.erase(shards.begin() + merge.removed);
+    write_hash_parts(w, distribution, merge.parts, shards);
+    removed = merge.removed;
+    made.push_back({merge.kept, merge.parts[merge.kept].modulus, merge.parts[merge.kept].remainder, shards[merge.kept]});
+  });
+  spdlog::info("catalog: MERGE PARTITION {}:{}: partitions {} and {} now one, modulus {} remainder {}, topology epoch {}",
+               distribution, partition, made[0].partition, removed, made[0].modulus, made[0].remainder, epoch);
   return made;
 }
 

@@ -594,6 +594,10 @@ void Move::drop_publication() {
   pqxx::nontransaction w(*src_);
   if (w.exec_params("SELECT 1 FROM pg_publication WHERE pubname = $1", name_).empty()) return;
   w.exec("ALTER PUBLICATION " + name_ + " SET TABLE splitpoint.move_marks");
+  // A write that read the table's publications before the ALTER may look this one up
+  // after a DROP right behind it (seen once more under load, test_split_range): a moment
+  // for such writes to finish.
+  cat_.nap(500ms);
   w.exec("DROP PUBLICATION " + name_);
 }
 

@@ -6,6 +6,11 @@ namespace splitpoint::server {
 
 namespace {
 
+// Every row hash in `inner` is in `outer`.
+bool contains(const config::HashPartition& outer, const config::HashPartition& inner) {
+  return inner.modulus % outer.modulus == 0 && inner.remainder % outer.modulus == outer.remainder;
+}
+
 std::size_t partitions(const routing::Topology& topo) {
   std::size_t n = 0;
   for (std::size_t d = 0; d < topo.config().distributions.size(); ++d) n += topo.partition_count(d);
@@ -38,15 +43,18 @@ void PartitionSlots::add(const routing::Topology& topo, const PartitionSlots* pr
     const std::uint32_t n = topo.partition_count(d);
     if (dist.method == config::Method::range)
       for (std::uint32_t p = 0; p < n; ++p) out.lower.push_back(p == 0 ? std::nullopt : dist.ranges[p - 1].upto);
+    if (dist.method == config::Method::hash)
+      for (std::uint32_t p = 0; p < n; ++p) out.hash.push_back(dist.hash_partition(p));
     const Distribution* was = nullptr;
     if (previous)
       for (const auto& old : previous->distributions_)
         if (old.name == dist.name && old.method == dist.method) was = &old;
     if (!was) {
       for (std::uint32_t p = 0; p < n; ++p) out.slots.push_back(take());
-    } else if (dist.method != config::Method::range) {
-      // Numbers are stable: a split appends.
+    } else if (dist.method == config::Method::list) {
       for (std::uint32_t p = 0; p < n; ++p) out.slots.push_back(p < was->slots.size() ? was->slots[p] : take());
+    } else if (dist.method == config::Method::hash) {
+      for (std::uint32_t p = 0; p < n; ++p) out.slots.push_back(hash_slots(*was, out.hash[p], p));
     } else {
       // A range is known by its lower bound. One that no longer begins a range was merged
       // into the range before it: that one reads its slots too.
@@ -65,6 +73,21 @@ void PartitionSlots::add(const routing::Topology& topo, const PartitionSlots* pr
     }
     distributions_.push_back(std::move(out));
   }
+}
+
+// A hash partition's slots: those of the same partition before (renumbered or not);
+// else those of the partitions merged into it; else, for the half of a split that kept
+// its number, that partition's; else a new one.
+std::vector<std::size_t> PartitionSlots::hash_slots(const Distribution& was, const config::HashPartition& hp,
+                                                    std::uint32_t p) {
+  std::vector<std::size_t> merged;
+  for (std::size_t q = 0; q < was.hash.size(); ++q) {
+    if (was.hash[q] == hp) return was.slots[q];
+    if (contains(hp, was.hash[q])) merged.insert(merged.end(), was.slots[q].begin(), was.slots[q].end());
+  }
+  if (!merged.empty()) return merged;
+  if (p < was.hash.size() && contains(was.hash[p], hp)) return was.slots[p];
+  return take();
 }
 
 std::size_t PartitionSlots::slot(std::size_t d, std::uint32_t p) const {

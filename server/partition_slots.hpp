@@ -2,9 +2,10 @@
 // rows_written, splitpoint_partition_*_total, SHOW SPLIT ADVICE). One per runtime: a
 // session counts by the numbering it routes with, and the numbering changes when SPLIT
 // or MERGE renumbers partitions (SPEC §9). A partition keeps its slots across such a
-// change: a range partition is known by its lower bound, a hash or list partition by
-// its number (SPLIT PARTITION appends). The partition a split adds gets a new slot; a
-// MERGE RANGE's partition reads both halves' slots and writes the lower one's.
+// change: a range partition is known by its lower bound, a hash partition by its
+// modulus and remainder, a list partition by its number. The half of a split that keeps
+// the number keeps the slots, the other half gets a new one; a merged partition reads
+// both halves' slots and writes the lower-numbered one's.
 #pragma once
 
 #include <atomic>
@@ -45,9 +46,11 @@ class PartitionSlots {
     std::string name;
     config::Method method = config::Method::hash;
     std::vector<std::optional<std::string>> lower;  // range: each partition's lower bound
+    std::vector<config::HashPartition> hash;        // hash: each partition's modulus and remainder
     std::vector<std::vector<std::size_t>> slots;    // per partition
   };
   std::vector<std::size_t> take();  // a new slot ({} when none is left)
+  std::vector<std::size_t> hash_slots(const Distribution& was, const config::HashPartition& hp, std::uint32_t p);
   void add(const routing::Topology& topo, const PartitionSlots* previous);
 
   std::shared_ptr<Allocator> allocator_;

@@ -20,6 +20,8 @@ per-key counter) through A and B:
   PARTITION refused while it runs;
 - refusals and their SQLSTATEs (SPA01 for a range distribution, an unknown partition or
   distribution, a modulus above 65536; 42601 for the syntax; SPA01 without catalog:);
+- MERGE PARTITION of two halves once one is moved to the other's shard: one partition
+  of half the modulus, the numbers above the removed one one lower; its refusals;
 - the command-line form; SHOW SPLIT ADVICE names SPLIT PARTITION without "not
   implemented".
 After each step every acknowledged increment is there exactly once, and every row is on
@@ -188,6 +190,31 @@ def refusals():
     same_parts(want)
     with Load():
         time.sleep(2)
+    check_rows(want)
+
+
+@test
+def merge_under_load():
+    """MERGE PARTITION joins a split's two halves (on one shard) into one partition of half
+    the modulus, numbered the lower; those above the higher number go down by one."""
+    cur = parts(A)
+    assert cur[4] == (16, 6, "s0") and cur[5] == (16, 14, "s1") and len(cur) > 6, cur
+    refused(A, "MERGE PARTITION by_user:4", "SPA01", "by_user:4 (on shard \"s0\") and by_user:5 (on shard \"s1\") are "
+                                                     "on different shards: MOVE PARTITION one of them")
+    refused(A, "MERGE PARTITION by_user:0", "SPA01", "has no partition (modulus 4, remainder 2) to merge with")
+    refused(A, "MERGE PARTITION by_range:1", "SPA01", "MERGE PARTITION needs a hash distribution")
+    refused(A, "MERGE PARTITION by_user", "42601", "usage: MERGE PARTITION distribution:partition")
+    with Load():
+        wait_move(A, int(admin(A, "MOVE PARTITION by_user:5 TO s0")[0][0]))
+        rows = admin(B, "MERGE PARTITION by_user:5")
+        assert rows == [("by_user", "4", "8", "6", "s0")], rows
+        time.sleep(1)
+    want = {p: v for p, v in cur.items() if p < 4}
+    want[4] = (8, 6, "s0")
+    want.update({p - 1: v for p, v in cur.items() if p > 5})
+    same_parts(want)
+    e = epochs(A)
+    assert len(set(e.values())) == 1, e
     check_rows(want)
 
 

@@ -17,6 +17,7 @@ using splitpoint::routing::column_type;
 using splitpoint::routing::hash_key_text;
 using splitpoint::routing::KeyType;
 using splitpoint::routing::kMaxHashModulus;
+using splitpoint::routing::merge_hash_partition;
 using splitpoint::routing::partition_for_hash;
 using splitpoint::routing::PartitionOf;
 using splitpoint::routing::split_hash_partition;
@@ -92,6 +93,63 @@ TEST_CASE("split_hash_partition refuses an unknown partition and a modulus beyon
   CHECK(capped.error.find("has modulus 65536; split, it would have 131072, above the largest allowed, 65536") !=
         std::string::npos);
   CHECK(capped.parts.empty());
+}
+
+TEST_CASE("merge_hash_partition undoes a split: the two halves become one, numbered the lower") {
+  auto config = split_config({5, 64, 5});  // (256, 5) #5, (256, 69) #64, (256, 197) #65, (256, 133) #66
+  auto d = config.distributions[kByUser];
+  d.hash_parts = config.distributions[kByUser].hash_parts;
+  // #5's sibling is (256, 133), #66: the merge keeps 5, and no number above 66 exists.
+  auto m = merge_hash_partition(d, 66);
+  REQUIRE(m.error.empty());
+  CHECK(m.kept == 5);
+  CHECK(m.removed == 66);
+  REQUIRE(m.parts.size() == 66);
+  CHECK(m.parts[5] == HashPartition{128, 5});
+  CHECK(m.parts[64] == HashPartition{256, 69});
+  CHECK(m.parts[65] == HashPartition{256, 197});
+  CHECK(check_hash_parts(m.parts).empty());
+  // #64 (256, 69) and #65 (256, 197): one (128, 69) numbered 64, nothing renumbered.
+  d.hash_parts = m.parts;
+  d.partitions = 66;
+  auto m2 = merge_hash_partition(d, 64);
+  REQUIRE(m2.error.empty());
+  CHECK((m2.kept == 64 && m2.removed == 65));
+  d.hash_parts = m2.parts;
+  d.partitions = 65;
+  // Now #5 (128, 5) and #64 (128, 69): back to 64 partitions of (64, p).
+  auto m3 = merge_hash_partition(d, 5);
+  REQUIRE(m3.error.empty());
+  CHECK((m3.kept == 5 && m3.removed == 64));
+  REQUIRE(m3.parts.size() == 64);
+  for (std::uint32_t p = 0; p < 64; ++p) CHECK(m3.parts[p] == HashPartition{64, p});
+  // Every row hash has exactly one partition at every step.
+  for (std::uint64_t h = 0; h < 1024; ++h) {
+    CHECK(holders(m.parts, h).size() == 1);
+    CHECK(holders(m2.parts, h).size() == 1);
+  }
+}
+
+TEST_CASE("merge_hash_partition: numbers above the removed one go down by one; refusals") {
+  auto config = splitpoint::routing::test::load_config();
+  auto d = config.distributions[kByUser];
+  // Uniform 64: #3 (64, 3) and #35 (64, 35) are halves of (32, 3); #36.. are numbered one lower.
+  auto m = merge_hash_partition(d, 35);
+  REQUIRE(m.error.empty());
+  CHECK((m.kept == 3 && m.removed == 35));
+  REQUIRE(m.parts.size() == 63);
+  CHECK(m.parts[3] == HashPartition{32, 3});
+  CHECK(m.parts[35] == HashPartition{64, 36});
+  CHECK(check_hash_parts(m.parts).empty());
+  // (32, 3)'s sibling (32, 19) is still split in two: refused until those merge.
+  d.hash_parts = m.parts;
+  d.partitions = 63;
+  auto refused = merge_hash_partition(d, 3);
+  CHECK(refused.error.find("has no partition (modulus 32, remainder 19) to merge with") != std::string::npos);
+  CHECK(merge_hash_partition(d, 63).error.find("has no partition 63") != std::string::npos);
+  d.hash_parts.clear();
+  d.partitions = 3;
+  CHECK(merge_hash_partition(d, 1).error.find("an odd one") != std::string::npos);
 }
 
 TEST_CASE("check_hash_parts accepts PostgreSQL's rules only") {

@@ -9,6 +9,7 @@
 #include "server/partition_slots.hpp"
 
 using splitpoint::config::Config;
+using splitpoint::routing::merge_hash_partition;
 using splitpoint::routing::merge_range;
 using splitpoint::routing::split_hash_partition;
 using splitpoint::routing::split_range;
@@ -119,6 +120,43 @@ TEST_CASE("partition slots: SPLIT PARTITION adds a counted partition", "[slots]"
   REQUIRE(s.added == 4);
   CHECK(after.slot(kHash, 4) != PartitionSlots::kNone);
   CHECK(after.slot(kHash, 4) != after.slot(kHash, 2));
+}
+
+TEST_CASE("partition slots: MERGE PARTITION reads both halves; the numbers above keep their counts", "[slots]") {
+  auto c = config();
+  Topology topo(c);
+  PartitionSlots before(topo);
+  auto& d = c.distributions[kHash];
+  auto m = merge_hash_partition(d, 1);  // (4, 1) #1 and (4, 3) #3: (2, 1) #1
+  REQUIRE(m.error.empty());
+  REQUIRE((m.kept == 1 && m.removed == 3));
+  d.hash_parts = m.parts;
+  d.partitions = 3;
+  d.placement.pop_back();
+  auto merged = next(c, before);
+  CHECK(merged.slots(kHash, 1) == std::vector<std::size_t>{before.slot(kHash, 1), before.slot(kHash, 3)});
+  CHECK(merged.slot(kHash, 0) == before.slot(kHash, 0));
+  CHECK(merged.slot(kHash, 2) == before.slot(kHash, 2));
+  // Merging #0 (4, 0) and #2 (4, 2) removes number 2; split #0 (2, 0) again: (4, 0) keeps
+  // the number and both slots, (4, 2) is new, numbered 2.
+  auto m2 = merge_hash_partition(d, 2);
+  REQUIRE((m2.error.empty() && m2.kept == 0 && m2.removed == 2));
+  d.hash_parts = m2.parts;
+  d.partitions = 2;
+  d.placement.pop_back();
+  auto two = next(c, merged);
+  CHECK(two.slots(kHash, 0) == std::vector<std::size_t>{before.slot(kHash, 0), before.slot(kHash, 2)});
+  CHECK(two.slots(kHash, 1) == merged.slots(kHash, 1));
+  auto s = split_hash_partition(d, 0);
+  REQUIRE(s.error.empty());
+  d.hash_parts = s.parts;
+  d.partitions = 3;
+  d.placement.push_back(d.placement[0]);
+  auto split = next(c, two);
+  CHECK(split.slots(kHash, 0) == two.slots(kHash, 0));
+  CHECK(split.slots(kHash, 1) == two.slots(kHash, 1));
+  CHECK(split.slots(kHash, 2).size() == 1);
+  CHECK(split.slot(kHash, 2) != before.slot(kHash, 2));
 }
 
 TEST_CASE("partition slots: a reload that drops and adds distributions", "[slots]") {
