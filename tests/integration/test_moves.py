@@ -431,6 +431,56 @@ def acks_wait_for_running_statements():
 
 
 @test
+def copy_does_not_hold_acks():
+    """A COPY ... FROM STDIN only writes, by key: a slow one (into items) does not hold back
+    the acknowledgement of an epoch (a long load would otherwise hold up every move)."""
+    source = next(r for r in admin(A, "SHOW PARTITIONS") if r[0] == "by_user" and r[2] == "s2")
+    ids = list(range(5000, 5040))
+
+    class SlowRows:
+        """COPY text, one row every 50 ms."""
+        def __init__(self):
+            self.i = 0
+
+        def read(self, size=-1):
+            if self.i == len(ids):
+                return ""
+            time.sleep(0.05)
+            self.i += 1
+            return f"{ids[self.i - 1]}\tcopy\n"
+
+        readline = read
+
+    c = A.connect(DB)
+    done = []
+
+    def slow_copy():
+        c.cursor().copy_expert("COPY items (id, note) FROM STDIN", SlowRows())
+        done.append(True)
+
+    t = threading.Thread(target=slow_copy)
+    t.start()
+    time.sleep(0.2)
+    before = direct(0, "SELECT epoch FROM splitpoint.topology")[0][0]
+    m = move(B, f"by_user:{source[1]}", "s0")
+    deadline = time.monotonic() + 1.5
+    while direct(0, "SELECT epoch FROM splitpoint.topology")[0][0] == before:  # (the move's copy begins)
+        assert time.monotonic() < deadline, "the move did not start while the COPY ran"
+        time.sleep(0.01)
+    time.sleep(0.4)  # (several of moves.poll)
+    newest = direct(0, "SELECT epoch FROM splitpoint.topology")[0][0]
+    a_epoch = int(next(r for r in admin(A, "SHOW TOPOLOGY") if r[5] == "yes")[2])
+    assert t.is_alive(), "the COPY ended too soon for the check"
+    assert a_epoch == newest, f"A acknowledged epoch {a_epoch} of {newest} while a COPY ran"
+    t.join(30)
+    c.close()
+    assert done == [True]
+    with LOCK:
+        ACKED_ITEMS.update(ids)
+    assert wait_move(B, m, {"done", "failed"})["state"] == "done", moves(B)[m]
+
+
+@test
 def verification_catches_a_bad_copy():
     """moves.verify: a target whose copy differs from the source (a replica-only trigger
     there adds a million to every counter the move brings) fails the move and undoes it; the
