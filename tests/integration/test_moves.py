@@ -19,6 +19,9 @@ server-side prepared statements) and reader threads (scatter
 - the proxy that runs a move killed with SIGKILL mid-move: the other proxy's mover rolls
   the move back once the lease lapses; the proxy restarted, the move run again;
 - a range partition moved.
+Then: a proxy does not acknowledge an epoch while a scatter read of an older one runs,
+but does while a COPY FROM STDIN runs; a copy corrupted on the target (a replica-only
+trigger) fails the move's verification and is undone.
 Then DROP SHARD s1 (a shard of the file, listed before s2): refused while it holds
 partitions or a move from it is unfinished; dropped once emptied, on both proxies, with
 traffic going on and a proxy restarted from a file that still lists it (the drop itself
