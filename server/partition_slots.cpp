@@ -54,7 +54,9 @@ void PartitionSlots::add(const routing::Topology& topo, const PartitionSlots* pr
     } else if (dist.method == config::Method::list) {
       for (std::uint32_t p = 0; p < n; ++p) out.slots.push_back(p < was->slots.size() ? was->slots[p] : take());
     } else if (dist.method == config::Method::hash) {
-      for (std::uint32_t p = 0; p < n; ++p) out.slots.push_back(hash_slots(*was, out.hash[p], p));
+      HashNumbers before;
+      for (std::size_t q = 0; q < was->hash.size(); ++q) before.emplace(std::pair{was->hash[q].modulus, was->hash[q].remainder}, q);
+      for (std::uint32_t p = 0; p < n; ++p) out.slots.push_back(hash_slots(*was, before, out.hash[p], p));
     } else {
       // A range is known by its lower bound. One that no longer begins a range was merged
       // into the range before it: that one reads its slots too.
@@ -76,16 +78,18 @@ void PartitionSlots::add(const routing::Topology& topo, const PartitionSlots* pr
 }
 
 // A hash partition's slots: those of the same partition before (renumbered or not);
-// else those of the partitions merged into it; else, for the half of a split that kept
-// its number, that partition's; else a new one.
-std::vector<std::size_t> PartitionSlots::hash_slots(const Distribution& was, const config::HashPartition& hp,
-                                                    std::uint32_t p) {
-  std::vector<std::size_t> merged;
-  for (std::size_t q = 0; q < was.hash.size(); ++q) {
-    if (was.hash[q] == hp) return was.slots[q];
-    if (contains(hp, was.hash[q])) merged.insert(merged.end(), was.slots[q].begin(), was.slots[q].end());
+// else those of the two halves merged into it, the lower-numbered one's first; else,
+// for the half of a split that kept its number, that partition's; else a new one.
+std::vector<std::size_t> PartitionSlots::hash_slots(const Distribution& was, const HashNumbers& before,
+                                                    const config::HashPartition& hp, std::uint32_t p) {
+  if (auto it = before.find({hp.modulus, hp.remainder}); it != before.end()) return was.slots[it->second];
+  auto lo = before.find({2 * hp.modulus, hp.remainder}), hi = before.find({2 * hp.modulus, hp.remainder + hp.modulus});
+  if (lo != before.end() && hi != before.end()) {
+    if (lo->second > hi->second) std::swap(lo, hi);
+    auto merged = was.slots[lo->second];
+    merged.insert(merged.end(), was.slots[hi->second].begin(), was.slots[hi->second].end());
+    return merged;
   }
-  if (!merged.empty()) return merged;
   if (p < was.hash.size() && contains(was.hash[p], hp)) return was.slots[p];
   return take();
 }

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,7 +51,9 @@ class PartitionSlots {
     std::vector<std::vector<std::size_t>> slots;    // per partition
   };
   std::vector<std::size_t> take();  // a new slot ({} when none is left)
-  std::vector<std::size_t> hash_slots(const Distribution& was, const config::HashPartition& hp, std::uint32_t p);
+  using HashNumbers = std::map<std::pair<std::uint32_t, std::uint32_t>, std::size_t>;  // (modulus, remainder) -> number
+  std::vector<std::size_t> hash_slots(const Distribution& was, const HashNumbers& before,
+                                      const config::HashPartition& hp, std::uint32_t p);
   void add(const routing::Topology& topo, const PartitionSlots* previous);
 
   std::shared_ptr<Allocator> allocator_;
