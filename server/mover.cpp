@@ -90,6 +90,7 @@ class Move {
   void drop_subscription();
   void drop_publication();
   void exec(pqxx::connection& c, const std::string& sql);
+  void exec_locking(const std::string& table, const std::string& sql, bool until_done);
   std::string q(pqxx::connection& c, const std::string& ident) const { return c.quote_name(ident); }
 
   Catalog& cat_;
@@ -259,19 +260,11 @@ void Move::prepare() {
   for (std::size_t i = 0; i < tables_.size(); ++i) {
     const auto& t = tables_[i];
     exec(*src_, fence_function(i, false));
-    for (int attempt = 0;; ++attempt) {  // (waits for writers of the table: short, retried)
-      try {
-        pqxx::work w(*src_);
-        w.exec("SET LOCAL lock_timeout = '1s'");
-        w.exec("DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, t.name));
-        w.exec("CREATE TRIGGER " + name_ + "_fence BEFORE INSERT OR UPDATE OR DELETE ON " + q(*src_, t.name) +
-               " FOR EACH ROW EXECUTE FUNCTION splitpoint." + name_ + "_fence_" + std::to_string(i) + "()");
-        w.commit();
-        break;
-      } catch (const pqxx::sql_error& e) {
-        if (attempt >= 10 || cat_.stopping()) throw;
-      }
-    }
+    exec_locking(t.name,
+                 "DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, t.name) + "; CREATE TRIGGER " + name_ +
+                     "_fence BEFORE INSERT OR UPDATE OR DELETE ON " + q(*src_, t.name) +
+                     " FOR EACH ROW EXECUTE FUNCTION splitpoint." + name_ + "_fence_" + std::to_string(i) + "()",
+                 false);
     tables += (i ? ", " : "") + q(*src_, t.name) + " WHERE (" + in_partition(t, *src_) + ")";
   }
   drop_publication();  // (an earlier attempt's)
@@ -295,23 +288,40 @@ void Move::start_copy() {
          " WITH (create_slot = false, slot_name = " + w.quote(name_) + ", copy_data = true)");
 }
 
+// Until the subscription has copied every table. Progress from the target's
+// pg_stat_progress_copy (the COPY of each table's initial sync); the rows counted once
+// at the end.
 void Move::wait_copied() {
-  auto last_count = std::chrono::steady_clock::now() - 1h;
+  std::map<std::int64_t, std::int64_t> copied;  // table's oid on the target -> rows of its COPY
+  auto last_update = std::chrono::steady_clock::now() - 1h;
   for (;;) {
     if (cancelled()) throw Abort("cancelled");
-    auto r = pqxx::nontransaction(*tgt_).exec_params(
-        "SELECT count(*) FILTER (WHERE r.srsubstate <> 'r'), count(*), (SELECT coalesce(sum(apply_error_count + "
-        "sync_error_count), 0) FROM pg_stat_subscription_stats st WHERE st.subname = $1) FROM pg_subscription_rel r "
-        "JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1",
-        name_);
-    if (r[0][2].as<std::int64_t>() > 0) throw Abort("logical replication reported errors on the target (see its log)");
-    const bool ready = r[0][0].as<std::int64_t>() == 0 && r[0][1].as<std::size_t>() == tables_.size() + 1;  // (and the marks)
-    if (ready || std::chrono::steady_clock::now() - last_count > 1s) {
-      const std::int64_t n = partition_rows(*tgt_);
+    bool ready = false;
+    {
+      pqxx::nontransaction w(*tgt_);
+      auto r = w.exec_params(
+          "SELECT count(*) FILTER (WHERE r.srsubstate <> 'r'), count(*), (SELECT coalesce(sum(apply_error_count + "
+          "sync_error_count), 0) FROM pg_stat_subscription_stats st WHERE st.subname = $1) FROM pg_subscription_rel r "
+          "JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1",
+          name_);
+      if (r[0][2].as<std::int64_t>() > 0) throw Abort("logical replication reported errors on the target (see its log)");
+      ready = r[0][0].as<std::int64_t>() == 0 && r[0][1].as<std::size_t>() == tables_.size() + 1;  // (and the marks)
+      for (const auto& row : w.exec_params(
+               "SELECT p.relid::bigint, p.tuples_processed FROM pg_stat_progress_copy p JOIN pg_subscription_rel r ON "
+               "r.srrelid = p.relid JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1 AND "
+               "r.srsubstate IN ('i', 'd')",
+               name_))
+        copied[row[0].as<std::int64_t>()] = row[1].as<std::int64_t>();
+    }
+    if (ready || std::chrono::steady_clock::now() - last_update > 1s) {
+      std::int64_t n = 0;
+      if (ready) n = partition_rows(*tgt_);
+      else
+        for (const auto& [table, rows] : copied) n += rows;
       cat_.metrics().rows_copied += static_cast<std::uint64_t>(std::max<std::int64_t>(0, n - m_.rows_copied));
       m_.rows_copied = n;
       set_state(m_.state, false);
-      last_count = std::chrono::steady_clock::now();
+      last_update = std::chrono::steady_clock::now();
     }
     if (ready) return;
     cat_.nap(100ms);
@@ -427,8 +437,12 @@ std::vector<KeySet> Move::differing_keys(const std::vector<KeySet>& keys) {
 // key; the hold compares every row.
 std::optional<std::vector<KeySet>> Move::verify_before_hold() {
   exec(*src_, "DELETE FROM splitpoint.move_changes WHERE move = " + std::to_string(m_.id));
+  using Clock = std::chrono::steady_clock;
+  Clock::duration scans{}, rounds{};
+  std::size_t buckets_differing = 0;
   std::vector<KeySet> suspects(tables_.size());
   for (std::size_t i = 0; i < tables_.size(); ++i) {
+    const auto started = Clock::now();
     const auto& t = tables_[i];
     const std::string key = "x." + q(*src_, t.key);
     const std::string bucket = "hashtextextended(" + key + "::text, 0) & 1023";
@@ -437,21 +451,33 @@ std::optional<std::vector<KeySet>> Move::verify_before_hold() {
     for (const auto& b : differing(buckets.first, buckets.second)) {
       if (!b) return std::nullopt;
       in += (in.empty() ? "" : ", ") + *b;
+      ++buckets_differing;
     }
-    if (in.empty()) continue;
-    auto keys = both([&](pqxx::connection& side) { return sums(side, t, key, " AND (" + bucket + ") IN (" + in + ")"); });
-    for (const auto& k : differing(keys.first, keys.second)) {
-      if (!k) return std::nullopt;
-      suspects[i].insert(*k);
+    if (!in.empty()) {
+      auto keys =
+          both([&](pqxx::connection& side) { return sums(side, t, key, " AND (" + bucket + ") IN (" + in + ")"); });
+      for (const auto& k : differing(keys.first, keys.second)) {
+        if (!k) return std::nullopt;
+        suspects[i].insert(*k);
+      }
     }
+    scans += Clock::now() - started;
   }
   // Each round compares the keys written during the one before: fewer, and faster.
-  for (int round = 0; round < 4; ++round) {
+  const auto started = Clock::now();
+  int round = 0;
+  while (round < 4) {
     if (!take_logged(suspects, kMaxKeysBeforeHold)) return std::nullopt;
     const bool few = count(suspects) <= 100;
     suspects = differing_keys(suspects);
+    ++round;
     if (few) break;
   }
+  rounds = Clock::now() - started;
+  auto ms = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+  spdlog::info("move {}: checked before the hold: {} ms of scans ({} buckets differed), {} rounds over written keys in "
+               "{} ms, {} keys left",
+               m_.id, ms(scans), buckets_differing, round, ms(rounds), count(suspects));
   return suspects;
 }
 
@@ -540,15 +566,30 @@ void Move::flip(std::chrono::steady_clock::time_point held_from) {
   spdlog::info("move {}: {}:{} now on {} (held {} ms)", m_.id, m_.distribution, m_.partition, m_.target, *m_.hold_ms);
 }
 
+// The partition's rows of every table on `side`, deleted a range of pages at a time (a
+// TID range scan each: one pass over the table in all, and no long transaction), then
+// the pages added since the start. After each range a pause as long as the range took:
+// the rows are hidden or not yet owned, so this is not urgent, and leaves the cores to
+// the application half the time.
 void Move::delete_rows(pqxx::connection& side) {
+  constexpr std::int64_t kPages = 1024;
   for (const auto& t : tables_) {
-    for (;;) {
+    const auto pages = pqxx::nontransaction(side)
+                           .exec_params("SELECT pg_relation_size(to_regclass($1)) / current_setting('block_size')::bigint",
+                                        t.name)[0][0]
+                           .as<std::int64_t>();
+    auto tid = [](std::int64_t page) { return "'(" + std::to_string(page) + ",0)'::tid"; };
+    for (std::int64_t from = 0;; from += kPages) {
+      const bool last = from + kPages > pages;
+      const std::string where = in_partition(t, side) + " AND ctid >= " + tid(from) +
+                                (last ? "" : " AND ctid < " + tid(from + kPages));
+      const auto started = std::chrono::steady_clock::now();
       pqxx::work w(side);
       w.exec("SET LOCAL splitpoint.mover = 'on'");
-      auto r = w.exec("DELETE FROM " + q(side, t.name) + " WHERE ctid = ANY (ARRAY (SELECT ctid FROM " +
-                      q(side, t.name) + " WHERE " + in_partition(t, side) + " LIMIT 10000))");
+      w.exec("DELETE FROM " + q(side, t.name) + " WHERE " + where);
       w.commit();
-      if (r.affected_rows() == 0) break;
+      if (last) break;
+      cat_.nap(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started));
     }
   }
 }
@@ -614,21 +655,41 @@ void Move::drop_subscription() {
   }
 }
 
+// `sql` (one transaction on the source) takes a lock on `table` that its writers wait
+// for (CREATE and DROP TRIGGER), and while it waits every statement on the table waits
+// behind it: so it waits half a second at a time, 20 times, then fails (55P03) or, with
+// `until_done`, waits as long as it takes. An autovacuum of the table holds a
+// conflicting lock and gives it up to a waiter of deadlock_timeout: once one is seen,
+// the attempts wait that long.
+void Move::exec_locking(const std::string& table, const std::string& sql, bool until_done) {
+  std::int64_t timeout_ms = 500;
+  for (int attempt = 0;; ++attempt) {
+    const bool last = attempt >= 19;
+    try {
+      pqxx::work w(*src_);
+      w.exec("SET LOCAL lock_timeout = " + std::to_string(last && until_done ? 0 : timeout_ms));
+      w.exec(sql);
+      w.commit();
+      return;
+    } catch (const pqxx::sql_error& e) {
+      if (e.sqlstate() != "55P03" || (last && !until_done) || cat_.stopping()) throw;  // (lock_not_available)
+    }
+    auto r = pqxx::nontransaction(*src_).exec_params(
+        "SELECT (extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1000)::bigint + 500 FROM "
+        "pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.relation = to_regclass($1) AND l.granted AND "
+        "a.backend_type = 'autovacuum worker' LIMIT 1",
+        table);
+    if (!r.empty()) {
+      if (timeout_ms != r[0][0].as<std::int64_t>()) spdlog::info("move {}: an autovacuum of {} is in the way", m_.id, table);
+      timeout_ms = r[0][0].as<std::int64_t>();
+    }
+    cat_.nap(200ms);
+  }
+}
+
 void Move::drop_fences() {
   for (std::size_t i = 0; i < tables_.size(); ++i) {
-    // DROP TRIGGER takes the table's ACCESS EXCLUSIVE lock: while it waits, every
-    // statement on the table waits behind it. So it waits half a second at a time.
-    const std::string drop = "DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, tables_[i].name);
-    for (int attempt = 0;; ++attempt) {
-      try {
-        exec(*src_, attempt < 20 ? "SET lock_timeout = 500; " + drop + "; RESET lock_timeout" : drop);
-        break;
-      } catch (const pqxx::sql_error& e) {
-        exec(*src_, "RESET lock_timeout");
-        if (e.sqlstate() != "55P03") throw;  // lock_not_available
-        cat_.nap(200ms);
-      }
-    }
+    exec_locking(tables_[i].name, "DROP TRIGGER IF EXISTS " + name_ + "_fence ON " + q(*src_, tables_[i].name), true);
     exec(*src_, "DROP FUNCTION IF EXISTS splitpoint." + name_ + "_fence_" + std::to_string(i) + "()");
   }
 }

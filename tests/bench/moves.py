@@ -137,7 +137,8 @@ moves: {{ max_hold: 5s, poll: 200ms, lease: 3s, verify: {os.environ.get("VERIFY"
     moves_started = time.monotonic()
     admin = connect(sp_port, "splitpoint", "admin", "adminpw")
     acur = admin.cursor()
-    intervals = []  # (partition, cutover start, end) from the writers' clock, approximate
+    intervals = []  # (partition, move start, end) from the writers' clock, approximate
+    phases = []  # (state, start, end): the state of the move running then (polled every 20 ms)
     rng = random.Random(7)
     placement = {r: ("s0" if r < 4 else "s1") for r in range(P)}
     done = []
@@ -148,10 +149,22 @@ moves: {{ max_hold: 5s, poll: 200ms, lease: 3s, verify: {os.environ.get("VERIFY"
         move = int(acur.fetchone()[0])
         t_start = time.monotonic()
         copying_from = copied_at = None
+        max_lag = 0
+        progress = set()  # rows_copied values seen while copying
+        last_state, since = None, t_start
         while True:
             acur.execute("SHOW MOVES ALL")
             row = [r for r in acur.fetchall() if int(r[0]) == move][0]
             state = row[5]
+            now = time.monotonic()
+            if state != last_state:
+                if last_state:
+                    phases.append((last_state, since, now))
+                last_state, since = state, now
+            if state == "copying" and 0 < int(row[6]):
+                progress.add(int(row[6]))
+            if state == "catching_up" and row[9]:
+                max_lag = max(max_lag, int(row[9]))
             if state == "copying" and copying_from is None:
                 copying_from = time.monotonic()
             if state not in ("planned", "copying") and copied_at is None:
@@ -160,7 +173,7 @@ moves: {{ max_hold: 5s, poll: 200ms, lease: 3s, verify: {os.environ.get("VERIFY"
                 break
             time.sleep(0.02)
         placement[part] = target
-        done.append({"move": move, "partition": part, "state": state, "rows": int(row[6]),
+        done.append({"move": move, "partition": part, "state": state, "rows": int(row[6]), "max_lag": max_lag, "progress": len(progress),
                      "hold_ms": int(row[10]) if row[10] else None, "seconds": time.monotonic() - t_start,
                      "copy_seconds": (copied_at - copying_from) if copying_from and copied_at else None})
         intervals.append((part, t_start, time.monotonic()))
@@ -190,6 +203,16 @@ moves: {{ max_hold: 5s, poll: 200ms, lease: 3s, verify: {os.environ.get("VERIFY"
                     and not moving(part_of[s[2]], s[0])]
     during_moving = [s[1] for s in samples if moves_started <= s[0] <= moves_ended and not s[3]
                      and moving(part_of[s[2]], s[0])]
+    def phase(t):
+        for name, a, b in phases:
+            if a <= t < b:
+                return name
+        return None
+
+    by_phase = {}
+    for s in samples:
+        if moves_started <= s[0] <= moves_ended and not s[3] and not moving(part_of[s[2]], s[0]):
+            by_phase.setdefault(phase(s[0]), []).append(s[1])
     errors = {}
     for s in samples:
         if s[3]:
@@ -206,6 +229,18 @@ moves: {{ max_hold: 5s, poll: 200ms, lease: 3s, verify: {os.environ.get("VERIFY"
           f"other partitions: {len(during_other)}, p99 {percentile(during_other, 0.99) * 1000:.2f} ms; "
           f"the moving partition: {len(during_moving)}, p99 {percentile(during_moving, 0.99) * 1000:.2f} ms, "
           f"max {max(during_moving or [0]) * 1000:.0f} ms")
+    print("other partitions by the moving one's state (share of the moves' time, writes, p99 ms):")
+    for name in ("planned", "copying", "catching_up", "cutover", "cleanup", None):
+        seconds = sum(b - a for n, a, b in phases if n == name)
+        lat = by_phase.get(name, [])
+        if lat:
+            print(f"  {name or 'between moves'}: {seconds / (moves_ended - moves_started) * 100:.0f}% of the time, "
+                  f"{len(lat)} writes, p99 {percentile(lat, 0.99) * 1000:.2f} ms")
+    seen = [d["progress"] for d in ok]
+    print(f"progress: distinct rows_copied values seen while copying, median {statistics.median(seen) if seen else 0}")
+    lags = [d["max_lag"] for d in ok]
+    print(f"catch-up lag (bytes, highest SHOW MOVES lag_bytes per move while catching_up): median "
+          f"{statistics.median(lags) if lags else 0:.0f}, max {max(lags or [0])}")
     print(f"throughput: baseline {len(base) / BASELINE:.0f}/s, during moves "
           f"{(len(during_other) + len(during_moving)) / (moves_ended - moves_started):.0f}/s")
     print(f"client errors: {errors or 'none'}")

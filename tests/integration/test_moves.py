@@ -21,7 +21,8 @@ server-side prepared statements) and reader threads (scatter
 - a range partition moved.
 Then: a proxy does not acknowledge an epoch while a scatter read of an older one runs,
 but does while a COPY FROM STDIN runs; a copy corrupted on the target (a replica-only
-trigger) fails the move's verification and is undone.
+trigger) fails the move's verification and is undone; a move starts while an
+autovacuum works on its source table.
 Then DROP SHARD s1 (a shard of the file, listed before s2): refused while it holds
 partitions or a move from it is unfinished; dropped once emptied, on both proxies, with
 traffic going on and a proxy restarted from a file that still lists it (the drop itself
@@ -508,6 +509,41 @@ def verification_catches_a_bad_copy():
         direct(2, "DROP FUNCTION corrupt()")
     assert next(r for r in admin(A, "SHOW PARTITIONS") if r[:2] == source[:2])[2] == "s0"
     assert direct(2, "SELECT count(*) FROM counters WHERE n >= 1000000")[0][0] == 0
+
+
+@test
+def autovacuum_gives_way():
+    """A move whose source table an autovacuum is working on (made slow: a cost limit of
+    1) still starts: the fence trigger's lock waits long enough for PostgreSQL to cancel
+    the autovacuum (deadlock_timeout), instead of timing out ten times behind it."""
+    source = next(r for r in admin(A, "SHOW PARTITIONS") if r[0] == "by_user" and r[2] == "s0")
+    su = sptest.superuser(sptest.PG_PORTS[0])
+    su.autocommit = True
+    su.cursor().execute("ALTER SYSTEM SET autovacuum_naptime = 1")
+    su.cursor().execute("SELECT pg_reload_conf()")
+    try:
+        direct(0, "ALTER TABLE counters SET (autovacuum_vacuum_threshold = 0, autovacuum_vacuum_scale_factor = 0, "
+                  "autovacuum_vacuum_cost_delay = 100, autovacuum_vacuum_cost_limit = 1)")
+        direct(0, "DO $$BEGIN FOR i IN 1..150 LOOP UPDATE counters SET n = n; END LOOP; END$$")  # dead rows
+        deadline = time.monotonic() + 30
+        while not direct(0, "SELECT 1 FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND "
+                            "datname = current_database() AND query LIKE '%counters%'"):
+            assert time.monotonic() < deadline, "no autovacuum of counters started"
+            time.sleep(0.1)
+        m = move(A, f"by_user:{source[1]}", "s2")
+        st = wait_move(A, m, {"done", "failed"}, timeout=90)
+        assert st["state"] == "done", st
+    finally:
+        direct(0, "ALTER TABLE counters RESET (autovacuum_vacuum_threshold, autovacuum_vacuum_scale_factor, "
+                  "autovacuum_vacuum_cost_delay, autovacuum_vacuum_cost_limit)")
+        su.cursor().execute("ALTER SYSTEM RESET autovacuum_naptime")
+        su.cursor().execute("SELECT pg_reload_conf()")
+        su.close()
+    logs = ""
+    for p in (A, B):
+        with open(p.log_path, errors="replace") as f:
+            logs += f.read()
+    assert f"move {m}: an autovacuum of counters is in the way" in logs
 
 
 @test
