@@ -18,6 +18,7 @@
 
 #include <pqxx/pqxx>
 
+#include <algorithm>
 #include <future>
 #include <map>
 #include <optional>
@@ -74,6 +75,8 @@ class Move {
   void wait_acks(std::chrono::milliseconds timeout);
   std::string fence_function(std::size_t i, bool refuse_all);
   std::optional<std::vector<KeySet>> verify_before_hold();
+  std::optional<int> bucket_shift(const Table& t);
+  static std::string bucket_ranges(const std::string& key, int shift, const std::vector<std::string>& buckets);
   void verify_held(std::optional<std::vector<KeySet>> keys);
   bool take_logged(std::vector<KeySet>& keys, std::size_t max);
   std::vector<KeySet> differing_keys(const std::vector<KeySet>& keys);
@@ -427,9 +430,54 @@ std::vector<KeySet> Move::differing_keys(const std::vector<KeySet>& keys) {
   return out;
 }
 
+// Buckets of keys for the scans before the hold. An integer key that a btree index on
+// the source leads with is bucketed by its high bits (key >> shift, about 1024 buckets
+// from the smallest key to the largest): a bucket is then a key range, which the index
+// finds, so the second look, at the buckets that differ, reads only those. nullopt:
+// any other key, bucketed by a hash of its text; that look scans the table again.
+std::optional<int> Move::bucket_shift(const Table& t) {
+  if (t.key_type != "bigint" && t.key_type != "integer" && t.key_type != "smallint") return std::nullopt;
+  pqxx::nontransaction w(*src_);
+  auto r = w.exec_params(
+      "SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam JOIN "
+      "pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] WHERE i.indrelid = to_regclass($1) AND "
+      "a.attname = $2 AND am.amname = 'btree' AND i.indpred IS NULL AND i.indisvalid LIMIT 1",
+      t.name, t.key);
+  if (r.empty()) return std::nullopt;
+  auto range = w.exec("SELECT min(" + q(*src_, t.key) + ")::bigint, max(" + q(*src_, t.key) + ")::bigint FROM " +
+                      q(*src_, t.name));
+  if (range[0][0].is_null()) return std::nullopt;
+  const auto lo = range[0][0].as<std::int64_t>(), hi = range[0][1].as<std::int64_t>();
+  int shift = 0;
+  while ((hi >> shift) - static_cast<__int128>(lo >> shift) >= 1024) ++shift;
+  return shift;
+}
+
+// The condition "in one of `buckets`" (key >> shift), as key ranges (adjacent buckets
+// joined) that an index scan reads.
+std::string Move::bucket_ranges(const std::string& key, int shift, const std::vector<std::string>& buckets) {
+  std::vector<std::int64_t> b;
+  for (const auto& s : buckets) b.push_back(std::stoll(s));
+  std::sort(b.begin(), b.end());
+  auto bound = [&](__int128 v) {
+    v = std::clamp<__int128>(v, INT64_MIN, INT64_MAX);
+    return std::to_string(static_cast<std::int64_t>(v)) + "::bigint";
+  };
+  std::string out;
+  for (std::size_t i = 0; i < b.size();) {
+    std::size_t j = i;
+    while (j + 1 < b.size() && b[j + 1] == b[j] + 1) ++j;
+    const __int128 unit = static_cast<__int128>(1) << shift;
+    out += std::string(out.empty() ? "" : " OR ") + "(" + key + " >= " + bound(b[i] * unit) + " AND " + key +
+           " <= " + bound((b[j] + static_cast<__int128>(1)) * unit - 1) + ")";
+    i = j + 1;
+  }
+  return " AND (" + out + ")";
+}
+
 // Before a cutover attempt (moves.verify), VDiff-style but with the scans outside the
-// hold. The partition's rows on both sides, at once, per bucket of keys (a hash of the
-// key's text, 1024 buckets), then key by key in the buckets that differ. Writes go on
+// hold. The partition's rows on both sides, at once, per bucket of keys (bucket_shift),
+// then key by key in the buckets that differ. Writes go on
 // meanwhile (the fence trigger logs their keys from the start), so a key that differs
 // may be lagging: those keys and the logged ones are compared again, key by key (a few
 // rounds, each with the keys written during the one before), and what still differs is
@@ -445,17 +493,24 @@ std::optional<std::vector<KeySet>> Move::verify_before_hold() {
     const auto started = Clock::now();
     const auto& t = tables_[i];
     const std::string key = "x." + q(*src_, t.key);
-    const std::string bucket = "hashtextextended(" + key + "::text, 0) & 1023";
+    const auto shift = bucket_shift(t);
+    const std::string bucket = shift ? key + " >> " + std::to_string(*shift) : "hashtextextended(" + key + "::text, 0) & 1023";
     auto buckets = both([&](pqxx::connection& side) { return sums(side, t, bucket, ""); });
-    std::string in;
+    std::vector<std::string> differ;
     for (const auto& b : differing(buckets.first, buckets.second)) {
       if (!b) return std::nullopt;
-      in += (in.empty() ? "" : ", ") + *b;
-      ++buckets_differing;
+      differ.push_back(*b);
     }
-    if (!in.empty()) {
-      auto keys =
-          both([&](pqxx::connection& side) { return sums(side, t, key, " AND (" + bucket + ") IN (" + in + ")"); });
+    buckets_differing += differ.size();
+    if (!differ.empty()) {
+      std::string in;
+      if (shift) {
+        in = bucket_ranges(key, *shift, differ);
+      } else {
+        for (const auto& b : differ) in += (in.empty() ? "" : ", ") + b;
+        in = " AND (" + bucket + ") IN (" + in + ")";
+      }
+      auto keys = both([&](pqxx::connection& side) { return sums(side, t, key, in); });
       for (const auto& k : differing(keys.first, keys.second)) {
         if (!k) return std::nullopt;
         suspects[i].insert(*k);
