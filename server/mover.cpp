@@ -291,36 +291,34 @@ void Move::start_copy() {
          " WITH (create_slot = false, slot_name = " + w.quote(name_) + ", copy_data = true)");
 }
 
-// Until the subscription has copied every table. Progress from the target's
-// pg_stat_progress_copy (the COPY of each table's initial sync); the rows counted once
-// at the end.
+// Until the subscription has copied every table. Progress, once a second, from the
+// target's pg_stat_progress_copy (the COPY of each table's initial sync); the rows
+// counted once at the end.
 void Move::wait_copied() {
   std::map<std::int64_t, std::int64_t> copied;  // table's oid on the target -> rows of its COPY
   auto last_update = std::chrono::steady_clock::now() - 1h;
   for (;;) {
     if (cancelled()) throw Abort("cancelled");
-    bool ready = false;
-    {
-      pqxx::nontransaction w(*tgt_);
-      auto r = w.exec_params(
-          "SELECT count(*) FILTER (WHERE r.srsubstate <> 'r'), count(*), (SELECT coalesce(sum(apply_error_count + "
-          "sync_error_count), 0) FROM pg_stat_subscription_stats st WHERE st.subname = $1) FROM pg_subscription_rel r "
-          "JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1",
-          name_);
-      if (r[0][2].as<std::int64_t>() > 0) throw Abort("logical replication reported errors on the target (see its log)");
-      ready = r[0][0].as<std::int64_t>() == 0 && r[0][1].as<std::size_t>() == tables_.size() + 1;  // (and the marks)
-      for (const auto& row : w.exec_params(
-               "SELECT p.relid::bigint, p.tuples_processed FROM pg_stat_progress_copy p JOIN pg_subscription_rel r ON "
-               "r.srrelid = p.relid JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1 AND "
-               "r.srsubstate IN ('i', 'd')",
-               name_))
-        copied[row[0].as<std::int64_t>()] = row[1].as<std::int64_t>();
-    }
+    auto r = pqxx::nontransaction(*tgt_).exec_params(
+        "SELECT count(*) FILTER (WHERE r.srsubstate <> 'r'), count(*), (SELECT coalesce(sum(apply_error_count + "
+        "sync_error_count), 0) FROM pg_stat_subscription_stats st WHERE st.subname = $1) FROM pg_subscription_rel r "
+        "JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1",
+        name_);
+    if (r[0][2].as<std::int64_t>() > 0) throw Abort("logical replication reported errors on the target (see its log)");
+    const bool ready = r[0][0].as<std::int64_t>() == 0 && r[0][1].as<std::size_t>() == tables_.size() + 1;  // (and the marks)
     if (ready || std::chrono::steady_clock::now() - last_update > 1s) {
       std::int64_t n = 0;
-      if (ready) n = partition_rows(*tgt_);
-      else
+      if (ready) {
+        n = partition_rows(*tgt_);
+      } else {
+        for (const auto& row : pqxx::nontransaction(*tgt_).exec_params(
+                 "SELECT p.relid::bigint, p.tuples_processed FROM pg_stat_progress_copy p JOIN pg_subscription_rel r "
+                 "ON r.srrelid = p.relid JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1 AND "
+                 "r.srsubstate IN ('i', 'd')",
+                 name_))
+          copied[row[0].as<std::int64_t>()] = row[1].as<std::int64_t>();
         for (const auto& [table, rows] : copied) n += rows;
+      }
       cat_.metrics().rows_copied += static_cast<std::uint64_t>(std::max<std::int64_t>(0, n - m_.rows_copied));
       m_.rows_copied = n;
       set_state(m_.state, false);
@@ -486,7 +484,7 @@ std::string Move::bucket_ranges(const std::string& key, int shift, const std::ve
 std::optional<std::vector<KeySet>> Move::verify_before_hold() {
   exec(*src_, "DELETE FROM splitpoint.move_changes WHERE move = " + std::to_string(m_.id));
   using Clock = std::chrono::steady_clock;
-  Clock::duration scans{}, rounds{};
+  Clock::duration scans{};
   std::size_t buckets_differing = 0;
   std::vector<KeySet> suspects(tables_.size());
   for (std::size_t i = 0; i < tables_.size(); ++i) {
@@ -528,7 +526,7 @@ std::optional<std::vector<KeySet>> Move::verify_before_hold() {
     ++round;
     if (few) break;
   }
-  rounds = Clock::now() - started;
+  const auto rounds = Clock::now() - started;
   auto ms = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
   spdlog::info("move {}: checked before the hold: {} ms of scans ({} buckets differed), {} rounds over written keys in "
                "{} ms, {} keys left",

@@ -144,6 +144,14 @@ def watch_lag(proxy, move, timeout=5):
         time.sleep(0.1)
 
 
+def proxy_logs():
+    text = ""
+    for p in (A, B):
+        with open(p.log_path, errors="replace") as f:
+            text += f.read()
+    return text
+
+
 def move(proxy, what, target):
     return int(admin(proxy, f"MOVE PARTITION {what} TO {target}")[0][0])
 
@@ -490,11 +498,7 @@ def verification_catches_a_bad_copy():
     there adds a million to every counter the move brings) fails the move and undoes it; the
     moves before it compared only the keys that differed or were written, not every row,
     under their holds (the proxies' logs say which)."""
-    logs = ""
-    for p in (A, B):
-        with open(p.log_path, errors="replace") as f:
-            logs += f.read()
-    assert "keys compared under the hold" in logs, "no cutover compared by keys"
+    assert "keys compared under the hold" in proxy_logs(), "no cutover compared by keys"
     source = next(r for r in admin(A, "SHOW PARTITIONS") if r[0] == "by_user" and r[2] == "s0")
     direct(2, "CREATE FUNCTION corrupt() RETURNS trigger LANGUAGE plpgsql AS "
               "$$BEGIN NEW.n := NEW.n + 1000000; RETURN NEW; END$$")
@@ -539,11 +543,7 @@ def autovacuum_gives_way():
         su.cursor().execute("ALTER SYSTEM RESET autovacuum_naptime")
         su.cursor().execute("SELECT pg_reload_conf()")
         su.close()
-    logs = ""
-    for p in (A, B):
-        with open(p.log_path, errors="replace") as f:
-            logs += f.read()
-    assert f"move {m}: an autovacuum of counters is in the way" in logs
+    assert f"move {m}: an autovacuum of counters is in the way" in proxy_logs()
 
 
 @test
