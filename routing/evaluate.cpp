@@ -1,8 +1,9 @@
 #include "routing/evaluate.hpp"
 
-#include <map>
 #include <algorithm>
 #include <charconv>
+#include <map>
+#include <memory>
 
 #include "routing/insert_split.hpp"
 #include "routing/key_values.hpp"
@@ -22,21 +23,76 @@ Route error_route(const Plan& plan, std::string sqlstate, std::string message) {
 
 std::string quoted(const std::optional<std::string>& v) { return v ? "'" + *v + "'" : "NULL"; }
 
+// An evaluation's working sets, kept from one evaluation to the next on the thread:
+// routing a cached plan runs for every statement, and these would otherwise be
+// allocated and freed each time. (One evaluation at a time per thread: evaluate()
+// does not call itself; a nested one would get a scratch of its own.)
+struct Scratch {
+  std::vector<PartSet> parts;  // per occurrence
+  std::vector<std::optional<ColumnType>> types;
+  PartSet leaf;                // one condition's partitions
+  KeyValues values;            // one condition's values
+  std::vector<PartSet> dists;  // per distribution (finish)
+  std::vector<char> dist_used;
+  bool busy = false;
+};
+
+class ScratchLease {
+ public:
+  ScratchLease() {
+    thread_local Scratch shared;
+    if (shared.busy) {
+      own_ = std::make_unique<Scratch>();
+      s_ = own_.get();
+    } else {
+      s_ = &shared;
+    }
+    s_->busy = true;
+  }
+  ~ScratchLease() {
+    // A statement with a huge IN list does not leave its buffer to the thread.
+    if (s_->values.capacity() > 1024) KeyValues().swap(s_->values);
+    s_->busy = false;
+  }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  Scratch& operator*() const { return *s_; }
+
+ private:
+  std::unique_ptr<Scratch> own_;
+  Scratch* s_ = nullptr;
+};
+
+// Sizes `v` to n sets that allow every partition, keeping their buffers.
+void reset_all(std::vector<PartSet>& v, std::size_t n) {
+  v.resize(n);
+  for (PartSet& p : v) {
+    p.all = true;
+    p.parts.clear();
+  }
+}
+
 class Evaluator {
  public:
-  Evaluator(const Plan& plan, const EvalInput& in) : plan_(plan), in_(in) {}
+  Evaluator(const Plan& plan, const EvalInput& in)
+      : plan_(plan), in_(in), parts_((*lease_).parts), types_((*lease_).types) {
+    reset_all(parts_, plan.occs.size());
+    types_.assign(plan.occs.size(), std::nullopt);
+  }
 
   Route run(bool* needs_exact_plan);
 
  private:
+  Route chosen(bool* needs_exact_plan);
+  Route by_keys(bool* needs_exact_plan);
   std::optional<Route> forced_shard();
   Route key_hint(const std::string& value);
   void occurrences();
   void insert_rows(const InsertRows& rows, std::vector<std::size_t>* row_shards);
   void propagate();
   Route finish();
-  PartSet project(const KeyCond& k, int occ);
-  PartSet leaf_in(const KeyCond& k);
+  void narrow(const KeyCond& k, int occ, PartSet& out);
+  void leaf_in(const KeyCond& k, PartSet& out);
   PartSet leaf_range(const KeyCond& k);
   const ColumnType* key_type(int occ);
   std::optional<std::size_t> column_index(int occ, const std::string& column);
@@ -47,8 +103,9 @@ class Evaluator {
 
   const Plan& plan_;
   const EvalInput& in_;
-  std::vector<PartSet> parts_;  // per occurrence
-  std::vector<std::optional<ColumnType>> types_;
+  ScratchLease lease_;
+  std::vector<PartSet>& parts_;  // per occurrence
+  std::vector<std::optional<ColumnType>>& types_;
   std::vector<std::string> missing_;
   std::optional<Route> error_;
   std::vector<std::string> key_values_;
@@ -64,33 +121,38 @@ const std::string* find_hint(const Hints& hints, std::string_view key) {
 }
 
 Route Evaluator::run(bool* needs_exact_plan) {
-  Route r;
-  if (std::optional<Route> forced = forced_shard()) {
-    r = std::move(*forced);
-  } else if (const std::string* key = find_hint(in_.hints, "key"); key && plan_.shard_override) {
-    r = key_hint(*key);
-  } else if (plan_.mode == Plan::Mode::fixed) {
-    r = plan_.fixed;
-  } else {
-    occurrences();
-    r = finish();
-    if (r.kind == RouteKind::shards && r.shards.size() > 1 && !row_shards_.empty()) {
-      if (!in_.can_split) {
-        *needs_exact_plan = true;
-      } else if (auto sql = split_insert(plan_.packed_tree, row_shards_)) {
-        r.per_shard_sql = std::move(*sql);
-        r.row_shards = row_shards_;
-      } else {
-        r = error_route(plan_, "SPR01", "could not rewrite the INSERT for each shard");
-      }
-    }
-  }
+  Route r = chosen(needs_exact_plan);
   for (const auto& [k, v] : in_.hints)
     if (k != "shard" && k != "key") r.hints.emplace_back(k, v);
   r.session_commands = plan_.session_commands;
   r.copy_from = plan_.copy_from;
   r.pins_session = plan_.pins_session;
   r.replica_safe = plan_.replica_safe && r.kind != RouteKind::error;
+  return r;
+}
+
+// (Each branch returns its route straight into the caller's: a Route is large, and
+// routing a cached plan runs for every statement.)
+Route Evaluator::chosen(bool* needs_exact_plan) {
+  if (std::optional<Route> forced = forced_shard()) return std::move(*forced);
+  if (const std::string* key = find_hint(in_.hints, "key"); key && plan_.shard_override) return key_hint(*key);
+  if (plan_.mode == Plan::Mode::fixed) return plan_.fixed;
+  return by_keys(needs_exact_plan);
+}
+
+Route Evaluator::by_keys(bool* needs_exact_plan) {
+  occurrences();
+  Route r = finish();
+  if (r.kind == RouteKind::shards && r.shards.size() > 1 && !row_shards_.empty()) {
+    if (!in_.can_split) {
+      *needs_exact_plan = true;
+    } else if (auto sql = split_insert(plan_.packed_tree, row_shards_)) {
+      r.per_shard_sql = std::move(*sql);
+      r.row_shards = row_shards_;
+    } else {
+      r = error_route(plan_, "SPR01", "could not rewrite the INSERT for each shard");
+    }
+  }
   return r;
 }
 
@@ -156,62 +218,77 @@ Route Evaluator::key_hint(const std::string& value) {
 }
 
 void Evaluator::occurrences() {
-  parts_.assign(plan_.occs.size(), PartSet{});
-  types_.assign(plan_.occs.size(), std::nullopt);
   for (std::size_t o = 0; o < plan_.occs.size(); ++o)
-    for (const KeyCond& k : plan_.conds) parts_[o].intersect(project(k, static_cast<int>(o)));
+    for (const KeyCond& k : plan_.conds) narrow(k, static_cast<int>(o), parts_[o]);
   for (const InsertRows& rows : plan_.inserts) insert_rows(rows, rows.splittable ? &row_shards_ : nullptr);
   propagate();
 }
 
-// What a condition says about one occurrence's key: its leaves on other occurrences
-// say nothing (all partitions).
-PartSet Evaluator::project(const KeyCond& k, int occ) {
+// Narrows `out` to what a condition says about one occurrence's key: its leaves on
+// other occurrences say nothing (all partitions).
+void Evaluator::narrow(const KeyCond& k, int occ, PartSet& out) {
   switch (k.op) {
-    case KeyCond::Op::all: return PartSet{};
-    case KeyCond::Op::in: return k.occ == occ ? leaf_in(k) : PartSet{};
-    case KeyCond::Op::range: return k.occ == occ ? leaf_range(k) : PartSet{};
-    case KeyCond::Op::and_: {
-      PartSet out;
-      for (const KeyCond& kid : k.kids) out.intersect(project(kid, occ));
-      return out;
-    }
-    case KeyCond::Op::or_: {
-      PartSet out = PartSet::none();
-      for (const KeyCond& kid : k.kids) {
-        out.unite(project(kid, occ));
-        if (out.all) break;
+    case KeyCond::Op::all: return;
+    case KeyCond::Op::in:
+      if (k.occ == occ) {
+        PartSet& leaf = (*lease_).leaf;
+        leaf_in(k, leaf);
+        out.intersect(leaf);
       }
-      return out;
+      return;
+    case KeyCond::Op::range:
+      if (k.occ == occ) out.intersect(leaf_range(k));
+      return;
+    case KeyCond::Op::and_:
+      for (const KeyCond& kid : k.kids) narrow(kid, occ, out);
+      return;
+    case KeyCond::Op::or_: {
+      PartSet any = PartSet::none();
+      for (const KeyCond& kid : k.kids) {
+        PartSet one;
+        narrow(kid, occ, one);
+        any.unite(one);
+        if (any.all) break;
+      }
+      out.intersect(any);
+      return;
     }
   }
-  return PartSet{};
 }
 
-PartSet Evaluator::leaf_in(const KeyCond& k) {
+// The partitions of an `in` condition's values (all of them when one cannot be read).
+void Evaluator::leaf_in(const KeyCond& k, PartSet& out) {
+  out.all = true;
+  out.parts.clear();
   const ColumnType* type = key_type(k.occ);
-  if (type == nullptr) return PartSet{};
+  if (type == nullptr) return;
   const std::size_t d = plan_.occs[k.occ].distribution;
-  PartSet out = PartSet::none();
-  KeyValues values;
+  out.all = false;
+  KeyValues& values = (*lease_).values;
   for (const ValueSource& v : k.values) {
     values.clear();
-    if (!read(v, *type, values)) return PartSet{};
+    if (!read(v, *type, values)) {
+      out.all = true;
+      return;
+    }
     for (const auto& value : values) {
       if (!value && !k.null_matches) continue;  // `key = NULL` matches nothing
       PartitionOf p = in_.topo.partition_of(d, *type, value);
-      if (p.status == PartitionOf::Status::unknown) return PartSet{};  // PostgreSQL will judge the value
+      if (p.status == PartitionOf::Status::unknown) {  // PostgreSQL will judge the value
+        out.all = true;
+        return;
+      }
       if (p.status == PartitionOf::Status::no_partition) {
         if (!value) continue;
         fail("SPR02", "no partition for key " + quoted(value) + " of distribution \"" +
                           in_.topo.config().distributions[d].name + "\"");
-        return PartSet::none();
+        out.parts.clear();
+        return;
       }
       out.add(p.partition);
       note_key(value, *type);
     }
   }
-  return out;
 }
 
 PartSet Evaluator::leaf_range(const KeyCond& k) {
@@ -231,7 +308,6 @@ PartSet Evaluator::leaf_range(const KeyCond& k) {
 }
 
 const ColumnType* Evaluator::key_type(int occ) {
-  if (types_.size() != plan_.occs.size()) types_.assign(plan_.occs.size(), std::nullopt);
   std::optional<ColumnType>& t = types_[occ];
   if (t) return &*t;
   const Occurrence& o = plan_.occs[occ];
@@ -367,10 +443,19 @@ void Evaluator::fail(std::string sqlstate, std::string message) {
 }
 
 // Keys for hot-key statistics, integers in canonical form ("0042" is 42).
+// An integer's text as std::to_string writes it: an optional '-', then digits without
+// a leading zero ("0" alone), and not "-0".
+static bool canonical_integer(std::string_view s) {
+  const bool negative = !s.empty() && s.front() == '-';
+  if (negative) s.remove_prefix(1);
+  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
+  return s.front() != '0' || (s.size() == 1 && !negative);
+}
+
 void Evaluator::note_key(const std::optional<std::string>& v, const ColumnType& type) {
   if (!v || key_values_.size() >= 64) return;
   std::string key = *v;
-  if (type.integer) {
+  if (type.integer && !canonical_integer(*v)) {
     long long n = 0;
     std::string_view s = *v;
     while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
@@ -413,24 +498,31 @@ Route Evaluator::finish() {
   }
   if (error_) return *error_;
   // Partitions per distribution.
-  std::vector<std::optional<PartSet>> dists(in_.topo.config().distributions.size());
+  std::vector<PartSet>& dists = (*lease_).dists;
+  std::vector<char>& used = (*lease_).dist_used;
+  reset_all(dists, in_.topo.config().distributions.size());
+  used.assign(dists.size(), 0);
   for (std::size_t o = 0; o < plan_.occs.size(); ++o) {
-    auto& d = dists[plan_.occs[o].distribution];
-    if (!d) d = PartSet::none();
-    d->unite(parts_[o]);
+    const std::size_t d = plan_.occs[o].distribution;
+    if (!used[d]) {
+      used[d] = 1;
+      dists[d] = parts_[o];
+    } else {
+      dists[d].unite(parts_[o]);
+    }
   }
   std::vector<std::size_t> shards = plan_.pinned_shards;
   std::size_t touched = 0;
   for (std::size_t d = 0; d < dists.size(); ++d) {
-    if (!dists[d]) continue;
+    if (!used[d]) continue;
     ++touched;
     r.distribution = d;
-    if (dists[d]->all) {
+    if (dists[d].all) {
       const auto& all = in_.topo.shards_of(d);
       shards.insert(shards.end(), all.begin(), all.end());
       continue;
     }
-    for (std::uint32_t p : dists[d]->parts) {
+    for (std::uint32_t p : dists[d].parts) {
       shards.push_back(in_.topo.shard_of(d, p));
       auto rows = inserted_.find({d, p});
       r.partitions.push_back(PartitionHit{d, p, rows == inserted_.end() ? 0u : rows->second});

@@ -19,16 +19,22 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// The scanner state: one pass, appending to out.key as it goes.
+// The scanner state: one pass, writing the key as it goes. The key is never longer than
+// the text (a literal or a run of spaces or a comment becomes one byte, the rest is
+// copied), so it is written into a buffer of the text's size, trimmed at the end.
 class Scanner {
  public:
-  Scanner(std::string_view sql, ScannedText& out) : s_(sql), out_(out) {}
+  Scanner(std::string_view sql, ScannedText& out) : s_(sql), out_(out) {
+    out_.key.resize(sql.size());
+    key_ = w_ = out_.key.data();
+  }
 
   bool run() {
-    while (i_ < s_.size()) {
-      if (!step()) return false;
-    }
-    return true;
+    bool ok = true;
+    while (ok && i_ < s_.size()) ok = step();
+    if (w_ != key_ && w_[-1] == ' ') --w_;
+    out_.key.resize(static_cast<std::size_t>(w_ - key_));
+    return ok;
   }
 
  private:
@@ -48,7 +54,11 @@ class Scanner {
   }
 
   char peek(std::size_t k) const { return i_ + k < s_.size() ? s_[i_ + k] : '\0'; }
-  void emit(char c) { out_.key.push_back(c); }
+  void emit(char c) { *w_++ = c; }
+  void emit(std::string_view text) {
+    std::memcpy(w_, text.data(), text.size());
+    w_ += text.size();
+  }
 
   bool space() {
     while (i_ < s_.size() && is_space(s_[i_])) ++i_;
@@ -57,7 +67,7 @@ class Scanner {
   }
   // Keeps tokens apart where whitespace or a comment stood.
   void separate() {
-    if (!out_.key.empty() && out_.key.back() != ' ') emit(' ');
+    if (w_ != key_ && w_[-1] != ' ') emit(' ');
   }
 
   bool line_comment() {
@@ -133,7 +143,7 @@ class Scanner {
       }
       ++j;
     }
-    out_.key.append(s_.substr(i_, j + 1 - i_));
+    emit(s_.substr(i_, j + 1 - i_));
     i_ = j + 1;
     return true;
   }
@@ -143,7 +153,7 @@ class Scanner {
     if (is_digit(peek(1))) {
       std::size_t j = i_ + 1;
       while (j < s_.size() && is_digit(s_[j])) ++j;
-      out_.key.append(s_.substr(i_, j - i_));
+      emit(s_.substr(i_, j - i_));
       i_ = j;
       return true;
     }
@@ -194,13 +204,15 @@ class Scanner {
     }
     if (len == 1 && first == 'u' && j + 1 < s_.size() && s_[j] == '&' && s_[j + 1] == '\'')
       return quoted(i_, j + 1, Literal::Kind::other);
-    for (std::size_t k = i_; k < j; ++k) emit(lower(s_[k]));
+    for (std::size_t k = i_; k < j; ++k) *w_++ = lower(s_[k]);
     i_ = j;
     return true;
   }
 
   std::string_view s_;
   ScannedText& out_;
+  char* key_ = nullptr;  // out_.key's buffer
+  char* w_ = nullptr;    // where the next byte of the key goes
   std::size_t i_ = 0;
 };
 
@@ -249,10 +261,8 @@ std::optional<std::string> escape_string(std::string_view body) {
 
 bool scan_text(std::string_view sql, ScannedText& out) {
   out.clear();
-  out.key.reserve(sql.size());
   Scanner scanner(sql, out);
   out.ok = scanner.run();
-  if (!out.key.empty() && out.key.back() == ' ') out.key.pop_back();
   return out.ok;
 }
 

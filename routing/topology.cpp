@@ -61,15 +61,24 @@ void PartSet::intersect(const PartSet& other) {
     *this = other;
     return;
   }
-  std::vector<std::uint32_t> out;
-  std::set_intersection(parts.begin(), parts.end(), other.parts.begin(), other.parts.end(), std::back_inserter(out));
-  parts = std::move(out);
+  // In place (both sorted): the result is never longer than `parts`.
+  auto kept = parts.begin();
+  auto o = other.parts.begin();
+  for (std::uint32_t p : parts) {
+    while (o != other.parts.end() && *o < p) ++o;
+    if (o != other.parts.end() && *o == p) *kept++ = p;
+  }
+  parts.erase(kept, parts.end());
 }
 
 void PartSet::unite(const PartSet& other) {
   if (all) return;
   if (other.all) {
     *this = other;
+    return;
+  }
+  if (parts.empty()) {
+    parts = other.parts;  // (keeps this set's buffer)
     return;
   }
   std::vector<std::uint32_t> out;
