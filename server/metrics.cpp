@@ -27,47 +27,6 @@ void LocalHistogram::observe_since(std::chrono::steady_clock::time_point start) 
   observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
-void HotKeys::add(std::string_view key) {
-  const std::size_t h = std::hash<std::string_view>{}(key);
-  const std::size_t n = keys_.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (hashes_[i] == h && keys_[i] == key) {
-      ++counts_[i];
-      return;
-    }
-  }
-  if (n < capacity_) {
-    hashes_.push_back(h);
-    keys_.emplace_back(key);
-    counts_.push_back(1);
-    errors_.push_back(0);
-    return;
-  }
-  if (n == 0) return;
-  // Replace a smallest counter; the newcomer inherits its count as possible error.
-  std::size_t m = n;
-  for (int pass = 0; pass < 2 && m == n; ++pass) {
-    for (std::size_t k = 0; k < n; ++k, cursor_ = cursor_ + 1 == n ? 0 : cursor_ + 1) {
-      if (counts_[cursor_] == min_) {
-        m = cursor_;
-        break;
-      }
-    }
-    if (m == n) min_ = *std::min_element(counts_.begin(), counts_.end());
-  }
-  hashes_[m] = h;
-  keys_[m].assign(key);
-  errors_[m] = counts_[m];
-  ++counts_[m];
-}
-
-std::vector<HotKeys::Entry> HotKeys::top() const {
-  std::vector<Entry> v;
-  for (std::size_t i = 0; i < keys_.size(); ++i) v.push_back({keys_[i], counts_[i], errors_[i]});
-  std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.count > b.count; });
-  return v;
-}
-
 void WorkerMetrics::error(std::string_view sqlstate) {
   std::lock_guard lock(errors_mu);
   if (errors.size() < 256 || errors.count(std::string(sqlstate))) ++errors[std::string(sqlstate)];

@@ -19,6 +19,7 @@
 #include "routing/router.hpp"
 #include "routing/topology.hpp"
 #include "server/hosts.hpp"
+#include "server/hot_keys.hpp"
 #include "server/partition_slots.hpp"
 
 namespace prometheus {
@@ -74,33 +75,6 @@ struct ShardCounters {
   LocalHistogram pool_wait; // pool_wait_seconds
   LocalCounter connect_errors;
   std::array<LocalCounter, kMissingReasons> missing;
-};
-
-// Approximate top-k of a stream of keys (space-saving): bounded memory, the heavy
-// hitters are always among the k entries, counts over-estimate by at most `error`.
-// Flat arrays, because a key is offered for every keyed statement: a key is found by
-// its hash; a smallest counter is looked for from where the last one was found (counts
-// only grow, so the smallest value is rescanned only once none is left at it); an
-// offer allocates nothing once the k entries exist (for keys short enough for
-// std::string's inline buffer).
-class HotKeys {
- public:
-  explicit HotKeys(std::size_t capacity = 64) : capacity_(capacity) {}
-  void add(std::string_view key);
-  struct Entry {
-    std::string key;
-    std::uint64_t count = 0;
-    std::uint64_t error = 0;
-  };
-  std::vector<Entry> top() const;  // sorted by count, descending
-
- private:
-  std::size_t capacity_;
-  std::vector<std::size_t> hashes_;  // parallel arrays, one slot per counter
-  std::vector<std::string> keys_;
-  std::vector<std::uint64_t> counts_, errors_;
-  std::uint64_t min_ = 0;   // no counter is below it
-  std::size_t cursor_ = 0;  // where the next smallest counter is looked for
 };
 
 // Where the rows one shard reports for a write are counted (partition_writes_total,
