@@ -1,17 +1,47 @@
 #include "routing/text_scan.hpp"
 
+#include <array>
+#include <cstdint>
 #include <cstring>
 
 namespace splitpoint::routing {
 
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_ident_start(char c) {
+constexpr bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+constexpr bool is_digit(char c) { return c >= '0' && c <= '9'; }
+constexpr bool is_ident_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || static_cast<unsigned char>(c) >= 0x80;
 }
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+constexpr char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// What a byte can start, looked up once per token (the scan runs for every statement).
+enum class Start : std::uint8_t { other, space, digit, identifier, special /* - / ' " $ . */ };
+
+struct ByteTables {
+  std::array<Start, 256> start{};
+  std::array<bool, 256> identifier_char{};
+  std::array<char, 256> lower{};
+};
+
+constexpr ByteTables make_tables() {
+  ByteTables t;
+  for (int b = 0; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    t.start[b] = is_space(c) ? Start::space
+                 : is_digit(c) ? Start::digit
+                 : is_ident_start(c) ? Start::identifier
+                 : (c == '-' || c == '/' || c == '\'' || c == '"' || c == '$' || c == '.') ? Start::special
+                                                                                          : Start::other;
+    t.identifier_char[b] = is_identifier_char(c);
+    t.lower[b] = lower(c);
+  }
+  return t;
+}
+
+constexpr ByteTables kBytes = make_tables();
+
+std::uint8_t byte(char c) { return static_cast<std::uint8_t>(c); }
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
@@ -40,7 +70,16 @@ class Scanner {
  private:
   bool step() {
     char c = s_[i_];
-    if (is_space(c)) return space();
+    switch (kBytes.start[byte(c)]) {
+      case Start::space: return space();
+      case Start::digit: return number();
+      case Start::identifier: return identifier();
+      case Start::other:
+        emit(c);
+        ++i_;
+        return true;
+      case Start::special: break;
+    }
     if (c == '-' && peek(1) == '-') return line_comment();
     if (c == '/' && peek(1) == '*') return block_comment();
     if (c == '\'') return quoted(i_, i_, Literal::Kind::string);
@@ -61,7 +100,7 @@ class Scanner {
   }
 
   bool space() {
-    while (i_ < s_.size() && is_space(s_[i_])) ++i_;
+    while (i_ < s_.size() && kBytes.start[byte(s_[i_])] == Start::space) ++i_;
     separate();
     return true;
   }
@@ -194,7 +233,7 @@ class Scanner {
 
   bool identifier() {
     std::size_t j = i_;
-    while (j < s_.size() && is_identifier_char(s_[j])) ++j;
+    while (j < s_.size() && kBytes.identifier_char[byte(s_[j])]) ++j;
     std::size_t len = j - i_;
     char first = lower(s_[i_]);
     if (len == 1 && j < s_.size() && s_[j] == '\'') {
@@ -204,7 +243,7 @@ class Scanner {
     }
     if (len == 1 && first == 'u' && j + 1 < s_.size() && s_[j] == '&' && s_[j + 1] == '\'')
       return quoted(i_, j + 1, Literal::Kind::other);
-    for (std::size_t k = i_; k < j; ++k) *w_++ = lower(s_[k]);
+    for (std::size_t k = i_; k < j; ++k) *w_++ = kBytes.lower[byte(s_[k])];
     i_ = j;
     return true;
   }

@@ -57,7 +57,7 @@ void parse_hint_comment(std::string_view body, Hints& out);
 
 // A character that continues an unquoted identifier (letters, digits, _, $, any
 // non-ASCII byte): `a$1` is one identifier, not `a` and the parameter `$1`.
-inline bool is_identifier_char(char c) {
+constexpr bool is_identifier_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' ||
          static_cast<unsigned char>(c) >= 0x80;
 }
