@@ -258,7 +258,7 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
   }
   sh.sent = true;
   s_.add_scatter_cancel_target(b, sh.index);
-  auto [ec, n] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow);
+  auto ec = co_await send_all(b->socket, out);
   if (ec) {
     sh.state = Shard::State::missing;
     sh.status = "error";

@@ -2,6 +2,10 @@
 
 #include "server/session_util.hpp"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 #include <openssl/evp.h>
 #include <openssl/obj_mac.h>
 #include <openssl/ssl.h>
@@ -38,8 +42,35 @@ awaitable<error_code> ClientStream::write(std::string_view data) {
     auto [ec, n] = co_await asio::async_write(*tls_, asio::buffer(data), use_nothrow);
     co_return ec;
   }
-  auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(data), use_nothrow);
+  std::size_t sent = 0;
+  if (writes_waiting_ == 0) {
+    error_code ec;
+    sent = send_now(socket_, data, ec);
+    if (ec || sent == data.size()) co_return ec;
+  }
+  ++writes_waiting_;
+  auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(data.substr(sent)), use_nothrow);
+  --writes_waiting_;
   co_return ec;
+}
+
+std::size_t send_now(tcp::socket& s, std::string_view data, error_code& ec) {
+  ec.clear();
+  for (;;) {
+    ssize_t n = ::send(s.native_handle(), data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) ec = error_code(errno, asio::error::get_system_category());
+    return 0;
+  }
+}
+
+awaitable<error_code> send_all(tcp::socket& s, std::string_view data) {
+  error_code ec;
+  std::size_t sent = send_now(s, data, ec);
+  if (ec || sent == data.size()) co_return ec;
+  auto [wec, n] = co_await asio::async_write(s, asio::buffer(data.substr(sent)), use_nothrow);
+  co_return wec;
 }
 
 void ClientStream::Capture::take(std::string_view messages) {

@@ -57,7 +57,18 @@ class ClientStream {
   LocalCounter* bytes_in_ = nullptr;
   LocalCounter* bytes_out_ = nullptr;
   Capture* capture_ = nullptr;
+  int writes_waiting_ = 0;  // writes suspended on a full socket (plain TCP)
 };
+
+// One send(2) of as much of `data` as the socket takes now, without waiting: the bytes
+// sent (0 with `ec` clear when the socket is full). What is sent here costs no
+// completion handler, no turn of the event loop and no coroutine suspension, as a
+// speculative async_write would. Only for a socket with no other write in flight, or
+// the bytes could overtake that write's.
+std::size_t send_now(tcp::socket& s, std::string_view data, error_code& ec);
+
+// send_now, then an async_write of what the socket did not take.
+awaitable<error_code> send_all(tcp::socket& s, std::string_view data);
 
 // Appends up to one read's worth of bytes from any stream to `buf` (into at least
 // `min_chunk` bytes of free space, as much as is there).
