@@ -75,8 +75,10 @@ struct SqlPrepared {
 struct Prepared {
   std::string server_name;  // empty for the unnamed statement
   std::string parse_rest;   // Parse body after the name: query + parameter types
+  std::vector<std::int32_t> param_types;  // the types in parse_rest, decoded
   std::shared_ptr<const routing::Plan> plan;
   std::uint64_t parse_seq = 0;  // distinguishes re-Parses of the same name
+  std::string_view query() const { return std::string_view(parse_rest.c_str()); }
 };
 
 // One response the current backend owes, in order: ParseComplete '1', BindComplete

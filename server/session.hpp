@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "protocol/framing.hpp"
+#include "protocol/messages.hpp"
 #include "routing/copy.hpp"
 #include "routing/router.hpp"
 #include "routing/session_command.hpp"
@@ -236,7 +237,7 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> bind_scatter(const routing::Route& route, const protocol::Bind& bind, std::string sql,
                                const std::vector<std::int32_t>& types);
   awaitable<bool> bind_forward(const protocol::Frame& f, const routing::Route& route, std::size_t target,
-                               const Prepared& p, std::string query);
+                               const Prepared& p);
   // ---- admin_console.cpp: login to the admin console (database "splitpoint", SPEC §7)
   static constexpr const char* kAdminDatabase = "splitpoint";
   awaitable<bool> admin_login();
@@ -429,11 +430,14 @@ class Session : public std::enable_shared_from_this<Session> {
       unknown.resize(n, 0);
     }
   };
-  // The route handle_parse computed for the Bind right after its Parse (to prepare the
-  // statement on that Bind's shard); handle_bind reuses it instead of routing again.
+  // The Bind right after a Parse, decoded and routed by handle_parse (to prepare the
+  // statement on that Bind's shard); handle_bind reuses both instead of doing them again.
+  // The Bind is known by where its body lies in cbuf_, which does not change while
+  // serve() goes through what one read brought (lookahead_ is dropped after that).
   struct Lookahead {
     std::uint64_t parse_seq = 0;
-    std::string bind_body;
+    const char* bind_body = nullptr;
+    protocol::Bind bind;
     routing::Route route;
   };
   struct IdleTimer {

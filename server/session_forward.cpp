@@ -38,6 +38,7 @@ awaitable<void> Session::serve() {
       cpos_ += f.size;
       if (!go_on || closing_) co_return;
     }
+    lookahead_.reset();  // (it names a Bind by its place in cbuf_, which changes now)
     co_await pump_.flush();
     if (closing_) co_return;
     if (server_.shutting_down() && !cur() && fe_.client_txn == 'I') {

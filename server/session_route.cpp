@@ -518,7 +518,8 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
   Prepared p;
   p.server_name = name.empty() ? std::string() : statement_name_for(rest);
   p.parse_rest.assign(rest);
-  p.plan = runtime_->router->plan(parse->query, parse->param_types, settings_.routing.standard_conforming_strings);
+  p.param_types = std::move(parse->param_types);
+  p.plan = runtime_->router->plan(parse->query, p.param_types, settings_.routing.standard_conforming_strings);
   p.parse_seq = ++fe_.parse_seq;
   auto& slot = fe_.prepared[std::string(name)] = std::move(p);
   if (name.empty()) ++fe_.unnamed_seq;
@@ -535,13 +536,13 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
         auto bind = proto::Bind::decode(next.frame.body);
         if (bind && bind->statement == name) {
           std::vector<std::shared_ptr<const routing::TableShape>> keep;
-          routing::BoundParams params{bind->params, bind->param_formats, parse->param_types};
+          routing::BoundParams params{bind->params, bind->param_formats, slot.param_types};
           auto route = runtime_->router->route(*slot.plan, params, settings_.routing, shape_lookup(keep));
           if (auto t = single_target(route)) {
             shard = *t;
             if (runtime_->standbys) standby = co_await read_host(shard, route);
           }
-          lookahead_.emplace(Lookahead{slot.parse_seq, std::string(next.frame.body), std::move(route)});
+          lookahead_.emplace(Lookahead{slot.parse_seq, next.frame.body.data(), std::move(*bind), std::move(route)});
         }
         break;
       }
@@ -579,7 +580,13 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
 }
 
 awaitable<bool> Session::handle_bind(const proto::Frame& f) {
-  auto bind = proto::Bind::decode(f.body);
+  // The Parse just before decoded and routed this very Bind to choose its shard.
+  std::optional<Lookahead> ahead;
+  if (lookahead_ && lookahead_->bind_body == f.body.data()) ahead = std::move(lookahead_);
+  lookahead_.reset();
+  std::optional<proto::Bind> bind;
+  if (ahead) bind = std::move(ahead->bind);
+  else bind = proto::Bind::decode(f.body);
   if (!bind) {
     co_await detach_for_exit();
     co_await send_error("FATAL", sqlstate::protocol_violation, "invalid Bind message", false);
@@ -597,21 +604,14 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   }
   // A copy: awaiting below may run the pump, which can forget a skipped Parse.
   const Prepared p = it->second;
-  // The decoded views point into parse_body: it must outlive `parse`.
-  const std::string parse_body = std::string(1, '\0') + p.parse_rest;
-  auto parse = proto::Parse::decode(parse_body);
-  std::vector<std::int32_t> types = parse ? parse->param_types : std::vector<std::int32_t>{};
+  const std::vector<std::int32_t>& types = p.param_types;
   std::vector<std::shared_ptr<const routing::TableShape>> keep;
   auto lookup = shape_lookup(keep);
   routing::BoundParams params{bind->params, bind->param_formats, types};
   auto& router = *runtime_->router;
-  // The Parse just before routed this very Bind to choose its shard: reuse that.
   routing::Route route;
-  if (lookahead_ && lookahead_->parse_seq == p.parse_seq && lookahead_->bind_body == f.body)
-    route = std::move(lookahead_->route);
-  else
-    route = router.route(*p.plan, params, settings_.routing, lookup);
-  lookahead_.reset();
+  if (ahead && ahead->parse_seq == p.parse_seq) route = std::move(ahead->route);
+  else route = router.route(*p.plan, params, settings_.routing, lookup);
   if (route.kind == RouteKind::need_shapes)
     co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, settings_.routing, lookup); });
   take_moves();
@@ -631,9 +631,8 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
                               "simple query protocol",
                               true);
   }
-  if (route.generate_keys)
-    co_return co_await insert_with_generated_keys(route, parse ? parse->query : std::string_view(), &*bind, &types);
-  if (route.pull_insert && parse) co_return co_await pull_insert_select(route, parse->query, &*bind, &types);
+  if (route.generate_keys) co_return co_await insert_with_generated_keys(route, p.query(), &*bind, &types);
+  if (route.pull_insert) co_return co_await pull_insert_select(route, p.query(), &*bind, &types);
   switch (route.kind) {
     case RouteKind::error:
       if (route.syntax_error && cur()) {
@@ -652,11 +651,11 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   if (route.cls == StatementClass::ddl) forget_table_definitions();
   if (route.pins_session) pin_backend();
   auto target = single_target(route);
-  // (The query as a local: GCC 12 destroys the wrong temporary of a `?:` in a co_await's
-  // arguments.)
-  std::string query = parse ? std::string(parse->query) : std::string();
-  if (!target) co_return co_await bind_scatter(route, *bind, std::move(query), types);
-  co_return co_await bind_forward(f, route, *target, p, std::move(query));
+  if (!target) {
+    std::string query(p.query());
+    co_return co_await bind_scatter(route, *bind, std::move(query), types);
+  }
+  co_return co_await bind_forward(f, route, *target, p);
 }
 
 // An extended-protocol COMMIT/ROLLBACK of a transaction block: answered here (set:
@@ -739,7 +738,7 @@ awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::
 // A Bind for one shard: the prepared statement made sure of on its backend, the Bind
 // forwarded under the statement's server-side name.
 awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Route& route, std::size_t target,
-                                      const Prepared& p, std::string query) {
+                                      const Prepared& p) {
   leave_batch_shard(target);
   std::string error;
   if (!check_write(route, target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, true);
@@ -755,7 +754,7 @@ awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Rout
   }
   count_target(pending_.route);
   // After attaching: the client's own BEGIN starts the transaction on this backend.
-  if (route.txn == TxnCommand::begin) txn_.begin_sql = query.empty() ? std::string("BEGIN") : query;
+  if (route.txn == TxnCommand::begin) txn_.begin_sql = p.query();
   ensure_prepared(p);
   if (!in_transaction() && (route.cls == StatementClass::write || route.cls == StatementClass::ddl))
     txn_.batch_wrote = true;
