@@ -529,6 +529,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
     std::size_t shard = pick_any_shard();
     std::optional<std::size_t> standby;
     std::size_t pos = cpos_ + f.size;
+    bool scatter_read = false;
     for (;;) {
       auto next = proto::decode_frame(std::string_view(cbuf_).substr(pos), proto::Direction::frontend, limits_);
       if (next.status != proto::FrameStatus::ok || next.frame.type == 'S' || next.frame.type == 'P') break;
@@ -541,12 +542,24 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
           if (auto t = single_target(route)) {
             shard = *t;
             if (runtime_->standbys) standby = co_await read_host(shard, route);
+          } else {
+            scatter_read = fe_.client_txn != 'E' && route.kind == RouteKind::shards && route.cls == StatementClass::read &&
+                           route.txn == TxnCommand::none && !route.generate_keys && !route.pull_insert;
           }
           lookahead_.emplace(Lookahead{slot.parse_seq, next.frame.body.data(), std::move(*bind), std::move(route)});
         }
         break;
       }
       pos += next.frame.size;
+    }
+    if (scatter_read) {
+      // Its Bind reads several shards, each of which gets the statement from the scatter
+      // itself: preparing it on one shard first would be a round trip for nothing (a
+      // later one-shard Bind prepares it where it runs, as after pooling).
+      std::string out;
+      proto::encode_parse_complete(out);
+      co_await stream_.write(out);
+      co_return true;
     }
     if (!co_await pump_.use_shard(shard, standby)) {
       fe_.skip_until_sync = true;

@@ -17,6 +17,10 @@ here). Checks, after the proxy's pools are warm:
   - a scatter `ORDER BY v DESC, id LIMIT 1` over 200,000 rows per shard (shards may still
     be sorting when the merge has its row): answered right, and a statement on the same
     proxy right after it is not cancelled by a late cancel.
+  - an extended-protocol scatter read (Parse, Bind, Execute, Sync) costs each shard one
+    Parse, the scatter's own: the client's Parse is not first prepared on some shard (a
+    round trip before the scatter), counted from the shards' statement logs
+    (log_min_duration_statement = 0 for the run).
 The time per finished scatter read is printed (no assertion on speed).
 Run by tests/run (PG0_PORT, PG1_PORT, PG0_DIR, PG1_DIR, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
@@ -38,13 +42,17 @@ DBS = None
 PROXY = None
 
 
-def set_log_connections(on):
+def alter_system(setting):
     for port in sptest.PG_PORTS:
         c = sptest.superuser(port)
-        c.cursor().execute(f"ALTER SYSTEM SET log_connections = {'on' if on else 'off'}")
+        c.cursor().execute(f"ALTER SYSTEM {setting}")
         c.cursor().execute("SELECT pg_reload_conf()")
         c.close()
     time.sleep(0.5)  # the postmaster rereads its configuration on SIGHUP
+
+
+def set_log_connections(on):
+    alter_system(f"SET log_connections = {'on' if on else 'off'}")
 
 
 def log_sizes():
@@ -88,6 +96,7 @@ def setup():
 
 def teardown():
     set_log_connections(False)
+    alter_system("RESET log_min_duration_statement")
     if PROXY:
         PROXY.stop()
     if DBS:
@@ -143,7 +152,31 @@ def limit_cancels_only_what_runs():
     other.close()
 
 
-TESTS = [finished_scatters_send_no_cancel, limit_cancels_only_what_runs]
+def extended_scatter_parses_once_per_shard():
+    c = pgwire.connect(HOST, PROXY.port, "app", DBS.name, password="secret", timeout=60)
+    sql = "SELECT count(*) FROM t WHERE v = $1 AND id > -17"
+    c.extended(sql, ["7"]).raise_error()  # pools warm
+    alter_system("SET log_min_duration_statement = 0")
+    try:
+        sizes = log_sizes()
+        n = 10
+        for _ in range(n):
+            r = c.extended(sql, ["7"]).raise_error()
+            assert r.rows == [[str(2 * ROWS // 1000)]], r.rows
+        time.sleep(0.5)
+        parses = []
+        for path, start in zip(LOGS, sizes):
+            with open(path, errors="replace") as f:
+                f.seek(start)
+                parses.append(sum(1 for line in f if "parse <unnamed>:" in line and "id > -17" in line))
+    finally:
+        alter_system("RESET log_min_duration_statement")
+    print(f"     {n} extended scatter reads: {parses} Parses on the shards")
+    assert parses == [n, n], f"Parses per shard {parses} for {n} extended scatter reads (want one each per read)"
+    c.close()
+
+
+TESTS = [finished_scatters_send_no_cancel, limit_cancels_only_what_runs, extended_scatter_parses_once_per_shard]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS, setup, teardown))
