@@ -92,14 +92,7 @@ awaitable<void> Pump::flush() {
   Session& s = s_;
   if (!s.bout_.empty() && s.cur()) {
     s.start_query_clock();  // (before: a write into a full window to a silent shard is waiting too)
-    // send_now() inline: one coroutine frame less per request.
-    error_code ec;
-    std::size_t sent = send_now(s.cur()->socket, s.bout_, ec);
-    if (!ec && sent < s.bout_.size()) {
-      auto [wec, n] = co_await asio::async_write(s.cur()->socket, asio::buffer(s.bout_.data() + sent, s.bout_.size() - sent),
-                                                 use_nothrow);
-      ec = wec;
-    }
+    auto ec = co_await send_all(s.cur()->socket, s.bout_);
     if (ec) {
       // The pump sees the broken connection too and tells the client.
       spdlog::warn("[{}] write to server failed: {}", s.id_, ec.message());

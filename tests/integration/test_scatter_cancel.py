@@ -96,7 +96,6 @@ def setup():
 
 def teardown():
     set_log_connections(False)
-    alter_system("RESET log_min_duration_statement")
     if PROXY:
         PROXY.stop()
     if DBS:
