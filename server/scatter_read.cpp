@@ -32,12 +32,34 @@ bool same_columns(const proto::RowDescription& a, const proto::RowDescription& b
   return true;
 }
 
+// Answers for the client are built in buffers this thread keeps between statements: a
+// new one would grow by doubling, copying what it held each time, to about
+// kClientFlushBytes for every statement of many rows. A few per thread (a statement
+// holds one while it waits), none larger than a flush or two.
+constexpr std::size_t kSpareAnswerBuffers = 8;
+thread_local std::vector<std::string> spare_answer_buffers;
+
+std::string take_answer_buffer() {
+  if (spare_answer_buffers.empty()) return {};
+  std::string b = std::move(spare_answer_buffers.back());
+  spare_answer_buffers.pop_back();
+  return b;
+}
+
+void keep_answer_buffer(std::string b) {
+  if (b.capacity() > 2 * kClientFlushBytes || spare_answer_buffers.size() >= kSpareAnswerBuffers) return;
+  b.clear();
+  spare_answer_buffers.push_back(std::move(b));
+}
+
 }  // namespace
 
 ScatterRead::ScatterRead(Session& session, const routing::Route& route, Session::ScatterRequest req,
                          std::optional<Clock::time_point> retry_of)
     : s_(session), route_(route), req_(std::move(req)), started_(retry_of.value_or(Clock::now())),
-      retry_(retry_of.has_value()) {}
+      out_(take_answer_buffer()), retry_(retry_of.has_value()) {}
+
+ScatterRead::~ScatterRead() { keep_answer_buffer(std::move(out_)); }
 
 awaitable<bool> ScatterRead::run() {
   if (!retry_) s_.count_route(route_, RouteLabel::multi);
@@ -279,15 +301,15 @@ void ScatterRead::arm_deadline(const asio::any_io_executor& ex) {
   auto& client = s_.stream_.socket();
   client.async_wait(tcp::socket::wait_read, [&client, self = s_.shared_from_this()](error_code ec) {
     if (ec) return;
+    {
+      std::lock_guard lock(self->cancel_.mu);
+      if (self->cancel_.scatter.empty()) return;  // the statement is over (the wait outlived it)
+    }
     char peek[8];
     const ssize_t n = ::recv(client.native_handle(), peek, sizeof peek, MSG_PEEK | MSG_DONTWAIT);
     const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
                       (n == 5 && peek[0] == 'X');
     if (!gone) return;
-    {
-      std::lock_guard lock(self->cancel_.mu);
-      if (self->cancel_.scatter.empty()) return;  // the statement is over (the wait outlived it)
-    }
     spdlog::info("[{}] client gone during a multi-shard statement: cancelling it", self->id_);
     self->request_cancel(self->who_.cancel_secret);
   });
@@ -315,32 +337,19 @@ awaitable<void> ScatterRead::settle_running() {
                                       s_.runtime_->config.scatter.max_buffered_rows, s_.limits_);
 }
 
-awaitable<bool> ScatterRead::next_message(Shard& sh, char& type) {
+ScatterRead::Taken ScatterRead::take_message(Shard& sh, char& type) {
   Backend* b = sh.b;
   for (;;) {
     auto r = proto::decode_frame(std::string_view(b->read_buf).substr(sh.consumed), proto::Direction::backend,
                                  s_.limits_);
-    if (r.status == proto::FrameStatus::error) co_return false;
-    if (r.status == proto::FrameStatus::need_more) {
-      if (reads_.timed_out && !reads_.stream_done) {
-        if (reads_.settled) co_return false;
-        co_await settle_running();
-        continue;
-      }
-      b->read_buf.erase(0, sh.consumed);
-      sh.consumed = 0;
-      if (b->read_buf.size() > 0 && b->read_buf.capacity() > (1u << 20)) b->read_buf.shrink_to_fit();
-      if (co_await read_into(b->socket, b->read_buf, 65536)) {
-        if (reads_.timed_out && !reads_.stream_done) continue;  // the timer interrupted this read
-        co_return false;
-      }
-      continue;
-    }
+    if (r.status == proto::FrameStatus::error) return Taken::failed;
+    if (r.status == proto::FrameStatus::need_more) return Taken::need_bytes;
     type = r.frame.type;
-    frame_body_.assign(r.frame.body);
+    frame_body_ = r.frame.body;
     sh.consumed += r.frame.size;
     if (type == 'Z') {
       b->status = frame_body_.empty() ? 'E' : frame_body_[0];
+      frame_body_ = {};
       if (sh.skip_ready > 0) {
         --sh.skip_ready;  // an injected statement finished
         continue;
@@ -348,13 +357,36 @@ awaitable<bool> ScatterRead::next_message(Shard& sh, char& type) {
       b->read_buf.erase(0, sh.consumed);
       sh.consumed = 0;
       sh.finished = true;
-      co_return true;
+      return Taken::message;
     }
     if (sh.skip_ready > 0) continue;  // output of injected statements
-    if (type == 'T' || type == 'D' || type == 'C' || type == 'E' || type == 'I' || type == 'n') co_return true;
+    if (type == 'T' || type == 'D' || type == 'C' || type == 'E' || type == 'I' || type == 'n') return Taken::message;
     // The combine database's COPY TO STDOUT: CopyOutResponse, CopyData, CopyDone.
-    if (type == 'H' || type == 'd' || type == 'c') co_return true;
+    if (type == 'H' || type == 'd' || type == 'c') return Taken::message;
     // ParseComplete, BindComplete, notices, ParameterStatus: nothing for the merge.
+  }
+}
+
+awaitable<bool> ScatterRead::next_message(Shard& sh, char& type) {
+  Backend* b = sh.b;
+  for (;;) {
+    switch (take_message(sh, type)) {
+      case Taken::message: co_return true;
+      case Taken::failed: co_return false;
+      case Taken::need_bytes: break;
+    }
+    if (reads_.timed_out && !reads_.stream_done) {
+      if (reads_.settled) co_return false;
+      co_await settle_running();
+      continue;
+    }
+    b->read_buf.erase(0, sh.consumed);
+    sh.consumed = 0;
+    if (b->read_buf.size() > 0 && b->read_buf.capacity() > (1u << 20)) b->read_buf.shrink_to_fit();
+    if (co_await read_into(b->socket, b->read_buf, 65536)) {
+      if (reads_.timed_out && !reads_.stream_done) continue;  // the timer interrupted this read
+      co_return false;
+    }
   }
 }
 
@@ -510,6 +542,7 @@ void ScatterRead::start_copy(const std::vector<proto::FieldDescription>& describ
 // The merger asks for rows shard by shard and emits the client's.
 awaitable<void> ScatterRead::stream() {
   warn_missing();
+  rows_pass_ = merger_->passes_through() && !copy_formatter_;
   for (;;) {
     auto step = merger_->next();
     switch (step.kind) {
@@ -525,15 +558,19 @@ awaitable<void> ScatterRead::stream() {
           proto::Writer w(out_, 'D');
           w.bytes(step.row).finish();
         }
-        if (out_.size() >= kClientFlushBytes) {
-          if (co_await s_.stream_.write(out_)) s_.closing_ = true;
-          out_.clear();
-          if (s_.closing_) co_return;
+        break;
+      case routing::Merger::Step::Kind::need_row: {
+        // A message already read needs no suspension (most rows arrive many to a read).
+        const std::size_t i = feeding(step.shard);
+        char type = 0;
+        Taken taken = shards_[i].state == Shard::State::running ? take_message(shards_[i], type) : Taken::failed;
+        if (taken == Taken::need_bytes) {
+          if (!co_await feed(i)) co_return;
+        } else if (!fed(i, taken == Taken::message, type)) {
+          co_return;
         }
         break;
-      case routing::Merger::Step::Kind::need_row:
-        if (!co_await feed(step.shard)) co_return;
-        break;
+      }
       case routing::Merger::Step::Kind::done:
         if (std::all_of(shards_.begin(), shards_.end(), [](auto& sh) { return sh.state == Shard::State::missing; }))
           fail(sqlstate::scatter_incomplete, "no shard answered: " + missing_text());
@@ -542,27 +579,47 @@ awaitable<void> ScatterRead::stream() {
         fail(merger_->error().sqlstate, merger_->error().message);
         co_return;
     }
+    if (out_.size() >= kClientFlushBytes) {
+      if (co_await s_.stream_.write(out_)) s_.closing_ = true;
+      out_.clear();
+      if (s_.closing_) co_return;
+    }
   }
 }
 
+std::size_t ScatterRead::feeding(std::size_t i) const {
+  if (i != routing::Merger::kAnyShard) return i;
+  // A running shard; else one whose end the merger has not been told yet.
+  for (std::size_t k = 0; k < shards_.size(); ++k)
+    if (shards_[k].state == Shard::State::running) return k;
+  for (std::size_t k = 0; k < shards_.size(); ++k)
+    if (!shards_[k].merger_ended) return k;
+  return i;
+}
+
 awaitable<bool> ScatterRead::feed(std::size_t i) {
-  if (i == routing::Merger::kAnyShard) {
-    // A running shard; else one whose end the merger has not been told yet.
-    for (std::size_t k = 0; k < shards_.size() && i == routing::Merger::kAnyShard; ++k)
-      if (shards_[k].state == Shard::State::running) i = k;
-    for (std::size_t k = 0; k < shards_.size() && i == routing::Merger::kAnyShard; ++k)
-      if (!shards_[k].merger_ended) i = k;
-  }
+  i = feeding(i);
   auto& sh = shards_[i];
   char type = 0;
+  bool got = sh.state == Shard::State::running && co_await next_message(sh, type);
+  co_return fed(i, got, type);
+}
+
+bool ScatterRead::fed(std::size_t i, bool got, char type) {
+  auto& sh = shards_[i];
   if (sh.state != Shard::State::running) {
     // Missing before the merge started (down, failed, past the deadline).
-  } else if (!co_await next_message(sh, type) || sh.finished) {
+  } else if (!got || sh.finished) {
     mark_missing(sh, reads_.timed_out ? "timeout" : "error", reads_.timed_out ? "deadline passed" : "connection lost");
   } else if (type == 'D') {
     ++sh.rows;
-    merger_->push(i, frame_body_);
-    co_return true;
+    if (!rows_pass_) {
+      merger_->push(i, frame_body_);
+      return true;
+    }
+    merger_->passed(i, frame_body_);  // the client's row as it is
+    if (req_.emit_rows) proto::Writer(out_, 'D').bytes(frame_body_).finish();
+    return true;
   } else if (type == 'C') {
     sh.state = Shard::State::ended;
     sh.done_at = Clock::now();
@@ -573,13 +630,13 @@ awaitable<bool> ScatterRead::feed(std::size_t i) {
     if (!allow_partial_) {
       fail(sqlstate::scatter_incomplete,
            "multi-shard statement incomplete, partial results denied; missing: " + missing_text());
-      co_return false;
+      return false;
     }
     warn_missing();
   }
   sh.merger_ended = true;
   merger_->end_of_shard(i);
-  co_return true;
+  return true;
 }
 
 awaitable<void> ScatterRead::answer() {

@@ -56,6 +56,9 @@ class ScatterRead {
   // `retry_of`: the start of a first attempt this one repeats as a combine step.
   ScatterRead(Session& session, const routing::Route& route, Session::ScatterRequest req,
               std::optional<Clock::time_point> retry_of = std::nullopt);
+  ~ScatterRead();
+  ScatterRead(const ScatterRead&) = delete;
+  ScatterRead& operator=(const ScatterRead&) = delete;
   // False: the session must end (the client is gone).
   awaitable<bool> run();
   // After run(): the merger refused the shards' column types (found only once they
@@ -102,6 +105,10 @@ class ScatterRead {
   // CommandComplete or ErrorResponse (others are consumed here); its type in `type`,
   // its body in frame_body_. False: the shard is gone or past the deadline.
   awaitable<bool> next_message(Shard& sh, char& type);
+  // next_message() from what is already read, without reading: need_bytes when the
+  // shard's next message has not arrived whole.
+  enum class Taken : std::uint8_t { message, need_bytes, failed };
+  Taken take_message(Shard& sh, char& type);
   awaitable<void> settle_running();
   void mark_missing(Shard& sh, std::string status, std::string error);
   void rejected(Shard& sh);  // the shard answered the ErrorResponse in frame_body_
@@ -113,6 +120,8 @@ class ScatterRead {
   awaitable<void> stream();
   // One need_row step of the merger: the next message of shard `i`. False: stop.
   awaitable<bool> feed(std::size_t i);
+  std::size_t feeding(std::size_t i) const;        // the shard a need_row for `i` reads
+  bool fed(std::size_t i, bool got, char type);  // gives the merger shard i's message
   // scatter_combine.cpp: the combine step (SPEC §4.1), instead of describe..stream
   void take_combine(ParallelAcquire& acquiring);
   void encode_pulls(std::string& out, std::size_t shard) const;
@@ -162,9 +171,12 @@ class ScatterRead {
     bool stream_done = false;
     bool settled = false;
   } reads_;
-  std::string frame_body_;
+  // The body of the message next_message() returned, in its shard's read buffer: valid
+  // until that shard is read again.
+  std::string_view frame_body_;
   // the answer
   std::string out_;  // for the client
+  bool rows_pass_ = false;  // shards' DataRows go to the client as they are (Merger::passes_through)
   const Shard* first_ = nullptr;
   // The statement fails as a whole: SQLSTATE and message, or the combine database's own
   // ErrorResponse.

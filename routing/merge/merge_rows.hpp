@@ -23,6 +23,12 @@ struct Row {
   }
   // Takes a DataRow body; false if it is malformed or has not `columns` fields.
   bool assign(std::string_view body, std::size_t columns);
+  // Member by member (std::swap would move the whole row three times).
+  void swap(Row& o) noexcept {
+    data.swap(o.data);
+    fields.swap(o.fields);
+    keys.swap(o.keys);
+  }
 };
 
 // One ORDER BY key over a row's column.

@@ -31,13 +31,18 @@ struct Later {
   }
 };
 
+void malformed_row(Impl& m, std::size_t shard) {
+  m.fail("08P01", "shard " + std::to_string(shard) + " sent a DataRow that is malformed or does not have " +
+                      std::to_string(m.columns) + " fields");
+}
+
 enum class Pulled : std::uint8_t { row, need, end };
 
 // The next shard row into m.in, or which shard must supply one first.
 Pulled pull(Impl& m, std::size_t& need) {
   if (m.source_keys.empty()) {
     if (m.inbox_full) {
-      std::swap(m.in, m.inbox);
+      m.in.swap(m.inbox);
       m.inbox_full = false;
       return Pulled::row;
     }
@@ -54,7 +59,7 @@ Pulled pull(Impl& m, std::size_t& need) {
   std::pop_heap(m.heap.begin(), m.heap.end(), Later{&m});
   std::size_t i = m.heap.back();
   m.heap.pop_back();
-  std::swap(m.in, m.current[i]);
+  m.in.swap(m.current[i]);
   m.last[i].take(m.in);
   m.state[i] = Impl::ShardState::want;
   m.wanted.push_back(i);
@@ -147,7 +152,7 @@ std::optional<Step> close_group(Impl& m) {
 void open_group(Impl& m, Row& r) {
   m.agg.accumulator->reset();
   m.group.open = true;
-  std::swap(m.group.first, r);
+  m.group.first.swap(r);
   m.group.keys.take(m.group.first);
 }
 
@@ -243,8 +248,7 @@ void Merger::push(std::size_t shard, std::string_view body) {
   if (m.error || m.finished || !accept(m, shard)) return;
   Row& r = m.source_keys.empty() ? m.inbox : m.current[shard];
   if (!r.assign(body, m.columns)) {
-    m.fail("08P01", "shard " + std::to_string(shard) + " sent a DataRow that is malformed or does not have " +
-                        std::to_string(m.columns) + " fields");
+    malformed_row(m, shard);
     return;
   }
   if (m.source_keys.empty()) {
@@ -267,6 +271,21 @@ void Merger::push(std::size_t shard, std::string_view body) {
   m.state[shard] = Impl::ShardState::has_row;
   m.heap.push_back(shard);
   std::push_heap(m.heap.begin(), m.heap.end(), Later{&m});
+}
+
+bool Merger::passes_through() const {
+  const Impl& m = *impl_;
+  return m.source_keys.empty() && !m.agg.aggregate && m.distinct.mode == MergePlan::Distinct::none &&
+         m.bounds.final_keys.empty() && !m.bounds.limit && m.bounds.offset == 0 && m.hidden == 0;
+}
+
+void Merger::passed(std::size_t shard, std::string_view body) {
+  Impl& m = *impl_;
+  if (m.error || m.finished || !accept(m, shard)) return;
+  const bool columns_match = body.size() >= 2 && ((static_cast<std::size_t>(static_cast<unsigned char>(body[0])) << 8) |
+                                                  static_cast<unsigned char>(body[1])) == m.columns;
+  if (!columns_match) return malformed_row(m, shard);
+  ++m.emit.emitted;
 }
 
 void Merger::end_of_shard(std::size_t shard) {

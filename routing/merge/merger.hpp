@@ -99,6 +99,12 @@ class Merger {
   void push(std::size_t shard, std::string_view data_row_body);
   void end_of_shard(std::size_t shard);
 
+  // Rows go to the client exactly as the shards send them (a concatenation without
+  // combining, DISTINCT, LIMIT/OFFSET or hidden columns): after need_row, the executor
+  // may send a shard's DataRow on itself and call passed() instead of push().
+  bool passes_through() const;
+  void passed(std::size_t shard, std::string_view data_row_body);
+
   std::uint64_t rows_emitted() const;
   const MergeError& error() const;
 

@@ -215,6 +215,40 @@ TEST_CASE("concatenation takes rows from any shard", "[merge]") {
   CHECK(got == std::vector<Value>{"a", "b", "c"});
 }
 
+TEST_CASE("a plain concatenation lets the executor pass rows through", "[merge]") {
+  auto make = [](const std::string& sql, std::size_t columns) {
+    std::vector<splitpoint::protocol::FieldDescription> fields(columns);
+    for (auto& f : fields) f.type_oid = kInt4;
+    auto created = Merger::create(std::get<MergePlan>(plan_merge(sql)), 2, fields, {});
+    return std::move(std::get<std::unique_ptr<Merger>>(created));
+  };
+  CHECK(make("SELECT k FROM t WHERE id BETWEEN 1 AND 9", 1)->passes_through());
+  CHECK_FALSE(make("SELECT k FROM t ORDER BY k", 1)->passes_through());
+  CHECK_FALSE(make("SELECT k FROM t LIMIT 3", 1)->passes_through());
+  CHECK_FALSE(make("SELECT k FROM t OFFSET 1", 1)->passes_through());
+  CHECK_FALSE(make("SELECT DISTINCT k FROM t", 1)->passes_through());
+  CHECK_FALSE(make("SELECT max(k) FROM t", 1)->passes_through());
+  CHECK_FALSE(make("SELECT k FROM t GROUP BY k", 1)->passes_through());
+
+  auto m = make("SELECT k FROM t", 1);
+  REQUIRE(m->next().kind == Merger::Step::Kind::need_row);
+  m->passed(1, data_row(v({"7"})));
+  REQUIRE(m->next().kind == Merger::Step::Kind::need_row);
+  m->passed(0, data_row(v({"8"})));
+  REQUIRE(m->next().kind == Merger::Step::Kind::need_row);
+  m->end_of_shard(0);
+  REQUIRE(m->next().kind == Merger::Step::Kind::need_row);
+  m->end_of_shard(1);
+  CHECK(m->next().kind == Merger::Step::Kind::done);
+  CHECK(m->rows_emitted() == 2);
+
+  m = make("SELECT k FROM t", 1);
+  REQUIRE(m->next().kind == Merger::Step::Kind::need_row);
+  m->passed(0, data_row(v({"1", "2"})));  // two fields, one expected
+  REQUIRE(m->next().kind == Merger::Step::Kind::error);
+  CHECK(m->error().sqlstate == "08P01");
+}
+
 TEST_CASE("aggregates without GROUP BY combine one partial row per shard", "[merge]") {
   // count(*), count(k), sum(k) int4->int8, min, max, avg(k) as sum + hidden count.
   Result r = run("SELECT count(*), count(k), sum(k), min(k), max(k), avg(k) FROM t",
