@@ -19,6 +19,7 @@ namespace proto = splitpoint::protocol;
 namespace {
 
 constexpr std::size_t kClientFlushBytes = 64 * 1024;
+constexpr std::size_t kDeferredAnswerBytes = 4096;
 
 // Table OIDs differ from shard to shard; names, types and formats must not.
 bool same_columns(const proto::RowDescription& a, const proto::RowDescription& b) {
@@ -667,7 +668,11 @@ awaitable<void> ScatterRead::answer() {
     proto::CommandComplete{"SELECT " + std::to_string(merger_->rows_emitted())}.encode(out_);
   }
   if (!req_.extended) proto::ReadyForQuery{s_.fe_.client_txn}.encode(out_);
-  if (!s_.closing_ && !out_.empty() && co_await s_.stream_.write(out_)) s_.closing_ = true;
+  if (s_.closing_ || out_.empty()) co_return;
+  // A small extended-protocol answer waits for the ReadyForQuery of its Sync, usually
+  // next: one send for the whole exchange. A large one is not copied for that.
+  if (req_.extended && out_.size() <= kDeferredAnswerBytes) s_.stream_.defer(out_);
+  else if (co_await s_.stream_.write(out_)) s_.closing_ = true;
 }
 
 // Every shard is read to its ReadyForQuery before its connection goes back to the pool;

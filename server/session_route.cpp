@@ -558,7 +558,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
       // later one-shard Bind prepares it where it runs, as after pooling).
       std::string out;
       proto::encode_parse_complete(out);
-      co_await stream_.write(out);
+      stream_.defer(out);
       co_return true;
     }
     if (!co_await pump_.use_shard(shard, standby)) {
@@ -744,7 +744,7 @@ awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::
   scatter_.route = route;
   std::string out;
   proto::encode_bind_complete(out);
-  co_await stream_.write(out);
+  stream_.defer(out);
   co_return true;
 }
 

@@ -4,6 +4,10 @@
 
 #include <sys/socket.h>
 
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <array>
 #include <cerrno>
 
 #include <openssl/evp.h>
@@ -20,6 +24,9 @@ awaitable<error_code> ClientStream::start_tls(asio::ssl::context& ctx) {
 }
 
 awaitable<error_code> ClientStream::read_some(InputBuffer& buf, std::size_t min_chunk) {
+  if (!deferred_.empty()) {  // the client may be waiting for them
+    if (auto ec = co_await write({})) co_return ec;
+  }
   // read_into() inline: one coroutine frame less per client message.
   std::span<char> space = buf.prepare(min_chunk);
   auto into = asio::buffer(space.data(), space.size());
@@ -32,26 +39,56 @@ awaitable<error_code> ClientStream::read_some(InputBuffer& buf, std::size_t min_
   co_return ec;
 }
 
+void ClientStream::defer(std::string_view data) {
+  if (capture_ != nullptr) capture_->take(data);
+  else deferred_.append(data);
+}
+
 awaitable<error_code> ClientStream::write(std::string_view data) {
   if (capture_ != nullptr) {
     capture_->take(data);
     co_return error_code{};
   }
-  if (bytes_out_) bytes_out_->add(data.size());
+  std::string first;  // what was deferred goes out first, in the same send(2)
+  first.swap(deferred_);
+  const std::size_t total = first.size() + data.size();
+  if (total == 0) co_return error_code{};
+  if (bytes_out_) bytes_out_->add(total);
+  const std::array<asio::const_buffer, 2> both{asio::buffer(first), asio::buffer(data)};
   if (tls_) {
-    auto [ec, n] = co_await asio::async_write(*tls_, asio::buffer(data), use_nothrow);
+    auto [ec, n] = co_await asio::async_write(*tls_, both, use_nothrow);
     co_return ec;
   }
   std::size_t sent = 0;
   if (writes_waiting_ == 0) {
     error_code ec;
-    sent = send_now(socket_, data, ec);
-    if (ec || sent == data.size()) co_return ec;
+    sent = send_now(socket_, first, data, ec);
+    if (ec || sent == total) co_return ec;
   }
   ++writes_waiting_;
-  auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(data.substr(sent)), use_nothrow);
+  std::array<asio::const_buffer, 2> rest = both;
+  const std::size_t from_first = std::min(sent, first.size());
+  rest[0] += from_first;
+  rest[1] += sent - from_first;
+  auto [ec, n] = co_await asio::async_write(socket_, rest, use_nothrow);
   --writes_waiting_;
   co_return ec;
+}
+
+std::size_t send_now(tcp::socket& s, std::string_view first, std::string_view second, error_code& ec) {
+  if (first.empty()) return send_now(s, second, ec);
+  ec.clear();
+  iovec iov[2] = {{const_cast<char*>(first.data()), first.size()}, {const_cast<char*>(second.data()), second.size()}};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = second.empty() ? 1 : 2;
+  for (;;) {
+    ssize_t n = ::sendmsg(s.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) ec = error_code(errno, asio::error::get_system_category());
+    return 0;
+  }
 }
 
 std::size_t send_now(tcp::socket& s, std::string_view data, error_code& ec) {

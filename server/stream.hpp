@@ -23,6 +23,11 @@ class ClientStream {
   // offers at least `min_chunk` bytes.
   awaitable<error_code> read_some(InputBuffer& buf, std::size_t min_chunk = 16384);
   awaitable<error_code> write(std::string_view data);
+  // Bytes that go out with the next write, or before the next read: the proxy's own
+  // answers to extended-protocol messages, which PostgreSQL too sends only at Sync,
+  // Flush or a full buffer. One send(2), and one wake-up of the client, instead of one
+  // per message.
+  void defer(std::string_view data);
 
   // While set, what would go to the client is kept here instead: the proxy reads a
   // statement's answer itself (INSERT ... SELECT, server/session_insert_select.cpp).
@@ -58,6 +63,7 @@ class ClientStream {
   LocalCounter* bytes_out_ = nullptr;
   Capture* capture_ = nullptr;
   int writes_waiting_ = 0;  // writes suspended on a full socket (plain TCP)
+  std::string deferred_;    // defer()
 };
 
 // One send(2) of as much of `data` as the socket takes now, without waiting: the bytes
@@ -66,6 +72,9 @@ class ClientStream {
 // speculative async_write would. Only for a socket with no other write in flight, or
 // the bytes could overtake that write's.
 std::size_t send_now(tcp::socket& s, std::string_view data, error_code& ec);
+
+// send_now of `first` then `second`, in one sendmsg(2).
+std::size_t send_now(tcp::socket& s, std::string_view first, std::string_view second, error_code& ec);
 
 // send_now, then an async_write of what the socket did not take.
 awaitable<error_code> send_all(tcp::socket& s, std::string_view data);

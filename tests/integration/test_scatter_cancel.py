@@ -20,13 +20,17 @@ here). Checks, after the proxy's pools are warm:
   - an extended-protocol scatter read (Parse, Bind, Execute, Sync) costs each shard one
     Parse, the scatter's own: the client's Parse is not first prepared on some shard (a
     round trip before the scatter), counted from the shards' statement logs
-    (log_min_duration_statement = 0 for the run).
+    (log_min_duration_statement = 0 for the run);
+  - and its answer (ParseComplete to ReadyForQuery) goes to the client in one send, not
+    one per message: the proxy's TCP segments to the client counted by `ss -ti`.
 The time per finished scatter read is printed (no assertion on speed).
 Run by tests/run (PG0_PORT, PG1_PORT, PG0_DIR, PG1_DIR, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
 # test-timeout: 300
 
 import os
+import re
+import subprocess
 import sys
 import time
 
@@ -175,7 +179,38 @@ def extended_scatter_parses_once_per_shard():
     c.close()
 
 
-TESTS = [finished_scatters_send_no_cancel, limit_cancels_only_what_runs, extended_scatter_parses_once_per_shard]
+def proxy_segments_to(c):
+    """TCP segments with data the proxy has sent on connection `c` (`ss -ti`, the
+    proxy's end of it: data_segs_out)."""
+    port = c.sock.getsockname()[1]
+    out = subprocess.run(["ss", "-Htin", "state", "established", f"( sport = :{PROXY.port} and dport = :{port} )"],
+                         capture_output=True, text=True, check=True).stdout
+    m = re.search(r"data_segs_out:(\d+)", out)
+    assert m, f"no data_segs_out for the proxy's end of port {port}: {out!r}"
+    return int(m.group(1))
+
+
+def extended_scatter_answers_in_one_send():
+    # ParseComplete, BindComplete, the rows with their CommandComplete and ReadyForQuery
+    # of one Parse/Bind/Describe/Execute/Sync: the proxy answers the first two itself and
+    # used to send each on its own (four sends, four wake-ups of the client). Both ends
+    # set TCP_NODELAY, so each send(2) of a small answer is one segment.
+    c = pgwire.connect(HOST, PROXY.port, "app", DBS.name, password="secret", timeout=60)
+    sql = "SELECT count(*) FROM t WHERE v = $1 AND id > -19"
+    c.extended(sql, ["7"]).raise_error()  # pools warm
+    before = proxy_segments_to(c)
+    n = 20
+    for _ in range(n):
+        r = c.extended(sql, ["7"]).raise_error()
+        assert r.rows == [[str(2 * ROWS // 1000)]], r.rows
+    sent = proxy_segments_to(c) - before
+    print(f"     {n} extended scatter reads: {sent} segments from the proxy")
+    assert sent <= n + 2, f"{sent} segments for {n} extended scatter reads (want one each)"
+    c.close()
+
+
+TESTS = [finished_scatters_send_no_cancel, limit_cancels_only_what_runs, extended_scatter_parses_once_per_shard,
+         extended_scatter_answers_in_one_send]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS, setup, teardown))
