@@ -3,7 +3,6 @@
 #include "server/session_util.hpp"
 
 #include <sys/socket.h>
-
 #include <sys/uio.h>
 
 #include <algorithm>
