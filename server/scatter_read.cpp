@@ -602,7 +602,8 @@ awaitable<bool> ScatterRead::feed(std::size_t i) {
   i = feeding(i);
   auto& sh = shards_[i];
   char type = 0;
-  bool got = sh.state == Shard::State::running && co_await next_message(sh, type);
+  bool got = false;
+  if (sh.state == Shard::State::running) got = co_await next_message(sh, type);  // (no co_await inside &&: GCC 12)
   co_return fed(i, got, type);
 }
 
