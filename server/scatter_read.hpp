@@ -171,8 +171,8 @@ class ScatterRead {
     bool stream_done = false;
     bool settled = false;
   } reads_;
-  // The body of the message next_message() returned, in its shard's read buffer: valid
-  // until that shard is read again.
+  // The body of the message next_message() or take_message() returned, in its shard's
+  // read buffer: valid until that shard is read again.
   std::string_view frame_body_;
   // the answer
   std::string out_;  // for the client

@@ -75,12 +75,12 @@ awaitable<error_code> ClientStream::write(std::string_view data) {
 }
 
 std::size_t send_now(tcp::socket& s, std::string_view first, std::string_view second, error_code& ec) {
-  if (first.empty()) return send_now(s, second, ec);
   ec.clear();
-  iovec iov[2] = {{const_cast<char*>(first.data()), first.size()}, {const_cast<char*>(second.data()), second.size()}};
+  iovec iov[2];
   msghdr msg{};
   msg.msg_iov = iov;
-  msg.msg_iovlen = second.empty() ? 1 : 2;
+  for (std::string_view piece : {first, second})
+    if (!piece.empty()) iov[msg.msg_iovlen++] = {const_cast<char*>(piece.data()), piece.size()};
   for (;;) {
     ssize_t n = ::sendmsg(s.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return static_cast<std::size_t>(n);
@@ -90,16 +90,7 @@ std::size_t send_now(tcp::socket& s, std::string_view first, std::string_view se
   }
 }
 
-std::size_t send_now(tcp::socket& s, std::string_view data, error_code& ec) {
-  ec.clear();
-  for (;;) {
-    ssize_t n = ::send(s.native_handle(), data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n >= 0) return static_cast<std::size_t>(n);
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) ec = error_code(errno, asio::error::get_system_category());
-    return 0;
-  }
-}
+std::size_t send_now(tcp::socket& s, std::string_view data, error_code& ec) { return send_now(s, data, {}, ec); }
 
 awaitable<error_code> send_all(tcp::socket& s, std::string_view data) {
   error_code ec;
