@@ -318,6 +318,7 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<std::string> commit_two_phase(std::string* notices = nullptr);
   // SPT01 for a transaction that wrote to `shard`, which has max_prepared_transactions = 0.
   std::string no_prepared_transactions_error(std::size_t shard) const;
+  std::string prepare_failure(std::size_t shard, const Reply& reply);
   // The client's Sync ends an txn_.implicit: commit (or roll back) on every shard,
   // then one ReadyForQuery 'I'.
   awaitable<bool> end_implicit_transaction();
@@ -330,6 +331,21 @@ class Session : public std::enable_shared_from_this<Session> {
   // proxy's own (catalog reads, COMMIT, two-phase commit).
   awaitable<Reply> run_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext = nullptr,
                           bool metered = false, std::size_t max_rows = ~std::size_t{0});
+  // The proxy's own statements on several shards at once (COMMIT, PREPARE TRANSACTION,
+  // COMMIT PREPARED): each is sent before any answer is read, so they take one round
+  // trip, not one each; the replies come back in the order given, with their shards.
+  awaitable<std::vector<std::pair<std::size_t, Reply>>> run_on_each(
+      std::vector<std::pair<std::size_t, std::string>> statements);
+  // run_on's two halves: a statement sent to a shard whose answer is still to be read.
+  struct Sent {
+    std::size_t shard = 0;
+    std::unique_ptr<Backend> borrowed;  // taken from the pool for this statement only
+    Backend* backend = nullptr;
+    int queries = 0;  // Query messages sent: session-state replays, then the statement
+    Reply reply;      // lost (or the acquire error) when nothing can be read
+  };
+  awaitable<Sent> send_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext, bool metered);
+  awaitable<Reply> read_reply(Sent& sent, bool metered, std::size_t max_rows);
   awaitable<bool> refused_in_failed_transaction(const routing::Route& route, bool extended);
   awaitable<bool> reject(std::string_view sqlstate, std::string message, bool extended, int position = 0);
   std::size_t pick_any_shard();

@@ -849,11 +849,15 @@ awaitable<bool> Session::finish_transaction(const routing::Route& route, std::st
   }
   // AND CHAIN: the last shard runs the client's own text, so the new transaction there
   // keeps the characteristics of the old one; shards that join later get the BEGIN.
+  // All at once (run_on_each): one round trip however many shards joined.
   const bool chain = route.txn_chain;
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    const std::size_t s = order[i];
-    const bool last = i + 1 == order.size();
-    auto reply = co_await run_on(s, chain && last ? sql : std::string_view(verb));
+  std::vector<std::pair<std::size_t, std::string>> statements;
+  for (std::size_t i = 0; i < order.size(); ++i)
+    statements.emplace_back(order[i], chain && i + 1 == order.size() ? sql : std::string_view(verb));
+  auto replies = co_await run_on_each(std::move(statements));
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    const auto& [s, reply] = replies[i];
+    const bool last = i + 1 == replies.size();
     if (!reply.error.empty() && error.empty()) error = reply.error;
     if (!reply.tag.empty()) tag = reply.tag;
     append_notices_and_status(reply.messages, notices);
@@ -970,26 +974,50 @@ void Session::reset_transaction() {
 // be reading that backend) and collects what it answered.
 awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext,
                                           bool metered, std::size_t max_rows) {
-  Reply reply;
-  std::unique_ptr<Backend> borrowed;
+  Sent sent = co_await send_on(shard, sql, ext, metered);
+  co_return co_await read_reply(sent, metered, max_rows);
+}
+
+awaitable<std::vector<std::pair<std::size_t, Session::Reply>>> Session::run_on_each(
+    std::vector<std::pair<std::size_t, std::string>> statements) {
+  std::vector<Sent> sent;
+  sent.reserve(statements.size());
+  for (auto& [shard, sql] : statements) {
+    Sent one = co_await send_on(shard, sql, nullptr, false);
+    sent.push_back(std::move(one));
+  }
+  std::vector<std::pair<std::size_t, Reply>> replies;
+  replies.reserve(sent.size());
+  for (auto& one : sent) {
+    Reply reply = co_await read_reply(one, false, ~std::size_t{0});
+    replies.emplace_back(one.shard, std::move(reply));
+  }
+  co_return replies;
+}
+
+awaitable<Session::Sent> Session::send_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext,
+                                          bool metered) {
+  Sent sent;
+  sent.shard = shard;
   may_write_on(shard);  // (the proxy's own statements too: BEGIN, COMMIT, a write on every shard)
-  Backend* b = held_[shard].get();
-  if (!b) {
+  sent.backend = held_[shard].get();
+  if (!sent.backend) {
     auto waited_from = std::chrono::steady_clock::now();
     std::optional<std::size_t> primary;
     auto r = co_await acquire_backend(shard, primary);
     if (metered && shard < kMaxShards) metrics_.shards[shard].pool_wait.observe_since(waited_from);
     if (!r.backend) {
       if (metered && shard < kMaxShards) metrics_.shards[shard].connect_errors.add();
-      reply.lost = true;
-      reply.error = error_body(r.sqlstate, r.message);
-      co_return reply;
+      sent.reply.lost = true;
+      sent.reply.error = error_body(r.sqlstate, r.message);
+      co_return sent;
     }
-    borrowed = std::move(r.backend);
-    b = borrowed.get();
+    sent.borrowed = std::move(r.backend);
+    sent.backend = sent.borrowed.get();
   }
+  Backend& b = *sent.backend;
   std::string out;
-  int queries = 1 + sync_backend_state(*b, out, false);
+  sent.queries = 1 + sync_backend_state(b, out, false);
   if (!ext) {
     proto::Query{sql}.encode(out);
   } else {
@@ -1001,8 +1029,17 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
     proto::Execute{"", 0}.encode(out);
     proto::encode_sync(out);
   }
-  auto [wec, n] = co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow);
-  reply.lost = static_cast<bool>(wec);
+  auto [wec, n] = co_await asio::async_write(b.socket, asio::buffer(out), use_nothrow);
+  sent.reply.lost = static_cast<bool>(wec);
+  co_return sent;
+}
+
+awaitable<Session::Reply> Session::read_reply(Sent& sent, bool metered, std::size_t max_rows) {
+  Reply& reply = sent.reply;
+  const std::size_t shard = sent.shard;
+  if (!sent.backend) co_return std::move(reply);  // no connection: the acquire error
+  Backend& b = *sent.backend;
+  int queries = sent.queries;
   // Only the last Query's answer is the statement's (the first may replay session state).
   const FrameHandler on_frame = [&](char type, std::string_view message, std::string_view body) {
     if (type == 'Z') {
@@ -1021,18 +1058,18 @@ awaitable<Session::Reply> Session::run_on(std::size_t shard, std::string_view sq
   };
   const auto& timeouts = runtime_->config.timeouts;
   if (!reply.lost && metered && timeouts.query.count() > 0) {
-    const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);
-    reply.lost = !co_await read_bounded(*b, queries, limits_, on_frame, timeouts, {e.host, e.port},
+    const auto& e = runtime_->shards[shard]->hosts().endpoint(b.host);
+    reply.lost = !co_await read_bounded(b, queries, limits_, on_frame, timeouts, {e.host, e.port},
                                         pools_[shard]->target().shard);
   } else if (!reply.lost) {
-    reply.lost = !co_await read_until_ready(*b, queries, limits_, on_frame);
+    reply.lost = !co_await read_until_ready(b, queries, limits_, on_frame);
   }
-  if (borrowed) give_back(shard, std::move(borrowed), !reply.lost);
+  if (sent.borrowed) give_back(shard, std::move(sent.borrowed), !reply.lost);
   if (reply.lost && held_[shard]) {
     error_code ignored;
     held_[shard]->socket.close(ignored);
   }
-  co_return reply;
+  co_return std::move(reply);
 }
 
 // SET / RESET / SHOW splitpoint.<name>: the proxy's own session settings.

@@ -42,50 +42,62 @@ std::string Session::no_prepared_transactions_error(std::size_t shard) const {
                                                      "; the transaction was rolled back");
 }
 
+// What a shard's answer to PREPARE TRANSACTION means: empty when it prepared, else the
+// client's error. PREPARE of a transaction that failed meanwhile rolls it back and
+// answers ROLLBACK, so the tag is what tells.
+std::string Session::prepare_failure(std::size_t shard, const Reply& r) {
+  auto fields = r.error.empty() ? std::nullopt : proto::ErrorFields::decode(r.error);
+  if (!r.lost && fields && fields->get('C') == "55000") {
+    // PREPARE's 55000 is "prepared transactions are disabled": a shard whose setting
+    // was not read yet (or changed since).
+    pools_[shard]->set_max_prepared_transactions(0);
+    return no_prepared_transactions_error(shard);
+  }
+  if (!r.lost && r.error.empty() && r.tag == "PREPARE TRANSACTION") return {};
+  if (!r.error.empty()) return r.error;
+  return error_body(r.lost ? sqlstate::connection_failure : "40001",
+                    "shard \"" + pools_[shard]->target().shard + "\" could not prepare the transaction; it was rolled back");
+}
+
 awaitable<std::string> Session::commit_two_phase(std::string* notices) {
   std::string ignored_notices;
   if (!notices) notices = &ignored_notices;
-  // Shards the transaction only read from commit on their own.
-  for (std::size_t s = 0; s < held_.size(); ++s) {
-    if (!in_transaction_on(s) || std::find(txn_.written.begin(), txn_.written.end(), s) != txn_.written.end()) continue;
-    auto r = co_await run_on(s, "COMMIT");
-    append_notices_and_status(r.messages, *notices);
-    end_shard(s, !r.lost && r.error.empty());
-  }
   const std::string txid = two_phase::new_txid();
   auto gid = [&](std::size_t s) { return quote_literal(two_phase::gid(txid, s)); };
   std::vector<std::size_t> prepared;
   std::string error;
-  // A shard known to have max_prepared_transactions = 0 cannot prepare: say what to
-  // set before preparing anything (SPEC §5).
-  for (auto s : txn_.written)
-    if (pools_[s]->max_prepared_transactions() == 0 && error.empty()) error = no_prepared_transactions_error(s);
-  // Phase one. PREPARE of a transaction that failed meanwhile rolls it back and
-  // answers ROLLBACK, so the tag is what tells.
+  // A shard known to have max_prepared_transactions = 0 cannot prepare, nor one whose
+  // connection is gone: say so before preparing anything (SPEC §5).
   for (auto s : txn_.written) {
     if (!error.empty()) break;
-    const auto& name = pools_[s]->target().shard;
-    if (!held_[s]) {
-      error = error_body(sqlstate::connection_failure, "lost the connection to shard \"" + name + "\"");
-      break;
-    }
-    auto r = co_await run_on(s, "PREPARE TRANSACTION " + gid(s));
-    append_notices_and_status(r.messages, *notices);
-    auto fields = r.error.empty() ? std::nullopt : proto::ErrorFields::decode(r.error);
-    if (!r.lost && fields && fields->get('C') == "55000") {
-      // PREPARE's 55000 is "prepared transactions are disabled": a shard whose setting
-      // was not read yet (or changed since).
-      pools_[s]->set_max_prepared_transactions(0);
+    if (pools_[s]->max_prepared_transactions() == 0)
       error = no_prepared_transactions_error(s);
-      break;
+    else if (!held_[s])
+      error = error_body(sqlstate::connection_failure,
+                         "lost the connection to shard \"" + pools_[s]->target().shard + "\"");
+  }
+  // Shards the transaction only read from commit on their own, and phase one prepares
+  // the written ones: all in one round trip (run_on_each).
+  std::vector<std::pair<std::size_t, std::string>> statements;
+  for (std::size_t s = 0; s < held_.size(); ++s)
+    if (in_transaction_on(s) && std::find(txn_.written.begin(), txn_.written.end(), s) == txn_.written.end())
+      statements.emplace_back(s, "COMMIT");
+  const std::size_t read_only = statements.size();
+  if (error.empty())
+    for (auto s : txn_.written) statements.emplace_back(s, "PREPARE TRANSACTION " + gid(s));
+  auto replies = co_await run_on_each(std::move(statements));
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    const auto& [s, r] = replies[i];
+    append_notices_and_status(r.messages, *notices);
+    if (i < read_only) {
+      end_shard(s, !r.lost && r.error.empty());
+      continue;
     }
-    if (r.lost || !r.error.empty() || r.tag != "PREPARE TRANSACTION") {
-      error = !r.error.empty() ? r.error
-                               : error_body(r.lost ? sqlstate::connection_failure : "40001",
-                                            "shard \"" + name + "\" could not prepare the transaction; it was rolled back");
-      break;
-    }
-    prepared.push_back(s);
+    // The first failure is the client's error; shards that prepared anyway are rolled
+    // back below.
+    auto failure = prepare_failure(s, r);
+    if (failure.empty()) prepared.push_back(s);
+    else if (error.empty()) error = std::move(failure);
   }
   // The decision: a 'commit' row on the recorder shard.
   bool unknown = false;
@@ -127,10 +139,12 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
     server_.metrics().two_phase(unknown ? Metrics::TwoPhase::unknown : Metrics::TwoPhase::rolled_back);
     co_return error;
   }
-  // Phase two: decided; a shard that fails here is finished by recovery.
+  // Phase two: decided; a shard that fails here is finished by recovery. All at once.
   bool all = true;
-  for (auto s : prepared) {
-    auto r = co_await run_on(s, "COMMIT PREPARED " + gid(s));
+  std::vector<std::pair<std::size_t, std::string>> commits;
+  for (auto s : prepared) commits.emplace_back(s, "COMMIT PREPARED " + gid(s));
+  auto committed = co_await run_on_each(std::move(commits));
+  for (const auto& [s, r] : committed) {
     if (r.lost || !r.error.empty()) {
       all = false;
       spdlog::warn("[{}] COMMIT PREPARED {} on shard {} failed; recovery will finish it", id_, two_phase::gid(txid, s),
@@ -157,12 +171,17 @@ awaitable<bool> Session::end_implicit_transaction() {
     for (std::size_t s = 0; s < held_.size(); ++s)
       if (held_[s] && (!txn_.write_shard || s != *txn_.write_shard)) order.push_back(s);
     if (txn_.write_shard && held_[*txn_.write_shard]) order.push_back(*txn_.write_shard);
+    // Ended at once (run_on_each), the written shard's answer last.
+    std::vector<std::pair<std::size_t, std::string>> statements;
     for (auto s : order) {
       if (held_[s]->status == 'I') {  // an error before its BEGIN: PostgreSQL rolled it back
         end_shard(s, true);
         continue;
       }
-      auto reply = co_await run_on(s, failed ? "ROLLBACK" : "COMMIT");
+      statements.emplace_back(s, failed ? "ROLLBACK" : "COMMIT");
+    }
+    auto replies = co_await run_on_each(std::move(statements));
+    for (const auto& [s, reply] : replies) {
       if (!failed && error.empty()) {
         if (!reply.error.empty()) error = reply.error;
         else if (reply.lost || reply.tag != "COMMIT")

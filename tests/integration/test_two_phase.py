@@ -11,6 +11,7 @@ Two shards (fresh databases tp_<random> on the shared instances), a hash distrib
 - ROLLBACK, and COMMIT after a failed statement, leave nothing anywhere;
 - a PREPARE TRANSACTION that fails on one shard (a deferred unique constraint checked
   at PREPARE) rolls the other shard back too and the client gets the error;
+- the shards prepare at once (both PREPAREs running together), not one by one;
 - COPY FROM STDIN split over both shards inside a transaction follows its COMMIT or
   ROLLBACK;
 - after every commit no prepared transaction and no decision row is left;
@@ -283,6 +284,54 @@ def prepare_failure_rolls_back_every_shard():
 
 
 @test
+def shards_prepare_at_once():
+    """COMMIT sends PREPARE TRANSACTION to every written shard before reading any answer:
+    with a deferred trigger that sleeps 1.5 s at PREPARE on each shard, both PREPAREs
+    started together (PostgreSQL's own query_start, read while they run), not one
+    after the other."""
+    import threading
+    for i in range(2):
+        on_shard(i, """
+            CREATE TABLE slow (id int);
+            CREATE FUNCTION slow_check() RETURNS trigger LANGUAGE plpgsql AS
+              $$ BEGIN PERFORM pg_sleep(1.5); RETURN NULL; END $$;
+            CREATE CONSTRAINT TRIGGER slow_at_prepare AFTER INSERT ON slow
+              DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_check()""")
+    starts = [None, None]
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            for i in range(2):
+                rows = on_shard(i, "SELECT extract(epoch FROM query_start)::float8 FROM pg_stat_activity "
+                                   "WHERE datname = current_database() AND state = 'active' "
+                                   "AND query LIKE 'PREPARE TRANSACTION%'")
+                if rows and starts[i] is None:
+                    starts[i] = rows[0][0]
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        c = PROXY.connect(DBS.name)
+        cur = c.cursor()
+        cur.execute("BEGIN")
+        cur.execute("/* splitpoint: shard=s0 */ INSERT INTO slow VALUES (1)")
+        cur.execute("/* splitpoint: shard=s1 */ INSERT INTO slow VALUES (2)")
+        cur.execute("COMMIT")
+        c.close()
+    finally:
+        done.set()
+        watcher.join()
+    assert on_shard(0, "SELECT id FROM slow") == [(1,)] and on_shard(1, "SELECT id FROM slow") == [(2,)]
+    assert None not in starts, f"a PREPARE was never seen running: {starts}"
+    assert abs(starts[0] - starts[1]) < 1.0, f"the PREPAREs ran one after the other: started {starts}"
+    for i in range(2):
+        on_shard(i, "DROP TABLE slow; DROP FUNCTION slow_check()")
+    assert_clean("slow PREPAREs")
+
+
+@test
 def copy_in_transaction_follows_commit_and_rollback():
     ks = keys(0, 12, 1150)[:4] + keys(1, 12, 1150)[:4]
     data = "".join(f"{k}\tcopy{k}\t0\n" for k in ks).encode()
@@ -336,16 +385,16 @@ def recovery_resolves_prepared_transactions():
 
 @test
 def metrics_count_outcomes():
-    """splitpoint_two_phase_total after the tests above: thirteen two-phase commits
-    (eight at once, simple, extended, psycopg2, the pipelined batch, COPY), one rolled back by a failed
-    PREPARE; recovery committed two prepared transactions and rolled back one."""
+    """splitpoint_two_phase_total after the tests above: fourteen two-phase commits
+    (eight at once, simple, extended, psycopg2, the pipelined batch, the slow PREPAREs,
+    COPY), one rolled back by a failed PREPARE; recovery committed two prepared transactions and rolled back one."""
     text = urllib.request.urlopen(f"http://{sptest.HOST}:{PROXY.metrics_port}/metrics", timeout=10).read().decode()
     got = {}
     for line in text.splitlines():
         if line.startswith("splitpoint_two_phase_total{"):
             outcome = line.split('outcome="')[1].split('"')[0]
             got[outcome] = float(line.rsplit(" ", 1)[1])
-    want = {"committed": 13, "rolled_back": 1, "unknown": 0, "recovered_committed": 2, "recovered_rolled_back": 1}
+    want = {"committed": 14, "rolled_back": 1, "unknown": 0, "recovered_committed": 2, "recovered_rolled_back": 1}
     assert got == want, f"splitpoint_two_phase_total: {got}, expected {want}"
 
 
