@@ -77,20 +77,32 @@ awaitable<int> recover_once(const Runtime& rt, Metrics& metrics) {
   }
   int resolved = 0;
   bool rec_ok = (co_await simple_query(*rec, kCreateTable, timeout)).ok();
+  // Transactions still prepared somewhere keep their record; `listed` stays true only if
+  // every shard's list was read (see the DELETE below).
+  std::set<std::string> still_prepared;
+  bool listed = rec_ok;
   for (std::size_t s = 0; s < rt.shards.size() && rec_ok; ++s) {
     std::shared_ptr<Pool> pool;
     auto b = co_await connect(rt, s, pool);
-    if (!b) continue;
+    if (!b) {
+      listed = false;
+      continue;
+    }
     auto list = co_await simple_query(
         *b,
-        "SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE gid LIKE 'splitpoint:%' AND database = "
-        "current_database() AND prepared < now() - interval '" + std::to_string(kRecoverAfter.count()) + " seconds'",
+        "SELECT gid, prepared < now() - interval '" + std::to_string(kRecoverAfter.count()) +
+            " seconds' FROM pg_catalog.pg_prepared_xacts WHERE gid LIKE 'splitpoint:%' AND database = "
+            "current_database()",
         timeout);
     bool ok = list.ok();
     for (auto& row : list.rows) {
-      if (!ok || row.empty() || !row[0]) break;
+      if (!ok || row.size() < 2 || !row[0]) break;
       auto txid = txid_of(*row[0]);
       if (!txid) continue;
+      if (row[1] != "t") {  // too recent: its coordinator may still be at work
+        still_prepared.insert(*txid);
+        continue;
+      }
       auto decided = co_await simple_query(
           *rec,
           "INSERT INTO splitpoint_2pc (txid, decision) VALUES (" + quote_literal(*txid) +
@@ -105,6 +117,7 @@ awaitable<int> recover_once(const Runtime& rt, Metrics& metrics) {
       auto done = co_await simple_query(
           *b, std::string(commit ? "COMMIT PREPARED " : "ROLLBACK PREPARED ") + quote_literal(*row[0]), timeout);
       ok = done.ok() || done.error_code == "42704";  // 42704: resolved meanwhile by someone else
+      if (!ok) still_prepared.insert(*txid);
       if (done.ok()) {
         ++resolved;
         metrics.two_phase(commit ? Metrics::TwoPhase::recovered_committed : Metrics::TwoPhase::recovered_rolled_back);
@@ -112,14 +125,20 @@ awaitable<int> recover_once(const Runtime& rt, Metrics& metrics) {
                      rt.shards[s]->shard().name);
       }
     }
+    listed = listed && ok;  // (a failure above stops the list: the rest went unread)
     bool reusable = ok && b->status == 'I';
     pool->release(std::move(b), reusable);
   }
-  // A row outlives its transaction only when the coordinator died before deleting it.
-  if (rec_ok)
-    rec_ok = (co_await simple_query(*rec, "DELETE FROM splitpoint_2pc WHERE decided_at < now() - interval '1 hour'",
-                                    timeout))
-                 .ok();
+  // A row outlives its transaction only when the coordinator died before deleting it;
+  // such rows go after an hour, but never one whose transaction is still prepared on a
+  // shard (a shard down for the hour would otherwise find no decision when it is back,
+  // and roll back what the others committed), nor any while a shard could not be listed.
+  // A row older than the hour was written after its PREPAREs, so they were listed above.
+  if (rec_ok && listed) {
+    std::string sql = "DELETE FROM splitpoint_2pc WHERE decided_at < now() - interval '1 hour'";
+    for (auto& txid : still_prepared) sql += " AND txid <> " + quote_literal(txid);
+    rec_ok = (co_await simple_query(*rec, sql, timeout)).ok();
+  }
   bool reusable = rec_ok && rec->status == 'I';
   rec_pool->release(std::move(rec), reusable);
   co_return resolved;

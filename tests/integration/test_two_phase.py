@@ -17,7 +17,8 @@ Two shards (fresh databases tp_<random> on the shared instances), a hash distrib
 - after every commit no prepared transaction and no decision row is left;
 - recovery: prepared transactions named like splitpoint's (with and without a
   'commit' decision row) are committed / rolled back within seconds; a prepared
-  transaction of someone else is left alone.
+  transaction of someone else is left alone; a decision row older than the hour is
+  kept while its transaction is still prepared.
 """
 # test-timeout: 120
 
@@ -350,7 +351,7 @@ def copy_in_transaction_follows_commit_and_rollback():
 
 @test
 def recovery_resolves_prepared_transactions():
-    a, b, x = keys(0, 5)[4], keys(1, 5)[4], keys(1, 6)[5]
+    a, b, x, y = keys(0, 5)[4], keys(1, 5)[4], keys(1, 6)[5], keys(1, 7)[6]
     other = keys(0, 6)[5]
 
     def prepare(i, key, gid):
@@ -367,6 +368,12 @@ def recovery_resolves_prepared_transactions():
     on_shard(0, "INSERT INTO splitpoint_2pc (txid, decision) VALUES ('deadbeef01', 'commit')")
     prepare(1, x, "splitpoint:deadbeef02:1")
     prepare(0, other, "not-ours")
+    # A decision older than the hour whose transaction is still prepared on a shard
+    # (one that was away): the record is kept, and the transaction committed, not
+    # rolled back for want of it.
+    on_shard(0, "INSERT INTO splitpoint_2pc (txid, decision, decided_at) "
+                "VALUES ('deadbeef03', 'commit', now() - interval '2 hours')")
+    prepare(1, y, "splitpoint:deadbeef03:1")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         left = [r[0] for i in range(2) for r in
@@ -377,6 +384,7 @@ def recovery_resolves_prepared_transactions():
     assert left == ["not-ours"], f"prepared transactions after 30 s: {left}"
     assert a in ids_on(0) and b in ids_on(1), "decided transaction not committed on both shards"
     assert x not in ids_on(1), "undecided transaction was committed"
+    assert y in ids_on(1), "a prepared transaction lost its hour-old 'commit' decision and was rolled back"
     decision = on_shard(0, "SELECT decision FROM splitpoint_2pc WHERE txid = 'deadbeef02'")
     assert decision == [("abort",)], decision
     on_shard(0, "ROLLBACK PREPARED 'not-ours'")
@@ -387,14 +395,14 @@ def recovery_resolves_prepared_transactions():
 def metrics_count_outcomes():
     """splitpoint_two_phase_total after the tests above: fourteen two-phase commits
     (eight at once, simple, extended, psycopg2, the pipelined batch, the slow PREPAREs,
-    COPY), one rolled back by a failed PREPARE; recovery committed two prepared transactions and rolled back one."""
+    COPY), one rolled back by a failed PREPARE; recovery committed three prepared transactions and rolled back one."""
     text = urllib.request.urlopen(f"http://{sptest.HOST}:{PROXY.metrics_port}/metrics", timeout=10).read().decode()
     got = {}
     for line in text.splitlines():
         if line.startswith("splitpoint_two_phase_total{"):
             outcome = line.split('outcome="')[1].split('"')[0]
             got[outcome] = float(line.rsplit(" ", 1)[1])
-    want = {"committed": 14, "rolled_back": 1, "unknown": 0, "recovered_committed": 2, "recovered_rolled_back": 1}
+    want = {"committed": 14, "rolled_back": 1, "unknown": 0, "recovered_committed": 3, "recovered_rolled_back": 1}
     assert got == want, f"splitpoint_two_phase_total: {got}, expected {want}"
 
 
