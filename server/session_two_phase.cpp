@@ -152,7 +152,9 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
     }
     end_shard(s, !r.lost && r.error.empty());
   }
-  if (all) co_await run_on(0, "DELETE FROM splitpoint_2pc WHERE txid = " + quote_literal(txid));
+  // The record goes later, in a batch (two_phase::defer_delete), unless too many wait.
+  if (all && !two_phase::defer_delete(pools_[0], txid))
+    co_await run_on(0, "DELETE FROM splitpoint_2pc WHERE txid = " + quote_literal(txid));
   server_.metrics().two_phase(Metrics::TwoPhase::committed);
   co_return std::string();
 }

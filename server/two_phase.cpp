@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <mutex>
 #include <random>
 #include <set>
 
@@ -144,12 +145,50 @@ awaitable<int> recover_once(const Runtime& rt, Metrics& metrics) {
   co_return resolved;
 }
 
+namespace {
+
+std::mutex deferred_mu;
+std::vector<std::pair<std::shared_ptr<Pool>, std::string>> deferred;  // (pool, txid)
+
+}  // namespace
+
+bool defer_delete(std::shared_ptr<Pool> pool, std::string txid) {
+  std::lock_guard lock(deferred_mu);
+  if (deferred.size() >= kMaxDeferred) return false;
+  deferred.emplace_back(std::move(pool), std::move(txid));
+  return true;
+}
+
+awaitable<void> delete_deferred(std::chrono::milliseconds timeout) {
+  std::vector<std::pair<std::shared_ptr<Pool>, std::string>> batch;
+  {
+    std::lock_guard lock(deferred_mu);
+    batch.swap(deferred);
+  }
+  // One DELETE per pool and up to 1000 records.
+  std::stable_sort(batch.begin(), batch.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  for (std::size_t i = 0; i < batch.size();) {
+    const auto& pool = batch[i].first;
+    std::string sql = "DELETE FROM splitpoint_2pc WHERE txid IN (";
+    std::size_t n = 0;
+    for (; i < batch.size() && batch[i].first == pool && n < 1000; ++i, ++n)
+      sql += (n ? ", " : "") + quote_literal(batch[i].second);
+    sql += ")";
+    auto r = co_await pool->acquire(timeout);
+    if (!r.backend) continue;  // (left to the hourly deletion)
+    auto q = co_await simple_query(*r.backend, sql, timeout);
+    const bool reusable = q.ok() && r.backend->status == 'I';
+    pool->release(std::move(r.backend), reusable);
+  }
+}
+
 awaitable<void> recovery_loop(Server& server) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   std::set<std::string> warned;  // shards whose max_prepared_transactions = 0 was logged
   while (!server.shutting_down()) {
     auto rt = server.runtime();
     if (!rt) co_return;
+    co_await delete_deferred(rt->config.timeouts.server_connect);
     if (rt->config.cross_shard_writes == config::CrossShardWrites::two_phase) {
       co_await recover_once(*rt, server.metrics());
       // Once per shard (again if it was fixed and broke again); the pools learn the

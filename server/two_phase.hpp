@@ -3,7 +3,8 @@
 //
 // COMMIT runs PREPARE TRANSACTION '<gid>' on every written shard, then records the
 // decision as a row of the table splitpoint_2pc on the first shard of the config (the
-// recorder), then COMMIT PREPARED everywhere and deletes the row. The row is the
+// recorder), then COMMIT PREPARED everywhere; the row is deleted later, in a batch
+// (defer_delete). The row is the
 // durable decision record: it lives in PostgreSQL, so it survives the proxy's container
 // being replaced.
 //
@@ -16,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -52,8 +54,19 @@ std::string no_prepared_transactions(std::string_view shard);
 // in config order; those not read yet are not listed.
 std::vector<std::string> shards_without_prepared_transactions(const Runtime& rt);
 
-// Runs recovery every kRecoverEvery while the server runs and the config asks for
-// two_phase; the first pass at start-up.
+// Decision records of transactions committed on every shard, waiting to be deleted:
+// the committing session hands its record over (`defer_delete`) instead of deleting it
+// before it answers — one round trip and one write on the recorder fewer per commit —
+// and the recovery loop deletes them in batches, on the pool the record was written
+// through. At most kMaxDeferred wait; past that the session deletes its own. A record
+// whose deletion failed, or left when the proxy stopped, is deleted by recovery after
+// the hour (recover_once).
+inline constexpr std::size_t kMaxDeferred = 100000;
+bool defer_delete(std::shared_ptr<Pool> pool, std::string txid);
+awaitable<void> delete_deferred(std::chrono::milliseconds timeout);
+
+// Deletes the deferred records, then runs recovery if the config asks for two_phase,
+// every kRecoverEvery while the server runs; the first pass at start-up.
 awaitable<void> recovery_loop(Server& server);
 // One pass over every shard; returns how many prepared transactions it resolved.
 awaitable<int> recover_once(const Runtime& rt, Metrics& metrics);

@@ -119,10 +119,8 @@ def assert_clean(what):
     for i in range(3):
         left = on_shard(i, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
         assert not left, f"{what}: shard s{i} has prepared transactions left: {left}"
-    rows = on_shard(0, "SELECT to_regclass('splitpoint_2pc') IS NOT NULL")
-    if rows[0][0]:
-        left = on_shard(0, "SELECT txid, decision FROM splitpoint_2pc")
-        assert not left, f"{what}: decision rows left on the recorder: {left}"
+    left = sptest.decision_rows_left(*shard_dbs()[0])
+    assert not left, f"{what}: decision rows left on the recorder: {left}"
 
 
 def assert_batch_applied(what, base, before):

@@ -312,9 +312,8 @@ def assert_clean(what):
     for i, (port, db) in enumerate(SHARDS):
         left = on_db(port, db, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
         check(not left, f"{what} prepared s{i}", lambda: f"prepared transactions left on s{i}: {left}")
-    if on_db(*SHARDS[0], "SELECT to_regclass('splitpoint_2pc') IS NOT NULL")[0][0]:
-        left = on_db(*SHARDS[0], "SELECT txid, decision FROM splitpoint_2pc")
-        check(not left, f"{what} decisions", lambda: f"decision rows left on the recorder: {left}")
+    left = sptest.decision_rows_left(*SHARDS[0])
+    check(not left, f"{what} decisions", lambda: f"decision rows left on the recorder: {left}")
 
 
 def two_phase_committed():

@@ -276,6 +276,20 @@ def metric_value(text, name, labels):
     return total
 
 
+def decision_rows_left(port, db, within=15):
+    """The two-phase decision rows still on the recorder (port, db) after waiting up to
+    `within` seconds for them to go: the proxy deletes the records of committed
+    transactions in batches, every 5 s (server/two_phase.hpp, defer_delete)."""
+    deadline = time.monotonic() + within
+    while True:
+        if not query(port, db, "SELECT to_regclass('splitpoint_2pc') IS NOT NULL")[0][0]:
+            return []
+        left = query(port, db, "SELECT txid, decision FROM splitpoint_2pc")
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.25)
+
+
 def clean_shutdown():
     """A last test for files that use proxies with `with`: each exited with status 0 on SIGTERM."""
     assert not SHUTDOWN_PROBLEMS, "\n".join(SHUTDOWN_PROBLEMS)
