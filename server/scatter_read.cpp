@@ -315,8 +315,9 @@ void ScatterRead::arm_deadline(const asio::any_io_executor& ex) {
     self->request_cancel(self->who_.cancel_secret);
   });
   reads_.timer = std::make_unique<asio::steady_timer>(ex, deadline_);
-  reads_.timer->async_wait([this, self = s_.shared_from_this()](error_code ec) {
-    if (ec || reads_.stream_done) return;  // (ec first: after a cancel this object may be gone)
+  reads_.timer->async_wait([this, alive = std::weak_ptr<const bool>(reads_.alive),
+                            self = s_.shared_from_this()](error_code ec) {
+    if (ec || alive.expired() || reads_.stream_done) return;  // (this object may be gone)
     reads_.timed_out = true;
     for (auto* sh : all_shards()) {
       if (sh->state != Shard::State::running || !sh->b) continue;

@@ -167,6 +167,9 @@ class ScatterRead {
   // the deadline and the reads
   struct Reads {
     std::unique_ptr<asio::steady_timer> timer;
+    // The deadline's handler holds a weak_ptr to this: a deadline that expired just as
+    // the statement ended runs with no error after this object is gone.
+    std::shared_ptr<const bool> alive = std::make_shared<const bool>(true);
     bool timed_out = false;
     bool stream_done = false;
     bool settled = false;

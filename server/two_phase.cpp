@@ -147,33 +147,41 @@ awaitable<int> recover_once(const Runtime& rt, Metrics& metrics) {
 
 namespace {
 
+// (Weak: a static must not own pools past the io_contexts their connections use.)
+using Deferred = std::pair<std::weak_ptr<Pool>, std::string>;  // (pool, txid)
 std::mutex deferred_mu;
-std::vector<std::pair<std::shared_ptr<Pool>, std::string>> deferred;  // (pool, txid)
+std::vector<Deferred> deferred;
+
+bool same_pool(const std::weak_ptr<Pool>& a, const std::weak_ptr<Pool>& b) {
+  return !a.owner_before(b) && !b.owner_before(a);
+}
 
 }  // namespace
 
-bool defer_delete(std::shared_ptr<Pool> pool, std::string txid) {
+bool defer_delete(const std::shared_ptr<Pool>& pool, std::string txid) {
   std::lock_guard lock(deferred_mu);
   if (deferred.size() >= kMaxDeferred) return false;
-  deferred.emplace_back(std::move(pool), std::move(txid));
+  deferred.emplace_back(pool, std::move(txid));
   return true;
 }
 
 awaitable<void> delete_deferred(std::chrono::milliseconds timeout) {
-  std::vector<std::pair<std::shared_ptr<Pool>, std::string>> batch;
+  std::vector<Deferred> batch;
   {
     std::lock_guard lock(deferred_mu);
     batch.swap(deferred);
   }
-  // One DELETE per pool and up to 1000 records.
-  std::stable_sort(batch.begin(), batch.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  // One DELETE per pool and up to 1000 records; a pool gone since (a reload) leaves its
+  // records to the hourly deletion.
+  std::stable_sort(batch.begin(), batch.end(), [](auto& a, auto& b) { return a.first.owner_before(b.first); });
   for (std::size_t i = 0; i < batch.size();) {
-    const auto& pool = batch[i].first;
+    const std::size_t first = i;
     std::string sql = "DELETE FROM splitpoint_2pc WHERE txid IN (";
-    std::size_t n = 0;
-    for (; i < batch.size() && batch[i].first == pool && n < 1000; ++i, ++n)
-      sql += (n ? ", " : "") + quote_literal(batch[i].second);
+    for (; i < batch.size() && same_pool(batch[i].first, batch[first].first) && i - first < 1000; ++i)
+      sql += (i > first ? ", " : "") + quote_literal(batch[i].second);
     sql += ")";
+    auto pool = batch[first].first.lock();
+    if (!pool) continue;
     auto r = co_await pool->acquire(timeout);
     if (!r.backend) continue;  // (left to the hourly deletion)
     auto q = co_await simple_query(*r.backend, sql, timeout);

@@ -58,11 +58,11 @@ std::vector<std::string> shards_without_prepared_transactions(const Runtime& rt)
 // the committing session hands its record over (`defer_delete`) instead of deleting it
 // before it answers — one round trip and one write on the recorder fewer per commit —
 // and the recovery loop deletes them in batches, on the pool the record was written
-// through. At most kMaxDeferred wait; past that the session deletes its own. A record
-// whose deletion failed, or left when the proxy stopped, is deleted by recovery after
-// the hour (recover_once).
+// through (if it still exists). At most kMaxDeferred wait; past that the session
+// deletes its own. A record whose deletion failed, or left when the proxy stopped, is
+// deleted by recovery after the hour (recover_once).
 inline constexpr std::size_t kMaxDeferred = 100000;
-bool defer_delete(std::shared_ptr<Pool> pool, std::string txid);
+bool defer_delete(const std::shared_ptr<Pool>& pool, std::string txid);
 awaitable<void> delete_deferred(std::chrono::milliseconds timeout);
 
 // Deletes the deferred records, then runs recovery if the config asks for two_phase,
