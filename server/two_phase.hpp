@@ -4,9 +4,8 @@
 // COMMIT runs PREPARE TRANSACTION '<gid>' on every written shard, then records the
 // decision as a row of the table splitpoint_2pc on the first shard of the config (the
 // recorder), then COMMIT PREPARED everywhere; the row is deleted later, in a batch
-// (defer_delete). The row is the
-// durable decision record: it lives in PostgreSQL, so it survives the proxy's container
-// being replaced.
+// (defer_delete). The row is the durable decision record: it lives in PostgreSQL, so it
+// survives the proxy's container being replaced.
 //
 // Recovery resolves prepared transactions whose owner died: a gid prepared longer
 // ago than kRecoverAfter is committed if the recorder holds a 'commit' row for it, else
