@@ -779,7 +779,7 @@ void Loader::check_trust_exposure(const Fields& top) {
 }
 
 void Loader::load_timeouts(const Entry& e) {
-  auto f = mapping(e, {"client_login", "client_idle", "server_connect", "shutdown", "query"});
+  auto f = mapping(e, {"client_login", "client_idle", "server_connect", "shutdown", "query", "deadlock"});
   if (!f) return;
   Timeouts& t = cfg_.timeouts;
   // Login and connect must end (every wait has a deadline); idle 0 means never,
@@ -788,8 +788,9 @@ void Loader::load_timeouts(const Entry& e) {
   if (const Entry* v = f->get("client_idle")) assign(t.client_idle, duration(*v, true));
   if (const Entry* v = f->get("server_connect")) assign(t.server_connect, duration(*v, false));
   if (const Entry* v = f->get("shutdown")) assign(t.shutdown, duration(*v, true));
-  // query 0 is off.
+  // query and deadlock 0 are off.
   if (const Entry* v = f->get("query")) assign(t.query, duration(*v, true));
+  if (const Entry* v = f->get("deadlock")) assign(t.deadlock, duration(*v, true));
 }
 
 void Loader::load_distributions(const Fields& top) {

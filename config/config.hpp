@@ -135,6 +135,10 @@ struct Timeouts {
   // long is cancelled there, and its connection dropped if the cancel does not answer
   // within server_connect. 0 = off.
   Duration query{0};
+  // Extension: how often the proxy looks for deadlocks across shards (its sessions'
+  // waits on each shard, joined); a cycle is broken by cancelling one waiter, which
+  // gets 40P01. 0 = off.
+  Duration deadlock{1000};
 };
 
 // Online moves (SPEC §9): the catalog's polling and leases, and how long a statement

@@ -13,6 +13,7 @@ inline constexpr const char* too_many_connections = "53300";
 inline constexpr const char* admin_shutdown = "57P01";
 inline constexpr const char* idle_session_timeout = "57P05";
 inline constexpr const char* query_canceled = "57014";
+inline constexpr const char* deadlock_detected = "40P01";
 inline constexpr const char* feature_not_supported = "0A000";
 inline constexpr const char* invalid_parameter_value = "22023";
 inline constexpr const char* insufficient_privilege = "42501";

@@ -161,6 +161,7 @@ void show_config(const config::Config& c, std::string& out) {
   t.row({"timeouts.server_connect", dur(c.timeouts.server_connect)});
   t.row({"timeouts.shutdown", dur(c.timeouts.shutdown)});
   t.row({"timeouts.query", dur(c.timeouts.query)});
+  t.row({"timeouts.deadlock", dur(c.timeouts.deadlock)});
   t.row({"max_client_connections", std::to_string(c.max_client_connections)});
   t.row({"max_message_size", std::to_string(c.max_message_size)});
   t.encode(out, "SHOW");

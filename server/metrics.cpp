@@ -348,6 +348,12 @@ void Metrics::render_totals(std::vector<pm::MetricFamily>& out) const {
   for (std::size_t i = 0; i < kTwoPhaseOutcomes; ++i)
     add_counter(tpc, {label("outcome", kOutcomes[i])}, double(two_phase_[i].load()));
   out.push_back(std::move(tpc));
+
+  auto deadlocks = family("splitpoint_deadlocks_total",
+                          "Deadlocks across shards the proxy broke by cancelling one session's statement (40P01).",
+                          pm::MetricType::Counter);
+  add_counter(deadlocks, {}, double(deadlocks_.load()));
+  out.push_back(std::move(deadlocks));
 }
 
 std::vector<Metrics::PartitionRow> Metrics::partitions(const config::Config& config,

@@ -163,6 +163,8 @@ class Metrics {
   enum class TwoPhase { committed, rolled_back, unknown, recovered_committed, recovered_rolled_back };
   static constexpr std::size_t kTwoPhaseOutcomes = 5;
   void two_phase(TwoPhase o) { two_phase_[static_cast<std::size_t>(o)].fetch_add(1, std::memory_order_relaxed); }
+  // A deadlock across shards broken (server/deadlocks.hpp).
+  void deadlock_broken() { deadlocks_.fetch_add(1, std::memory_order_relaxed); }
 
   // Prometheus text exposition; `config` names shards and distributions.
   std::string render(const config::Config& config, const PartitionSlots& slots, const std::vector<PoolGauge>& pools,
@@ -198,6 +200,7 @@ class Metrics {
   std::vector<std::unique_ptr<WorkerMetrics>> workers_;
   std::atomic<std::uint64_t> reloads_ok_{0}, reloads_failed_{0};
   std::atomic<std::uint64_t> two_phase_[kTwoPhaseOutcomes] = {};
+  std::atomic<std::uint64_t> deadlocks_{0};
 };
 
 }  // namespace splitpoint::server

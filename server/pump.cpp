@@ -139,6 +139,10 @@ bool Pump::process_backend_frame(char type, std::string_view body) {
     }
   }
   if (v.client_error) {
+    if (s.txn_.deadlock_pid && s.rewrite_deadlock_error(*s.cur(), body, replacement_)) {
+      s.count_shard_error(sqlstate::deadlock_detected);
+      return false;
+    }
     auto fields = proto::ErrorFields::decode(body);
     s.count_shard_error(fields ? fields->get('C') : std::string_view("XX000"));
     if (s.timed_out_statement_cancelled() && s.rewrite_timeout_error(body, replacement_)) return false;

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/catalog.hpp"
+#include "server/deadlocks.hpp"
 #include "server/health.hpp"
 #include "server/http.hpp"
 #include "server/session.hpp"
@@ -152,6 +153,7 @@ int Server::run() {
   asio::co_spawn(main_ctx, accept_loop(), asio::detached);
   asio::co_spawn(main_ctx, two_phase::recovery_loop(*this), asio::detached);
   asio::co_spawn(main_ctx, health_loop(*this), asio::detached);
+  asio::co_spawn(main_ctx, deadlocks::search_loop(*this), asio::detached);
   rt.reset();  // (a runtime kept here would keep the pools of shards dropped or redefined since)
 
   std::vector<std::thread> threads;

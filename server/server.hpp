@@ -92,6 +92,12 @@ class Server {
   std::int64_t epoch_in_use();
 
   Metrics& metrics() { return *metrics_; }
+  // The workers, for work done on each one's thread (the deadlock search).
+  std::vector<Worker*> worker_list() const {
+    std::vector<Worker*> out;
+    for (auto& w : workers_) out.push_back(w.get());
+    return out;
+  }
 
   // Logged-in sessions, for SHOW CLIENTS (touched at login and logout only).
   void register_session(std::uint64_t id, const std::shared_ptr<Session>& s);

@@ -44,6 +44,7 @@
 #include "routing/session_command.hpp"
 #include "server/asio.hpp"
 #include "server/backend.hpp"
+#include "server/deadlocks.hpp"
 #include "server/frontend.hpp"
 #include "server/metrics.hpp"
 #include "server/pump.hpp"
@@ -90,6 +91,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // took its moves under; kIdle when none runs.
   static constexpr std::int64_t kIdle = INT64_MAX;
   std::int64_t statement_epoch() const { return moves_.epoch.load(std::memory_order_relaxed); }
+  // The deadlock search (server/deadlocks.hpp), on this session's thread: the backends
+  // it holds on its shards' primaries, and cancelling its wait on `shard` (backend
+  // `pid`, still in transaction `txn`) to break a deadlock across shards; the client
+  // gets 40P01 with `detail` instead of the cancel's 57014.
+  void list_held(std::vector<deadlocks::Holding>& out);
+  void break_deadlock(std::size_t shard, std::int32_t pid, std::uint64_t txn, std::string detail);
 
  private:
   static constexpr std::size_t kNoShard = ~std::size_t{0};
@@ -182,6 +189,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool rewrite_timeout_error(std::string_view body, std::string& out);
   // The backend did not answer the cancel either: the client's statements get 08006.
   awaitable<void> answer_dropped_statement(std::size_t shard);
+  // ---- session_deadlock.cpp: backend `b`'s 57014 after break_deadlock, as 40P01 (a
+  // whole ErrorResponse) appended to `out`. False: not that backend or not a 57014.
+  bool rewrite_deadlock_error(const Backend& b, std::string_view body, std::string& out);
   void note_parameter_status(std::string_view body);     // one ParameterStatus body
   void note_parameter_statuses(std::string_view messages);  // whole messages, others skipped
   void apply_session_commands();
@@ -378,6 +388,11 @@ class Session : public std::enable_shared_from_this<Session> {
   };
   // The transaction over shards, beyond the status the client was told (Frontend).
   struct ShardTransaction {
+    std::uint64_t seq = 0;  // changes when a transaction ends (the deadlock search)
+    // The backend whose statement break_deadlock cancelled (0: none), and the cycle, for
+    // the client's 40P01.
+    std::int32_t deadlock_pid = 0;
+    std::string deadlock_detail;
     std::string begin_sql;  // the client's BEGIN, replayed on each shard joined
     // The transaction's savepoints, outermost first, as the client made them; each
     // shard gets those it lacks before its next statement of the transaction

@@ -351,6 +351,14 @@ TEST_CASE("timeouts.query: a duration, 0 (the default) is off", "[config]") {
                    "timeouts.query_timeout: unknown key");
 }
 
+TEST_CASE("timeouts.deadlock: a duration, 1s by default, 0 is off", "[config]") {
+  CHECK(load_ok(kTwoShards).timeouts.deadlock == 1s);
+  CHECK(load_ok(std::string(kTwoShards) + "timeouts: { deadlock: 250ms }\n").timeouts.deadlock == 250ms);
+  CHECK(load_ok(std::string(kTwoShards) + "timeouts: { deadlock: 0 }\n").timeouts.deadlock == 0ms);
+  expect_one_error(std::string(kTwoShards) + "timeouts:\n  deadlock: -1s\n", 5,
+                   "timeouts.deadlock: expected a duration");
+}
+
 TEST_CASE("unlisted_tables: reject", "[config]") {
   CHECK(load_ok(std::string(kTwoShards) + "unlisted_tables: reject\n").unlisted_tables ==
         UnlistedPolicy::reject);

@@ -1,0 +1,54 @@
+// The search for deadlocks across shards (timeouts.deadlock; the graph: wait_graph.hpp;
+// docs/transactions.md).
+//
+// Every timeouts.deadlock, on the main worker: each worker lists the backends its
+// sessions hold (Session::list_held, on the worker's thread: nothing on the sessions'
+// path is locked or timed for it). When some session holds two or more, each server
+// those backends are on is asked which of them wait for a lock and for whom:
+//
+//   SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity
+//   WHERE wait_event_type = 'Lock' AND pid IN (...)
+//
+// on a connection of the search's own, one per pool asked through (as the pool's user:
+// pg_stat_activity shows a backend's wait only to its own user or a privileged one),
+// kept while that pool is asked and closed after a minute unused. A session pool full of
+// deadlocked sessions is why it is not taken from the pool. pg_blocking_pids runs only
+// for backends that wait for a lock.
+//
+// A cycle found is looked for again at once; if the second look finds the same one with
+// every session still in the same transaction, one session's wait is cancelled
+// (Session::break_deadlock, on its thread: a CancelRequest, as a client's), and that
+// session's client gets 40P01 instead of 57014. The session chosen is the one whose
+// transaction the search has known for the shortest time (the youngest; the highest
+// session id among equals), as PostgreSQL cancels the transaction that closed the
+// cycle rather than one that waited longer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "server/asio.hpp"
+#include "server/wait_graph.hpp"
+
+namespace splitpoint::server {
+
+class Server;
+class Session;
+class Pool;
+struct Worker;
+
+namespace deadlocks {
+
+// A backend a session holds (on its shard's primary), as Session::list_held lists it.
+struct Holding {
+  wait_graph::Held held;  // its `server` is filled in by the search (from the pool)
+  std::shared_ptr<Pool> pool;
+  std::weak_ptr<Session> session;
+  Worker* worker = nullptr;
+};
+
+// Runs until the server shuts down; does nothing while timeouts.deadlock is 0.
+awaitable<void> search_loop(Server& server);
+
+}  // namespace deadlocks
+}  // namespace splitpoint::server

@@ -1,0 +1,66 @@
+// Deadlocks across shards (timeouts.deadlock): the session's side of the search in
+// server/deadlocks.hpp.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "protocol/messages.hpp"
+#include "protocol/sqlstate.hpp"
+#include "server/pool.hpp"
+#include "server/server.hpp"
+#include "server/session.hpp"
+
+namespace splitpoint::server {
+
+namespace proto = splitpoint::protocol;
+
+void Session::list_held(std::vector<deadlocks::Holding>& out) {
+  for (std::size_t shard = 0; shard < held_.size(); ++shard) {
+    const Backend* b = held_[shard].get();
+    // (a standby's backend takes no lock a primary's transaction waits for)
+    if (!b || b->process_id == 0 || b->host != pools_[shard]->target().host_index) continue;
+    deadlocks::Holding h;
+    h.held = {id_, txn_.seq, shard, {}, b->process_id};
+    h.pool = pools_[shard];
+    h.session = weak_from_this();
+    h.worker = &worker_;
+    out.push_back(std::move(h));
+  }
+}
+
+void Session::break_deadlock(std::size_t shard, std::int32_t pid, std::uint64_t txn, std::string detail) {
+  if (closing_ || txn != txn_.seq || shard >= held_.size() || !held_[shard] || held_[shard]->process_id != pid)
+    return;  // that transaction ended, or the backend went back: nothing of it waits any more
+  Backend* b = held_[shard].get();
+  const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);
+  b->cancel_sent = true;  // never handed to another session: the cancel could land there
+  txn_.deadlock_pid = pid;
+  txn_.deadlock_detail = std::move(detail);
+  server_.metrics().deadlock_broken();
+  spdlog::warn("[{}] deadlock across shards: cancelling this session's statement on shard {}", id_,
+               pools_[shard]->target().shard);
+  asio::co_spawn(stream_.socket().get_executor(),
+                 send_cancel(e.host, e.port, pid, b->secret_key, runtime_->config.timeouts.server_connect),
+                 asio::detached);
+}
+
+bool Session::rewrite_deadlock_error(const Backend& b, std::string_view body, std::string& out) {
+  if (b.process_id != txn_.deadlock_pid) return false;
+  auto e = proto::ErrorFields::decode(body);
+  if (!e || e->get('C') != sqlstate::query_canceled) return false;
+  auto& fields = e->fields;
+  // PostgreSQL's own place in its source (F, L, R) is the cancel's, not a deadlock's.
+  std::erase_if(fields, [](const auto& f) { return f.first == 'F' || f.first == 'L' || f.first == 'R' || f.first == 'D'; });
+  for (auto& [code, value] : fields) {
+    if (code == 'C') value = sqlstate::deadlock_detected;
+    if (code == 'M') value = "deadlock detected";
+  }
+  fields.emplace_back('D', txn_.deadlock_detail);
+  fields.emplace_back('H', "The transactions wait for each other on different shards, where no PostgreSQL sees the "
+                           "whole cycle; splitpoint cancelled this one. See splitpoint's log for the sessions.");
+  e->encode(out, 'E');
+  txn_.deadlock_pid = 0;
+  return true;
+}
+
+}  // namespace splitpoint::server

@@ -1,0 +1,341 @@
+#!/usr/bin/env python3
+"""Deadlocks across shards (timeouts.deadlock, docs/transactions.md).
+
+Two transactions that lock rows on two shards in opposite orders wait for each other,
+and neither PostgreSQL sees the cycle (on each, the other half is idle in transaction):
+without the proxy's search both wait forever. With it, one of them gets 40P01 within
+seconds, as on one PostgreSQL, and the other goes on.
+
+Two shards (fresh databases dl_<random> on the shared instances), a hash distribution
+(items.id, 8 partitions), timeouts.deadlock 250ms. Checked:
+- the same deadlock on one plain PostgreSQL and through splitpoint over two shards:
+  exactly one of the two transactions fails with 40P01 "deadlock detected", the other
+  commits, and the rows end the same;
+- the transaction cancelled is the younger one (began after the search had seen the
+  other's);
+- a deadlock on one shard is PostgreSQL's: its own 40P01 (its detail, "Process ..."),
+  nothing cancelled by the proxy;
+- a long lock wait across shards that is no deadlock is not cancelled;
+- extended protocol (Parse/Bind/Execute/Sync): the same 40P01;
+- a write on several shards (run on each in turn) waiting in the cycle: 40P01 naming the
+  shards;
+- splitpoint_deadlocks_total counts the deadlocks the proxy broke.
+"""
+# test-timeout: 180
+
+import os
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import pgwire  # noqa: E402
+import psycopg2  # noqa: E402
+import sptest  # noqa: E402
+
+WORKDIR = sptest.workdir("deadlocks")
+DBS = None
+PROXY = None
+OWNER = {}  # key -> shard index
+WAIT = 20  # seconds a test waits for a statement that should end
+
+
+def config(db):
+    ports = sptest.PG_PORTS
+    return f"""
+    auth: scram-sha-256
+    users:
+      - {{ name: app, password: secret }}
+    shards:
+      - {{ name: s0, host: 127.0.0.1, port: {ports[0]}, database: {db}, user: app, password: secret, pool_size: 8 }}
+      - {{ name: s1, host: 127.0.0.1, port: {ports[1]}, database: {db}, user: app, password: secret, pool_size: 8 }}
+    distributions:
+      - name: by_item
+        method: hash
+        partitions: 8
+        tables: {{ items: id }}
+    timeouts:
+      deadlock: 250ms
+    """
+
+
+def on_shard(i, sql, params=None):
+    return sptest.query(sptest.PG_PORTS[i], DBS.name, sql, params)
+
+
+def keys(shard, n):
+    out = [k for k in sorted(OWNER) if OWNER[k] == shard]
+    assert len(out) >= n, (shard, n)
+    return out[:n]
+
+
+def deadlocks_broken():
+    return PROXY.metric("splitpoint_deadlocks_total")
+
+
+def setup():
+    global DBS, PROXY
+    DBS = sptest.Databases("dl")
+    PROXY = sptest.Proxy("dl", config(DBS.name), WORKDIR).start()
+    c = PROXY.connect(DBS.name)
+    cur = c.cursor()
+    cur.execute("CREATE TABLE items (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0)")
+    for k in range(1, 41):
+        cur.execute("INSERT INTO items (id) VALUES (%s)", (k,))
+    c.close()
+    for i in range(2):
+        for (k,) in on_shard(i, "SELECT id FROM items"):
+            OWNER[k] = i
+    assert set(OWNER.values()) == {0, 1}
+    # The same rows on one plain PostgreSQL, for the comparison.
+    on_shard(0, "CREATE TABLE plain (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0)")
+    on_shard(0, "INSERT INTO plain SELECT g, 0 FROM generate_series(1, 40) g")
+
+
+class Error:
+    """A failed statement: its SQLSTATE, message and detail."""
+
+    def __init__(self, code, message, detail):
+        self.pgcode, self.message, self.detail = code, message, detail or ""
+
+    def __repr__(self):
+        return f"{self.pgcode} {self.message} ({self.detail})"
+
+
+class Step(threading.Thread):
+    """One statement run in a thread by `fn` (which returns None or an Error)."""
+
+    def __init__(self, fn):
+        super().__init__(daemon=True)
+        self.fn = fn
+        self.error = None
+        self.start()
+
+    def run(self):
+        self.error = self.fn()
+
+    def outcome(self, within=WAIT):
+        self.join(within)
+        if self.is_alive():
+            unstick(sptest.PG_PORTS)  # (a connection whose statement waits cannot even be closed)
+            raise AssertionError(f"still waiting after {within}s")
+        return self.error
+
+
+def psycopg_step(conn, sql, params):
+    def run():
+        try:
+            conn.cursor().execute(sql, params)
+        except psycopg2.Error as e:
+            return Error(e.pgcode, e.diag.message_primary, e.diag.message_detail)
+        return None
+    return Step(run)
+
+
+def unstick(db_ports):
+    """After a failed test: end whatever still waits (the shards' backends of `app`)."""
+    for port in db_ports:
+        sptest.query(port, DBS.name, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'")
+
+
+def settle(w1, w2, end1, end2):
+    """Both statements wait for each other: once one has ended, the failed one's
+    transaction is ended (end(False): ROLLBACK; through splitpoint its locks on the other
+    shard go only then, as a client does after an error), then the other's (end(True):
+    COMMIT if it succeeded). Returns both outcomes."""
+    deadline = time.monotonic() + WAIT
+    while w1.is_alive() and w2.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if w1.is_alive() and w2.is_alive():
+        unstick(sptest.PG_PORTS)
+        raise AssertionError(f"both still waiting after {WAIT}s: a deadlock nobody broke")
+    for w, end in ((w1, end1), (w2, end2)):
+        if not w.is_alive() and w.error is not None:
+            end(False)
+    e1, e2 = w1.outcome(), w2.outcome()
+    for e, end in ((e1, end1), (e2, end2)):
+        if e is None:
+            end(True)
+    return e1, e2
+
+
+def opposite_orders(connect, table, a, b, pause=0.0):
+    """Transactions 1 and 2 lock a and b in opposite orders: 1 updates a, 2 updates b,
+    then 1 wants b and 2 wants a. Returns the outcomes of the two statements that waited
+    (None or an Error), both transactions ended."""
+    c1, c2 = connect(), connect()
+    c1.autocommit = c2.autocommit = False
+    try:
+        c1.cursor().execute(f"UPDATE {table} SET n = n + 1 WHERE id = %s", (a,))
+        time.sleep(pause)
+        c2.cursor().execute(f"UPDATE {table} SET n = n + 10 WHERE id = %s", (b,))
+        w1 = psycopg_step(c1, f"UPDATE {table} SET n = n + 1 WHERE id = %s", (b,))
+        time.sleep(0.2)
+        w2 = psycopg_step(c2, f"UPDATE {table} SET n = n + 10 WHERE id = %s", (a,))
+        return settle(w1, w2, lambda ok: c1.commit() if ok else c1.rollback(),
+                      lambda ok: c2.commit() if ok else c2.rollback())
+    finally:
+        c1.close()
+        c2.close()
+
+
+def failed_one(e1, e2):
+    errors = [e for e in (e1, e2) if e is not None]
+    assert len(errors) == 1, f"expected exactly one transaction to fail: {e1!r} / {e2!r}"
+    return errors[0]
+
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+@test
+def same_as_one_postgres():
+    """The same deadlock on one plain PostgreSQL and over two shards: one 40P01 each, the
+    surviving transaction's updates on both rows."""
+    a, b = keys(0, 1)[0], keys(1, 1)[0]
+    before = deadlocks_broken()
+    direct = opposite_orders(lambda: sptest.connect(sptest.PG_PORTS[0], DBS.name), "plain", a, b)
+    proxied = opposite_orders(lambda: PROXY.connect(DBS.name), "items", a, b)
+    for where, (e1, e2) in (("direct", direct), ("splitpoint", proxied)):
+        e = failed_one(e1, e2)
+        assert e.pgcode == "40P01" and e.message == "deadlock detected", (where, e)
+    detail = failed_one(*proxied).detail
+    assert "waits on shard \"s0\"" in detail and "waits on shard \"s1\"" in detail, detail
+    plain = on_shard(0, "SELECT id, n FROM plain WHERE id IN (%s, %s) ORDER BY id", (a, b))
+    got = sorted(sptest.query(PROXY.port, DBS.name, "SELECT id, n FROM items WHERE id IN (%s, %s)", (a, b)))
+    # Which transaction PostgreSQL cancels is its own choice; each outcome leaves one
+    # transaction's two updates.
+    assert sorted(n for _, n in plain) in ([1, 1], [10, 10]), plain
+    assert sorted(n for _, n in got) in ([1, 1], [10, 10]), got
+    assert deadlocks_broken() == before + 1
+
+
+@test
+def the_younger_transaction_is_cancelled():
+    """Transaction 2 begins a second after transaction 1 (the search has seen 1 by then):
+    2 is cancelled, whichever closes the cycle."""
+    a, b = keys(0, 2)[1], keys(1, 2)[1]
+    e1, e2 = opposite_orders(lambda: PROXY.connect(DBS.name), "items", a, b, pause=1.0)
+    assert e1 is None, f"the older transaction was cancelled: {e1!r}"
+    assert e2 is not None and e2.pgcode == "40P01", repr(e2)
+    got = dict(sptest.query(PROXY.port, DBS.name, "SELECT id, n FROM items WHERE id IN (%s, %s)", (a, b)))
+    assert got == {a: 1, b: 1}, got
+
+
+@test
+def one_shard_deadlock_is_postgres_own():
+    """Both rows on one shard: PostgreSQL finds the deadlock itself (deadlock_timeout);
+    the proxy cancels nothing."""
+    a, b = keys(0, 4)[2:4]
+    before = deadlocks_broken()
+    e = failed_one(*opposite_orders(lambda: PROXY.connect(DBS.name), "items", a, b))
+    assert e.pgcode == "40P01" and e.detail.startswith("Process "), e
+    assert deadlocks_broken() == before
+
+
+@test
+def long_wait_is_no_deadlock():
+    """Transaction 1 holds rows on both shards for 2 s while 2 waits for one of them: no
+    cycle, nothing cancelled; 2 goes on once 1 commits."""
+    a, b = keys(0, 5)[4], keys(1, 5)[4]
+    before = deadlocks_broken()
+    c1, c2 = PROXY.connect(DBS.name, autocommit=False), PROXY.connect(DBS.name, autocommit=False)
+    try:
+        c1.cursor().execute("UPDATE items SET n = n + 1 WHERE id IN (%s, %s)", (a, b))
+        c2.cursor().execute("UPDATE items SET n = n + 10 WHERE id = %s", (keys(1, 6)[5],))
+        w = psycopg_step(c2, "UPDATE items SET n = n + 10 WHERE id = %s", (a,))
+        time.sleep(2.0)
+        assert w.is_alive(), f"the waiting statement ended while the lock was held: {w.error!r}"
+        c1.commit()
+        assert w.outcome() is None, repr(w.error)
+        c2.commit()
+    finally:
+        c1.close()
+        c2.close()
+    assert deadlocks_broken() == before
+
+
+@test
+def extended_protocol():
+    """The same deadlock with every statement in the extended protocol (Parse, Bind,
+    Execute, Sync): the same 40P01."""
+    a, b = keys(0, 7)[6], keys(1, 7)[6]
+    before = deadlocks_broken()
+    sql = "UPDATE items SET n = n + $1 WHERE id = $2"
+    c1, c2 = (pgwire.connect(sptest.HOST, PROXY.port, "app", DBS.name, password="secret", timeout=WAIT + 10)
+              for _ in range(2))
+
+    def step(c, n, key):
+        def run():
+            r = c.extended(sql, [str(n), str(key)])
+            return Error(r.error["C"], r.error["M"], r.error.get("D")) if r.error else None
+        return Step(run)
+
+    def end(c):
+        return lambda ok: c.query("COMMIT" if ok else "ROLLBACK").raise_error()
+
+    try:
+        for c in (c1, c2):
+            c.query("BEGIN").raise_error()
+        c1.extended(sql, ["1", str(a)]).raise_error()
+        c2.extended(sql, ["10", str(b)]).raise_error()
+        w1 = step(c1, 1, b)
+        time.sleep(0.2)
+        w2 = step(c2, 10, a)
+        e = failed_one(*settle(w1, w2, end(c1), end(c2)))
+        assert e.pgcode == "40P01" and e.message == "deadlock detected", e
+    finally:
+        c1.close()
+        c2.close()
+    assert deadlocks_broken() == before + 1
+
+
+@test
+def write_on_several_shards_is_cancelled():
+    """The younger transaction waits inside a write on both shards (an UPDATE of keys on
+    s0 and s1, run on each in turn): that write fails with 40P01, naming where it was
+    applied, and the older transaction goes on."""
+    a, a2 = keys(0, 10)[8:10]
+    b = keys(1, 10)[8]
+    before = deadlocks_broken()
+    old, young = PROXY.connect(DBS.name, autocommit=False), PROXY.connect(DBS.name, autocommit=False)
+    try:
+        old.cursor().execute("UPDATE items SET n = n + 10 WHERE id = %s", (b,))
+        time.sleep(1.0)
+        young.cursor().execute("UPDATE items SET n = n + 1 WHERE id = %s", (a,))
+        w_old = psycopg_step(old, "UPDATE items SET n = n + 10 WHERE id = %s", (a,))
+        time.sleep(0.2)
+        w_young = psycopg_step(young, "UPDATE items SET n = n + 1 WHERE id IN (%s, %s)", (a2, b))
+        e_old, e_young = settle(w_old, w_young, lambda ok: old.commit() if ok else old.rollback(),
+                                lambda ok: young.commit() if ok else young.rollback())
+        assert e_old is None, f"the older transaction was cancelled: {e_old!r}"
+        assert e_young is not None and e_young.pgcode == "40P01", repr(e_young)
+        assert "deadlock detected" in e_young.message and "s1" in e_young.message, e_young
+    finally:
+        old.close()
+        young.close()
+    got = dict(sptest.query(PROXY.port, DBS.name, "SELECT id, n FROM items WHERE id IN (%s, %s, %s)", (a, a2, b)))
+    assert got == {a: 10, a2: 0, b: 10}, got
+    assert deadlocks_broken() == before + 1
+
+
+def after_failure():
+    unstick(sptest.PG_PORTS)
+
+
+def teardown():
+    if PROXY:
+        PROXY.stop()
+    if DBS:
+        DBS.drop()
+
+
+if __name__ == "__main__":
+    sys.exit(sptest.run_tests(TESTS, setup, teardown, after_failure=after_failure))
