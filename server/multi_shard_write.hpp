@@ -6,6 +6,13 @@
 // was applied and where not. Outside a transaction block each shard commits on its own;
 // inside one (cross_shard_writes: two_phase) every target joins the block first and
 // the COMMIT is a two-phase commit (session_two_phase.cpp). docs/transactions.md.
+//
+// The shards run in turn, in config order, and on purpose: that is the order in which
+// the write takes its row locks, so two sessions running the same write never deadlock,
+// as on one PostgreSQL. (Sending it to every shard before reading any answer, one round
+// trip instead of one per shard, was tried and dropped: the same transaction repeated
+// by 4 pgbench clients then deadlocked across shards again and again, about 2,000 → 300
+// tps. test_deadlocks.py same_write_on_several_shards_never_deadlocks.)
 #pragma once
 
 #include <cstddef>
