@@ -186,6 +186,19 @@ def opposite_orders(connect, table, a, b, pause=0.0):
         c2.close()
 
 
+def run_clients(client, n, seconds):
+    """client(i) for i < n, each in a thread, for about `seconds`; fails if one still
+    runs WAIT s after that (a deadlock nobody broke)."""
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT + seconds)
+    if any(t.is_alive() for t in threads):
+        unstick(sptest.PG_PORTS)
+        raise AssertionError("a client still waits: a deadlock nobody broke")
+
+
 def failed_one(e1, e2):
     errors = [e for e in (e1, e2) if e is not None]
     assert len(errors) == 1, f"expected exactly one transaction to fail: {e1!r} / {e2!r}"
@@ -361,14 +374,7 @@ def random_workload_never_hangs():
         finally:
             c.close()
 
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(WAIT + 6)
-    if any(t.is_alive() for t in threads):
-        unstick(sptest.PG_PORTS)
-        raise AssertionError("a client still waits: a deadlock nobody broke")
+    run_clients(client, 8, 6)
     assert all(code == "40P01" for code, _ in stats["errors"]), stats["errors"]
     broken = deadlocks_broken() - before
     proxy_errors = sum(1 for _, detail in stats["errors"] if detail.startswith("session "))
@@ -389,7 +395,7 @@ def same_write_on_several_shards_never_deadlocks():
     before = deadlocks_broken()
     errors, stop = [], time.monotonic() + 3
 
-    def client():
+    def client(_):
         c = PROXY.connect(DBS.name, autocommit=False)
         try:
             while time.monotonic() < stop:
@@ -402,14 +408,7 @@ def same_write_on_several_shards_never_deadlocks():
         finally:
             c.close()
 
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(WAIT + 3)
-    if any(t.is_alive() for t in threads):
-        unstick(sptest.PG_PORTS)
-        raise AssertionError("a client still waits")
+    run_clients(client, 4, 3)
     assert not errors, errors[:5]
     assert deadlocks_broken() == before
     got = dict(sptest.query(PROXY.port, DBS.name, "SELECT id, n FROM items WHERE id IN (%s, %s)", (a, b)))
