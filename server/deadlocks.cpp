@@ -45,17 +45,21 @@ class Askers {
                                    std::chrono::milliseconds timeout) {
     std::vector<Wait> out;
     Conn& c = conns_[pool.get()];
-    if (c.pool.lock() != pool) c = Conn{pool, nullptr, {}};
+    if (c.pool.lock() != pool) c = Conn{pool, nullptr, {}, false};
     c.used = Clock::now();
     if (!c.backend) {
       BackendTarget target = pool->target();
       target.connect_timeout = timeout;
       auto r = co_await connect_backend(target);
       if (!r.backend) {
-        spdlog::warn("deadlock search: cannot connect to shard {} ({}): {}", target.shard, server_of(*pool), r.message);
+        if (!c.failing)  // (once until it works again: at max_connections it would every second)
+          spdlog::warn("deadlock search: cannot connect to shard {} ({}): {}", target.shard, server_of(*pool),
+                       r.message);
+        c.failing = true;
         co_return out;
       }
       c.backend = std::move(r.backend);
+      c.failing = false;
     }
     std::string sql =
         "SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid IN (";
@@ -88,6 +92,7 @@ class Askers {
     std::weak_ptr<Pool> pool;
     std::unique_ptr<Backend> backend;
     Clock::time_point used{};
+    bool failing = false;  // the last connection attempt failed (and was logged)
   };
   std::map<const Pool*, Conn> conns_;
 };
