@@ -21,6 +21,7 @@ Two shards (fresh databases dl_<random> on the shared instances), a hash distrib
   shards;
 - four clients repeating the same write on both shards never deadlock (it takes its
   locks shard after shard, in one order);
+- timeouts.deadlock: 0 by reload leaves a deadlock; back on by reload, it is broken;
 - eight clients updating six rows in random orders for 6 s: nobody hangs, every error is
   40P01, the rows hold exactly what the committed transactions added;
 - splitpoint_deadlocks_total counts the deadlocks the proxy broke.
@@ -341,6 +342,34 @@ def write_on_several_shards_is_cancelled():
         young.close()
     got = dict(sptest.query(PROXY.port, DBS.name, "SELECT id, n FROM items WHERE id IN (%s, %s, %s)", (a, a2, b)))
     assert got == {a: 10, a2: 0, b: 10}, got
+    assert deadlocks_broken() == before + 1
+
+
+@test
+def off_then_on_again_by_reload():
+    """timeouts.deadlock: 0 (by SIGHUP): a deadlock across shards stays for 3 s; set back
+    to 250ms, it is broken."""
+    a, b = keys(0, 16)[15], keys(1, 16)[15]
+    before = deadlocks_broken()
+    PROXY.reload(config(DBS.name).replace("deadlock: 250ms", "deadlock: 0"))
+    time.sleep(1.5)  # (the search reads the setting when it wakes)
+    c1, c2 = PROXY.connect(DBS.name, autocommit=False), PROXY.connect(DBS.name, autocommit=False)
+    try:
+        c1.cursor().execute("UPDATE items SET n = n + 1 WHERE id = %s", (a,))
+        c2.cursor().execute("UPDATE items SET n = n + 10 WHERE id = %s", (b,))
+        w1 = psycopg_step(c1, "UPDATE items SET n = n + 1 WHERE id = %s", (b,))
+        time.sleep(0.2)
+        w2 = psycopg_step(c2, "UPDATE items SET n = n + 10 WHERE id = %s", (a,))
+        time.sleep(3)
+        assert w1.is_alive() and w2.is_alive(), "a deadlock was broken with timeouts.deadlock: 0"
+        PROXY.reload(config(DBS.name))
+        e = failed_one(*settle(w1, w2, lambda ok: c1.commit() if ok else c1.rollback(),
+                               lambda ok: c2.commit() if ok else c2.rollback()))
+        assert e.pgcode == "40P01", e
+    finally:
+        PROXY.reload(config(DBS.name))
+        c1.close()
+        c2.close()
     assert deadlocks_broken() == before + 1
 
 
