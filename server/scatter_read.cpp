@@ -408,8 +408,8 @@ std::string error_text(std::string_view body) {
 }
 
 void ScatterRead::rejected(Shard& sh) {
-  mark_missing(sh, "error", error_text(frame_body_));
-  sh.error_body = frame_body_;
+  sh.error_body = s_.shard_error(*sh.b, frame_body_);
+  mark_missing(sh, "error", error_text(sh.error_body));
 }
 
 // A statement that fails because shards are missing fails with PostgreSQL's own error

@@ -560,7 +560,7 @@ void Session::set_cancel_target(Backend* b, std::size_t shard) {
 void Session::add_scatter_cancel_target(Backend* b, std::size_t shard) {
   const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);
   std::lock_guard lock(cancel_.mu);
-  cancel_.scatter.push_back({b, e.host, e.port});
+  cancel_.scatter.push_back({b, e.host, e.port, shard});
 }
 
 void Session::clear_scatter_cancel_targets() {

@@ -92,9 +92,9 @@ class Session : public std::enable_shared_from_this<Session> {
   static constexpr std::int64_t kIdle = INT64_MAX;
   std::int64_t statement_epoch() const { return moves_.epoch.load(std::memory_order_relaxed); }
   // The deadlock search (server/deadlocks.hpp), on this session's thread: the backends
-  // it holds on its shards' primaries, and cancelling its wait on `shard` (backend
-  // `pid`, still in transaction `txn`) to break a deadlock across shards; the client
-  // gets 40P01 with `detail` instead of the cancel's 57014.
+  // it uses on its shards' primaries (held, or a running multi-shard read's), and
+  // cancelling its wait on `shard` (backend `pid`, still in transaction `txn`) to break
+  // a deadlock across shards; the client gets 40P01 with `detail` instead of 57014.
   void list_held(std::vector<deadlocks::Holding>& out);
   void break_deadlock(std::size_t shard, std::int32_t pid, std::uint64_t txn, std::string detail);
 
@@ -192,6 +192,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- session_deadlock.cpp: backend `b`'s 57014 after break_deadlock, as 40P01 (a
   // whole ErrorResponse) appended to `out`. False: not that backend or not a 57014.
   bool rewrite_deadlock_error(const Backend& b, std::string_view body, std::string& out);
+  // An ErrorResponse body from backend `b` for an executor that reports it itself (a
+  // write on several shards, a multi-shard read): as it came, or a deadlock victim's 40P01.
+  std::string shard_error(const Backend& b, std::string_view body);
+  std::vector<std::pair<std::size_t, Backend*>> backends_in_use();  // (shard, backend)
   void note_parameter_status(std::string_view body);     // one ParameterStatus body
   void note_parameter_statuses(std::string_view messages);  // whole messages, others skipped
   void apply_session_commands();
@@ -443,6 +447,7 @@ class Session : public std::enable_shared_from_this<Session> {
       Backend* backend;
       std::string host;
       std::uint16_t port;
+      std::size_t shard;
     };
     std::mutex mu;
     Backend* backend = nullptr;

@@ -14,11 +14,23 @@ namespace splitpoint::server {
 
 namespace proto = splitpoint::protocol;
 
+// The backends of the session's transaction, and those a multi-shard read is running
+// on (taken for the read alone where the transaction had none on that shard).
+std::vector<std::pair<std::size_t, Backend*>> Session::backends_in_use() {
+  std::vector<std::pair<std::size_t, Backend*>> out;
+  for (std::size_t shard = 0; shard < held_.size(); ++shard)
+    if (held_[shard]) out.emplace_back(shard, held_[shard].get());
+  std::lock_guard lock(cancel_.mu);
+  for (const auto& t : cancel_.scatter)
+    if (std::none_of(out.begin(), out.end(), [&](const auto& u) { return u.second == t.backend; }))
+      out.emplace_back(t.shard, t.backend);
+  return out;
+}
+
 void Session::list_held(std::vector<deadlocks::Holding>& out) {
-  for (std::size_t shard = 0; shard < held_.size(); ++shard) {
-    const Backend* b = held_[shard].get();
+  for (auto [shard, b] : backends_in_use()) {
     // (a standby's backend takes no lock a primary's transaction waits for)
-    if (!b || b->process_id == 0 || b->host != pools_[shard]->target().host_index) continue;
+    if (b->process_id == 0 || b->host != pools_[shard]->target().host_index) continue;
     deadlocks::Holding h;
     h.held = {id_, txn_.seq, shard, {}, b->process_id};
     h.pool = pools_[shard];
@@ -29,9 +41,11 @@ void Session::list_held(std::vector<deadlocks::Holding>& out) {
 }
 
 void Session::break_deadlock(std::size_t shard, std::int32_t pid, std::uint64_t txn, std::string detail) {
-  if (closing_ || txn != txn_.seq || shard >= held_.size() || !held_[shard] || held_[shard]->process_id != pid)
-    return;  // that transaction ended, or the backend went back: nothing of it waits any more
-  Backend* b = held_[shard].get();
+  if (closing_ || txn != txn_.seq) return;  // that transaction ended: nothing of it waits any more
+  Backend* b = nullptr;
+  for (auto [s, in_use] : backends_in_use())
+    if (s == shard && in_use->process_id == pid) b = in_use;
+  if (!b) return;  // the backend went back: it waits no more
   const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);
   b->cancel_sent = true;  // never handed to another session: the cancel could land there
   txn_.deadlock_pid = pid;
@@ -61,6 +75,12 @@ bool Session::rewrite_deadlock_error(const Backend& b, std::string_view body, st
   e->encode(out, 'E');
   txn_.deadlock_pid = 0;
   return true;
+}
+
+std::string Session::shard_error(const Backend& b, std::string_view body) {
+  std::string rewritten;
+  if (txn_.deadlock_pid && rewrite_deadlock_error(b, body, rewritten)) return rewritten.substr(5);  // (its header)
+  return std::string(body);
 }
 
 }  // namespace splitpoint::server

@@ -1055,11 +1055,7 @@ awaitable<Session::Reply> Session::read_reply(Sent& sent, bool metered, std::siz
       ++max_rows;  // (stays 0)
       return;
     }
-    if (type == 'E') {
-      std::string rewritten;  // (a deadlock's victim: its 57014 as 40P01, session_deadlock.cpp)
-      if (txn_.deadlock_pid && rewrite_deadlock_error(b, body, rewritten)) reply.error = rewritten.substr(5);
-      else reply.error.assign(body);
-    }
+    if (type == 'E') reply.error = shard_error(b, body);
     if (type == 'C') reply.tag.assign(body.substr(0, body.find('\0')));
     if (type != 'A' && type != '1' && type != '2') reply.messages.append(message);
   };

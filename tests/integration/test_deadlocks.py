@@ -18,7 +18,7 @@ Two shards (fresh databases dl_<random> on the shared instances), a hash distrib
 - a long lock wait across shards that is no deadlock is not cancelled;
 - extended protocol (Parse/Bind/Execute/Sync): the same 40P01;
 - a write on several shards (run on each in turn) waiting in the cycle: 40P01 naming the
-  shards;
+  shards; a read of both shards waiting in it (for a LOCK TABLE): 40P01;
 - four clients repeating the same write on both shards never deadlock (it takes its
   locks shard after shard, in one order);
 - timeouts.deadlock: 0 by reload leaves a deadlock; back on by reload, it is broken;
@@ -87,7 +87,7 @@ def setup():
     c = PROXY.connect(DBS.name)
     cur = c.cursor()
     cur.execute("CREATE TABLE items (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0)")
-    for k in range(1, 41):
+    for k in range(1, 81):
         cur.execute("INSERT INTO items (id) VALUES (%s)", (k,))
     c.close()
     for i in range(2):
@@ -96,7 +96,7 @@ def setup():
     assert set(OWNER.values()) == {0, 1}
     # The same rows on one plain PostgreSQL, for the comparison.
     on_shard(0, "CREATE TABLE plain (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0)")
-    on_shard(0, "INSERT INTO plain SELECT g, 0 FROM generate_series(1, 40) g")
+    on_shard(0, "INSERT INTO plain SELECT g, 0 FROM generate_series(1, 80) g")
 
 
 class Error:
@@ -342,6 +342,31 @@ def write_on_several_shards_is_cancelled():
         young.close()
     got = dict(sptest.query(PROXY.port, DBS.name, "SELECT id, n FROM items WHERE id IN (%s, %s, %s)", (a, a2, b)))
     assert got == {a: 10, a2: 0, b: 10}, got
+    assert deadlocks_broken() == before + 1
+
+
+@test
+def read_of_several_shards_is_cancelled():
+    """The younger transaction waits inside a read of both shards (a count over the
+    table, which the older one has locked on s1 with LOCK TABLE): that read fails with
+    40P01."""
+    a = keys(0, 17)[16]
+    before = deadlocks_broken()
+    old, young = PROXY.connect(DBS.name, autocommit=False), PROXY.connect(DBS.name, autocommit=False)
+    try:
+        old.cursor().execute("/* splitpoint: shard=s1 */ LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+        time.sleep(1.0)
+        young.cursor().execute("UPDATE items SET n = n + 1 WHERE id = %s", (a,))
+        w_old = psycopg_step(old, "UPDATE items SET n = n + 10 WHERE id = %s", (a,))
+        time.sleep(0.2)
+        w_young = psycopg_step(young, "SELECT count(*) FROM items", None)
+        e_old, e_young = settle(w_old, w_young, lambda ok: old.commit() if ok else old.rollback(),
+                                lambda ok: young.commit() if ok else young.rollback())
+        assert e_old is None, f"the older transaction was cancelled: {e_old!r}"
+        assert e_young is not None and e_young.pgcode == "40P01" and e_young.message == "deadlock detected", e_young
+    finally:
+        old.close()
+        young.close()
     assert deadlocks_broken() == before + 1
 
 
