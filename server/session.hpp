@@ -181,6 +181,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void arm_query_timer(std::chrono::steady_clock::time_point at);
   void on_query_timer();
   void cancel_timed_out_statement();
+  // A CancelRequest for the statement backend `b` of `shard` runs, sent without waiting
+  // for it (timeouts.query, a deadlock across shards).
+  void cancel_statement_on(std::size_t shard, Backend& b);
   bool timed_out_statement_cancelled() const {
     return query_clock_.cancelled == query_clock_.since && query_clock_.since != std::chrono::steady_clock::time_point{};
   }

@@ -46,16 +46,12 @@ void Session::break_deadlock(std::size_t shard, std::int32_t pid, std::uint64_t 
   for (auto [s, in_use] : backends_in_use())
     if (s == shard && in_use->process_id == pid) b = in_use;
   if (!b) return;  // the backend went back: it waits no more
-  const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);
-  b->cancel_sent = true;  // never handed to another session: the cancel could land there
   txn_.deadlock_pid = pid;
   txn_.deadlock_detail = std::move(detail);
   server_.metrics().deadlock_broken();
   spdlog::warn("[{}] deadlock across shards: cancelling this session's statement on shard {}", id_,
                pools_[shard]->target().shard);
-  asio::co_spawn(stream_.socket().get_executor(),
-                 send_cancel(e.host, e.port, pid, b->secret_key, runtime_->config.timeouts.server_connect),
-                 asio::detached);
+  cancel_statement_on(shard, *b);
 }
 
 bool Session::rewrite_deadlock_error(const Backend& b, std::string_view body, std::string& out) {

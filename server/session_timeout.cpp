@@ -83,13 +83,16 @@ void Session::on_query_timer() {
 }
 
 void Session::cancel_timed_out_statement() {
-  Backend* b = cur();
-  const auto& e = runtime_->shards[cur_]->hosts().endpoint(b->host);
-  b->cancel_sent = true;  // never handed to another session: the cancel could land there
   spdlog::warn("[{}] statement on shard {} unanswered after timeouts.query ({}): cancelling it", id_,
                pools_[cur_]->target().shard, duration_text(runtime_->config.timeouts.query));
+  cancel_statement_on(cur_, *cur());
+}
+
+void Session::cancel_statement_on(std::size_t shard, Backend& b) {
+  const auto& e = runtime_->shards[shard]->hosts().endpoint(b.host);  // (a standby's, SPEC §10)
+  b.cancel_sent = true;  // never handed to another session: the cancel could land there
   asio::co_spawn(stream_.socket().get_executor(),
-                 send_cancel(e.host, e.port, b->process_id, b->secret_key, runtime_->config.timeouts.server_connect),
+                 send_cancel(e.host, e.port, b.process_id, b.secret_key, runtime_->config.timeouts.server_connect),
                  asio::detached);
 }
 
