@@ -53,7 +53,13 @@ ParallelAcquire::~ParallelAcquire() { abandon(); }
 
 void ParallelAcquire::start(std::size_t slot, std::shared_ptr<Pool> pool) {
   if (st_->slots.size() <= slot) st_->slots.resize(slot + 1);
-  st_->slots[slot] = State::Slot{pool};  // (again: after a standby failed, on the primary)
+  auto& s = st_->slots[slot] = State::Slot{pool};  // (again: after a standby failed, on the primary)
+  if (auto b = pool->take_idle(st_->timer.get_executor())) {  // the usual case: no coroutine, no wait
+    s.result = AcquireResult{std::move(b), {}, {}};
+    s.done_at = Clock::now();
+    ++st_->ready;
+    return;
+  }
   ++st_->pending;
   auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(st_->deadline - Clock::now());
   asio::co_spawn(st_->timer.get_executor(),

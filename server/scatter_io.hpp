@@ -16,7 +16,8 @@
 
 namespace splitpoint::server {
 
-// Acquires connections from several pools at once. Each acquisition is bounded by the
+// Acquires connections from several pools at once. An idle connection is taken at once
+// (no coroutine: the usual case); the others each run as a coroutine bounded by the
 // deadline (a connect to a stopped server does not hold up the others), and one still
 // running when the caller stops waiting gives its connection back to the pool when it
 // completes, so two scatter statements can never hold each other's connections for
