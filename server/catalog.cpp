@@ -3,9 +3,7 @@
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
-#include <openssl/rand.h>
 #include <pqxx/pqxx>
 
 #include "routing/topology.hpp"
@@ -76,16 +74,6 @@ CREATE TABLE IF NOT EXISTS splitpoint.dropped_shards (
   dropped timestamptz NOT NULL DEFAULT now());
 )sql";
 
-
-std::string random_id() {
-  unsigned char b[4];
-  RAND_bytes(b, sizeof b);
-  char host[64] = {};
-  gethostname(host, sizeof host - 1);
-  char out[128];
-  std::snprintf(out, sizeof out, "%s:%d:%02x%02x%02x%02x", host, static_cast<int>(getpid()), b[0], b[1], b[2], b[3]);
-  return out;
-}
 
 }  // namespace
 
@@ -263,7 +251,7 @@ const char* const kCatalogChannel = "splitpoint_topology";
 const char* const kUnfinishedMoves = "state NOT IN ('done', 'failed', 'cancelled')";
 
 Catalog::Catalog(Server& server, const config::Config& config)
-    : server_(server), config_(config), proxy_id_(random_id()) {
+    : server_(server), config_(config), proxy_id_(server.instance_id()) {
   dsn_ = config_.catalog_shard ? shard_dsn(config_, config_.shards[*config_.catalog_shard]) : config_.catalog_dsn;
 }
 

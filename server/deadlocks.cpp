@@ -4,12 +4,16 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <map>
+#include <optional>
+#include <tuple>
 
 #include "server/backend.hpp"
 #include "server/pool.hpp"
 #include "server/server.hpp"
 #include "server/session.hpp"
+#include "server/session_util.hpp"
 
 namespace splitpoint::server::deadlocks {
 
@@ -37,45 +41,100 @@ std::vector<std::int32_t> int_array(std::string_view text) {
   return out;
 }
 
+// Every process of the asker's database that waits for a lock, and for whom (not only
+// this proxy's backends: a chain of waits may pass through another proxy's or a direct
+// client's process).
+constexpr const char* kWaits =
+    "SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity "
+    "WHERE wait_event_type = 'Lock' AND datname = current_database()";
+
+// The proxies' sessions on several shards, published on the first shard (unlogged:
+// nothing of it needs to survive a crash).
+constexpr const char* kPublishedTable =
+    "CREATE UNLOGGED TABLE IF NOT EXISTS splitpoint_spanning_sessions (proxy text NOT NULL, "
+    "session bigint NOT NULL, txn bigint NOT NULL, shard text NOT NULL, pid int NOT NULL, "
+    "first_seen bigint NOT NULL, updated timestamptz NOT NULL DEFAULT now());";
+
+// One backend of a session on several shards, as its proxy publishes it: the shard by
+// name (every proxy of a deployment knows the same shards by the same names, not
+// necessarily by the same host names) and when that proxy first saw the transaction
+// (milliseconds since 1970, its clock): the youngest transaction of a cycle is cancelled.
+struct Published {
+  std::string proxy;
+  std::uint64_t session = 0, txn = 0;
+  std::string shard;
+  std::int32_t pid = 0;
+  std::int64_t first_seen = 0;
+};
+
 // The search's own connections, one per pool asked through (its server and user).
 class Askers {
  public:
-  // Which of `pids` (backends of `pool`) wait for a lock, and for whom.
-  awaitable<std::vector<Wait>> ask(const std::shared_ptr<Pool>& pool, const std::vector<std::int32_t>& pids,
+  // Which processes of `pool`'s database (shard number `shard`) wait for a lock, and
+  // for whom.
+  awaitable<std::vector<Wait>> ask(const std::shared_ptr<Pool>& pool, std::size_t shard,
                                    std::chrono::milliseconds timeout) {
     std::vector<Wait> out;
-    Conn& c = conns_[pool.get()];
-    if (c.pool.lock() != pool) c = Conn{pool, nullptr, {}, false};
-    c.used = Clock::now();
-    if (!c.backend) {
-      BackendTarget target = pool->target();
-      target.connect_timeout = timeout;
-      auto r = co_await connect_backend(target);
-      if (!r.backend) {
-        if (!c.failing)  // (once until it works again: at max_connections it would every second)
-          spdlog::warn("deadlock search: cannot connect to shard {} ({}): {}", target.shard, server_of(*pool),
-                       r.message);
-        c.failing = true;
-        co_return out;
-      }
-      c.backend = std::move(r.backend);
-      c.failing = false;
-    }
-    std::string sql =
-        "SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid IN (";
-    for (std::size_t i = 0; i < pids.size(); ++i) sql += (i ? "," : "") + std::to_string(pids[i]);
-    sql += ")";
-    auto q = co_await simple_query(*c.backend, sql, timeout);
+    Conn* c = co_await connected(pool, timeout);
+    if (!c) co_return out;
+    auto q = co_await simple_query(*c->backend, kWaits, timeout);
     if (!q.ok()) {
       spdlog::warn("deadlock search: shard {} ({}): {}", pool->target().shard, server_of(*pool), q.error_message);
-      if (q.lost || c.backend->status != 'I') c.backend.reset();
+      if (q.lost || c->backend->status != 'I') c->backend.reset();
       co_return out;
     }
     for (auto& row : q.rows) {
       if (row.size() != 2 || !row[0] || !row[1]) continue;
-      Wait w{server_of(*pool), 0, int_array(*row[1])};
+      Wait w{server_of(*pool), 0, int_array(*row[1]), shard};
       std::from_chars(row[0]->data(), row[0]->data() + row[0]->size(), w.pid);
       if (!w.blockers.empty()) out.push_back(std::move(w));
+    }
+    co_return out;
+  }
+
+  // Replaces this proxy's published sessions (`mine`: none, to withdraw them) in the
+  // first shard's table and reads the other proxies' that are fresh (updated within
+  // `fresh`); nullopt if that failed (logged once until it works again).
+  awaitable<std::optional<std::vector<Published>>> exchange(const std::shared_ptr<Pool>& pool, const std::string& me,
+                                                            const std::vector<Published>& mine,
+                                                            std::chrono::milliseconds fresh,
+                                                            std::chrono::milliseconds timeout) {
+    Conn* c = co_await connected(pool, timeout);
+    if (!c) co_return std::nullopt;
+    std::string sql = c->table_made ? "" : kPublishedTable;
+    sql += "DELETE FROM splitpoint_spanning_sessions WHERE proxy = " + quote_literal(me) +
+           " OR updated < now() - interval '1 minute';";
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const Published& p = mine[i];
+      sql += (i ? ", (" : "INSERT INTO splitpoint_spanning_sessions (proxy, session, txn, shard, pid, first_seen) VALUES (") +
+             quote_literal(me) + ", " + std::to_string(p.session) + ", " + std::to_string(p.txn) + ", " +
+             quote_literal(p.shard) + ", " + std::to_string(p.pid) + ", " + std::to_string(p.first_seen) + ")";
+    }
+    if (!mine.empty()) sql += ";";
+    sql += "SELECT proxy, session, txn, shard, pid, first_seen FROM splitpoint_spanning_sessions WHERE proxy <> " +
+           quote_literal(me) + " AND updated > now() - interval '" + std::to_string(fresh.count()) + " milliseconds'";
+    auto q = co_await simple_query(*c->backend, sql, timeout);
+    if (!q.ok()) {
+      if (!c->exchange_failing)
+        spdlog::warn("deadlock search: cannot publish this proxy's sessions on shard {} ({}): {}",
+                     pool->target().shard, server_of(*pool), q.error_message);
+      c->exchange_failing = true;
+      if (q.lost || c->backend->status != 'I') c->backend.reset();
+      co_return std::nullopt;
+    }
+    c->table_made = true;
+    c->exchange_failing = false;
+    std::vector<Published> out;
+    for (auto& row : q.rows) {
+      if (row.size() != 6 || !row[0] || !row[1] || !row[2] || !row[3] || !row[4] || !row[5]) continue;
+      Published p;
+      p.proxy = *row[0];
+      p.shard = *row[3];
+      std::from_chars(row[1]->data(), row[1]->data() + row[1]->size(), p.session);
+      std::from_chars(row[2]->data(), row[2]->data() + row[2]->size(), p.txn);
+      std::from_chars(row[4]->data(), row[4]->data() + row[4]->size(), p.pid);
+      std::from_chars(row[5]->data(), row[5]->data() + row[5]->size(), p.first_seen);
+      out.push_back(std::move(p));
     }
     co_return out;
   }
@@ -92,8 +151,31 @@ class Askers {
     std::weak_ptr<Pool> pool;
     std::unique_ptr<Backend> backend;
     Clock::time_point used{};
-    bool failing = false;  // the last connection attempt failed (and was logged)
+    bool failing = false;           // the last connection attempt failed (and was logged)
+    bool table_made = false;        // splitpoint_spanning_sessions exists (on this connection's database)
+    bool exchange_failing = false;  // the last exchange failed (and was logged)
   };
+
+  // The search's connection through `pool`'s server and user, opened if need be.
+  awaitable<Conn*> connected(const std::shared_ptr<Pool>& pool, std::chrono::milliseconds timeout) {
+    Conn& c = conns_[pool.get()];
+    if (c.pool.lock() != pool) c = Conn{pool};
+    c.used = Clock::now();
+    if (c.backend) co_return &c;
+    BackendTarget target = pool->target();
+    target.connect_timeout = timeout;
+    auto r = co_await connect_backend(target);
+    if (!r.backend) {
+      if (!c.failing)  // (once until it works again: at max_connections it would every second)
+        spdlog::warn("deadlock search: cannot connect to shard {} ({}): {}", target.shard, server_of(*pool), r.message);
+      c.failing = true;
+      co_return nullptr;
+    }
+    c.backend = std::move(r.backend);
+    c.failing = false;
+    co_return &c;
+  }
+
   std::map<const Pool*, Conn> conns_;
 };
 
@@ -104,77 +186,160 @@ awaitable<std::vector<Holding>> list_on(Worker& w) {
 }
 
 struct Look {
-  std::vector<Holding> holding;
-  std::vector<Held> held;  // of `holding`, servers filled in
+  std::vector<Holding> holding;  // this proxy's
+  std::vector<Held> held;        // this proxy's (servers filled in), then other proxies' published ones
+  // When each session's transaction was first seen by its proxy (ms since 1970), by
+  // (Held::proxy, session).
+  std::map<std::pair<std::string, std::uint64_t>, std::int64_t> first_seen;
   std::vector<wait_graph::Edge> cycle;
 };
 
-// What every session holds, and the cycle of waits among them if there is one.
-awaitable<Look> look(Server& server, Askers& askers, std::chrono::milliseconds timeout) {
-  Look l;
-  for (Worker* w : server.worker_list()) {
-    auto [e, part] = co_await asio::co_spawn(w->context, list_on(*w), use_nothrow);
-    if (e) co_return Look{};
-    std::move(part.begin(), part.end(), std::back_inserter(l.holding));
-  }
-  for (auto& h : l.holding) {
-    h.held.server = server_of(*h.pool);
-    l.held.push_back(h.held);
-  }
-  if (!wait_graph::some_session_on_several_backends(l.held)) co_return l;
-  std::map<Pool*, std::pair<std::shared_ptr<Pool>, std::vector<std::int32_t>>> by_pool;
-  for (auto& h : l.holding) {
-    auto& [pool, pids] = by_pool[h.pool.get()];
-    pool = h.pool;
-    pids.push_back(h.held.pid);
-  }
-  std::vector<Wait> waits;
-  for (auto& [key, group] : by_pool) {
-    auto some = co_await askers.ask(group.first, group.second, timeout);
-    std::move(some.begin(), some.end(), std::back_inserter(waits));
-  }
-  l.cycle = wait_graph::find_cycle(l.held, waits);
-  co_return l;
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
-std::uint64_t txn_of(const Look& l, std::uint64_t session) {
+// This proxy's sessions' transactions by when the search first saw them.
+class Ages {
+ public:
+  // Remembers the transactions of `held` (this proxy's) and forgets the others.
+  void saw(const std::vector<Held>& held) {
+    const std::int64_t now = wall_ms();
+    std::map<std::uint64_t, std::pair<std::uint64_t, std::int64_t>> next;
+    for (const Held& h : held) {
+      auto it = seen_.find(h.session);
+      next[h.session] = it != seen_.end() && it->second.first == h.txn ? it->second : std::pair{h.txn, now};
+    }
+    seen_.swap(next);
+  }
+  std::int64_t first_seen(std::uint64_t session) const {
+    auto it = seen_.find(session);
+    return it == seen_.end() ? wall_ms() : it->second.second;
+  }
+
+ private:
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::int64_t>> seen_;  // session -> (txn, first seen)
+};
+
+// The pool the search asks shard `shard` through: one a session of this proxy holds a
+// backend of (its user sees those backends' waits), else the shard's configured user's.
+std::shared_ptr<Pool> pool_for(const Runtime& rt, std::size_t shard, const std::vector<Holding>& holding) {
+  for (const Holding& h : holding)
+    if (h.held.shard == shard) return h.pool;
+  if (shard >= rt.shards.size()) return nullptr;
+  const auto& def = rt.shards[shard]->shard();
+  if (def.user.empty()) return nullptr;
+  return rt.shards[shard]->get(def.user, def.password, def.database);
+}
+
+class Search {
+ public:
+  explicit Search(Server& server) : server_(server), me_(server.instance_id()) {}
+
+  // What every session holds (this proxy's, and other proxies' on several shards), and
+  // the cycle of waits among them if there is one.
+  awaitable<Look> look(std::chrono::milliseconds timeout, std::chrono::milliseconds every) {
+    Look l;
+    for (Worker* w : server_.worker_list()) {
+      auto [e, part] = co_await asio::co_spawn(w->context, list_on(*w), use_nothrow);
+      if (e) co_return Look{};
+      std::move(part.begin(), part.end(), std::back_inserter(l.holding));
+    }
+    for (auto& h : l.holding) {
+      h.held.server = server_of(*h.pool);
+      l.held.push_back(h.held);
+    }
+    ages_.saw(l.held);
+    for (const Held& h : l.held) l.first_seen[{"", h.session}] = ages_.first_seen(h.session);
+    const bool spanning = wait_graph::some_session_on_several_backends(l.held);
+    auto rt = server_.runtime();
+    if (!rt || (!spanning && !published_)) co_return l;
+    std::vector<Published> others = co_await exchange(*rt, l, spanning, timeout, every);
+    if (!spanning) co_return l;
+    std::map<Pool*, std::pair<std::shared_ptr<Pool>, std::size_t>> pools;  // asked through, with their shard
+    for (const Holding& h : l.holding) pools.try_emplace(h.pool.get(), h.pool, h.held.shard);
+    for (const Published& p : others) {
+      std::size_t i = 0;
+      while (i < rt->config.shards.size() && rt->config.shards[i].name != p.shard) ++i;
+      auto pool = pool_for(*rt, i, l.holding);
+      if (!pool) continue;
+      pools.try_emplace(pool.get(), pool, i);
+      l.held.push_back(Held{p.session, p.txn, i, server_of(*pool), p.pid, p.proxy});
+      l.first_seen[{p.proxy, p.session}] = p.first_seen;
+    }
+    std::vector<Wait> waits;
+    for (auto& [key, asked] : pools) {
+      auto some = co_await askers_.ask(asked.first, asked.second, timeout);
+      std::move(some.begin(), some.end(), std::back_inserter(waits));
+    }
+    l.cycle = wait_graph::find_cycle(l.held, waits);
+    co_return l;
+  }
+
+  // The edge whose waiter is cancelled: the youngest transaction's (by when its proxy
+  // first saw it; then the highest proxy id and session id), the same whichever proxy
+  // looks; nullptr if no session waits in the cycle.
+  const wait_graph::Edge* victim(const Look& l) const {
+    const wait_graph::Edge* out = nullptr;
+    std::tuple<std::int64_t, std::string, std::uint64_t> best;
+    for (const auto& e : l.cycle) {
+      if (e.waiter == 0) continue;
+      auto it = l.first_seen.find({e.waiter_proxy, e.waiter});
+      std::tuple<std::int64_t, std::string, std::uint64_t> age{it == l.first_seen.end() ? 0 : it->second,
+                                                               e.waiter_proxy.empty() ? me_ : e.waiter_proxy, e.waiter};
+      if (!out || age > best) out = &e, best = std::move(age);
+    }
+    return out;
+  }
+
+  void close_unused() { askers_.close_unused(std::chrono::minutes(1)); }
+  void stop() {
+    askers_.close_all();
+    published_ = false;  // (the other proxies stop reading what was published within seconds)
+  }
+
+ private:
+  // Publishes this proxy's sessions on several shards (none, once they are gone) on the
+  // first shard and returns the other proxies'.
+  awaitable<std::vector<Published>> exchange(const Runtime& rt, const Look& l, bool spanning,
+                                             std::chrono::milliseconds timeout, std::chrono::milliseconds every) {
+    auto pool = pool_for(rt, 0, l.holding);
+    if (!pool) co_return std::vector<Published>{};
+    std::vector<Published> mine;
+    if (spanning) {
+      std::map<std::uint64_t, int> backends;
+      for (const Held& h : l.held) ++backends[h.session];
+      for (const Held& h : l.held)
+        if (backends[h.session] > 1 && h.shard < rt.config.shards.size())
+          mine.push_back(Published{me_, h.session, h.txn, rt.config.shards[h.shard].name, h.pid,
+                                   l.first_seen.at({"", h.session})});
+    }
+    auto got = co_await askers_.exchange(pool, me_, mine, 2 * every + std::chrono::milliseconds(1000), timeout);
+    if (!got) co_return std::vector<Published>{};
+    published_ = spanning;
+    co_return std::move(*got);
+  }
+
+  Server& server_;
+  std::string me_;
+  Askers askers_;
+  Ages ages_;
+  bool published_ = false;  // this proxy's sessions are in the first shard's table
+};
+
+std::uint64_t txn_of(const Look& l, const std::string& proxy, std::uint64_t session) {
   for (const Held& h : l.held)
-    if (h.session == session) return h.txn;
+    if (h.session == session && h.proxy == proxy) return h.txn;
   return 0;
 }
 
 // The same cycle, every session of it in the same transaction in both looks.
 bool confirmed(const Look& first, const Look& again) {
   if (first.cycle.empty() || first.cycle != again.cycle) return false;
-  return std::all_of(first.cycle.begin(), first.cycle.end(),
-                     [&](const auto& e) { return txn_of(first, e.waiter) == txn_of(again, e.waiter); });
+  return std::all_of(first.cycle.begin(), first.cycle.end(), [&](const auto& e) {
+    return txn_of(first, e.waiter_proxy, e.waiter) == txn_of(again, e.waiter_proxy, e.waiter);
+  });
 }
-
-// Sessions' transactions by the look that first saw them: the youngest is cancelled.
-class Ages {
- public:
-  void saw(const Look& l) {
-    ++looks_;
-    std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> next;
-    for (const Held& h : l.held) {
-      auto it = seen_.find(h.session);
-      next[h.session] = it != seen_.end() && it->second.first == h.txn ? it->second : std::pair{h.txn, looks_};
-    }
-    seen_.swap(next);
-  }
-  // The edge whose waiter is cancelled.
-  const wait_graph::Edge& victim(const std::vector<wait_graph::Edge>& cycle) const {
-    auto age = [&](const wait_graph::Edge& e) {
-      auto it = seen_.find(e.waiter);
-      return std::pair{it == seen_.end() ? looks_ : it->second.second, e.waiter};
-    };
-    return *std::max_element(cycle.begin(), cycle.end(), [&](auto& a, auto& b) { return age(a) < age(b); });
-  }
-
- private:
-  std::uint64_t looks_ = 0;
-  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> seen_;  // session -> (txn, look)
-};
 
 void break_cycle(Server& server, const Look& l, const wait_graph::Edge& victim) {
   std::vector<std::string> names;
@@ -196,8 +361,7 @@ void break_cycle(Server& server, const Look& l, const wait_graph::Edge& victim) 
 
 awaitable<void> search_loop(Server& server) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
-  Askers askers;
-  Ages ages;
+  Search search(server);
   while (!server.shutting_down()) {
     auto rt = server.runtime();
     if (!rt) co_return;
@@ -207,15 +371,21 @@ awaitable<void> search_loop(Server& server) {
     timer.expires_after(every.count() > 0 ? every : std::chrono::milliseconds(1000));
     co_await timer.async_wait(use_nothrow);
     if (every.count() == 0 || server.shutting_down()) {
-      askers.close_all();
+      search.stop();
       continue;
     }
-    askers.close_unused(std::chrono::minutes(1));
-    Look first = co_await look(server, askers, timeout);
-    ages.saw(first);
+    search.close_unused();
+    Look first = co_await search.look(timeout, every);
     if (first.cycle.empty()) continue;
-    Look again = co_await look(server, askers, timeout);
-    if (confirmed(first, again)) break_cycle(server, again, ages.victim(again.cycle));
+    Look again = co_await search.look(timeout, every);
+    if (!confirmed(first, again)) continue;
+    const wait_graph::Edge* victim = search.victim(again);
+    if (!victim) continue;
+    if (victim->waiter_proxy.empty())
+      break_cycle(server, again, *victim);
+    else  // (its proxy finds the same cycle and cancels it)
+      spdlog::debug("deadlock across proxies: session {} of proxy {} is to be cancelled by its proxy", victim->waiter,
+                    victim->waiter_proxy);
   }
 }
 

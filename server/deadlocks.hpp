@@ -3,25 +3,31 @@
 //
 // Every timeouts.deadlock, on the main worker: each worker lists the backends its
 // sessions hold (Session::list_held, on the worker's thread: nothing on the sessions'
-// path is locked or timed for it). When some session holds two or more, each server
-// those backends are on is asked which of them wait for a lock and for whom:
+// path is locked or timed for it). When some session holds two or more:
 //
-//   SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity
-//   WHERE wait_event_type = 'Lock' AND pid IN (...)
+// - the proxy publishes those sessions' backends (proxy id, session, transaction, shard
+//   name, pid, when it first saw the transaction) in the unlogged table
+//   splitpoint_spanning_sessions on the first shard, and reads the other proxies' fresh
+//   rows, in one statement (a proxy whose sessions stopped spanning shards deletes its
+//   rows once; with none, a look asks nothing of anyone);
+// - each server those backends (its own and the others') are on is asked which
+//   processes of its database wait for a lock and for whom:
+//
+//     SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity
+//     WHERE wait_event_type = 'Lock' AND datname = current_database()
 //
 // on a connection of the search's own, one per pool asked through (as the pool's user:
 // pg_stat_activity shows a backend's wait only to its own user or a privileged one),
-// kept while that pool is asked and closed after a minute unused. A session pool full of
-// deadlocked sessions is why it is not taken from the pool. pg_blocking_pids runs only
-// for backends that wait for a lock.
+// kept while that pool is asked and closed after a minute unused. A session pool full
+// of deadlocked sessions is why it is not taken from the pool.
 //
 // A cycle found is looked for again at once; if the second look finds the same one with
-// every session still in the same transaction, one session's wait is cancelled
-// (Session::break_deadlock, on its thread: a CancelRequest, as a client's), and that
-// session's client gets 40P01 instead of 57014. The session chosen is the one whose
-// transaction the search has known for the shortest time (the youngest; the highest
-// session id among equals), as PostgreSQL cancels the transaction that closed the
-// cycle rather than one that waited longer.
+// every session still in the same transaction, the youngest session's wait (by when its
+// proxy first saw its transaction; then the highest proxy id and session id: every
+// proxy picks the same) is cancelled by its own proxy (Session::break_deadlock, on its
+// thread: a CancelRequest, as a client's), and that session's client gets 40P01 instead
+// of 57014, as PostgreSQL cancels the transaction that closed the cycle rather than one
+// that waited longer.
 #pragma once
 
 #include <cstdint>

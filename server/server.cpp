@@ -3,6 +3,9 @@
 #include "server/two_phase.hpp"
 
 #include <openssl/rand.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <spdlog/spdlog.h>
 
 #include "server/catalog.hpp"
@@ -43,8 +46,22 @@ std::shared_ptr<Session> CancelRegistry::find(std::int32_t pid) {
 
 // ---- server ----
 
+namespace {
+
+std::string random_instance_id() {
+  unsigned char b[4];
+  RAND_bytes(b, sizeof b);
+  char host[64] = {};
+  gethostname(host, sizeof host - 1);
+  char out[128];
+  std::snprintf(out, sizeof out, "%s:%d:%02x%02x%02x%02x", host, static_cast<int>(getpid()), b[0], b[1], b[2], b[3]);
+  return out;
+}
+
+}  // namespace
+
 Server::Server(std::shared_ptr<const Runtime> runtime, std::string config_path)
-    : runtime_(std::move(runtime)), config_path_(std::move(config_path)) {
+    : runtime_(std::move(runtime)), config_path_(std::move(config_path)), instance_id_(random_instance_id()) {
   int n = runtime_.load()->config.workers;
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   metrics_ = std::make_unique<Metrics>(static_cast<std::size_t>(n), runtime_.load()->config, *runtime_.load()->slots);

@@ -71,6 +71,9 @@ class Server {
   bool shutting_down() const { return shutting_down_.load(std::memory_order_relaxed); }
   std::atomic<std::int64_t>& client_count() { return clients_; }
   std::uint64_t next_session_id() { return next_session_id_.fetch_add(1) + 1; }
+  // This proxy among others (the catalog's proxies, the deadlock search's published
+  // sessions): "<hostname>:<pid>:<8 random hex digits>", made at start.
+  const std::string& instance_id() const { return instance_id_; }
 
   // Re-reads the config file; a bad file is rejected and the old config stays.
   bool reload(std::string& error);
@@ -134,6 +137,7 @@ class Server {
   std::atomic<bool> shutting_down_{false};
   std::atomic<std::int64_t> clients_{0};
   std::atomic<std::uint64_t> next_session_id_{0};
+  std::string instance_id_;
   std::size_t next_worker_ = 0;
 };
 

@@ -24,6 +24,10 @@ Two shards (fresh databases dl_<random> on the shared instances), a hash distrib
 - timeouts.deadlock: 0 by reload leaves a deadlock; back on by reload, it is broken;
 - eight clients updating six rows in random orders for 6 s: nobody hangs, every error is
   40P01, the rows hold exactly what the committed transactions added;
+- two proxies in front of the same shards (sidecars): a deadlock between their sessions
+  is broken by the younger session's proxy, and what they published on the first shard
+  is no longer refreshed once their transactions end;
+- a cycle through a direct client's process (no session of the proxy) is found too;
 - splitpoint_deadlocks_total counts the deadlocks the proxy broke.
 """
 # test-timeout: 180
@@ -74,6 +78,11 @@ def keys(shard, n):
     out = [k for k in sorted(OWNER) if OWNER[k] == shard]
     assert len(out) >= n, (shard, n)
     return out[:n]
+
+
+def values(*ids):
+    """{id: n} of items, through the proxy."""
+    return dict(sptest.query(PROXY.port, DBS.name, "SELECT id, n FROM items WHERE id = ANY(%s)", (list(ids),)))
 
 
 def deadlocks_broken():
@@ -167,11 +176,12 @@ def settle(w1, w2, end1, end2):
     return e1, e2
 
 
-def opposite_orders(connect, table, a, b, pause=0.0):
+def opposite_orders(connect, table, a, b, pause=0.0, connect2=None):
     """Transactions 1 and 2 lock a and b in opposite orders: 1 updates a, 2 updates b,
     then 1 wants b and 2 wants a. Returns the outcomes of the two statements that waited
-    (None or an Error), both transactions ended."""
-    c1, c2 = connect(), connect()
+    (None or an Error), both transactions ended. Transaction 2 connects with `connect2`
+    if given."""
+    c1, c2 = connect(), (connect2 or connect)()
     c1.autocommit = c2.autocommit = False
     try:
         c1.cursor().execute(f"UPDATE {table} SET n = n + 1 WHERE id = %s", (a,))
@@ -467,6 +477,73 @@ def same_write_on_several_shards_never_deadlocks():
     assert deadlocks_broken() == before
     got = dict(sptest.query(PROXY.port, DBS.name, "SELECT id, n FROM items WHERE id IN (%s, %s)", (a, b)))
     assert got[a] == got[b] > 0, got
+
+
+@test
+def between_two_proxies():
+    """Transaction 1 through one proxy, transaction 2 (a second younger) through another
+    in front of the same shards, as sidecars are: neither proxy sees both, both publish
+    their sessions on several shards on the first shard, and the younger's proxy cancels
+    it (40P01, its detail naming the other proxy's session); the older commits."""
+    a, b = keys(0, 12)[11], keys(1, 12)[11]
+    was = values(a, b)
+    other = sptest.Proxy("dl-b", config(DBS.name), WORKDIR).start()
+    try:
+        before, before_other = deadlocks_broken(), other.metric("splitpoint_deadlocks_total")
+        e1, e2 = opposite_orders(lambda: PROXY.connect(DBS.name), "items", a, b, pause=1.0,
+                                 connect2=lambda: other.connect(DBS.name))
+        assert e1 is None, f"the older transaction was cancelled: {e1!r}"
+        assert e2 is not None and e2.pgcode == "40P01" and e2.message == "deadlock detected", repr(e2)
+        assert " of proxy " in e2.detail, e2.detail
+        assert (deadlocks_broken(), other.metric("splitpoint_deadlocks_total")) == (before, before_other + 1)
+        assert values(a, b) == {a: was[a] + 1, b: was[b] + 1}, (was, values(a, b))
+    finally:
+        other.stop()
+    # Once their transactions have ended, neither proxy refreshes what it published (the
+    # one still running withdraws it; the stopped one's rows are read as stale).
+    fresh = "SELECT count(*) FROM splitpoint_spanning_sessions WHERE updated > now() - interval '1 second'"
+    deadline = time.monotonic() + 10
+    left = on_shard(0, fresh)[0][0]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = on_shard(0, fresh)[0][0]
+    assert left == 0, on_shard(0, "SELECT proxy, session, updated FROM splitpoint_spanning_sessions")
+
+
+@test
+def chain_through_a_direct_client():
+    """The cycle passes through a process that is no session of the proxy: transaction 1
+    (through the proxy) waits on s0 for a direct client, which waits on s0 for transaction
+    2, which waits on s1 for transaction 1. No PostgreSQL sees it; the younger of the two
+    proxied transactions is cancelled, and the direct client goes on."""
+    c_key, d_key = keys(0, 15)[13:15]
+    e_key = keys(1, 15)[14]
+    was = values(c_key, d_key, e_key)
+    t1, t2 = PROXY.connect(DBS.name, autocommit=False), PROXY.connect(DBS.name, autocommit=False)
+    d = sptest.connect(sptest.PG_PORTS[0], DBS.name, autocommit=False)
+    try:
+        t1.cursor().execute("UPDATE items SET n = n + 1 WHERE id = %s", (e_key,))
+        time.sleep(1.0)
+        t2.cursor().execute("UPDATE items SET n = n + 10 WHERE id = %s", (d_key,))
+        d.cursor().execute("UPDATE items SET n = n + 100 WHERE id = %s", (c_key,))
+        w1 = psycopg_step(t1, "UPDATE items SET n = n + 1 WHERE id = %s", (c_key,))
+        time.sleep(0.2)
+        wd = psycopg_step(d, "UPDATE items SET n = n + 100 WHERE id = %s", (d_key,))
+        time.sleep(0.2)
+        w2 = psycopg_step(t2, "UPDATE items SET n = n + 10 WHERE id = %s", (e_key,))
+        e2 = w2.outcome()
+        assert e2 is not None and e2.pgcode == "40P01", repr(e2)
+        assert "process " in e2.detail, e2.detail
+        t2.rollback()  # (its lock on d_key goes: the direct client, then transaction 1, go on)
+        assert wd.outcome() is None, repr(wd.error)
+        d.commit()
+        assert w1.outcome() is None, repr(w1.error)
+        t1.commit()
+    finally:
+        for c in (t1, t2, d):
+            c.close()
+    assert values(c_key, d_key, e_key) == {c_key: was[c_key] + 101, d_key: was[d_key] + 100,
+                                           e_key: was[e_key] + 1}, (was, values(c_key, d_key, e_key))
 
 
 def after_failure():

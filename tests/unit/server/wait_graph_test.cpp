@@ -49,7 +49,7 @@ TEST_CASE("wait graph: waits that form no cycle PostgreSQL cannot see", "[deadlo
   SECTION("a cycle of processes on one server is PostgreSQL's to break") {
     CHECK(find_cycle(h, {wait(0, 100, {200}), wait(0, 200, {100})}).empty());
   }
-  SECTION("a blocker that is no session's backend") {
+  SECTION("a blocker that is no session's backend and waits for nobody") {
     CHECK(find_cycle(h, {wait(0, 100, {999}), wait(1, 201, {101})}).empty());
   }
   SECTION("the same pid on another server is another process") {
@@ -84,4 +84,39 @@ TEST_CASE("wait graph: a longer cycle, and cycles on one server around it", "[de
 
 TEST_CASE("wait graph: nothing to look for while every session holds one backend", "[deadlock]") {
   CHECK_FALSE(some_session_on_several_backends({held(1, 0, 100), held(2, 1, 201), held(3, 0, 300)}));
+}
+
+TEST_CASE("wait graph: a chain through a process that is no session's", "[deadlock]") {
+  // 1 waits on s0 for process 900 (a direct client's), which waits for 2; 2 waits on s1 for 1.
+  auto h = two_sessions_two_shards();
+  auto cycle = find_cycle(h, {wait(0, 100, {900}), wait(0, 900, {200}), wait(1, 201, {101})});
+  REQUIRE(cycle.size() == 3);  // (from its first node: processes come before sessions)
+  CHECK(cycle[0] == Edge{0, 2, 0, "h0", 900, 200});
+  CHECK(cycle[1] == Edge{2, 1, 1, "h1", 201, 101});
+  CHECK(cycle[2] == Edge{1, 0, 0, "h0", 100, 900});
+  CHECK(describe(cycle, {"s0", "s1"}) ==
+        "process 900 waits on shard \"s0\" for session 2 (process 200)\n"
+        "session 2 waits on shard \"s1\" (process 201) for session 1 (process 101)\n"
+        "session 1 waits on shard \"s0\" (process 100) for process 900");
+  SECTION("processes alone make no cycle PostgreSQL cannot see") {
+    CHECK(find_cycle({}, {wait(0, 900, {901}), wait(0, 901, {900})}).empty());
+  }
+}
+
+TEST_CASE("wait graph: sessions of another proxy", "[deadlock]") {
+  // This proxy's session 1 and proxy B's session 1 (the same number, another session).
+  std::vector<Held> h{held(1, 0, 100), held(1, 1, 101)};
+  Held b0 = held(1, 0, 200), b1 = held(1, 1, 201);
+  b0.proxy = b1.proxy = "B";
+  CHECK_FALSE(some_session_on_several_backends({held(1, 0, 100), b1}));
+  h.push_back(b0);
+  h.push_back(b1);
+  CHECK(some_session_on_several_backends(h));
+  auto cycle = find_cycle(h, {wait(0, 100, {200}), wait(1, 201, {101})});
+  REQUIRE(cycle.size() == 2);
+  CHECK(cycle[0] == Edge{1, 1, 0, "h0", 100, 200, "", "B"});
+  CHECK(cycle[1] == Edge{1, 1, 1, "h1", 201, 101, "B", ""});
+  CHECK(describe(cycle, {"s0", "s1"}) ==
+        "session 1 waits on shard \"s0\" (process 100) for session 1 of proxy B (process 200)\n"
+        "session 1 of proxy B waits on shard \"s1\" (process 201) for session 1 (process 101)");
 }
