@@ -253,25 +253,31 @@ class Search {
     for (const Held& h : l.held) l.first_seen[{"", h.session}] = ages_.first_seen(h.session);
     const bool spanning = wait_graph::some_session_on_several_backends(l.held);
     auto rt = server_.runtime();
-    if (!rt || (!spanning && !published_)) co_return l;
-    std::vector<Published> others = co_await exchange(*rt, l, spanning, timeout, every);
-    if (!spanning) co_return l;
+    if (!rt) co_return l;
+    // The waits in the databases this proxy's sessions use; without one, no session of
+    // it is in a cycle (every session of a cycle waits), and nothing is published.
+    std::vector<Wait> waits;
     std::map<Pool*, std::pair<std::shared_ptr<Pool>, std::size_t>> pools;  // asked through, with their shard
-    for (const Holding& h : l.holding) pools.try_emplace(h.pool.get(), h.pool, h.held.shard);
+    if (spanning) {
+      for (const Holding& h : l.holding) pools.try_emplace(h.pool.get(), h.pool, h.held.shard);
+      co_await ask(pools, waits, timeout);
+    }
+    if (waits.empty()) {
+      if (published_) co_await exchange(*rt, l, false, timeout, every);
+      co_return l;
+    }
+    std::vector<Published> others = co_await exchange(*rt, l, true, timeout, every);
+    std::map<Pool*, std::pair<std::shared_ptr<Pool>, std::size_t>> more;  // other proxies' shards
     for (const Published& p : others) {
       std::size_t i = 0;
       while (i < rt->config.shards.size() && rt->config.shards[i].name != p.shard) ++i;
       auto pool = pool_for(*rt, i, l.holding);
       if (!pool) continue;
-      pools.try_emplace(pool.get(), pool, i);
+      if (!pools.count(pool.get())) more.try_emplace(pool.get(), pool, i);
       l.held.push_back(Held{p.session, p.txn, i, server_of(*pool), p.pid, p.proxy});
       l.first_seen[{p.proxy, p.session}] = p.first_seen;
     }
-    std::vector<Wait> waits;
-    for (auto& [key, asked] : pools) {
-      auto some = co_await askers_.ask(asked.first, asked.second, timeout);
-      std::move(some.begin(), some.end(), std::back_inserter(waits));
-    }
+    co_await ask(more, waits, timeout);
     l.cycle = wait_graph::find_cycle(l.held, waits);
     co_return l;
   }
@@ -293,12 +299,22 @@ class Search {
   }
 
   void close_unused() { askers_.close_unused(std::chrono::minutes(1)); }
+
   void stop() {
     askers_.close_all();
     published_ = false;  // (the other proxies stop reading what was published within seconds)
   }
 
  private:
+  // Adds the waits in the databases of `pools` (each with its shard number).
+  awaitable<void> ask(const std::map<Pool*, std::pair<std::shared_ptr<Pool>, std::size_t>>& pools,
+                      std::vector<Wait>& waits, std::chrono::milliseconds timeout) {
+    for (auto& [key, asked] : pools) {
+      auto some = co_await askers_.ask(asked.first, asked.second, timeout);
+      std::move(some.begin(), some.end(), std::back_inserter(waits));
+    }
+  }
+
   // Publishes this proxy's sessions on several shards (none, once they are gone) on the
   // first shard and returns the other proxies'.
   awaitable<std::vector<Published>> exchange(const Runtime& rt, const Look& l, bool spanning,

@@ -5,16 +5,19 @@
 // sessions hold (Session::list_held, on the worker's thread: nothing on the sessions'
 // path is locked or timed for it). When some session holds two or more:
 //
-// - the proxy publishes those sessions' backends (proxy id, session, transaction, shard
-//   name, pid, when it first saw the transaction) in the unlogged table
-//   splitpoint_spanning_sessions on the first shard, and reads the other proxies' fresh
-//   rows, in one statement (a proxy whose sessions stopped spanning shards deletes its
-//   rows once; with none, a look asks nothing of anyone);
-// - each server those backends (its own and the others') are on is asked which
-//   processes of its database wait for a lock and for whom:
+// - each server those backends are on is asked which processes of its database wait
+//   for a lock and for whom:
 //
 //     SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity
 //     WHERE wait_event_type = 'Lock' AND datname = current_database()
+//
+// - if some process waits, the proxy publishes its sessions on several shards
+//   (their backends: proxy id, session, transaction, shard name, pid, when it first saw
+//   the transaction) in the unlogged table splitpoint_spanning_sessions on the first
+//   shard and reads the other proxies' fresh rows, in one statement, then asks the
+//   servers of their backends as well (a proxy that published and then sees no wait or
+//   no session on several shards deletes its rows once; with no such session, a look
+//   asks nothing of anyone);
 //
 // on a connection of the search's own, one per pool asked through (as the pool's user:
 // pg_stat_activity shows a backend's wait only to its own user or a privileged one),
