@@ -57,12 +57,13 @@ Route Router::route(const Plan& plan, const BoundParams& params, const SessionRo
 
 Route Router::route_simple(std::string_view sql, const SessionRouting& session, const ShapeLookup& shapes) {
   // Per-thread buffers: a cache hit allocates nothing for the scan.
-  thread_local ScannedText scan;
   thread_local std::vector<std::optional<std::string>> slots;
   Impl& im = *impl_;
   // Unterminated (PostgreSQL's error), or standard_conforming_strings off, which the
   // cache's scan does not follow: a plan of its own.
-  if (!session.standard_conforming_strings || !scan_text(sql, scan)) return im.exact(sql, session, shapes);
+  if (!session.standard_conforming_strings) return im.exact(sql, session, shapes);
+  const ScannedText& scan = scan_text_once(sql);  // (the scatter planner's scan of a scatter, too)
+  if (!scan.ok) return im.exact(sql, session, shapes);
   const std::size_t hash = std::hash<std::string_view>{}(scan.key);
   if (std::shared_ptr<const Plan> cached = im.cache.find(scan.key, hash)) {
     if (read_slots(*cached, sql, scan, slots)) {

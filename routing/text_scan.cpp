@@ -305,6 +305,18 @@ bool scan_text(std::string_view sql, ScannedText& out) {
   return out.ok;
 }
 
+const ScannedText& scan_text_once(std::string_view sql) {
+  thread_local std::string text;
+  thread_local ScannedText scan;
+  thread_local bool scanned = false;
+  if (!scanned || text != sql) {
+    text.assign(sql);
+    scan_text(sql, scan);
+    scanned = true;
+  }
+  return scan;
+}
+
 Hints scan_hints(std::string_view sql) {
   ScannedText t;
   scan_text(sql, t);

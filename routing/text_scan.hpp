@@ -43,6 +43,11 @@ struct ScannedText {
 // Scans `sql` into `out` (whose buffers are reused). Returns out.ok.
 bool scan_text(std::string_view sql, ScannedText& out);
 
+// The scan of `sql` kept by this thread: a second call with the same text in a row (the
+// router's scan and then the scatter planner's, of one statement) scans nothing. Valid
+// until the next call on this thread.
+const ScannedText& scan_text_once(std::string_view sql);
+
 // Only the hints of `sql` (for prepared statements, whose plans are not cached by text).
 Hints scan_hints(std::string_view sql);
 

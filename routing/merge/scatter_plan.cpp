@@ -148,7 +148,8 @@ std::shared_ptr<const ScatterPlan> ScatterPlanner::plan(std::string_view sql, co
   const std::size_t hash = hash_of(key);
   if (auto cached = cache_.find(key, hash)) return cached;
   bool learn = false;
-  if (scan_text(sql, scanned) && !scanned.literals.empty()) {
+  scanned = scan_text_once(sql);  // (the router has just scanned it: a copy into kept buffers)
+  if (scanned.ok && !scanned.literals.empty()) {
     shape_key.assign(scanned.key);
     shape_key.push_back('\0');
     shape_key.push_back(decided);
