@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "protocol/sqlstate.hpp"
+
 namespace splitpoint::server {
 
 // A queued acquirer. Shared with release(), which may run on another thread: it
@@ -62,6 +64,12 @@ std::unique_ptr<Backend> Pool::take_idle(const asio::any_io_executor& ex) {
 awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
   auto ex = co_await asio::this_coro::executor;
   auto deadline = std::chrono::steady_clock::now() + wait_timeout;
+  // A connect the server refused for want of connections (53300: max_connections, or
+  // its user's connection limit) while the pool's other connections were in use: this
+  // client waits for one of those until the deadline, as it would in a full pool, and
+  // gets that error only if none comes. (Not after a timeout or a refused TCP
+  // connection: those say the host may be gone, and failover needs them at once.)
+  std::optional<AcquireResult> failed;
   for (;;) {
     if (auto b = take_idle(ex)) co_return AcquireResult{std::move(b), {}, {}};
     std::shared_ptr<Waiter> waiter;
@@ -69,7 +77,7 @@ awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
     {
       std::unique_lock lock(mu_);
       if (!paused_ && !idle_.empty()) continue;  // released since take_idle() looked
-      if (!paused_ && open_ < max_size_) {
+      if (!paused_ && open_ < max_size_ && !failed) {
         ++open_;
         ++opening_;
         may_open = true;
@@ -105,7 +113,11 @@ awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
       --opening_;
       if (!r.backend) {
         --open_;
-        co_return AcquireResult{nullptr, r.sqlstate, r.message};
+        if (r.sqlstate != sqlstate::too_many_connections || open_ == 0 || paused_ ||
+            std::chrono::steady_clock::now() >= deadline)
+          co_return AcquireResult{nullptr, r.sqlstate, r.message};
+        failed = AcquireResult{nullptr, r.sqlstate, r.message};
+        continue;
       }
       if (!server_parameters_) server_parameters_ = r.backend->parameters;
       co_return AcquireResult{std::move(r.backend), {}, {}};
@@ -115,6 +127,7 @@ awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
       std::lock_guard lock(mu_);
       if (!waiter->done) {
         std::erase(waiters_, waiter);
+        if (failed) co_return std::move(*failed);
         co_return AcquireResult{nullptr, "53300",
                                 "timeout waiting for a connection to shard \"" + target_.shard + "\""};
       }
@@ -132,6 +145,7 @@ awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
       std::lock_guard lock(mu_);
       --open_;
     }
+    failed.reset();
   }
 }
 

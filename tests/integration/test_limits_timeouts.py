@@ -6,7 +6,9 @@ that stall during authentication or trickle their startup packet), timeouts.clie
 1s (idle sessions get FATAL 57P05; busy ones are not touched), max_client_connections
 3 (the 4th login gets 53300, a slot frees when a client leaves), and
 timeouts.server_connect 1s against a shard that accepts TCP connections and never
-speaks (the client gets an error instead of a hang), and timeouts.query 1s (statements
+speaks (the client gets an error instead of a hang), a shard that refuses another
+connection (53300, its user's connection limit) while the pool's are busy (the client
+waits for one of them), and timeouts.query 1s (statements
 shorter than it run, back to back too; a longer one gets 57014 from the cancel, in a
 transaction block too, and the connection goes on; a write on both shards (s1 on the
 second instance) too; the blackholed shard's case, where
@@ -386,6 +388,56 @@ def shard_that_never_speaks_gives_an_error_not_a_hang():
         assert c.scalar("SELECT 'good shard'") == "good shard"
         r = c.extended("SELECT $1::text", ["extended too"])
         assert r.rows == [["extended too"]], r.rows
+
+
+@test
+def refused_connect_waits_for_a_busy_connection():
+    """The shard refuses another connection (the shard user's CONNECTION LIMIT 2, as a
+    server at max_connections would) while the pool's two are in use: a third client
+    waits for one of them, as in a full pool, and runs once one is released; with none
+    released, it gets the shard's error at the wait's deadline (client_login, 2s here),
+    not at once."""
+    sptest.query(PG0, "app", "DROP ROLE IF EXISTS sp_limited", user="postgres", password="postgres")
+    sptest.query(PG0, "app", "CREATE ROLE sp_limited LOGIN PASSWORD 'secret' CONNECTION LIMIT 2",
+                 user="postgres", password="postgres")
+    p = proxy("limited", "timeouts:\n  client_login: 2s",
+              shard=f"{{ name: s0, host: {HOST}, port: {PG0}, database: app, user: sp_limited, password: secret, "
+                    "pool_size: 4 }")
+    holders = [login(p) for _ in range(2)]
+    waiter = login(p)
+    try:
+        for c in holders:
+            c.query("BEGIN").raise_error()
+            assert c.scalar("SELECT 1") == "1"
+        for released in (True, False):
+            out = {}
+
+            def run():
+                t0 = time.monotonic()
+                out["r"] = waiter.query("SELECT 'third'", timeout=15)
+                out["took"] = time.monotonic() - t0
+            t = threading.Thread(target=run, daemon=True)
+            t.start()
+            if released:
+                time.sleep(1.0)
+                holders[0].query("COMMIT").raise_error()
+            t.join(15)
+            assert not t.is_alive(), "the third client got no answer within 15s"
+            r = out["r"]
+            if released:
+                assert r.error is None and r.rows == [["third"]], (r.error, r.rows)
+                assert out["took"] >= 0.9, out["took"]
+                holders[0].query("BEGIN").raise_error()  # (holds a connection again)
+                assert holders[0].scalar("SELECT 1") == "1"
+            else:
+                assert r.error is not None and r.error.get("C") == "53300", r.error
+                assert "too many connections" in r.error.get("M", ""), r.error
+                assert 1.5 <= out["took"] < 10, out["took"]
+    finally:
+        for c in holders + [waiter]:
+            c.sock.close()
+        p.stop()
+        sptest.query(PG0, "app", "DROP ROLE IF EXISTS sp_limited", user="postgres", password="postgres")
 
 
 # ------------------------------------------------------------------ query
