@@ -128,7 +128,7 @@ awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
       if (!waiter->done) {
         std::erase(waiters_, waiter);
         if (failed) co_return std::move(*failed);
-        co_return AcquireResult{nullptr, "53300",
+        co_return AcquireResult{nullptr, sqlstate::too_many_connections,
                                 "timeout waiting for a connection to shard \"" + target_.shard + "\""};
       }
     }
