@@ -269,12 +269,11 @@ class Search {
     std::vector<Published> others = co_await exchange(*rt, l, true, timeout, every);
     std::map<Pool*, std::pair<std::shared_ptr<Pool>, std::size_t>> more;  // other proxies' shards
     for (const Published& p : others) {
-      std::size_t i = 0;
-      while (i < rt->config.shards.size() && rt->config.shards[i].name != p.shard) ++i;
-      auto pool = pool_for(*rt, i, l.holding);
+      const std::optional<std::size_t> i = rt->config.find_shard(p.shard);
+      auto pool = i ? pool_for(*rt, *i, l.holding) : nullptr;
       if (!pool) continue;
-      if (!pools.count(pool.get())) more.try_emplace(pool.get(), pool, i);
-      l.held.push_back(Held{p.session, p.txn, i, server_of(*pool), p.pid, p.proxy});
+      if (!pools.count(pool.get())) more.try_emplace(pool.get(), pool, *i);
+      l.held.push_back(Held{p.session, p.txn, *i, server_of(*pool), p.pid, p.proxy});
       l.first_seen[{p.proxy, p.session}] = p.first_seen;
     }
     co_await ask(more, waits, timeout);
