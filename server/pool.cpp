@@ -1,21 +1,27 @@
 #include "server/pool.hpp"
 
+#include <algorithm>
 #include <stdexcept>
+
+#include <spdlog/spdlog.h>
 
 #include "protocol/sqlstate.hpp"
 
 namespace splitpoint::server {
 
-// A queued acquirer. Shared with release(), which may run on another thread: it
-// fills `backend` or grants `slot` (permission to open a connection) and wakes the
-// timer on the waiter's own executor.
+// A queued acquirer. Shared with the pool's other threads (release(), a connect
+// finishing): they fill `backend` or `error`, or set `retry`, and wake the timer on the
+// waiter's own executor.
 struct Pool::Waiter {
   explicit Waiter(asio::any_io_executor ex) : executor(ex), timer(ex) {}
   asio::any_io_executor executor;
   asio::steady_timer timer;
+  std::chrono::steady_clock::time_point deadline;
   std::unique_ptr<Backend> backend;
-  bool slot = false;
-  bool retry = false;  // resumed after PAUSE: try again
+  std::optional<AcquireResult> error;    // its connect failed: what it answers
+  std::optional<AcquireResult> refused;  // its connect got 53300: answered if nothing comes
+  bool connecting = false;  // a connect started for it has not finished
+  bool retry = false;       // resumed after PAUSE: try again
   bool done = false;
   int passed_over = 0;  // times a later waiter got a connection first (next_waiter)
 };
@@ -61,92 +67,128 @@ std::unique_ptr<Backend> Pool::take_idle(const asio::any_io_executor& ex) {
   return nullptr;
 }
 
+// A client that needs a connection queues as a waiter, and when the pool may grow a
+// connect is started for it in the background. Whatever comes first serves it: a
+// connection another client releases, or its own connect (which, if the client was
+// served meanwhile, goes to the next waiter or stays idle). So a shard slow to accept
+// (its postmaster busy forking under load) delays only the clients nothing else can
+// serve, and fails a client only when its own connect fails while it still waits.
 awaitable<AcquireResult> Pool::acquire(std::chrono::milliseconds wait_timeout) {
   auto ex = co_await asio::this_coro::executor;
-  auto deadline = std::chrono::steady_clock::now() + wait_timeout;
-  // A connect the server refused for want of connections (53300: max_connections, or
-  // its user's connection limit) while the pool's other connections were in use: this
-  // client waits for one of those until the deadline, as it would in a full pool, and
-  // gets that error only if none comes. (Not after a timeout or a refused TCP
-  // connection: those say the host may be gone, and failover needs them at once.)
-  std::optional<AcquireResult> failed;
+  const auto deadline = std::chrono::steady_clock::now() + wait_timeout;
   for (;;) {
     if (auto b = take_idle(ex)) co_return AcquireResult{std::move(b), {}, {}};
-    std::shared_ptr<Waiter> waiter;
-    bool may_open = false;
+    auto waiter = std::make_shared<Waiter>(ex);
+    waiter->deadline = deadline;
+    bool open = false;
     {
-      std::unique_lock lock(mu_);
-      if (!paused_ && !idle_.empty()) continue;  // released since take_idle() looked
-      if (!paused_ && open_ < max_size_ && !failed) {
-        ++open_;
-        ++opening_;
-        may_open = true;
-      } else {
-        waiter = std::make_shared<Waiter>(ex);
-        waiter->timer.expires_at(deadline);
-        waiters_.push_back(waiter);
-      }
-    }
-    if (may_open) {
-      auto r = co_await connect_backend(target_);
-      bool read_max_prepared = false;
-      {
-        std::lock_guard lock(mu_);
-        if (r.backend && !reading_max_prepared_ && max_prepared_transactions_.value_or(0) == 0)
-          read_max_prepared = reading_max_prepared_ = true;
-      }
-      if (read_max_prepared) {
-        // Not a ParameterStatus parameter: one query, on the pool's first connection
-        // (and on each new one while it reads 0).
-        auto q = co_await simple_query(*r.backend, "SHOW max_prepared_transactions", target_.connect_timeout);
-        std::lock_guard lock(mu_);
-        reading_max_prepared_ = false;
-        if (q.ok() && !q.rows.empty() && !q.rows[0].empty() && q.rows[0][0]) {
-          try {
-            max_prepared_transactions_ = std::stoi(*q.rows[0][0]);
-          } catch (const std::exception&) {
-          }
-        }
-        if (q.lost) r = ConnectResult{nullptr, q.error_code, "shard \"" + target_.shard + "\": " + q.error_message};
-      }
       std::lock_guard lock(mu_);
-      --opening_;
-      if (!r.backend) {
-        --open_;
-        if (r.sqlstate != sqlstate::too_many_connections || open_ == 0 || paused_ ||
-            std::chrono::steady_clock::now() >= deadline)
-          co_return AcquireResult{nullptr, r.sqlstate, r.message};
-        failed = AcquireResult{nullptr, r.sqlstate, r.message};
+      if (!paused_ && !idle_.empty()) continue;  // released since take_idle() looked
+      waiter->timer.expires_at(deadline);
+      waiters_.push_back(waiter);
+      open = !paused_ && open_ < max_size_;
+      if (open) count_connect(*waiter);
+    }
+    if (open) start_connect(waiter);
+    for (;;) {
+      co_await waiter->timer.async_wait(use_nothrow);
+      std::lock_guard lock(mu_);
+      if (waiter->done) break;
+      // Its own connect is bounded by timeouts.server_connect: its outcome is this
+      // client's (as a timeout or refused connection must be, for failover).
+      if (waiter->connecting) {
+        waiter->timer.expires_at(std::chrono::steady_clock::time_point::max());
         continue;
       }
-      if (!server_parameters_) server_parameters_ = r.backend->parameters;
-      co_return AcquireResult{std::move(r.backend), {}, {}};
-    }
-    co_await waiter->timer.async_wait(use_nothrow);
-    {
-      std::lock_guard lock(mu_);
-      if (!waiter->done) {
-        std::erase(waiters_, waiter);
-        if (failed) co_return std::move(*failed);
-        co_return AcquireResult{nullptr, sqlstate::too_many_connections,
-                                "timeout waiting for a connection to shard \"" + target_.shard + "\""};
+      if (std::chrono::steady_clock::now() < deadline) {  // woken by its connect's end
+        waiter->timer.expires_at(deadline);
+        continue;
       }
+      std::erase(waiters_, waiter);
+      if (waiter->refused) co_return std::move(*waiter->refused);
+      co_return AcquireResult{nullptr, sqlstate::too_many_connections,
+                              "timeout waiting for a connection to shard \"" + target_.shard + "\""};
     }
+    if (waiter->error) co_return std::move(*waiter->error);
     if (waiter->backend) {
       if (waiter->backend->move_to(ex)) co_return AcquireResult{std::move(waiter->backend), {}, {}};
       waiter->backend.reset();
       std::lock_guard lock(mu_);
       --open_;
-      continue;
     }
-    if (waiter->retry) continue;
-    // Granted a slot: loop to open a connection (open_ was already counted for us).
-    {
-      std::lock_guard lock(mu_);
-      --open_;
-    }
-    failed.reset();
+    // retry after PAUSE, or the handed connection could not move here: again
   }
+}
+
+void Pool::count_connect(Waiter& w) {
+  // Called with mu_ held.
+  ++open_;
+  ++opening_;
+  w.connecting = true;
+}
+
+void Pool::start_connect(std::shared_ptr<Waiter> origin) {
+  auto ex = origin->executor;
+  asio::co_spawn(ex, connect_for(shared_from_this(), std::move(origin)), asio::detached);
+}
+
+// `self` keeps the pool alive. Runs on the origin's executor.
+awaitable<void> Pool::connect_for(std::shared_ptr<Pool> self, std::shared_ptr<Waiter> origin) {
+  auto r = co_await connect_backend(target_);
+  bool read_max_prepared = false;
+  {
+    std::lock_guard lock(mu_);
+    if (r.backend && !reading_max_prepared_ && max_prepared_transactions_.value_or(0) == 0)
+      read_max_prepared = reading_max_prepared_ = true;
+  }
+  if (read_max_prepared) {
+    // Not a ParameterStatus parameter: one query, on the pool's first connection
+    // (and on each new one while it reads 0).
+    auto q = co_await simple_query(*r.backend, "SHOW max_prepared_transactions", target_.connect_timeout);
+    std::lock_guard lock(mu_);
+    reading_max_prepared_ = false;
+    if (q.ok() && !q.rows.empty() && !q.rows[0].empty() && q.rows[0][0]) {
+      try {
+        max_prepared_transactions_ = std::stoi(*q.rows[0][0]);
+      } catch (const std::exception&) {
+      }
+    }
+    if (q.lost) r = ConnectResult{nullptr, q.error_code, "shard \"" + target_.shard + "\": " + q.error_message};
+  }
+  std::lock_guard lock(mu_);
+  --opening_;
+  origin->connecting = false;
+  const bool waiting = !origin->done;  // else served by a release, or gone (PAUSE's retry)
+  if (r.backend) {
+    if (!server_parameters_) server_parameters_ = r.backend->parameters;
+    if (waiting && !paused_) {
+      std::erase(waiters_, origin);
+      hand_over(std::move(origin), std::move(r.backend));
+      co_return;
+    }
+    put_back(std::move(r.backend));
+    if (waiting) origin->timer.cancel();  // (paused) it waits again, up to its deadline
+    co_return;
+  }
+  --open_;
+  if (!waiting) {  // no client gets this error: the log is where it shows
+    spdlog::warn("pool of shard \"{}\": a connect failed after its client was served otherwise: {}",
+                 target_.shard, r.message);
+    co_return;
+  }
+  AcquireResult failed{nullptr, r.sqlstate, r.message};
+  // Refused for want of connections (53300: max_connections, or its user's connection
+  // limit) while the pool's other connections are in use: it waits for one of them up to
+  // its deadline, as in a full pool, and gets that error only if none comes.
+  if (r.sqlstate == sqlstate::too_many_connections && open_ > 0 && !paused_ &&
+      std::chrono::steady_clock::now() < origin->deadline) {
+    origin->refused = std::move(failed);
+    origin->timer.cancel();  // it waits again, up to its deadline
+    co_return;
+  }
+  std::erase(waiters_, origin);
+  origin->error = std::move(failed);
+  hand_over(std::move(origin), nullptr);
 }
 
 void Pool::hand_over(std::shared_ptr<Waiter> w, std::unique_ptr<Backend> backend) {
@@ -157,20 +199,27 @@ void Pool::hand_over(std::shared_ptr<Waiter> w, std::unique_ptr<Backend> backend
 }
 
 void Pool::release(std::unique_ptr<Backend> backend, bool reusable) {
-  std::lock_guard lock(mu_);
-  if (!reusable || !backend || backend->cancel_sent) {
-    backend.reset();
-    if (!paused_ && !waiters_.empty()) {
-      // Let the first waiter open a fresh connection in the freed slot.
-      auto w = waiters_.front();
-      waiters_.pop_front();
-      w->slot = true;
-      hand_over(std::move(w), nullptr);
-    } else {
-      --open_;
+  std::shared_ptr<Waiter> connect_for_waiter;
+  {
+    std::lock_guard lock(mu_);
+    if (reusable && backend && !backend->cancel_sent) {
+      put_back(std::move(backend));
+      return;
     }
-    return;
+    backend.reset();
+    --open_;
+    // The freed place: a connect for the first waiter that has none of its own.
+    if (paused_) return;
+    auto it = std::find_if(waiters_.begin(), waiters_.end(), [](const auto& w) { return !w->connecting; });
+    if (it == waiters_.end()) return;
+    connect_for_waiter = *it;
+    count_connect(*connect_for_waiter);
   }
+  start_connect(std::move(connect_for_waiter));
+}
+
+void Pool::put_back(std::unique_ptr<Backend> backend) {
+  // Called with mu_ held.
   if (!paused_ && !waiters_.empty()) {
     auto it = next_waiter(*backend);
     auto w = std::move(*it);

@@ -32,8 +32,10 @@ class Pool : public std::enable_shared_from_this<Pool> {
  public:
   Pool(BackendTarget target, int max_size) : target_(std::move(target)), max_size_(max_size) {}
 
-  // Takes an idle connection, opens a new one if below max_size, or waits for one
-  // to be released, up to `wait_timeout`. Runs on the caller's executor.
+  // Takes an idle connection, or queues for one up to `wait_timeout`, with a connect
+  // started in the background if below max_size: the first connection released or
+  // opened serves it (pool.cpp). A failed connect fails the client it was started for
+  // (if that one still waits). Runs on the caller's executor.
   awaitable<AcquireResult> acquire(std::chrono::milliseconds wait_timeout);
   // An idle connection that looks healthy, or nullptr: acquire()'s first step
   // without a coroutine frame, for the hot path (one per transaction). Its socket
@@ -70,6 +72,10 @@ class Pool : public std::enable_shared_from_this<Pool> {
  private:
   struct Waiter;
   void hand_over(std::shared_ptr<Waiter> w, std::unique_ptr<Backend> backend);
+  void put_back(std::unique_ptr<Backend> backend);  // to a waiter, else idle
+  void count_connect(Waiter& w);
+  void start_connect(std::shared_ptr<Waiter> origin);
+  awaitable<void> connect_for(std::shared_ptr<Pool> self, std::shared_ptr<Waiter> origin);
   std::deque<std::shared_ptr<Waiter>>::iterator next_waiter(Backend& b);
 
   const BackendTarget target_;
@@ -77,7 +83,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Backend>> idle_;  // most recently used last
   int open_ = 0;     // idle + handed out + being opened
-  int opening_ = 0;
+  int opening_ = 0;  // connects in flight (counted in open_)
   std::deque<std::shared_ptr<Waiter>> waiters_;
   std::optional<ParameterList> server_parameters_;
   std::unordered_map<std::string, ParameterList> startup_parameters_;

@@ -8,7 +8,9 @@ that stall during authentication or trickle their startup packet), timeouts.clie
 timeouts.server_connect 1s against a shard that accepts TCP connections and never
 speaks (the client gets an error instead of a hang), a shard that refuses another
 connection (53300, its user's connection limit) while the pool's are busy (the client
-waits for one of them), and timeouts.query 1s (statements
+waits for one of them), a shard slow to accept a connection (a fault relay delays new
+connections past server_connect: a client is served by a connection another one
+releases meanwhile, and gets the timeout only when none is), and timeouts.query 1s (statements
 shorter than it run, back to back too; a longer one gets 57014 from the cancel, in a
 transaction block too, and the connection goes on; a write on both shards (s1 on the
 second instance) too; the blackholed shard's case, where
@@ -29,6 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import pgwire  # noqa: E402
+from faultrelay import FaultRelay  # noqa: E402
 
 import sptest  # noqa: E402
 from sptest import HOST  # noqa: E402
@@ -438,6 +441,61 @@ def refused_connect_waits_for_a_busy_connection():
             c.sock.close()
         p.stop()
         sptest.query(PG0, "app", "DROP ROLE IF EXISTS sp_limited", user="postgres", password="postgres")
+
+
+@test
+def slow_connect_gives_way_to_a_released_connection():
+    """New connections to the shard take longer than timeouts.server_connect (a relay
+    holds each one 4 s, as a postmaster busy forking under load does): a client whose
+    connect is still pending is served by the connection another client releases
+    meanwhile, not failed when its connect times out; with no connection released, it
+    gets that timeout (08001), and the proxy serves everyone once connects are fast."""
+    relay = FaultRelay(PG0, name="slow-accept").start()
+    # No configured shard user: no background task (two-phase recovery, the deadlock
+    # search) opens connections of its own in the clients' pool.
+    p = proxy("slow_accept", "timeouts:\n  server_connect: 2s\n  client_login: 5s",
+              shard=f"{{ name: s0, host: {HOST}, port: {relay.port}, database: app, pool_size: 2 }}")
+    holder, second, third = login(p), login(p), login(p)
+    try:
+        holder.query("BEGIN").raise_error()
+        assert holder.scalar("SELECT 'first'") == "first"  # one connection, opened at once
+        relay.connect_delay = 4.0
+        out = {}
+
+        def run(c, key, sql):
+            t0 = time.monotonic()
+            out[key] = c.query(sql, timeout=20)
+            out[key + "_took"] = time.monotonic() - t0
+        t = threading.Thread(target=run, args=(second, "second", "SELECT 'second'"), daemon=True)
+        t.start()
+        time.sleep(0.5)  # its connect is pending in the relay
+        holder.query("COMMIT").raise_error()
+        t.join(20)
+        r = out["second"]
+        assert r.error is None and r.rows == [["second"]], r.error
+        # (the released connection served it: before its own connect could end)
+        assert out["second_took"] < 2.0, out["second_took"]
+
+        # Nothing released: the pending connect's timeout is the client's answer.
+        holder.query("BEGIN").raise_error()
+        assert holder.scalar("SELECT 1") == "1"
+        time.sleep(2.5)  # the second's connect has ended (timed out); a place is free
+        assert "a connect failed after its client was served otherwise" in p.log_text(), p.log_tail()
+        run(third, "third", "SELECT 'third'")
+        r = out["third"]
+        assert r.error is not None and r.error.get("C") == "08001", r.error
+        assert "timeout connecting" in r.error.get("M", ""), r.error
+        assert 1.5 <= out["third_took"] < 4.5, out["third_took"]
+
+        relay.connect_delay = 0.0
+        holder.query("COMMIT").raise_error()
+        for c in (holder, second, third):
+            assert c.scalar("SELECT 'again'") == "again"
+    finally:
+        for c in (holder, second, third):
+            c.sock.close()
+        p.stop()
+        relay.close()
 
 
 # ------------------------------------------------------------------ query

@@ -10,6 +10,9 @@ off at run time by the test. Threads and the standard library only.
     relay.reset_all()                       # RST every open connection now
     relay.blackhole = True                  # stop forwarding (new connections too); the
                                             # sockets stay open: no FIN, no RST
+    relay.connect_delay = 3.0               # each new connection waits 3 s before the relay
+                                            # opens its upstream (a shard slow to accept);
+                                            # open connections are not touched
     relay.half_close("to_proxy")            # FIN to the proxy on every open connection,
                                             # the shard side kept open ("to_shard": the reverse)
     ev = relay.hold_on(b"COMMIT PREPARED")  # hold the first proxy->shard chunk containing
@@ -73,6 +76,7 @@ class FaultRelay:
         self.latency = 0.0      # seconds added to every chunk
         self.bandwidth = 0      # bytes/s per direction per connection; 0 = unlimited
         self.blackhole = False
+        self.connect_delay = 0.0  # seconds a new connection waits before it is forwarded
         self.accepted = 0       # connections accepted so far
         self.resets = 0         # connections reset (reset_after, reset_all, release("reset"))
         self._conns = []
@@ -152,6 +156,7 @@ class FaultRelay:
         self.latency = 0.0
         self.bandwidth = 0
         self.blackhole = False
+        self.connect_delay = 0.0
         with self._lock:
             self._reset_after = None
         if self._held_event.is_set() and self._release is None:
@@ -192,6 +197,8 @@ class FaultRelay:
         # then nothing is forwarded, not even the upstream connection is opened.
         while self.blackhole and not self._closed:
             time.sleep(TICK)
+        if self.connect_delay:
+            time.sleep(self.connect_delay)
         try:
             upstream = socket.create_connection(self.target, timeout=5)
         except OSError:
