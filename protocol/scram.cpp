@@ -19,9 +19,12 @@
 #include <openssl/sha.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <climits>
+#include <mutex>
 #include <stdexcept>
+#include <unordered_map>
 #include <vector>
 
 namespace splitpoint::protocol::scram {
@@ -69,8 +72,11 @@ std::string sha256(std::string_view data) {
   return std::string(reinterpret_cast<const char*>(out), sizeof out);
 }
 
+std::atomic<std::uint64_t> g_derivations{0};
+
 std::string salted_password(std::string_view password, std::string_view salt,
                             int iterations) {
+  g_derivations.fetch_add(1, std::memory_order_relaxed);
   std::string out(kKeyLength, '\0');
   if (PKCS5_PBKDF2_HMAC(reinterpret_cast<const char*>(bytes(password)),
                         static_cast<int>(password.size()), bytes(salt),
@@ -151,6 +157,32 @@ Keys derive_keys(std::string_view password, std::string_view salt, int iteration
   keys.client_key = hmac(salted, "Client Key");
   keys.stored_key = sha256(keys.client_key);
   keys.server_key = hmac(salted, "Server Key");
+  return keys;
+}
+
+// The client side's keys, kept: the proxy logs in to a shard with the same password
+// and the shard sends the role's same salt and iteration count every time, so every
+// new backend connection would run the same PBKDF2 (4096 rounds by default, about
+// 1.5 ms of the worker thread's time) again; a burst of connects (start-up, a pool
+// refilled after a failover) stalled the sessions of that thread that long per connect.
+// Process-wide, at most 64 entries (a bound, not a policy: cleared when full). Only for
+// the proxy's own passwords: a client's guess (auth: password) is never kept.
+Keys client_keys(std::string_view password, std::string_view salt, int iterations) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, Keys> kept;
+  std::string key = std::to_string(iterations);
+  key.push_back('\0');
+  key.append(salt);
+  key.push_back('\0');
+  key.append(password);
+  {
+    std::lock_guard lock(mu);
+    if (auto it = kept.find(key); it != kept.end()) return it->second;
+  }
+  Keys keys = derive_keys(password, salt, iterations);
+  std::lock_guard lock(mu);
+  if (kept.size() >= 64) kept.clear();
+  kept.emplace(std::move(key), keys);
   return keys;
 }
 
@@ -269,6 +301,8 @@ std::string format_verifier(const Verifier& v) {
          base64_encode(v.salt) + "$" + base64_encode(v.stored_key) + ":" +
          base64_encode(v.server_key);
 }
+
+std::uint64_t key_derivations() { return g_derivations.load(std::memory_order_relaxed); }
 
 Verifier make_verifier(std::string_view password, std::string_view salt, int iterations) {
   Keys keys = derive_keys(password, salt, iterations);
@@ -415,7 +449,7 @@ std::optional<std::string> ClientExchange::handle_server_first(std::string_view 
   auto iterations = parse_iterations((*attrs)[2].value);
   if (!salt || salt->empty() || !iterations) return std::nullopt;
 
-  Keys keys = derive_keys(password_, *salt, *iterations);
+  Keys keys = client_keys(password_, *salt, *iterations);
   std::string without_proof =
       "c=" + std::string(kNoBindingCbind) + ",r=" + std::string(nonce);
   std::string auth_message =

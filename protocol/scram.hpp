@@ -3,6 +3,7 @@
 // SPEC §11). https://www.postgresql.org/docs/15/sasl-authentication.html
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,6 +34,9 @@ Verifier make_verifier(std::string_view password, std::string_view salt,
                        int iterations = kDefaultIterations);
 // A verifier with a random 16-byte salt.
 Verifier make_verifier(std::string_view password);
+// PBKDF2 derivations run so far in this process (for tests: the client side keeps its
+// keys per password, salt and iteration count; see ClientExchange).
+std::uint64_t key_derivations();
 
 // Server side of one exchange. Without a verifier (unknown user) the exchange runs to
 // the end with a fake verifier derived from `fake_seed` (a server secret) + `user`, and
@@ -76,7 +80,9 @@ class ServerExchange {
   const char* error_ = "";
 };
 
-// Client side, for authenticating to a backend.
+// Client side, for authenticating to a backend. The keys derived from the password
+// (PBKDF2, the costly step) are kept per password, salt and iteration count, process
+// wide: a pool's next connect to the same shard and role does not derive them again.
 class ClientExchange {
  public:
   explicit ClientExchange(std::string password);

@@ -625,3 +625,31 @@ TEST_CASE("client checks the server signature", "[scram]") {
   CHECK(careful.verify_server_final("v=" + base64_encode(hmac256(right.server_key,
                                                                  auth_message))));
 }
+
+TEST_CASE("the client side derives its keys once per password, salt and iterations", "[scram]") {
+  // As a pool's connects to one shard: the same role (salt) every time.
+  Verifier v = make_verifier("pool password", "0123456789abcdef", 4096);
+  auto before = key_derivations();
+  for (int i = 0; i < 3; ++i) {
+    ServerExchange server(v, "seed", "user");
+    ClientExchange client("pool password");
+    auto out = run_exchange(server, client);
+    CHECK(out.server_accepted);
+    CHECK(out.client_verified);
+  }
+  CHECK(key_derivations() == before + 1);
+
+  // Another password, salt or iteration count is derived (and checked) on its own.
+  ServerExchange wrong(v, "seed", "user");
+  ClientExchange guess("another password");
+  CHECK_FALSE(run_exchange(wrong, guess).server_accepted);
+  Verifier resalted = make_verifier("pool password", "fedcba9876543210", 4096);
+  ServerExchange server2(resalted, "seed", "user");
+  ClientExchange client2("pool password");
+  CHECK(run_exchange(server2, client2).client_verified);
+  Verifier more = make_verifier("pool password", "0123456789abcdef", 5000);
+  ServerExchange server3(more, "seed", "user");
+  ClientExchange client3("pool password");
+  CHECK(run_exchange(server3, client3).client_verified);
+  CHECK(key_derivations() == before + 1 + 1 + 2 + 2);  // (make_verifier derives too)
+}
