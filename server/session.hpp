@@ -323,6 +323,11 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> finish_prepared(std::string_view sql);
   // Rolls the transaction back on every shard it reached and forgets it.
   awaitable<void> roll_back_everywhere();
+  // A statement on `failed` aborted the transaction block (no savepoint to return to):
+  // rolls back its other shards now, as PostgreSQL releases locks at the error (the
+  // pump calls it before the client hears of the error). False if nothing to do.
+  bool aborted_elsewhere(std::size_t failed) const;
+  awaitable<void> roll_back_other_shards(std::size_t failed);
   // The transaction is over on every shard: forget its state.
   void reset_transaction();
   // ---- session_two_phase.cpp (transactions.cross_shard_writes: two_phase)

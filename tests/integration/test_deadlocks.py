@@ -13,6 +13,10 @@ Two shards (fresh databases dl_<random> on the shared instances), a hash distrib
   commits, and the rows end the same;
 - the transaction cancelled is the younger one (began after the search had seen the
   other's);
+- the victim's locks go with its error, before its client's ROLLBACK (its other shard
+  is rolled back then), as on one PostgreSQL: the other transaction goes on at once; and
+  so after any error in a block (a division by zero on one shard frees the block's row
+  lock on the other);
 - a deadlock on one shard is PostgreSQL's: its own 40P01 (its detail, "Process ..."),
   nothing cancelled by the proxy;
 - a long lock wait across shards that is no deadlock is not cancelled;
@@ -157,9 +161,8 @@ def unstick(db_ports):
 
 def settle(w1, w2, end1, end2):
     """Both statements wait for each other: once one has ended, the failed one's
-    transaction is ended (end(False): ROLLBACK; through splitpoint its locks on the other
-    shard go only then, as a client does after an error), then the other's (end(True):
-    COMMIT if it succeeded). Returns both outcomes."""
+    transaction is ended (end(False): ROLLBACK, as a client does after an error), then
+    the other's (end(True): COMMIT if it succeeded). Returns both outcomes."""
     deadline = time.monotonic() + WAIT
     while w1.is_alive() and w2.is_alive() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -256,6 +259,95 @@ def the_younger_transaction_is_cancelled():
     assert e2 is not None and e2.pgcode == "40P01", repr(e2)
     got = dict(sptest.query(PROXY.port, DBS.name, "SELECT id, n FROM items WHERE id IN (%s, %s)", (a, b)))
     assert got == {a: 1, b: 1}, got
+
+
+def victim_left_unended(connect, table, a, b):
+    """Transactions 1 and 2 deadlock (as opposite_orders); the victim's client does not
+    end its transaction. Returns the victim's error, the survivor's outcome (None: its
+    waiting statement went on), what the victim gets next for a statement on the other
+    row, and the survivor's increment; then ends both."""
+    c1, c2 = connect(), connect()
+    c1.autocommit = c2.autocommit = False
+    try:
+        c1.cursor().execute(f"UPDATE {table} SET n = n + 1 WHERE id = %s", (a,))
+        time.sleep(1.0)
+        c2.cursor().execute(f"UPDATE {table} SET n = n + 10 WHERE id = %s", (b,))
+        w1 = psycopg_step(c1, f"UPDATE {table} SET n = n + 1 WHERE id = %s", (b,))
+        time.sleep(0.2)
+        w2 = psycopg_step(c2, f"UPDATE {table} SET n = n + 10 WHERE id = %s", (a,))
+        # The victim is the one that fails (through splitpoint the survivor may even
+        # answer first: the victim's other shard is rolled back before its error goes out).
+        def failed(w):
+            return not w.is_alive() and w.error is not None
+        deadline = time.monotonic() + WAIT
+        while not failed(w1) and not failed(w2) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not failed(w1) and not failed(w2):
+            unstick(sptest.PG_PORTS)
+            raise AssertionError(f"no deadlock broken after {WAIT}s")
+        victim, survivor = (w1, w2) if failed(w1) else (w2, w1)
+        cv, cs = (c1, c2) if victim is w1 else (c2, c1)
+        other_row = b if victim is w1 else a
+        error = victim.outcome()
+        went_on = survivor.outcome(within=10)  # the victim's client has done nothing yet
+        after = psycopg_step(cv, f"SELECT n FROM {table} WHERE id = %s", (other_row,)).outcome()
+        cv.rollback()
+        cs.commit()
+        return error, went_on, after, (1 if survivor is w1 else 10)
+    finally:
+        c1.close()
+        c2.close()
+
+
+@test
+def the_victims_locks_go_with_its_error():
+    """On one PostgreSQL the victim's locks go at its error, before its client's
+    ROLLBACK, so the other transaction goes on at once; through splitpoint too: the
+    victim's other shard is rolled back when the error comes (before: its lock there
+    held the other transaction until the victim's client rolled back). The victim's
+    next statement gets 25P02, as on one PostgreSQL."""
+    a, b = keys(0, 3)[2], keys(1, 3)[2]
+    for where, port, connect, table in (
+            ("direct", sptest.PG_PORTS[0], lambda: sptest.connect(sptest.PG_PORTS[0], DBS.name), "plain"),
+            ("splitpoint", PROXY.port, lambda: PROXY.connect(DBS.name), "items")):
+        read = f"SELECT id, n FROM {table} WHERE id IN (%s, %s)"
+        before = dict(sptest.query(port, DBS.name, read, (a, b)))
+        error, went_on, after, step = victim_left_unended(connect, table, a, b)
+        assert error is not None and error.pgcode == "40P01", (where, error)
+        assert went_on is None, (where, went_on)
+        assert after is not None and after.pgcode == "25P02", (where, after)
+        got = dict(sptest.query(port, DBS.name, read, (a, b)))
+        assert got == {a: before[a] + step, b: before[b] + step}, (where, before, got)
+
+
+@test
+def an_error_frees_the_other_shards_locks():
+    """Any error, not only a deadlock's: a block updates a row on s1, then a statement on
+    s0 fails (division by zero). On one PostgreSQL the row's lock went with the error;
+    through splitpoint as well (the block's s1 part was rolled back): another client
+    updates that row at once (lock_timeout 3s would say otherwise), and the failed
+    block's ROLLBACK still answers."""
+    a, b = keys(0, 4)[3], keys(1, 4)[3]
+    for where, port, connect, table in (
+            ("direct", sptest.PG_PORTS[0], lambda: sptest.connect(sptest.PG_PORTS[0], DBS.name), "plain"),
+            ("splitpoint", PROXY.port, lambda: PROXY.connect(DBS.name), "items")):
+        c1, c2 = connect(), connect()
+        try:
+            c1.autocommit, c2.autocommit = False, True
+            cur = c1.cursor()
+            cur.execute(f"UPDATE {table} SET n = n + 1 WHERE id = %s", (b,))
+            try:
+                cur.execute(f"SELECT n / 0 FROM {table} WHERE id = %s", (a,))
+                raise AssertionError(f"{where}: no division by zero")
+            except psycopg2.Error as e:
+                assert e.pgcode == "22012", (where, e.pgcode)
+            c2.cursor().execute("SET lock_timeout = '3s'")
+            r = psycopg_step(c2, f"UPDATE {table} SET n = n + 100 WHERE id = %s", (b,)).outcome()
+            assert r is None, (where, r)
+            c1.rollback()
+        finally:
+            c1.close()
+            c2.close()
 
 
 @test
