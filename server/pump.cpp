@@ -208,7 +208,7 @@ awaitable<void> Pump::run() {
       break;
     }
     if (s.fe_.expect.empty()) s.query_clock_.since = {};  // timeouts.query: nothing owed (before the client hears it)
-    if (b->status == 'E' && s.aborted_elsewhere(shard)) co_await s.roll_back_other_shards(shard);
+    if (b->status == 'E' && s.block_aborted()) co_await s.release_aborted_block();
     if (!data.empty() && co_await s.stream_.write(data)) {
       s.closing_ = true;  // client gone; the client loop sees it on its next read
       s.stream_.close();

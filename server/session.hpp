@@ -323,11 +323,12 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> finish_prepared(std::string_view sql);
   // Rolls the transaction back on every shard it reached and forgets it.
   awaitable<void> roll_back_everywhere();
-  // A statement on `failed` aborted the transaction block (no savepoint to return to):
-  // rolls back its other shards now, as PostgreSQL releases locks at the error (the
-  // pump calls it before the client hears of the error). False if nothing to do.
-  bool aborted_elsewhere(std::size_t failed) const;
-  awaitable<void> roll_back_other_shards(std::size_t failed);
+  // The client's block failed with no savepoint to return to, and some shard of it
+  // has not failed: release_aborted_block() rolls those back now, as PostgreSQL
+  // releases a failed transaction's locks at the error (called before the client hears
+  // of the error: the pump, a write on several shards).
+  bool block_aborted() const;
+  awaitable<void> release_aborted_block();
   // The transaction is over on every shard: forget its state.
   void reset_transaction();
   // ---- session_two_phase.cpp (transactions.cross_shard_writes: two_phase)

@@ -961,22 +961,23 @@ awaitable<void> Session::roll_back_everywhere() {
 
 // An error aborts the whole transaction block when there is no savepoint to roll back
 // to, and PostgreSQL releases the transaction's locks then, not at the client's
-// ROLLBACK. The block's other shards are rolled back at once (their backends go back to
-// the pool in transaction pooling), so that what it locked there is free: a deadlock
-// victim's rows most of all (deadlocks.cpp cancels it on one shard). The failed shard
-// keeps its aborted block for the client's ROLLBACK; until then the proxy answers 25P02
-// for statements that route elsewhere (in_failed_transaction), as before.
-bool Session::aborted_elsewhere(std::size_t failed) const {
+// ROLLBACK. The block's shards that did not fail are rolled back at once (their
+// backends go back to the pool in transaction pooling), so that what it locked there is
+// free: a deadlock victim's rows most of all (deadlocks.cpp cancels it on one shard).
+// A failed shard keeps its aborted block (which holds no lock) for the client's
+// ROLLBACK; until then the proxy answers 25P02 for statements that route elsewhere
+// (in_failed_transaction), as before.
+bool Session::block_aborted() const {
   if (fe_.client_txn != 'E' || !txn_.savepoints.empty() || txn_.implicit) return false;
-  for (std::size_t s = 0; s < held_.size(); ++s)
-    if (s != failed && in_transaction_on(s)) return true;
+  for (const auto& b : held_)
+    if (b && b->status == 'T') return true;
   return false;
 }
 
-awaitable<void> Session::roll_back_other_shards(std::size_t failed) {
+awaitable<void> Session::release_aborted_block() {
   std::vector<std::pair<std::size_t, std::string>> statements;
   for (std::size_t s = 0; s < held_.size(); ++s)
-    if (s != failed && in_transaction_on(s)) statements.emplace_back(s, "ROLLBACK");
+    if (held_[s] && held_[s]->status == 'T') statements.emplace_back(s, "ROLLBACK");
   auto replies = co_await run_on_each(std::move(statements));
   for (const auto& [s, reply] : replies) end_shard(s, !reply.lost && reply.error.empty());
 }
