@@ -261,6 +261,13 @@ def the_younger_transaction_is_cancelled():
     assert got == {a: 1, b: 1}, got
 
 
+def direct_and_proxied():
+    """(where, port, connect, table): one plain PostgreSQL (table plain on shard 0's
+    instance), then splitpoint over the two shards (items)."""
+    return (("direct", sptest.PG_PORTS[0], lambda: sptest.connect(sptest.PG_PORTS[0], DBS.name), "plain"),
+            ("splitpoint", PROXY.port, lambda: PROXY.connect(DBS.name), "items"))
+
+
 def victim_left_unended(connect, table, a, b):
     """Transactions 1 and 2 deadlock (as opposite_orders); the victim's client does not
     end its transaction. Returns the victim's error, the survivor's outcome (None: its
@@ -307,9 +314,7 @@ def the_victims_locks_go_with_its_error():
     held the other transaction until the victim's client rolled back). The victim's
     next statement gets 25P02, as on one PostgreSQL."""
     a, b = keys(0, 3)[2], keys(1, 3)[2]
-    for where, port, connect, table in (
-            ("direct", sptest.PG_PORTS[0], lambda: sptest.connect(sptest.PG_PORTS[0], DBS.name), "plain"),
-            ("splitpoint", PROXY.port, lambda: PROXY.connect(DBS.name), "items")):
+    for where, port, connect, table in direct_and_proxied():
         read = f"SELECT id, n FROM {table} WHERE id IN (%s, %s)"
         before = dict(sptest.query(port, DBS.name, read, (a, b)))
         error, went_on, after, step = victim_left_unended(connect, table, a, b)
@@ -328,9 +333,7 @@ def an_error_frees_the_other_shards_locks():
     updates that row at once (lock_timeout 3s would say otherwise), and the failed
     block's ROLLBACK still answers."""
     a, b = keys(0, 4)[3], keys(1, 4)[3]
-    for where, port, connect, table in (
-            ("direct", sptest.PG_PORTS[0], lambda: sptest.connect(sptest.PG_PORTS[0], DBS.name), "plain"),
-            ("splitpoint", PROXY.port, lambda: PROXY.connect(DBS.name), "items")):
+    for where, port, connect, table in direct_and_proxied():
         c1, c2 = connect(), connect()
         try:
             c1.autocommit, c2.autocommit = False, True
