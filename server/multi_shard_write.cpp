@@ -174,10 +174,7 @@ awaitable<void> MultiShardWrite::answer() {
   if (!failed_.empty()) {
     fail(out);
     if (ext_) s_.fe_.skip_until_sync = true;
-    if (in_block_) {
-      s_.fe_.fail_block();
-      if (s_.block_aborted()) co_await s_.release_aborted_block();
-    }
+    if (in_block_) co_await s_.fail_block();
   } else {
     out += rows_;
     append_returned(out);

@@ -193,7 +193,6 @@ awaitable<void> Pump::run() {
     in.commit(n);
     if (ec && s.query_clock_.dropped) {
       co_await s.answer_dropped_statement(shard);  // (still current: the client loop waits)
-      s.release_shard(shard, false);
       break;
     }
     if (ec) {

@@ -90,8 +90,13 @@ awaitable<bool> ScatterRead::run() {
   s_.clear_scatter_cancel_targets();
   reads_.timer->cancel();
   if (combine_) co_await end_combine();
-  co_await answer();
-  co_await clean_up();
+  answer();
+  if (release_block_) {
+    co_await clean_up();
+    co_await s_.release_aborted_block();
+  }
+  co_await send_answer();
+  if (!release_block_) co_await clean_up();
   s_.metrics_.duration[static_cast<std::size_t>(RouteLabel::multi)].observe_since(started_);
   co_return !s_.closing_;
 }
@@ -642,7 +647,7 @@ bool ScatterRead::fed(std::size_t i, bool got, char type) {
   return true;
 }
 
-awaitable<void> ScatterRead::answer() {
+void ScatterRead::answer() {
   prefer_shard_error();
   if (!failure_.body.empty()) {  // the combine database's own error, every field of it
     auto f = proto::ErrorFields::decode(failure_.body);
@@ -656,8 +661,10 @@ awaitable<void> ScatterRead::answer() {
     }
     if (s_.fe_.client_txn != 'I') {
       // As in PostgreSQL the block is failed now, though the shards that answered
-      // do not know: the proxy answers 25P02 until ROLLBACK.
+      // do not know: the proxy answers 25P02 until ROLLBACK. Its shards are let go
+      // (Session::fail_block) once clean_up() has read them, before the client hears.
       s_.fe_.fail_block();
+      release_block_ = s_.block_aborted();
     }
     if (req_.extended) s_.fe_.skip_until_sync = true;
   } else if (req_.emit_rows && copy_formatter_) {
@@ -670,11 +677,20 @@ awaitable<void> ScatterRead::answer() {
     proto::CommandComplete{"SELECT " + std::to_string(merger_->rows_emitted())}.encode(out_);
   }
   if (!req_.extended) proto::ReadyForQuery{s_.fe_.client_txn}.encode(out_);
+}
+
+awaitable<void> ScatterRead::send_answer() {
   if (s_.closing_ || out_.empty()) co_return;
   // A small extended-protocol answer waits for the ReadyForQuery of its Sync, usually
   // next: one send for the whole exchange. A large one is not copied for that.
-  if (req_.extended && out_.size() <= kDeferredAnswerBytes) s_.stream_.defer(out_);
-  else if (co_await s_.stream_.write(out_)) s_.closing_ = true;
+  if (req_.extended && out_.size() <= kDeferredAnswerBytes) {
+    s_.stream_.defer(out_);
+    co_return;
+  }
+  // (Not `else if (co_await ...)`: in this coroutine GCC 12 built a frame that was
+  // resumed after it had ended, a SIGILL in test_deadlocks.)
+  error_code ec = co_await s_.stream_.write(out_);
+  if (ec) s_.closing_ = true;
 }
 
 // Every shard is read to its ReadyForQuery before its connection goes back to the pool;

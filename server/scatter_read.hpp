@@ -16,9 +16,11 @@
 //   or, when the plan is a combine step (scatter_combine.cpp), combine(): the shards'
 //                    partial rows copied into temporary tables on the combine database,
 //                    the statement run there, its rows streamed to the client
-//   answer()         the tag, or the statement's error, to the client
+//   answer()         the tag, or the statement's error, to the client (send_answer())
 //   clean_up()       every shard read to its ReadyForQuery (only one still running is
-//                    cancelled), connections back, SHOW splitpoint.last_scatter
+//                    cancelled), connections back, SHOW splitpoint.last_scatter; when
+//                    the error failed the client's block, the block's shards are let
+//                    go (Session::release_aborted_block) and only then is it sent
 //
 // It runs inside its Session's coroutine and uses the session's backends, pools and
 // output (a friend of Session): server/session_scatter.cpp hands it the statement.
@@ -133,7 +135,8 @@ class ScatterRead {
   void combine_lost();  // the combine database's connection failed: the statement fails
   awaitable<void> run_combine_query();
   awaitable<void> end_combine();
-  awaitable<void> answer();
+  void answer();  // the client's answer, into out_
+  awaitable<void> send_answer();
   awaitable<void> clean_up();
   awaitable<void> drain_shard(Shard& sh, bool& reusable);
   std::string missing_text() const;
@@ -198,6 +201,7 @@ class ScatterRead {
   bool warned_ = false;
   bool retry_ = false;
   bool wants_combine_ = false;
+  bool release_block_ = false;  // the client's block failed: its shards go before the answer
 };
 
 }  // namespace splitpoint::server

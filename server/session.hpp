@@ -190,7 +190,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // PostgreSQL's 57014 after the proxy's cancel, into `out` with a message that names
   // the shard and the timeout. False: not a 57014.
   bool rewrite_timeout_error(std::string_view body, std::string& out);
-  // The backend did not answer the cancel either: the client's statements get 08006.
+  // The backend did not answer the cancel either: its connection is closed and the
+  // client's statements get 08006.
   awaitable<void> answer_dropped_statement(std::size_t shard);
   // ---- session_deadlock.cpp: backend `b`'s 57014 after break_deadlock, as 40P01 (a
   // whole ErrorResponse) appended to `out`. False: not that backend or not a 57014.
@@ -326,9 +327,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // The client's block failed with no savepoint to return to, and some shard of it
   // has not failed: release_aborted_block() rolls those back now, as PostgreSQL
   // releases a failed transaction's locks at the error (called before the client hears
-  // of the error: the pump, a write on several shards).
+  // of the error: the pump for a shard's error, fail_block() for the rest).
   bool block_aborted() const;
   awaitable<void> release_aborted_block();
+  // An error the proxy answers fails the client's block (the shards do not know): the
+  // proxy answers 25P02 until ROLLBACK, and the block's shards are let go at once when
+  // block_aborted(). Call it before the error is written to the client.
+  awaitable<void> fail_block();
   // The transaction is over on every shard: forget its state.
   void reset_transaction();
   // ---- session_two_phase.cpp (transactions.cross_shard_writes: two_phase)

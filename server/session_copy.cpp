@@ -396,7 +396,7 @@ awaitable<void> CopyIn::answer() {
   }
   if (in_txn_ && (out.empty() || out[0] == 'E')) {
     // Some shards may hold rows of it: only ROLLBACK can end the transaction now.
-    s_.fe_.fail_block();
+    co_await s_.fail_block();
   }
   proto::ReadyForQuery{s_.fe_.client_txn}.encode(out);
   if (!s_.closing_) co_await s_.stream_.write(out);

@@ -151,7 +151,7 @@ awaitable<bool> Session::pull_insert_select(const routing::Route& route, std::st
   if (!answer.error.empty()) {  // the SELECT's own error, as PostgreSQL would give it
     if (auto e = proto::ErrorFields::decode(answer.error)) metrics_.error(e->get('C'));
     proto::Writer(out, 'E').bytes(answer.error).finish();
-    if (in_transaction()) fe_.fail_block();
+    if (in_transaction()) co_await fail_block();
     if (extended) fe_.skip_until_sync = true;
     else proto::ReadyForQuery{fe_.client_txn}.encode(out);
     co_await stream_.write(out);

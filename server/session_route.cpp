@@ -203,9 +203,7 @@ awaitable<bool> Session::reject(std::string_view code, std::string message, bool
   auto fields = proto::ErrorFields::make("ERROR", code, message);
   if (position > 0) fields.fields.emplace_back('P', std::to_string(position));
   fields.encode(out, 'E');
-  if (in_transaction()) {
-    fe_.fail_block();
-  }
+  if (in_transaction()) co_await fail_block();
   if (extended) {
     fe_.skip_until_sync = true;
   } else {
@@ -972,6 +970,11 @@ bool Session::block_aborted() const {
   for (const auto& b : held_)
     if (b && b->status == 'T') return true;
   return false;
+}
+
+awaitable<void> Session::fail_block() {
+  fe_.fail_block();
+  if (block_aborted()) co_await release_aborted_block();
 }
 
 awaitable<void> Session::release_aborted_block() {

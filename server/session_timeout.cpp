@@ -126,7 +126,8 @@ awaitable<void> Session::answer_dropped_statement(std::size_t shard) {
     fe_.batch_failed = true;
     fe_.sent_after_sync = false;
   }
-  if (in_transaction()) fe_.fail_block();
+  release_shard(shard, false);
+  if (in_transaction()) co_await fail_block();
   std::string out;
   const auto error = proto::ErrorFields::make("ERROR", sqlstate::connection_failure, message);
   for (int i = 0; i < std::max(owed, fe_.skip_until_sync ? 1 : 0); ++i) {

@@ -15,8 +15,9 @@ Two shards (fresh databases dl_<random> on the shared instances), a hash distrib
   other's);
 - the victim's locks go with its error, before its client's ROLLBACK (its other shard
   is rolled back then), as on one PostgreSQL: the other transaction goes on at once; and
-  so after any error in a block (a division by zero on one shard frees the block's row
-  lock on the other);
+  so after any error in a block (a division by zero on one shard, a syntax error, a
+  failed read of both shards, INSERT ... SELECT or COPY frees the block's row lock on
+  the other shard);
 - a deadlock on one shard is PostgreSQL's: its own 40P01 (its detail, "Process ..."),
   nothing cancelled by the proxy;
 - a long lock wait across shards that is no deadlock is not cancelled;
@@ -36,6 +37,7 @@ Two shards (fresh databases dl_<random> on the shared instances), a hash distrib
 """
 # test-timeout: 180
 
+import io
 import os
 import random
 import sys
@@ -325,32 +327,55 @@ def the_victims_locks_go_with_its_error():
         assert got == {a: before[a] + step, b: before[b] + step}, (where, before, got)
 
 
+def failing_statements(table, a):
+    """(what, statement or COPY text, SQLSTATE or {where: SQLSTATE}): statements that
+    fail inside a block, each through another path of the proxy; `a` is a row of s0."""
+    return (
+        ("an error on one shard", f"SELECT n / 0 FROM {table} WHERE id = {a}", "22012"),
+        ("a syntax error", f"SELEC n FROM {table}", "42601"),
+        ("an INSERT without its key (the proxy's own refusal)", f"INSERT INTO {table} (n) VALUES (1)",
+         {"direct": "23502", "splitpoint": "SPR01"}),
+        ("a read of both shards failing on one", f"SELECT sum(n / (id - {a})) FROM {table}", "22012"),
+        ("an INSERT ... SELECT whose read fails",
+         f"INSERT INTO {table} (id, n) SELECT id + 100000, n / (id - {a}) FROM {table}", "22012"),
+        ("a COPY failing on one shard", ("COPY " + table + " (id, n) FROM STDIN", f"{a + 100000}\t1\n{a}\tx\n"),
+         "22P02"),
+    )
+
+
 @test
 def an_error_frees_the_other_shards_locks():
-    """Any error, not only a deadlock's: a block updates a row on s1, then a statement on
-    s0 fails (division by zero). On one PostgreSQL the row's lock went with the error;
-    through splitpoint as well (the block's s1 part was rolled back): another client
-    updates that row at once (lock_timeout 3s would say otherwise), and the failed
-    block's ROLLBACK still answers."""
+    """Any error, not only a deadlock's: a block updates a row on s1, then a statement
+    fails. On one PostgreSQL the row's lock went with the error; through splitpoint as
+    well (the block's s1 part is rolled back before the client hears of the error),
+    whether the error is one shard's, the proxy's own refusal, a read of both shards',
+    an INSERT ... SELECT's or a COPY's: another client updates that row at once
+    (lock_timeout 3s would say otherwise), and the failed block's ROLLBACK still
+    answers."""
     a, b = keys(0, 4)[3], keys(1, 4)[3]
     for where, port, connect, table in direct_and_proxied():
-        c1, c2 = connect(), connect()
-        try:
-            c1.autocommit, c2.autocommit = False, True
-            cur = c1.cursor()
-            cur.execute(f"UPDATE {table} SET n = n + 1 WHERE id = %s", (b,))
+        for what, statement, code in failing_statements(table, a):
+            c1, c2 = connect(), connect()
             try:
-                cur.execute(f"SELECT n / 0 FROM {table} WHERE id = %s", (a,))
-                raise AssertionError(f"{where}: no division by zero")
-            except psycopg2.Error as e:
-                assert e.pgcode == "22012", (where, e.pgcode)
-            c2.cursor().execute("SET lock_timeout = '3s'")
-            r = psycopg_step(c2, f"UPDATE {table} SET n = n + 100 WHERE id = %s", (b,)).outcome()
-            assert r is None, (where, r)
-            c1.rollback()
-        finally:
-            c1.close()
-            c2.close()
+                c1.autocommit, c2.autocommit = False, True
+                cur = c1.cursor()
+                cur.execute(f"UPDATE {table} SET n = n + 1 WHERE id = %s", (b,))
+                try:
+                    if isinstance(statement, tuple):
+                        cur.copy_expert(statement[0], io.StringIO(statement[1]))
+                    else:
+                        cur.execute(statement)
+                    raise AssertionError(f"{where}, {what}: no error")
+                except psycopg2.Error as e:
+                    expected = code[where] if isinstance(code, dict) else code
+                    assert e.pgcode == expected, (where, what, e.pgcode, str(e))
+                c2.cursor().execute("SET lock_timeout = '3s'")
+                r = psycopg_step(c2, f"UPDATE {table} SET n = n + 100 WHERE id = %s", (b,)).outcome()
+                assert r is None, (where, what, r)
+                c1.rollback()
+            finally:
+                c1.close()
+                c2.close()
 
 
 @test
