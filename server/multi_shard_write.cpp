@@ -111,30 +111,41 @@ void MultiShardWrite::fold(std::size_t shard, const Session::Reply& reply) {
   applied_ += (applied_.empty() ? "" : ", ") + name;
   // A reference table's copies all hold the same rows: one shard's answer is the answer.
   if (route_.reference_write && !first_copy) return;
+  std::size_t i = 0;  // the statement whose answer this message belongs to
+  auto result = [&]() -> Result& {
+    if (results_.size() <= i) results_.resize(i + 1);
+    return results_[i];
+  };
   for_each_message(reply.messages, [&](char type, std::string_view body, std::string_view whole) {
+    Result& r = result();
     if (type == 'T' || type == 'n') {
       // One description; in the extended protocol only if the client asked (Describe).
-      if (have_description_ || (ext_ && !ext_->describe)) return;
-      have_description_ = true;
+      if (r.described || (ext_ && !ext_->describe)) return;
+      r.described = true;
     }
-    if (type == 'C') return;
+    if (type == 'C' || type == 'I') {
+      r.ended = true;
+      r.empty_query = type == 'I';
+      auto [verb, n] = split_tag(body.substr(0, body.find('\0')));
+      r.verb = verb;
+      if (n) {
+        r.total += *n;
+        r.counted = true;
+      }
+      ++i;
+      return;
+    }
     if (type == 'D' && !route_.row_shards.empty()) {
-      if (returned_.size() <= shard) returned_.resize(shard + 1);
-      returned_[shard].emplace_back(whole);
+      if (r.returned.size() <= shard) r.returned.resize(shard + 1);
+      r.returned[shard].emplace_back(whole);
       return;
     }
     if (type == 'N' || type == 'S') {  // the same notice from every shard is shown once
       if (std::find(notices_seen_.begin(), notices_seen_.end(), body) != notices_seen_.end()) return;
       notices_seen_.emplace_back(body);
     }
-    rows_.append(whole);
+    r.rows.append(whole);
   });
-  auto [verb, n] = split_tag(reply.tag);
-  verb_ = verb;
-  if (n) {
-    total_ += *n;
-    counted_ = true;
-  }
 }
 
 // Applied on some shards, failed on others: the error names both, with the first
@@ -152,21 +163,22 @@ void MultiShardWrite::fail(std::string& out) const {
 // Row i of the statement came back as the next row of its shard's answer — unless a
 // shard returned fewer rows than it got (ON CONFLICT DO NOTHING skipped some): then
 // which is which is unknown, and the rows go shard after shard.
-void MultiShardWrite::append_returned(std::string& out) const {
-  if (returned_.empty()) return;
-  std::vector<std::size_t> expected(returned_.size()), next(returned_.size());
+void MultiShardWrite::append_returned(const Result& r, std::string& out) const {
+  const auto& returned = r.returned;
+  if (returned.empty()) return;
+  std::vector<std::size_t> expected(returned.size()), next(returned.size());
   bool in_order = true;
   for (std::size_t s : route_.row_shards) {
     if (s < expected.size()) ++expected[s];
     else in_order = false;  // a shard that returned nothing
   }
-  for (std::size_t s = 0; s < returned_.size(); ++s) in_order = in_order && returned_[s].size() == expected[s];
+  for (std::size_t s = 0; s < returned.size(); ++s) in_order = in_order && returned[s].size() == expected[s];
   if (!in_order) {
-    for (const auto& rows : returned_)
-      for (const auto& r : rows) out += r;
+    for (const auto& rows : returned)
+      for (const auto& row : rows) out += row;
     return;
   }
-  for (std::size_t s : route_.row_shards) out += returned_[s][next[s]++];
+  for (std::size_t s : route_.row_shards) out += returned[s][next[s]++];
 }
 
 awaitable<void> MultiShardWrite::answer() {
@@ -176,11 +188,18 @@ awaitable<void> MultiShardWrite::answer() {
     if (ext_) s_.fe_.skip_until_sync = true;
     if (in_block_) co_await s_.fail_block();
   } else {
-    out += rows_;
-    append_returned(out);
-    std::string tag = verb_;
-    if (counted_) tag += (verb_ == "INSERT" ? " 0 " : " ") + std::to_string(total_);
-    proto::CommandComplete{tag}.encode(out);
+    for (const Result& r : results_) {
+      out += r.rows;
+      append_returned(r, out);
+      if (!r.ended) continue;  // (what came after the last statement's end: notices)
+      if (r.empty_query) {
+        proto::encode_empty_query(out);
+        continue;
+      }
+      std::string tag = r.verb;
+      if (r.counted) tag += (r.verb == "INSERT" ? " 0 " : " ") + std::to_string(r.total);
+      proto::CommandComplete{tag}.encode(out);
+    }
   }
   if (!ext_) proto::ReadyForQuery{s_.fe_.client_txn}.encode(out);
   co_await s_.stream_.write(out);

@@ -1,9 +1,9 @@
 // A write several shards must apply (an UPDATE/DELETE without a key, a multi-row
 // INSERT split per shard, DDL, a write to a reference table): the executor that runs
 // it on each shard in turn through Session::run_on and answers the client with one
-// combined result — one description, notices shown once, the rows each shard returned,
-// and a tag summing their counts — or, if any shard failed, one error naming where it
-// was applied and where not. Outside a transaction block each shard commits on its own;
+// combined result per statement of the Query — one description, notices shown once,
+// the rows each shard returned, and a tag summing their counts — or, if any shard
+// failed, one error naming where it was applied and where not. Outside a transaction block each shard commits on its own;
 // inside one (cross_shard_writes: two_phase) every target joins the block first and
 // the COMMIT is a two-phase commit (session_two_phase.cpp). docs/transactions.md.
 //
@@ -45,21 +45,30 @@ class MultiShardWrite {
   void fail(std::string& out) const;
   awaitable<void> answer();
 
+  // The answer to one statement of the Query (a Query may hold several: each shard
+  // answers each of them, in order, ending with its CommandComplete).
+  struct Result {
+    std::string rows;          // its description (once), notices and the rows returned
+    // A split INSERT's RETURNING rows per shard, put back in the statement's row order.
+    std::vector<std::vector<std::string>> returned;
+    bool described = false;
+    std::string verb;          // "UPDATE", "INSERT", "CREATE TABLE", ...
+    long long total = 0;       // the shards' counts summed
+    bool counted = false;
+    bool ended = false;        // its CommandComplete (or EmptyQueryResponse) came
+    bool empty_query = false;  // EmptyQueryResponse instead of a CommandComplete
+  };
+  void append_returned(const Result& r, std::string& out) const;
+
   Session& s_;
   const routing::Route& route_;
   std::string_view sql_;
   const Session::ScatterRequest* ext_;
   std::vector<std::size_t> targets_;
   bool in_block_ = false;
-  std::string rows_, first_error_, applied_, failed_;
-  // A split INSERT's RETURNING rows per shard, put back in the statement's row order.
-  std::vector<std::vector<std::string>> returned_;
-  void append_returned(std::string& out) const;
+  std::string first_error_, applied_, failed_;
+  std::vector<Result> results_;
   std::vector<std::string> notices_seen_;
-  bool have_description_ = false;
-  std::string verb_;
-  long long total_ = 0;
-  bool counted_ = false;
 };
 
 }  // namespace splitpoint::server

@@ -17,7 +17,8 @@ aggregates with the key fixed, text keys, single-range reads), single-shard UPDA
 DELETE with RETURNING, INSERT ... ON CONFLICT (DO UPDATE / DO NOTHING, RETURNING),
 duplicate-key errors, transactions that commit and that roll back, multi-row INSERTs
 and keyless UPDATE/DELETE over several shards (simple protocol; their returned rows
-compared as sets, since row order across shards is not defined), each through the
+compared as sets, since row order across shards is not defined; texts of several such
+statements: one result per statement), each through the
 simple and the extended protocol (text and binary results). After each group every
 sharded table, read directly from the shards and united, must equal the plain
 database's table (no row lost, none duplicated), and every shard's copy of the
@@ -541,6 +542,14 @@ def multi_shard_writes_simple_protocol():
     lockstep("simple", "UPDATE events SET kind = 'range' WHERE id BETWEEN 900 AND 2100")
     lockstep("simple", "INSERT INTO countries VALUES ('kr', '대한민국')")
     lockstep("simple", "UPDATE countries SET name = upper(name) WHERE code <> 'jp'")
+    # a text of several statements run on every shard: one result (rows, tag with the
+    # shards' counts summed) per statement, as on one PostgreSQL
+    lockstep("simple", "UPDATE accounts SET note = 'low' WHERE balance < 10; "
+                       "UPDATE accounts SET note = 'high' WHERE balance >= 90")
+    lockstep("simple", "DELETE FROM items WHERE qty = 1 RETURNING acct_id, item_no; "
+                       "UPDATE items SET qty = qty + 1 WHERE qty = 2; CREATE INDEX ON items (qty)", unordered=True)
+    lockstep("simple", "BEGIN; UPDATE accounts SET note = NULL WHERE note = 'low'; "
+                       "DELETE FROM items WHERE qty = 3; COMMIT")
     # a failing multi-row INSERT whose rows are all on one shard changes nothing
     k = some_key(existing=False)
     lockstep("simple", f"INSERT INTO accounts (id) VALUES ({k}), ({k})")
