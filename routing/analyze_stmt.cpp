@@ -227,10 +227,15 @@ void Analyzer::statement(const PgQuery__Node* stmt, bool alone) {
       return copy(stmt->copy_stmt);
     // SQL-level prepared statements: any backend; the caller carries them over and
     // routes each EXECUTE by the prepared query with its arguments.
+    // Among other statements neither could be followed: the PREPARE would stay behind on
+    // a pooled backend, unknown to the proxy, and the EXECUTE would go to any shard.
     case PG_QUERY__NODE__NODE_PREPARE_STMT:
     case PG_QUERY__NODE__NODE_EXECUTE_STMT:
       plan_.cacheable = false;  // the name, the query and the arguments are all in the text
-      return fixed(alone ? sql_prepared_route(stmt) : make_route(RouteKind::any_shard, SC::utility));
+      if (!alone)
+        return error("0A000", "PREPARE and EXECUTE must be sent as a statement of their own: the proxy keeps "
+                              "each prepared statement to route its EXECUTEs", false);
+      return fixed(sql_prepared_route(stmt));
     // Session-level utilities: any backend; the caller carries session state over.
     case PG_QUERY__NODE__NODE_DEALLOCATE_STMT:
     case PG_QUERY__NODE__NODE_DISCARD_STMT:

@@ -16,7 +16,8 @@ are sharded over two shards.
     bad startup value fails the login with PostgreSQL's error (FATAL 22023);
   - over two shards with a hash-sharded table: SQL-level PREPARE/EXECUTE inserts land on
     the shard that owns each key (the same shard a plain INSERT picks), in both pool
-    modes; EXECUTE with a non-constant argument is refused with 0A000; in transaction
+    modes; EXECUTE with a non-constant argument, and PREPARE or EXECUTE among other
+    statements of one text, are refused with 0A000; in transaction
     mode another session's statement left on a pooled backend neither runs nor is
     dropped for a session that did not prepare it (26000);
     standard_conforming_strings = off routes an INSERT with a backslash-escaped quote
@@ -225,6 +226,17 @@ def sql_prepare_execute_routes_by_key():
                 h.query("ROLLBACK").raise_error()
         assert rows_on_shards("kv") == rows_on_shards("kv_plain"), f"{mode}: EXECUTE put rows on other shards"
         assert c.query("EXECUTE get(1 + 1)").sqlstate == "0A000"
+        # Among other statements neither could be followed: refused, and nothing left
+        # behind on a backend (before: the EXECUTE went to any shard and found no row,
+        # and a later client's PREPARE of that name failed with 42P05).
+        for _ in range(4):
+            r = c.query("PREPARE mixed (bigint) AS SELECT v FROM kv WHERE id = $1; EXECUTE mixed(7)")
+            assert r.sqlstate == "0A000", (mode, r.sqlstate, r.results)
+            assert c.query("SELECT 1; EXECUTE get(7)").sqlstate == "0A000", mode
+        other = raw(p)
+        other.query("PREPARE mixed (bigint) AS SELECT v FROM kv WHERE id = $1").raise_error()
+        assert other.scalar("EXECUTE mixed(7)") == "v7", mode
+        other.close()
         c.query("DEALLOCATE get").raise_error()
         assert c.query("EXECUTE get(1)").sqlstate == "26000"
         c.close()

@@ -63,8 +63,14 @@ TEST_CASE("SQL-level PREPARE and EXECUTE carry what routes the EXECUTE", "[route
         std::vector<std::optional<std::string>>{"x", std::nullopt, "-3"});
   CHECK(f.simple("EXECUTE Q1('x')").names->prepared_name == "q1");
   CHECK_FALSE(f.simple("EXECUTE q1(1 + 1)").names->execute_args);  // not a constant
-  // Not alone in its text: no tracking, one backend.
-  CHECK(f.simple("PREPARE a AS SELECT 1; SELECT 2").sql_prepared == Route::SqlPrepared::none);
+  // Not alone in its text: refused. Sent whole, the PREPARE stayed on a pooled backend
+  // unknown to the proxy (the next client's PREPARE of that name failed with 42P05) and
+  // the EXECUTE went to any shard (a wrong answer).
+  Route mixed = f.simple("PREPARE a AS SELECT 1; SELECT 2");
+  CHECK(mixed.kind == RouteKind::error);
+  CHECK(mixed.sqlstate == "0A000");
+  CHECK(f.simple("SELECT 1; EXECUTE q1(7)").kind == RouteKind::error);
+  CHECK(f.simple("PREPARE b (bigint) AS SELECT name FROM users WHERE id = $1; EXECUTE b(7)").sqlstate == "0A000");
 }
 
 TEST_CASE("objects that outlive the transaction pin the backend", "[router][transparency]") {
