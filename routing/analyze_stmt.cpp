@@ -505,6 +505,7 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
   }
   Analyzer analyzer(topo, *plan);
   const std::size_t n = tree.tree()->n_stmts;
+  plan->several_statements = n > 1;
   bool session_commands = false;
   for (std::size_t i = 0; i < n; ++i) {
     const PgQuery__Node* stmt = tree.tree()->stmts[i]->stmt;

@@ -576,6 +576,10 @@ Route Evaluator::finish() {
       pull.pull_insert = true;
       return pull;
     }
+    if (plan_.several_statements)
+      return error_route(plan_, "SPC01",
+                         "cannot be answered exactly across shards: the statements of this text reach different "
+                         "shards and run as one text; send them one by one");
     return error_route(plan_, "SPC01",
                        "cannot be answered exactly across shards: the statement joins sharded tables that are not "
                        "co-located (same distribution, joined on the key); add the key to the join or fix it to one "

@@ -96,6 +96,7 @@ class Plan {
   // An INSERT ... SELECT run where its rows are (its key is a co-located table's): if
   // the statement turns out not co-located, its rows are pulled (Route::pull_insert).
   bool insert_select = false;
+  bool several_statements = false;         // the text holds more than one statement
   std::string packed_tree;                 // for rewriting a split INSERT
   std::vector<std::int32_t> param_types;   // from Parse, for binary parameters
 

@@ -53,6 +53,16 @@ bool sharded_only_in_sub_selects(PgQuery__ParseResult* tree, const CombineOption
   return anywhere;
 }
 
+// What neither the merger nor the combine step takes, said plainly: several statements
+// in one text, a cursor.
+std::optional<std::string> not_one_statement(const PgQuery__ParseResult* tree) {
+  if (tree->n_stmts > 1)
+    return "a text of several statements cannot be answered across shards; send them one by one";
+  if (tree->n_stmts == 1 && is(tree->stmts[0]->stmt, PG_QUERY__NODE__NODE_DECLARE_CURSOR_STMT))
+    return "a cursor cannot read several shards; fix the shard key in its query, or read the rows without a cursor";
+  return std::nullopt;
+}
+
 }  // namespace
 
 ScatterPlan plan_scatter(std::string_view sql, const ScatterOptions& options, bool standard_strings) {
@@ -68,6 +78,10 @@ ScatterPlan plan_scatter(std::string_view sql, const ScatterOptions& options, bo
   ParseTree parsed = ParseTree::parse(sql, standard_strings);
   if (!parsed.ok()) {
     plan.error = MergeError{parsed.error().sqlstate, parsed.error().message};
+    return plan;
+  }
+  if (auto why = not_one_statement(parsed.tree())) {
+    plan.error = MergeError{"0A000", std::move(*why)};
     return plan;
   }
   if (options.combine_only || sharded_only_in_sub_selects(parsed.tree(), options.combine)) {

@@ -138,6 +138,21 @@ TEST_CASE("what no combine can answer is refused with SPC01", "[combine]") {
   }
 }
 
+TEST_CASE("several statements and cursors are refused plainly, with 0A000", "[combine]") {
+  for (bool combine_only : {false, true}) {
+    auto o = options();
+    o.combine_only = combine_only;
+    auto several = plan_scatter("SELECT count(*) FROM orders; SELECT count(*) FROM customers", o);
+    REQUIRE(several.error);
+    CHECK(several.error->sqlstate == "0A000");
+    CHECK(several.error->message.find("several statements") != std::string::npos);
+    auto cursor = plan_scatter("DECLARE c CURSOR FOR SELECT * FROM orders ORDER BY id", o);
+    REQUIRE(cursor.error);
+    CHECK(cursor.error->sqlstate == "0A000");
+    CHECK(cursor.error->message.find("cursor") != std::string::npos);
+  }
+}
+
 TEST_CASE("Route::needs_combine skips the merger", "[combine]") {
   auto o = options();
   o.combine_only = true;

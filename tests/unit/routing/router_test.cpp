@@ -550,6 +550,11 @@ TEST_CASE("several statements in one query text", "[router]") {
   CHECK(f.both("SELECT 1; SELECT 2").kind == RouteKind::any_shard);
   CHECK(f.both("SELECT 1; CREATE TABLE t (a int)").kind == RouteKind::all_shards);
   CHECK(f.both("").kind == RouteKind::any_shard);
+  // A write on one shard and a read of every shard cannot run as one text: said so.
+  Route mixed = f.simple("BEGIN; UPDATE users SET name = 'x' WHERE id = 42; SELECT count(*) FROM users; COMMIT");
+  CHECK(mixed.kind == RouteKind::error);
+  CHECK(mixed.sqlstate == "SPC01");
+  CHECK(mixed.message.find("send them one by one") != std::string::npos);
 }
 
 TEST_CASE("IS NULL on a hash key goes where PostgreSQL puts NULL keys", "[router]") {
