@@ -3,9 +3,10 @@
 // it on each shard in turn through Session::run_on and answers the client with one
 // combined result per statement of the Query — one description, notices shown once,
 // the rows each shard returned, and a tag summing their counts — or, if any shard
-// failed, one error naming where it was applied and where not. Outside a transaction block each shard commits on its own;
-// inside one (cross_shard_writes: two_phase) every target joins the block first and
-// the COMMIT is a two-phase commit (session_two_phase.cpp). docs/transactions.md.
+// failed, one error naming where it was applied and where not. Outside a transaction
+// block each shard commits on its own; inside one (cross_shard_writes: two_phase)
+// every target joins the block first and the COMMIT is a two-phase commit
+// (session_two_phase.cpp). docs/transactions.md.
 //
 // The shards run in turn, in config order, and on purpose: that is the order in which
 // the write takes its row locks, so two sessions running the same write never deadlock,
