@@ -32,6 +32,8 @@ class Analyzer {
 
   void statement(const PgQuery__Node* stmt, bool alone);
   void finish(std::size_t statement_count);
+  // A DECLARE CURSOR alone in its text: its name, options and query (Route::cursor).
+  std::shared_ptr<const Route::Names> declared_cursor() const { return cursor_; }
 
  private:
   using KeyCols = std::vector<std::pair<std::string, int>>;  // column name -> occurrence
@@ -104,6 +106,7 @@ class Analyzer {
 
   const Topology& topo_;
   Plan& plan_;
+  std::shared_ptr<const Route::Names> cursor_;
   std::vector<Route> fixed_routes_;  // one per statement that routes whatever its values
   bool keyed_ = false;
   bool writes_ = false;

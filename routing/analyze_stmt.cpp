@@ -97,6 +97,37 @@ std::optional<std::optional<std::string>> constant_text(const PgQuery__Node* n) 
   }
 }
 
+// FETCH / MOVE / CLOSE alone in its text: any backend, unless the cursor is the
+// proxy's own (the session looks).
+Route cursor_route(const PgQuery__Node* stmt) {
+  Route r = make_route(RouteKind::any_shard, StatementClass::utility);
+  auto names = std::make_shared<Route::Names>();
+  if (is(stmt, PG_QUERY__NODE__NODE_FETCH_STMT)) {
+    r.cursor = Route::Cursor::fetch;
+    names->cursor = sv(stmt->fetch_stmt->portalname);
+    names->fetch_direction = stmt->fetch_stmt->direction;
+    names->fetch_count = stmt->fetch_stmt->how_many;
+    names->move = stmt->fetch_stmt->ismove;
+  } else {
+    r.cursor = Route::Cursor::close;
+    names->cursor = sv(stmt->close_portal_stmt->portalname);
+  }
+  r.names = std::move(names);
+  return r;
+}
+
+// One statement's node as SQL text (a PREPARE's or a DECLARE's query).
+std::string deparse_statement(PgQuery__Node* stmt) {
+  PgQuery__RawStmt raw = PG_QUERY__RAW_STMT__INIT;
+  raw.stmt = stmt;
+  PgQuery__RawStmt* stmts[1] = {&raw};
+  PgQuery__ParseResult tree = PG_QUERY__PARSE_RESULT__INIT;
+  tree.n_stmts = 1;
+  tree.stmts = stmts;
+  auto text = deparse(&tree);
+  return text ? std::move(*text) : std::string();
+}
+
 Route sql_prepared_route(const PgQuery__Node* stmt) {
   Route r = make_route(RouteKind::any_shard, StatementClass::utility);
   auto names = std::make_shared<Route::Names>();
@@ -104,13 +135,7 @@ Route sql_prepared_route(const PgQuery__Node* stmt) {
   if (is(stmt, PG_QUERY__NODE__NODE_PREPARE_STMT)) {
     r.sql_prepared = Route::SqlPrepared::prepare;
     names->prepared_name = sv(stmt->prepare_stmt->name);
-    PgQuery__RawStmt raw = PG_QUERY__RAW_STMT__INIT;
-    raw.stmt = stmt->prepare_stmt->query;
-    PgQuery__RawStmt* stmts[1] = {&raw};
-    PgQuery__ParseResult tree = PG_QUERY__PARSE_RESULT__INIT;
-    tree.n_stmts = 1;
-    tree.stmts = stmts;
-    if (auto text = deparse(&tree)) names->prepared_query = std::move(*text);
+    names->prepared_query = deparse_statement(stmt->prepare_stmt->query);
     return r;
   }
   const PgQuery__ExecuteStmt* e = stmt->execute_stmt;
@@ -216,6 +241,14 @@ void Analyzer::statement(const PgQuery__Node* stmt, bool alone) {
     case PG_QUERY__NODE__NODE_EXPLAIN_STMT:
       return statement(stmt->explain_stmt->query, alone);
     case PG_QUERY__NODE__NODE_DECLARE_CURSOR_STMT:
+      if (alone) {  // the proxy may hold it (a read of several shards): its query as text
+        auto names = std::make_shared<Route::Names>();
+        names->cursor = sv(stmt->declare_cursor_stmt->portalname);
+        names->cursor_options = stmt->declare_cursor_stmt->options;
+        names->cursor_query = deparse_statement(stmt->declare_cursor_stmt->query);
+        cursor_ = std::move(names);
+        plan_.cacheable = false;
+      }
       return statement(stmt->declare_cursor_stmt->query, false);
     case PG_QUERY__NODE__NODE_TRANSACTION_STMT:
       return transaction(stmt->transaction_stmt);
@@ -242,11 +275,16 @@ void Analyzer::statement(const PgQuery__Node* stmt, bool alone) {
     case PG_QUERY__NODE__NODE_LISTEN_STMT:
     case PG_QUERY__NODE__NODE_UNLISTEN_STMT:
     case PG_QUERY__NODE__NODE_NOTIFY_STMT:
-    case PG_QUERY__NODE__NODE_FETCH_STMT:
-    case PG_QUERY__NODE__NODE_CLOSE_PORTAL_STMT:
     case PG_QUERY__NODE__NODE_LOAD_STMT:
     case PG_QUERY__NODE__NODE_CONSTRAINTS_SET_STMT:
       return fixed(make_route(RouteKind::any_shard, SC::utility));
+    // Cursors: any backend (the one that declared it, in a block), unless the cursor is
+    // the proxy's own (server/session_cursor.cpp).
+    case PG_QUERY__NODE__NODE_FETCH_STMT:
+    case PG_QUERY__NODE__NODE_CLOSE_PORTAL_STMT:
+      if (!alone) return fixed(make_route(RouteKind::any_shard, SC::utility));
+      plan_.cacheable = false;  // the count is in the text
+      return fixed(cursor_route(stmt));
     // Functions only (SPEC §3: one shard).
     case PG_QUERY__NODE__NODE_CALL_STMT:
     case PG_QUERY__NODE__NODE_DO_STMT:
@@ -525,6 +563,10 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
     analyzer.statement(stmt, n == 1);
   }
   analyzer.finish(n);
+  if (auto cursor = analyzer.declared_cursor()) {
+    plan->fixed.cursor = Route::Cursor::declare;
+    plan->fixed.names = std::move(cursor);
+  }
   if (session_commands) {
     plan->session_commands = find_session_commands(sql, standard_strings);
     plan->cacheable = false;  // their texts hold literals, replayed on other backends

@@ -119,6 +119,10 @@ struct Route {
   // SQL-level PREPARE name AS query / EXECUTE name (args), each alone in its text.
   enum class SqlPrepared : std::uint8_t { none, prepare, execute };
   SqlPrepared sql_prepared = SqlPrepared::none;
+  // A cursor command alone in its text (names->cursor and what goes with it): the
+  // proxy answers those of a cursor over several shards itself (server/session_cursor.cpp).
+  enum class Cursor : std::uint8_t { none, declare, fetch, close };
+  Cursor cursor = Cursor::none;
   // What names the statement, for sql_prepared, for txn prepare / finish_prepared and
   // for savepoints (set for those, null otherwise). Rare, so out of line: copying a Route on the hot
   // path copies a null pointer.
@@ -129,6 +133,12 @@ struct Route {
     std::optional<std::vector<std::optional<std::string>>> execute_args;
     std::string gid;             // PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED
     std::string savepoint;       // SAVEPOINT / RELEASE / ROLLBACK TO: its name
+    std::string cursor;          // DECLARE / FETCH / MOVE / CLOSE: the cursor ("" for CLOSE ALL)
+    std::string cursor_query;    // DECLARE: its query, deparsed
+    int cursor_options = 0;      // DECLARE: PostgreSQL's CURSOR_OPT_* bits
+    int fetch_direction = 0;     // FETCH / MOVE: PgQuery__FetchDirection
+    std::int64_t fetch_count = 0;
+    bool move = false;
   };
   std::shared_ptr<const Names> names;
   // kind == error (SPR01) for an INSERT whose keys the proxy may generate.

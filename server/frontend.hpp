@@ -71,6 +71,14 @@ struct SqlPrepared {
   std::uint64_t token = 0;                    // unique per PREPARE in the process
 };
 
+// A cursor over several shards, held by the proxy (server/session_cursor.cpp).
+struct ProxyCursor {
+  std::string description;        // its RowDescription message
+  std::vector<std::string> rows;  // its DataRow messages
+  std::size_t position = 0;       // PostgreSQL's: 0 before the first row, rows + 1 after the last
+  bool hold = false;              // WITH HOLD: outlives its transaction
+};
+
 // A client's prepared statement, kept across backends under a server-side name.
 struct Prepared {
   std::string server_name;  // empty for the unnamed statement
@@ -140,6 +148,7 @@ class Frontend {
   std::deque<Expect> expect;                                  // what the backend owes, in order
   std::unordered_map<std::string, Prepared> prepared;         // "" = the unnamed statement
   std::unordered_map<std::string, SqlPrepared> sql_prepared;  // PREPARE name
+  std::unordered_map<std::string, ProxyCursor> cursors;       // DECLARE over several shards
   std::uint64_t unnamed_seq = 0;
   std::uint64_t parse_seq = 0;
   char client_txn = 'I';  // status reported in ReadyForQuery

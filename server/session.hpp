@@ -309,6 +309,12 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> read_for_insert(std::string_view select, const protocol::Bind* bind,
                                   const std::vector<std::int32_t>* types, std::size_t max_rows, std::string& answer,
                                   std::size_t& rows);
+  // ---- session_cursor.cpp: DECLARE ... CURSOR FOR a read of several shards, and the
+  // FETCH / MOVE / CLOSE of such a cursor, answered by the proxy; nullopt: not one of
+  // those (the statement goes on as any other).
+  awaitable<std::optional<bool>> cursor_command(const routing::Route& route);
+  awaitable<bool> declare_cursor(const routing::Route::Names& n);
+  awaitable<bool> fetch_cursor(const routing::Route::Names& n);
   // The shard the proxy's own reads of definitions and keys go to: scatter.combine.
   std::size_t combine_shard() const { return std::min(runtime_->config.scatter.combine_shard, pools_.size() - 1); }
   // `n` keys for `request`'s table; nullopt: none can be made, `error` says why.

@@ -255,6 +255,10 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   }
   if (route.generate_keys) co_return co_await insert_with_generated_keys(route, sql);
   if (route.pull_insert) co_return co_await pull_insert_select(route, sql);
+  if (route.cursor != routing::Route::Cursor::none && pools_.size() > 1) {
+    auto done = co_await cursor_command(route);
+    if (done) co_return *done;
+  }
   switch (route.kind) {
     case RouteKind::error:
       co_return co_await reject(route.sqlstate, route.message, false, route.position);
@@ -488,8 +492,10 @@ std::string Session::note_session_commands(const std::vector<routing::SessionCom
       case SessionCommand::listen:
         pin_backend();
         break;
-      case SessionCommand::deallocate_all:
       case SessionCommand::discard_all:
+        fe_.cursors.clear();  // (DISCARD ALL closes every cursor)
+        [[fallthrough]];
+      case SessionCommand::deallocate_all:
         fe_.forget_prepared(*cur());
         into.push_back({cmd.kind, {}, {}});
         break;
@@ -997,6 +1003,7 @@ void Session::reset_transaction() {
   txn_.write_shard.reset();
   txn_.written.clear();
   settings_.local_txn.clear();
+  std::erase_if(fe_.cursors, [](const auto& c) { return !c.second.hold; });  // (a cursor without HOLD ends here)
 }
 
 // Runs one simple-protocol statement on a shard outside the pump (which must not

@@ -12,6 +12,9 @@ SPT01 for a second written shard, errors followed by good statements, and a
 conn.cancel() of `SELECT pg_sleep(30) FROM accounts WHERE id = 1` (57014, connection
 usable afterwards).
 
+psycopg2 extras: named (server-side) cursors over both shards, in a transaction and
+WITH HOLD in autocommit.
+
 psycopg 3 extras: server-side binding (extended protocol), explicit prepare=True and
 the automatic prepare after prepare_threshold executions, binary parameters and
 results (a binary scatter ORDER BY merge), a pipeline block, executemany, COPY FROM
@@ -36,7 +39,7 @@ import sptest  # noqa: E402
 
 clients.ensure_apt("python3-psycopg2", "python3-psycopg")
 
-import client_scenario as sc  # noqa: E402
+import client_scenario as sc
 import psycopg  # noqa: E402
 import psycopg2  # noqa: E402
 import psycopg2.errors  # noqa: E402
@@ -66,6 +69,23 @@ def run_psycopg2(proxy, shard_of):
 
     conn, m = sc.run_dbapi(chk, psycopg2, connect, DB, shard_of, proxy, "psycopg2")
     chk.ok("prepared-statement path: none (psycopg2 interpolates parameters on the client, simple protocol)")
+
+    # Server-side (named) cursors over both shards: DECLARE, FETCH FORWARD itersize,
+    # CLOSE in a transaction; WITH HOLD in autocommit (Django's .iterator() does this).
+    def named_cursor(withhold):
+        c = psycopg2.connect(url(proxy))
+        c.autocommit = withhold
+        cur = c.cursor(name="scan_hold" if withhold else "scan", withhold=withhold)
+        cur.itersize = 3
+        cur.execute("SELECT id, owner, balance FROM accounts ORDER BY id")
+        rows = sc.rows3(list(cur))
+        cur.close()
+        if not withhold:
+            c.commit()
+        c.close()
+        return rows
+    chk.eq("named cursor over both shards (itersize 3)", lambda: named_cursor(False), m.all_accounts())
+    chk.eq("named cursor WITH HOLD over both shards, autocommit", lambda: named_cursor(True), m.all_accounts())
     sc.final_state(chk, conn.cursor(), m)
     conn.close()
 

@@ -24,7 +24,8 @@ are sharded over two shards.
     by its key; the client's own PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK
     PREPARED on a key of the second shard; PREPARE TRANSACTION of a transaction on both
     shards is refused with 0A000 and rolls it back; a temp table in transaction mode pins
-    the session (it stays visible across transactions while other clients rotate).
+    the session (it stays visible across transactions while other clients rotate); a
+    cursor over both shards (DECLARE, FETCH, MOVE, CLOSE, WITH HOLD), both pool modes.
 Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
 # test-timeout: 300
@@ -317,10 +318,51 @@ def temp_table_pins_the_session():
     c.close()
 
 
+def cursor_over_two_shards():
+    """DECLARE ... CURSOR FOR a read of both shards: FETCH/MOVE/CLOSE answered as one
+    PostgreSQL would over the union of the shards' rows (before: refused), in both pool
+    modes; without HOLD it needs a block and ends with it, WITH HOLD it outlives it."""
+    rows = sorted(r for shard in rows_on_shards("kv") for r in shard)
+    want = [[str(k), v] for k, v in rows]
+    assert len(want) >= 10, want
+    for mode in ("session", "transaction"):
+        c = raw(PROXIES["two-" + mode])
+        assert c.query("DECLARE c CURSOR FOR SELECT id, v FROM kv ORDER BY id").sqlstate == "25P01", mode
+        c.query("BEGIN").raise_error()
+        assert c.query("DECLARE c CURSOR FOR SELECT id, v FROM kv ORDER BY id").raise_error().tag == "DECLARE CURSOR"
+        r = c.query("FETCH 3 FROM c").raise_error()
+        assert (r.rows, r.tag, r.results[0].column_names) == (want[:3], "FETCH 3", ["id", "v"]), (mode, r.rows, r.tag)
+        assert c.query("FETCH FORWARD 0 FROM c").raise_error().rows == want[2:3], mode
+        assert c.query("MOVE 2 IN c").raise_error().tag == "MOVE 2", mode
+        r = c.query("FETCH ALL FROM c").raise_error()
+        assert (r.rows, r.tag) == (want[5:], f"FETCH {len(want) - 5}"), (mode, r.rows, r.tag)
+        r = c.query("FETCH NEXT FROM c").raise_error()
+        assert (r.rows, r.tag) == ([], "FETCH 0"), (mode, r.rows, r.tag)
+        assert c.query("FETCH BACKWARD 1 FROM c").sqlstate == "0A000", mode
+        c.query("ROLLBACK").raise_error()
+        assert c.query("BEGIN; SELECT 1").status == "T"
+        assert c.query("FETCH 1 FROM c").sqlstate == "34000", mode  # gone with its transaction
+        c.query("ROLLBACK").raise_error()
+        c.query("DECLARE h CURSOR WITH HOLD FOR SELECT id, v FROM kv ORDER BY id DESC").raise_error()
+        assert c.query("FETCH 2 FROM h").raise_error().rows == want[::-1][:2], mode
+        others = [raw(PROXIES["two-" + mode]) for _ in range(2)]  # (transaction mode: backends rotate)
+        for o in others:
+            assert o.query("FETCH 1 FROM h").sqlstate == "34000", mode
+        assert c.query("FETCH 2 FROM h").raise_error().rows == want[::-1][2:4], mode
+        assert c.query("CLOSE h").raise_error().tag == "CLOSE CURSOR", mode
+        assert c.query("FETCH 1 FROM h").sqlstate == "34000", mode
+        c.query("DECLARE h2 CURSOR WITH HOLD FOR SELECT id FROM kv").raise_error()
+        c.query("DISCARD ALL").raise_error()  # closes every cursor, as in PostgreSQL
+        assert c.query("FETCH 1 FROM h2").sqlstate == "34000", mode
+        for o in others:
+            o.close()
+        c.close()
+
+
 TESTS = [session_mode_transactions_are_transactions, extended_set_is_the_sessions_and_does_not_leak,
          syntax_errors_are_postgresqls_own, transaction_verbs_outside_a_transaction_warn,
          reset_goes_back_to_the_startup_value, sql_prepare_execute_routes_by_key, legacy_strings_route_by_key,
-         clients_own_two_phase_commit, temp_table_pins_the_session]
+         clients_own_two_phase_commit, temp_table_pins_the_session, cursor_over_two_shards]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS, setup, teardown))

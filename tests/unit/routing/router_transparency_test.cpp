@@ -73,6 +73,34 @@ TEST_CASE("SQL-level PREPARE and EXECUTE carry what routes the EXECUTE", "[route
   CHECK(f.simple("PREPARE b (bigint) AS SELECT name FROM users WHERE id = $1; EXECUTE b(7)").sqlstate == "0A000");
 }
 
+TEST_CASE("cursor commands alone in their text carry the cursor", "[router][transparency]") {
+  Fixture f;
+  Route d = f.simple("DECLARE c1 CURSOR WITH HOLD FOR SELECT name FROM users ORDER BY name");
+  CHECK(d.cursor == Route::Cursor::declare);
+  REQUIRE(d.names);
+  CHECK(d.names->cursor == "c1");
+  CHECK((d.names->cursor_options & 0x20) != 0);  // CURSOR_OPT_HOLD
+  CHECK(d.names->cursor_query == "SELECT name FROM users ORDER BY name");
+  CHECK(d.kind == RouteKind::shards);  // routed as its query: every shard
+  CHECK(d.shards.size() == 2);
+  Route on_key = f.simple("DECLARE c2 CURSOR FOR SELECT name FROM users WHERE id = 7");
+  CHECK(on_key.cursor == Route::Cursor::declare);
+  CHECK(on_key.kind == RouteKind::shards);
+  Route fetch = f.simple("FETCH 25 FROM c1");
+  CHECK(fetch.cursor == Route::Cursor::fetch);
+  CHECK(fetch.names->cursor == "c1");
+  CHECK(fetch.names->fetch_count == 25);
+  CHECK_FALSE(fetch.names->move);
+  Route move = f.simple("MOVE ALL IN c1");
+  CHECK(move.names->move);
+  CHECK(move.names->fetch_count > (std::int64_t{1} << 40));
+  CHECK(f.simple("CLOSE c1").cursor == Route::Cursor::close);
+  CHECK(f.simple("CLOSE ALL").names->cursor.empty());
+  // Different literals, different cursors: never one cached plan for both.
+  CHECK(f.simple("FETCH 2 FROM c1").names->fetch_count == 2);
+  CHECK(f.simple("DECLARE c3 CURSOR FOR SELECT 1; SELECT 2").cursor == Route::Cursor::none);
+}
+
 TEST_CASE("objects that outlive the transaction pin the backend", "[router][transparency]") {
   Fixture f;
   for (const char* sql : {"CREATE TEMP TABLE t (a int)", "create temporary table t as select 1",
