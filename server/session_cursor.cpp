@@ -98,7 +98,7 @@ awaitable<bool> Session::declare_cursor(const Route::Names& n) {
 // (0 before the first row, rows + 1 after the last) rows p+1 .. p+n, or the current row
 // for FORWARD 0.
 awaitable<bool> Session::fetch_cursor(const Route::Names& n) {
-  if (n.fetch_direction != 1)  // PG_QUERY__FETCH_DIRECTION__FETCH_FORWARD
+  if (n.fetch_direction != 1 || n.fetch_count < 0)  // PG_QUERY__FETCH_DIRECTION__FETCH_FORWARD; -n is backward
     co_return co_await reject(sqlstate::feature_not_supported,
                               "a cursor over several shards is read forward only (FETCH/MOVE [FORWARD] n, ALL, NEXT)",
                               false);

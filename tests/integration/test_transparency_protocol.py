@@ -345,6 +345,7 @@ def cursor_over_two_shards():
         c.query("ROLLBACK").raise_error()
         c.query("DECLARE h CURSOR WITH HOLD FOR SELECT id, v FROM kv ORDER BY id DESC").raise_error()
         assert c.query("FETCH 2 FROM h").raise_error().rows == want[::-1][:2], mode
+        assert c.query("MOVE -1 IN h").sqlstate == "0A000", mode  # backward: refused, position kept
         others = [raw(PROXIES["two-" + mode]) for _ in range(2)]  # (transaction mode: backends rotate)
         for o in others:
             assert o.query("FETCH 1 FROM h").sqlstate == "34000", mode

@@ -793,6 +793,24 @@ TEST_CASE("replicas, hosts, reads and health checks (SPEC 10)", "[config]") {
   expect_one_error("shards:\n  - { name: s0 }\nhealth: { every: 1s }\n", 3, "health.every: unknown key");
 }
 
+TEST_CASE("control characters are refused before yaml-cpp sees them", "[config][errors]") {
+  // yaml-cpp 0.7 never returns from "\0," (found by tests/fuzz/config_fuzz).
+  using namespace std::string_literals;
+  for (const std::string& text : {"\0,"s, "shards:\n  - { name: s0 }\n\x01x: 1\n"s, "a: b\x7f\n"s}) {
+    INFO(text);
+    const LoadResult r = load_string(text);
+    CHECK_FALSE(r.config);
+    REQUIRE(r.errors.size() == 1);
+    CHECK_THAT(r.errors[0].message, Catch::Matchers::Contains("control character"));
+  }
+  CHECK(load_string("\0,"s).errors[0].line == 1);
+  CHECK(load_string("shards:\n  - { name: s0 }\n\x01x: 1\n").errors[0].line == 3);
+  // Tabs and CRLF line ends still load.
+  auto r = load_string("shards:\r\n  - { name: s0,\tport: 5433 }\r\n");
+  INFO(describe(r));
+  CHECK(r.config);
+}
+
 TEST_CASE("a ',' outside a flow collection is refused before yaml-cpp sees it", "[config][errors]") {
   // yaml-cpp 0.7 never returns from these (found by tests/fuzz/config_fuzz).
   for (const char* text : {", { name: s2 } ]\n", ",\n", " , x\n", "# c\n, x\n", "shards:\n  - { name: s0 }\n, x\n",
