@@ -97,6 +97,11 @@ std::optional<std::optional<std::string>> constant_text(const PgQuery__Node* n) 
   }
 }
 
+// PostgreSQL's CURSOR_OPT_* (nodes/parsenodes.h).
+constexpr std::int32_t kCursorOptBinary = 0x0001;
+constexpr std::int32_t kCursorOptScroll = 0x0002;
+constexpr std::int32_t kCursorOptHold = 0x0020;  // DECLARE ... WITH HOLD
+
 // FETCH / MOVE / CLOSE alone in its text: any backend, unless the cursor is the
 // proxy's own (the session looks).
 Route cursor_route(const PgQuery__Node* stmt) {
@@ -105,7 +110,8 @@ Route cursor_route(const PgQuery__Node* stmt) {
   if (is(stmt, PG_QUERY__NODE__NODE_FETCH_STMT)) {
     r.cursor = Route::Cursor::fetch;
     names->cursor = sv(stmt->fetch_stmt->portalname);
-    names->fetch_direction = stmt->fetch_stmt->direction;
+    names->fetch_forward = stmt->fetch_stmt->direction == PG_QUERY__FETCH_DIRECTION__FETCH_FORWARD &&
+                           stmt->fetch_stmt->how_many >= 0;  // (FETCH -n goes backward)
     names->fetch_count = stmt->fetch_stmt->how_many;
     names->move = stmt->fetch_stmt->ismove;
   } else {
@@ -155,7 +161,6 @@ Route sql_prepared_route(const PgQuery__Node* stmt) {
 // temporary object (RangeVar with relpersistence 't'), unless it is dropped at commit;
 // DECLARE CURSOR WITH HOLD: a cursor that outlives its transaction.
 bool creates_lasting_temp(const PgQuery__Node* stmt) {
-  constexpr std::int32_t kCursorOptHold = 0x0020;  // DECLARE ... WITH HOLD (parsenodes.h)
   if (is(stmt, PG_QUERY__NODE__NODE_DECLARE_CURSOR_STMT)) return (stmt->declare_cursor_stmt->options & kCursorOptHold) != 0;
   if (is(stmt, PG_QUERY__NODE__NODE_CREATE_STMT) && stmt->create_stmt->oncommit == PG_QUERY__ON_COMMIT_ACTION__ONCOMMIT_DROP)
     return false;
@@ -244,7 +249,9 @@ void Analyzer::statement(const PgQuery__Node* stmt, bool alone) {
       if (alone) {  // the proxy may hold it (a read of several shards): its query as text
         auto names = std::make_shared<Route::Names>();
         names->cursor = sv(stmt->declare_cursor_stmt->portalname);
-        names->cursor_options = stmt->declare_cursor_stmt->options;
+        const std::int32_t options = stmt->declare_cursor_stmt->options;
+        names->cursor_hold = (options & kCursorOptHold) != 0;
+        names->cursor_plain = (options & (kCursorOptBinary | kCursorOptScroll)) == 0;
         names->cursor_query = deparse_statement(stmt->declare_cursor_stmt->query);
         cursor_ = std::move(names);
         plan_.cacheable = false;

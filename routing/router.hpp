@@ -135,8 +135,9 @@ struct Route {
     std::string savepoint;       // SAVEPOINT / RELEASE / ROLLBACK TO: its name
     std::string cursor;          // DECLARE / FETCH / MOVE / CLOSE: the cursor ("" for CLOSE ALL)
     std::string cursor_query;    // DECLARE: its query, deparsed
-    int cursor_options = 0;      // DECLARE: PostgreSQL's CURSOR_OPT_* bits
-    int fetch_direction = 0;     // FETCH / MOVE: PgQuery__FetchDirection
+    bool cursor_hold = false;    // DECLARE ... WITH HOLD
+    bool cursor_plain = true;    // DECLARE: neither BINARY nor SCROLL
+    bool fetch_forward = true;   // FETCH / MOVE [FORWARD] n, ALL, NEXT (a count >= 0)
     std::int64_t fetch_count = 0;
     bool move = false;
   };

@@ -19,15 +19,6 @@ namespace proto = splitpoint::protocol;
 using routing::Route;
 using routing::RouteKind;
 
-namespace {
-
-// PostgreSQL's CURSOR_OPT_* (nodes/parsenodes.h).
-constexpr int kCursorBinary = 0x0001;
-constexpr int kCursorScroll = 0x0002;
-constexpr int kCursorHold = 0x0020;
-
-}  // namespace
-
 awaitable<std::optional<bool>> Session::cursor_command(const Route& route) {
   const Route::Names& n = *route.names;
   switch (route.cursor) {
@@ -55,11 +46,11 @@ awaitable<std::optional<bool>> Session::cursor_command(const Route& route) {
 }
 
 awaitable<bool> Session::declare_cursor(const Route::Names& n) {
-  if ((n.cursor_options & kCursorHold) == 0 && !in_transaction())
+  if (!n.cursor_hold && !in_transaction())
     co_return co_await reject("25P01", "DECLARE CURSOR can only be used in transaction blocks", false);
   if (fe_.cursors.count(n.cursor))
     co_return co_await reject("42P03", "cursor \"" + n.cursor + "\" already exists", false);
-  if (n.cursor_options & (kCursorBinary | kCursorScroll))
+  if (!n.cursor_plain)
     co_return co_await reject(sqlstate::feature_not_supported,
                               "a cursor over several shards is read forward and in text: BINARY and SCROLL are not "
                               "supported",
@@ -69,7 +60,7 @@ awaitable<bool> Session::declare_cursor(const Route::Names& n) {
   std::size_t rows = 0;
   if (!co_await read_for_insert(n.cursor_query, nullptr, nullptr, limit, messages, rows)) co_return !closing_;
   ProxyCursor cursor;
-  cursor.hold = (n.cursor_options & kCursorHold) != 0;
+  cursor.hold = n.cursor_hold;
   std::string notices, error;
   for_each_message(messages, [&](char type, std::string_view body, std::string_view whole) {
     if (type == 'T') cursor.description.assign(whole);
@@ -98,7 +89,7 @@ awaitable<bool> Session::declare_cursor(const Route::Names& n) {
 // (0 before the first row, rows + 1 after the last) rows p+1 .. p+n, or the current row
 // for FORWARD 0.
 awaitable<bool> Session::fetch_cursor(const Route::Names& n) {
-  if (n.fetch_direction != 1 || n.fetch_count < 0)  // PG_QUERY__FETCH_DIRECTION__FETCH_FORWARD; -n is backward
+  if (!n.fetch_forward)
     co_return co_await reject(sqlstate::feature_not_supported,
                               "a cursor over several shards is read forward only (FETCH/MOVE [FORWARD] n, ALL, NEXT)",
                               false);

@@ -79,7 +79,11 @@ TEST_CASE("cursor commands alone in their text carry the cursor", "[router][tran
   CHECK(d.cursor == Route::Cursor::declare);
   REQUIRE(d.names);
   CHECK(d.names->cursor == "c1");
-  CHECK((d.names->cursor_options & 0x20) != 0);  // CURSOR_OPT_HOLD
+  CHECK(d.names->cursor_hold);
+  CHECK(d.names->cursor_plain);
+  CHECK_FALSE(f.simple("DECLARE c4 SCROLL CURSOR FOR SELECT name FROM users").names->cursor_plain);
+  CHECK_FALSE(f.simple("FETCH BACKWARD 2 FROM c1").names->fetch_forward);
+  CHECK_FALSE(f.simple("FETCH -2 FROM c1").names->fetch_forward);
   CHECK(d.names->cursor_query == "SELECT name FROM users ORDER BY name");
   CHECK(d.kind == RouteKind::shards);  // routed as its query: every shard
   CHECK(d.shards.size() == 2);
@@ -90,6 +94,7 @@ TEST_CASE("cursor commands alone in their text carry the cursor", "[router][tran
   CHECK(fetch.cursor == Route::Cursor::fetch);
   CHECK(fetch.names->cursor == "c1");
   CHECK(fetch.names->fetch_count == 25);
+  CHECK(fetch.names->fetch_forward);
   CHECK_FALSE(fetch.names->move);
   Route move = f.simple("MOVE ALL IN c1");
   CHECK(move.names->move);
