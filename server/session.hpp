@@ -126,6 +126,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- session_forward.cpp
   awaitable<void> serve();
   void arm_idle_timer();
+  bool in_use() const { return cur() || fe_.client_txn != 'I'; }  // a statement or a transaction: not idle
   awaitable<bool> handle_frame(const protocol::Frame& f);
   awaitable<bool> handle_describe(const protocol::Frame& f);
   awaitable<bool> handle_close(const protocol::Frame& f);
@@ -500,6 +501,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::unique_ptr<asio::steady_timer> timer;
     bool timed_out = false;
     bool login_timed_out = false;
+    bool was_busy = false;  // the last look found a statement or transaction (arm_idle_timer)
   };
 
   Server& server_;

@@ -55,6 +55,7 @@ awaitable<void> Session::serve() {
     bool timed = idle_timeout.count() > 0;
     if (timed) {
       if (!idle_.timer) idle_.timer = std::make_unique<asio::steady_timer>(ex);
+      idle_.was_busy = in_use();
       arm_idle_timer();
     }
     auto ec = co_await stream_.read_some(cbuf_, cbuf_.empty() ? kIdleInputBytes : 16384);
@@ -79,12 +80,17 @@ awaitable<void> Session::serve() {
 }
 
 // client_idle: closes the session once it has been idle (no backend, no transaction)
-// for the whole interval; while a statement runs it just looks again later.
+// for the whole interval; while a statement runs it just looks again later. A session
+// busy at the last look may have become idle an instant ago (a statement that lasted
+// a multiple of the interval): it gets one more whole interval, so it is closed after
+// between one and two intervals of idleness, never fewer.
 void Session::arm_idle_timer() {
   idle_.timer->expires_after(runtime_->config.timeouts.client_idle);
   idle_.timer->async_wait([this, self = shared_from_this()](error_code ec) {
     if (ec) return;
-    if (cur() || fe_.client_txn != 'I') {
+    const bool busy = in_use();
+    if (busy || idle_.was_busy) {
+      idle_.was_busy = busy;
       arm_idle_timer();
       return;
     }

@@ -308,6 +308,26 @@ def busy_client_is_not_killed_by_client_idle():
 
 
 @test
+def idleness_counts_from_the_end_of_the_statement():
+    # client_idle 1s. A statement of 0.8s, then 0.5s of quiet: the client was idle for
+    # 0.5s, not 1s. (The proxy's look at 1s after the statement began found it idle an
+    # instant after the answer, and closed it: seen once in a full run, with a statement
+    # of exactly 2s.)
+    p = idle_proxy()
+    c = login(p)
+    try:
+        for i in range(3):
+            r = c.query("SELECT pg_sleep(0.8), 'slept'", timeout=20)
+            assert r.error is None and r.rows[0][1] == "slept", r.error
+            time.sleep(0.5)
+            assert c.scalar(f"SELECT {i}") == str(i), f"round {i}"
+        took = expect_idle_kill(c)  # and it is still closed once idle
+        assert took > 0.7, f"killed after {took:.2f}s, before client_idle (1s)"
+    finally:
+        c.sock.close()
+
+
+@test
 def active_client_is_not_killed_by_client_idle():
     p = idle_proxy()
     with login(p) as c:
