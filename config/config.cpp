@@ -4,6 +4,7 @@
 // file that includes yaml-cpp: everything else sees plain structs.
 #include "config/config.hpp"
 
+#include <libpq-fe.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -53,6 +54,31 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return s;
+}
+
+// `catalog:` and `scatter.combine` take a shard's name or a libpq connection string
+// (key=value pairs, or a postgres:// URI); a shard name has no '='.
+bool is_dsn(std::string_view s) {
+  return s.find('=') != std::string_view::npos || s.starts_with("postgres://") || s.starts_with("postgresql://");
+}
+
+// PQconninfoParse's error text (freed here), without its trailing newline.
+std::string libpq_message(char* why) {
+  std::string m = why ? std::string(trim(why)) : "out of memory";
+  if (why) PQfreemem(why);
+  return m;
+}
+
+// Why `file` cannot be read (a CA file must be readable at load: a typo would otherwise
+// show only at the first connection), or nullopt.
+std::optional<std::string> unreadable(const std::string& file) {
+  std::FILE* in = std::fopen(file.c_str(), "rb");
+  if (!in) return "cannot read " + quote(file) + ": " + std::generic_category().message(errno);
+  char probe;
+  const bool readable = std::fread(&probe, 1, 1, in) == 1;
+  std::fclose(in);
+  if (!readable) return "cannot read " + quote(file) + " (empty, or a directory)";
+  return std::nullopt;
 }
 
 // A whole decimal integer (optional leading '-'); nullopt on anything else or overflow.
@@ -224,6 +250,7 @@ class Loader {
   std::optional<T> choice(const Entry& e, std::initializer_list<std::pair<std::string_view, T>> options);
   std::optional<std::size_t> shard_named(std::string_view name, int line, const std::string& path);
   std::optional<std::size_t> shard_ref(const Entry& e);
+  std::optional<Shard> dsn_database(const Entry& e, const std::string& dsn);
   std::optional<std::string> secret(const Fields& f, const std::string& path, bool required);
   std::vector<Cidr> cidrs(const Entry& e);
 
@@ -572,15 +599,8 @@ void Loader::load_shard_tls(ShardTls& tls, const Entry& e) {
       error(*c, "only used with mode verify-ca or verify-full (require encrypts without checking the certificate)");
       return;
     }
-    if (std::FILE* in = std::fopen(file->c_str(), "rb")) {
-      char probe;
-      const bool readable = std::fread(&probe, 1, 1, in) == 1;
-      std::fclose(in);
-      if (readable) tls.ca = *file;
-      else error(*c, "cannot read " + quote(*file) + " (empty, or a directory)");
-    } else {
-      error(*c, "cannot read " + quote(*file) + ": " + std::generic_category().message(errno));
-    }
+    if (auto problem = unreadable(*file)) error(*c, *problem);
+    else tls.ca = *file;
   } else if (verify) {
     error(f->line, e.path + ": mode " + std::string(tls.mode == ShardTlsMode::verify_ca ? "verify-ca" : "verify-full") +
                        " needs ca: (the PEM file of the certificate authorities to trust)");
@@ -730,7 +750,14 @@ void Loader::load_scatter(const Entry& e) {
            choice<PartialResults>(*v, {{"deny", PartialResults::deny}, {"allow", PartialResults::allow}}));
   if (const Entry* v = f->get("max_buffered_rows"))
     assign(s.max_buffered_rows, integer(*v, 0, std::numeric_limits<std::int64_t>::max()));
-  if (const Entry* v = f->get("combine")) assign(s.combine_shard, shard_ref(*v));
+  if (const Entry* v = f->get("combine")) {
+    if (auto t = text(*v); t && is_dsn(*t)) {
+      s.combine_dsn = *t;
+      s.combine_database = dsn_database(*v, *t);
+    } else {
+      assign(s.combine_shard, shard_ref(*v));
+    }
+  }
   if (const Entry* v = f->get("max_combine_rows"))
     assign(s.max_combine_rows, integer(*v, 0, std::numeric_limits<std::int64_t>::max()));
   if (const Entry* v = f->get("max_insert_select_rows"))
@@ -753,9 +780,85 @@ void Loader::load_moves(const Entry& e) {
 void Loader::load_catalog(const Entry& e) {
   auto s = text(e);
   if (!s) return;
-  const bool dsn = s->find('=') != std::string::npos || s->starts_with("postgres://") || s->starts_with("postgresql://");
-  if (dsn) cfg_.catalog_dsn = *s;
-  else assign(cfg_.catalog_shard, shard_named(*s, e.line(), e.path));
+  if (!is_dsn(*s)) return assign(cfg_.catalog_shard, shard_named(*s, e.line(), e.path));
+  cfg_.catalog_dsn = *s;
+  // Any libpq option may be given (libpq makes the connection), but a typo is found now.
+  char* why = nullptr;
+  if (PQconninfoOption* parsed = PQconninfoParse(s->c_str(), &why)) return PQconninfoFree(parsed);
+  error(e, "not a libpq connection string: " + libpq_message(why));
+}
+
+// `scatter.combine` as a libpq connection string (SPEC §4.1: "a separate PostgreSQL"):
+// the proxy connects there itself, with what a shard entry gives. Unset parts default as
+// a shard's do: the client's user, password and database, port 5432.
+std::optional<Shard> Loader::dsn_database(const Entry& e, const std::string& dsn) {
+  char* why = nullptr;
+  std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> parsed(PQconninfoParse(dsn.c_str(), &why),
+                                                                      &PQconninfoFree);
+  if (!parsed) {
+    error(e, "not a libpq connection string: " + libpq_message(why));
+    return std::nullopt;
+  }
+  Shard s;
+  s.name = "combine";
+  s.line = e.line();
+  std::string sslmode = "disable", ca;
+  bool ok = true;
+  for (const PQconninfoOption* o = parsed.get(); o->keyword; ++o) {
+    if (!o->val || !*o->val) continue;
+    const std::string_view k = o->keyword;
+    const std::string v = o->val;
+    if (k == "host" && v.find(',') == std::string::npos) {
+      s.host = v;
+    } else if (k == "port") {
+      int port = 0;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), port);
+      if (ec != std::errc{} || end != v.data() + v.size() || port < 1 || port > 65535) {
+        error(e, "port " + quote(v) + " is not a port number");
+        ok = false;
+      }
+      s.port = static_cast<std::uint16_t>(port);
+    } else if (k == "dbname") {
+      s.database = v;
+    } else if (k == "user") {
+      s.user = v;
+    } else if (k == "password") {
+      s.password = v;
+    } else if (k == "sslmode") {
+      sslmode = v;
+    } else if (k == "sslrootcert") {
+      ca = v;
+    } else if (k != "connect_timeout" && k != "application_name") {
+      error(e, "connection option " + std::string(k) + (k == "host" ? " with several hosts" : "") +
+                   " is not supported here (host, port, dbname, user, password, sslmode, sslrootcert)");
+      ok = false;
+    }
+  }
+  static const std::pair<std::string_view, ShardTlsMode> modes[] = {{"disable", ShardTlsMode::disable},
+                                                                    {"require", ShardTlsMode::require},
+                                                                    {"verify-ca", ShardTlsMode::verify_ca},
+                                                                    {"verify-full", ShardTlsMode::verify_full}};
+  auto mode = std::find_if(std::begin(modes), std::end(modes), [&](auto& m) { return m.first == sslmode; });
+  if (mode == std::end(modes)) {
+    error(e, "sslmode " + quote(sslmode) + ": expected one of disable | require | verify-ca | verify-full");
+    return std::nullopt;
+  }
+  s.tls.mode = mode->second;
+  const bool verify = s.tls.mode == ShardTlsMode::verify_ca || s.tls.mode == ShardTlsMode::verify_full;
+  if (verify != !ca.empty()) {
+    error(e, verify ? "sslmode " + sslmode + " needs sslrootcert (the PEM file of the certificate authorities to trust)"
+                    : "sslrootcert is only used with sslmode verify-ca or verify-full");
+    return std::nullopt;
+  }
+  if (verify) {
+    if (auto problem = unreadable(ca)) {
+      error(e, *problem);
+      return std::nullopt;
+    }
+    s.tls.ca = ca;
+  }
+  if (!ok) return std::nullopt;
+  return s;
 }
 
 // The catalog and the mover connect to shards on their own, with no client whose

@@ -118,9 +118,14 @@ struct Scatter {
   Duration max_deadline{60000};
   PartialResults partial_results = PartialResults::deny;
   std::size_t max_buffered_rows = 1000000;
-  // The combine step (SPEC §4.1): the shard whose database runs it, and the partial
-  // rows one statement may move there before SPS02.
+  // The combine step (SPEC §4.1): the shard whose database runs it, or a PostgreSQL of
+  // its own given as a libpq connection string (`combine_dsn` as written, and what the
+  // proxy connects with: a shard named "combine", pool_size 20); and the partial rows
+  // one statement may move there before SPS02.
   std::size_t combine_shard = 0;
+  std::string combine_dsn;
+  std::optional<Shard> combine_database;
+  bool combines_on(std::size_t shard) const { return !combine_database && combine_shard == shard; }
   std::size_t max_combine_rows = 10000000;
   // Rows an INSERT ... SELECT whose rows are pulled through the proxy may move (SPS02 beyond).
   std::size_t max_insert_select_rows = 10000;

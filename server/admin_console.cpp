@@ -140,7 +140,9 @@ void show_config(const config::Config& c, std::string& out) {
   t.row({"scatter.max_deadline", dur(c.scatter.max_deadline)});
   t.row({"scatter.partial_results", c.scatter.partial_results == config::PartialResults::allow ? "allow" : "deny"});
   t.row({"scatter.max_buffered_rows", std::to_string(c.scatter.max_buffered_rows)});
-  t.row({"scatter.combine", c.shards.empty() ? "" : c.shards[c.scatter.combine_shard].name});
+  t.row({"scatter.combine", c.scatter.combine_database ? config::redact_passwords(c.scatter.combine_dsn)
+                            : c.shards.empty()          ? ""
+                                                        : c.shards[c.scatter.combine_shard].name});
   t.row({"scatter.max_combine_rows", std::to_string(c.scatter.max_combine_rows)});
   t.row({"transactions.cross_shard_writes",
          c.cross_shard_writes == config::CrossShardWrites::two_phase ? "two_phase" : "refuse"});
@@ -619,7 +621,9 @@ bool AdminConsole::show_state(const std::vector<std::string>& w, std::string& ou
     t.encode(out, "SHOW");
   } else if (is({"SHOW", "POOLS"})) {
     Table t({"shard", "user", "database", "idle", "active", "opening", "waiting", "max", "paused", "host"});
-    for (auto& sp : rt->shards)
+    auto all = rt->shards;
+    if (rt->combine) all.push_back(rt->combine);  // scatter.combine's own database: shard "combine"
+    for (auto& sp : all)
       for (auto& pool : sp->all()) {
         auto s = pool->stats();
         auto& tg = pool->target();

@@ -174,7 +174,7 @@ bool remove_shard(config::Config& c, std::size_t gone) {
       if (l.shard == gone) return false;
     if (d.default_shard == gone) return false;
   }
-  if (c.catalog_shard == gone || c.scatter.combine_shard == gone ||
+  if (c.catalog_shard == gone || c.scatter.combines_on(gone) ||
       (c.unlisted_tables == config::UnlistedPolicy::shard && c.unlisted_shard == gone))
     return false;
   auto renumber = [gone](std::size_t& i) { i -= i > gone ? 1 : 0; };

@@ -171,7 +171,7 @@ void Catalog::drop_shard(const std::string& name) {
   if (!index) throw CatalogError("SPA01", "unknown shard \"" + name + "\"");
   const std::string shard = "shard \"" + name + "\" ";
   if (config.catalog_shard == index) throw CatalogError("SPA01", shard + "holds the catalog (catalog:)");
-  if (config.scatter.combine_shard == *index)
+  if (config.scatter.combines_on(*index))
     throw CatalogError("SPA01", shard + "runs the combine step (scatter.combine: point it at another shard first)");
   if (config.unlisted_tables == config::UnlistedPolicy::shard && config.unlisted_shard >= *index)
     // (Listed after the dropped one, that shard would be renumbered, and the statements

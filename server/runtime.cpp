@@ -163,6 +163,12 @@ std::shared_ptr<const Runtime> make_runtime(config::Config config, const Runtime
     rt->standbys = rt->standbys || pools->hosts().has_standbys();
     rt->shards.push_back(std::move(pools));
   }
+  if (const auto& c = config.scatter.combine_database) {
+    if (previous && previous->combine && previous->combine->same_definition(*c, config.timeouts.server_connect, config.health))
+      rt->combine = previous->combine;
+    else
+      rt->combine = std::make_shared<ShardPools>(*c, config.timeouts.server_connect, config.health);
+  }
   if (config.tls) {
     auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
     ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |

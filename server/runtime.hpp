@@ -141,6 +141,7 @@ struct Runtime {
   std::shared_ptr<KeyCache> keys = std::make_shared<KeyCache>();
   std::unordered_map<std::string, UserAuth> users;
   std::vector<std::shared_ptr<ShardPools>> shards;  // index = config shard index
+  std::shared_ptr<ShardPools> combine;  // scatter.combine as a connection string; null: on a shard
   std::shared_ptr<asio::ssl::context> tls;          // null without `tls`
   bool standbys = false;  // some shard has a host besides its primary (SPEC §10)
 

@@ -77,14 +77,58 @@ void ScatterRead::take_combine(ParallelAcquire& acquiring) {
   }
   combining_.sh.borrowed = std::move(r->backend);
   combining_.sh.b = combining_.sh.borrowed.get();
-  s_.add_scatter_cancel_target(combining_.sh.b, combining_.sh.index);
+  s_.add_scatter_cancel_target(combining_.sh.b, combining_.pool->target(),
+                               s_.runtime_->combine ? std::nullopt : std::optional{s_.combine_shard()});
+}
+
+// A combine database of its own holds none of the tables the pulls read: the temporary
+// table is made from the pull's RowDescription, each column of the type the shard sent
+// (PostgreSQL reports a domain as its base type), named by the combine database itself
+// (format_type) in the statement that precedes the COPY. A type made on the shards (an
+// enum, a composite: OID 16384 and above) it would not know: refused. Appends the
+// statements to `copy`; false: refused (the statement failed).
+bool ScatterRead::create_from(const routing::CombinePull& pull, std::string& copy) {
+  constexpr std::int32_t kFirstNormalObjectId = 16384;
+  constexpr std::string_view kTag = "$sp_combine$";
+  auto fields = proto::RowDescription::decode(frame_body_);
+  if (!fields || fields->fields.empty()) {
+    fail(sqlstate::internal_error, "malformed RowDescription of the pull " + pull.pull_sql);
+    return false;
+  }
+  std::string columns;
+  for (const auto& f : fields->fields) {
+    if (static_cast<std::uint32_t>(f.type_oid) >= kFirstNormalObjectId || f.name.find(kTag) != std::string_view::npos) {
+      fail(sqlstate::feature_not_supported,
+           "column \"" + std::string(f.name) + "\" of " + pull.table + " is of a type made on the shards (OID " +
+               std::to_string(static_cast<std::uint32_t>(f.type_oid)) +
+               "), which scatter.combine's database of its own does not have; combine on a shard instead");
+      return false;
+    }
+    columns += (columns.empty() ? "" : ", ") + std::string("format('%I %s', ") + quote_literal(f.name) +
+               ", format_type(" + std::to_string(f.type_oid) + ", " + std::to_string(f.type_modifier) + "))";
+  }
+  const std::string create = "DO " + std::string(kTag) + "BEGIN EXECUTE 'CREATE TEMP TABLE " + pull.temp_name +
+                             " (' || concat_ws(', ', " + columns + ") || ') ON COMMIT DROP'; END" + std::string(kTag);
+  proto::Query{create + "; COPY " + pull.temp_name + " FROM STDIN"}.encode(copy);
+  combining_.described = true;
+  return true;
+}
+
+std::string ScatterRead::combine_where() const {
+  const auto& t = combining_.pool->target();
+  if (!s_.runtime_->combine) return "shard " + t.shard;
+  return t.host + ":" + std::to_string(t.port) + "/" + t.database;
 }
 
 // Every pull in one go: one Query (simple protocol) or one Sync, so the shard answers
-// them in order and ends with one ReadyForQuery. Rows come back as text.
+// them in order and ends with one ReadyForQuery. Rows come back as text, after a
+// RowDescription (a combine database of its own makes its temporary table from it).
+// A pull of a table every shard holds whole goes to the first shard only.
 void ScatterRead::encode_pulls(std::string& out, std::size_t shard) const {
   std::vector<std::string> pulls;
-  for (const auto& p : combine_->pulls) pulls.push_back(s_.hide_foreign_rows(shard, route_, p.pull_sql).value_or(p.pull_sql));
+  for (const auto& p : combine_->pulls)
+    if (!p.one_shard || shard == shards_.front().index)
+      pulls.push_back(s_.hide_foreign_rows(shard, route_, p.pull_sql).value_or(p.pull_sql));
   if (!req_.extended) {
     std::string sql;
     for (const auto& p : pulls) sql += (sql.empty() ? "" : "; ") + p;
@@ -95,16 +139,16 @@ void ScatterRead::encode_pulls(std::string& out, std::size_t shard) const {
     proto::Parse{"", p, parameter_types_for(p, req_.param_types, req_.param_formats, req_.params.size())}
         .encode(out);
     req_.bind({}).encode(out);  // rows as text
+    proto::Describe{'P', ""}.encode(out);
     proto::Execute{"", 0}.encode(out);
   }
   proto::encode_sync(out);
 }
 
 awaitable<void> ScatterRead::combine() {
-  const std::string where = s_.pools_[combining_.sh.index]->target().shard;
   if (!combining_.sh.b) {
     co_return fail(sqlstate::scatter_incomplete,
-                   "the combine database (shard " + where + ") is missing: " +
+                   "the combine database (" + combine_where() + ") is missing: " +
                        (combining_.sh.error.empty() ? "no connection within the deadline" : combining_.sh.error));
   }
   if (std::all_of(shards_.begin(), shards_.end(), [](auto& sh) { return sh.state == Shard::State::missing; }))
@@ -116,7 +160,8 @@ awaitable<void> ScatterRead::combine() {
   std::string out;
   combining_.sh.skip_ready = s_.sync_backend_state(*combining_.sh.b, out, false);
   std::string begin = "BEGIN";
-  for (const auto& p : combine_->pulls) begin += "; " + p.create_sql;
+  if (!s_.runtime_->combine)  // (a database of its own gets each table at its pull's RowDescription)
+    for (const auto& p : combine_->pulls) begin += "; " + p.create_sql;
   proto::Query{begin}.encode(out);
   combining_.open = true;
   if (!co_await combine_command(std::move(out))) co_return;
@@ -161,20 +206,29 @@ awaitable<bool> ScatterRead::write_combine(std::string& bytes) {
 
 void ScatterRead::combine_lost() {
   mark_missing(combining_.sh, reads_.timed_out ? "timeout" : "error", reads_.timed_out ? "deadline passed" : "connection lost");
-  fail(sqlstate::scatter_incomplete, "the combine database (shard " + s_.pools_[combining_.sh.index]->target().shard +
-                                         ") is missing: " + combining_.sh.error);
+  fail(sqlstate::scatter_incomplete, "the combine database (" + combine_where() + ") is missing: " + combining_.sh.error);
 }
 
-// Pull `k` from every shard still running into its temporary table: one COPY, the
-// shards' rows one after the other.
+// Pull `k` from every shard still running (a table every shard holds whole: from the
+// first) into its temporary table: one COPY, the shards' rows one after the other.
 awaitable<bool> ScatterRead::pull_into(std::size_t k) {
+  const routing::CombinePull& pull = combine_->pulls[k];
   std::string copy;
-  proto::Query{"COPY " + combine_->pulls[k].temp_name + " FROM STDIN"}.encode(copy);
+  combining_.described = !s_.runtime_->combine;
+  if (combining_.described) proto::Query{"COPY " + pull.temp_name + " FROM STDIN"}.encode(copy);
   bool ok = true;
+  if (pull.one_shard && shards_.front().state != Shard::State::running) {
+    ok = false;  // (no other shard was asked: its rows would be partial whatever the rule)
+    fail(sqlstate::scatter_incomplete, "multi-shard statement incomplete: " + missing_text());
+  }
   for (auto& sh : shards_) {
+    if (!ok || (pull.one_shard && &sh != &shards_.front())) break;
     if (sh.state != Shard::State::running) continue;
-    ok = co_await copy_rows_of(sh, copy);
-    if (!ok) break;
+    ok = co_await copy_rows_of(sh, pull, copy);
+  }
+  if (!combining_.described) {  // a database of its own, and no shard described the pull: nothing begun
+    if (ok) fail(sqlstate::scatter_incomplete, "no shard answered: " + missing_text());
+    co_return false;
   }
   if (ok) {
     proto::encode_copy_done(copy);
@@ -193,7 +247,7 @@ awaitable<bool> ScatterRead::pull_into(std::size_t k) {
 }
 
 // One shard's rows of the current pull, to its CommandComplete, as COPY lines.
-awaitable<bool> ScatterRead::copy_rows_of(Shard& sh, std::string& copy) {
+awaitable<bool> ScatterRead::copy_rows_of(Shard& sh, const routing::CombinePull& pull, std::string& copy) {
   const std::size_t max_rows = s_.runtime_->config.scatter.max_combine_rows;
   char type = 0;
   for (;;) {
@@ -209,6 +263,10 @@ awaitable<bool> ScatterRead::copy_rows_of(Shard& sh, std::string& copy) {
     if (type == 'C') {
       sh.done_at = Clock::now();  // (its last pull's end is when it finished)
       co_return true;
+    }
+    if (type == 'T' && !combining_.described) {
+      if (!create_from(pull, copy)) co_return false;
+      continue;
     }
     if (type != 'D') continue;
     ++sh.rows;
@@ -295,11 +353,11 @@ awaitable<void> ScatterRead::end_combine() {
     if (combining_.sh.state == Shard::State::missing && combining_.sh.b) {
       // Still running (the deadline passed): cancel it, never hand it to anyone.
       combining_.sh.b->cancel_sent = true;
-      const auto& target = s_.pools_[combining_.sh.index]->target();
+      const auto& target = combining_.pool->target();
       co_await send_cancel(target.host, target.port, combining_.sh.b->process_id, combining_.sh.b->secret_key,
                            s_.runtime_->config.timeouts.server_connect);
     }
-    s_.give_back(combining_.sh.index, std::move(combining_.sh.borrowed), reusable);
+    combining_.pool->release(std::move(combining_.sh.borrowed), reusable);
     combining_.sh.b = nullptr;
   }
 }

@@ -111,6 +111,10 @@ routing::ScatterOptions scatter_options(const Runtime& rt, const routing::Route&
   o.combine.is_sharded_table = [topo](std::string_view schema, std::string_view t) {
     return topo->classify(schema, t).kind == routing::TableClass::Kind::sharded;
   };
+  if (rt.combine)  // a combine database of its own has no reference table: they are pulled too
+    o.combine.is_whole_table = [topo](std::string_view schema, std::string_view t) {
+      return topo->classify(schema, t).kind == routing::TableClass::Kind::reference;
+    };
   // Table columns (from the shards' catalogs) tell GROUP BY aliases from columns, and
   // which columns a combine step pulls.
   o.combine.table_shape = [shapes = rt.shapes, &keep](std::string_view t) -> const routing::TableShape* {
@@ -187,8 +191,8 @@ awaitable<bool> ScatterRead::acquire() {
     }
     // The combine database's connection is one more, acquired with the others.
     if (combine_) {
-      combining_.sh.index = s_.runtime_->config.scatter.combine_shard;
-      acquiring.start(shards_.size(), s_.pools_[combining_.sh.index]);
+      combining_.pool = s_.combine_pool();
+      acquiring.start(shards_.size(), combining_.pool);
     }
     for (;;) {
       const bool all_acquired = acquiring.pending() == 0;  // before the pass below takes them
@@ -285,7 +289,7 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
     proto::encode_sync(out);
   }
   sh.sent = true;
-  s_.add_scatter_cancel_target(b, sh.index);
+  s_.add_scatter_cancel_target(b, s_.pool_on(sh.index, b->host)->target(), sh.index);
   auto ec = co_await send_all(b->socket, out);
   if (ec) {
     sh.state = Shard::State::missing;
@@ -725,7 +729,9 @@ awaitable<void> ScatterRead::clean_up() {
   if (combine_) {  // the combine step is one more row (SPEC §4.1)
     auto& c = combining_.sh;
     const bool missing = c.state == Shard::State::missing;
-    s_.scatter_.last.push_back({s_.pools_[c.index]->target().shard + " (combine)", missing ? c.status : "ok",
+    // (named "combine" when scatter.combine is a database of its own)
+    std::string name = s_.runtime_->combine ? "combine" : combining_.pool->target().shard + " (combine)";
+    s_.scatter_.last.push_back({std::move(name), missing ? c.status : "ok",
                                 c.rows, std::chrono::duration<double, std::milli>(Clock::now() - started_).count(),
                                 missing ? c.error : ""});
   }

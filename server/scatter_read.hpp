@@ -126,11 +126,13 @@ class ScatterRead {
   bool fed(std::size_t i, bool got, char type);  // gives the merger shard i's message
   // scatter_combine.cpp: the combine step (SPEC §4.1), instead of describe..stream
   void take_combine(ParallelAcquire& acquiring);
+  std::string combine_where() const;  // "shard s0", or "host:port/database" of its own
   void encode_pulls(std::string& out, std::size_t shard) const;
   awaitable<void> combine();
   awaitable<bool> combine_command(std::string out);  // sends, reads to ReadyForQuery; false: failed
   awaitable<bool> pull_into(std::size_t pull);
-  awaitable<bool> copy_rows_of(Shard& sh, std::string& copy);
+  awaitable<bool> copy_rows_of(Shard& sh, const routing::CombinePull& pull, std::string& copy);
+  bool create_from(const routing::CombinePull& pull, std::string& copy);
   awaitable<bool> write_combine(std::string& bytes);
   void combine_lost();  // the combine database's connection failed: the statement fails
   awaitable<void> run_combine_query();
@@ -191,10 +193,12 @@ class ScatterRead {
   } failure_;
   // the combine step
   struct Combining {
-    Shard sh;                // the combine database's connection (index: its shard)
+    Shard sh;                // the combine database's connection (index: unused)
+    std::shared_ptr<Pool> pool;  // where it comes from and goes back to
     std::uint64_t rows = 0;
     std::string tag;         // the combine query's CommandComplete
     bool open = false;       // BEGIN sent: COMMIT or ROLLBACK owed
+    bool described = false;  // the current pull's temporary table exists, or is made by what is sent
   } combining_;
   std::unique_ptr<routing::Merger> merger_;
   std::optional<routing::CopyOutFormatter> copy_formatter_;

@@ -557,10 +557,9 @@ void Session::set_cancel_target(Backend* b, std::size_t shard) {
   }
 }
 
-void Session::add_scatter_cancel_target(Backend* b, std::size_t shard) {
-  const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);
+void Session::add_scatter_cancel_target(Backend* b, const BackendTarget& where, std::optional<std::size_t> shard) {
   std::lock_guard lock(cancel_.mu);
-  cancel_.scatter.push_back({b, e.host, e.port, shard});
+  cancel_.scatter.push_back({b, where.host, where.port, shard});
 }
 
 void Session::clear_scatter_cancel_targets() {

@@ -318,6 +318,11 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> fetch_cursor(const routing::Route::Names& n);
   // The shard the proxy's own reads of definitions and keys go to: scatter.combine.
   std::size_t combine_shard() const { return std::min(runtime_->config.scatter.combine_shard, pools_.size() - 1); }
+  // Where the combine step runs: scatter.combine's shard, or its database of its own.
+  std::shared_ptr<Pool> combine_pool() const {
+    return runtime_->combine ? runtime_->combine->get(who_.user, who_.password, who_.database)
+                             : pools_[combine_shard()];
+  }
   // `n` keys for `request`'s table; nullopt: none can be made, `error` says why.
   awaitable<std::optional<std::vector<std::string>>> draw_keys(const routing::KeyRequest& request, std::size_t n,
                                                                bool& overriding, std::string& error);
@@ -397,8 +402,9 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<void> send_ready();
   void set_cancel_target(Backend* b, std::size_t shard);
   // A multi-shard statement's backends, while it runs (ScatterRead): a client's
-  // CancelRequest cancels each of them.
-  void add_scatter_cancel_target(Backend* b, std::size_t shard);
+  // CancelRequest cancels each of them (`where`: the pool `b` came from; `shard`: the
+  // shard it is on, none for scatter.combine's own database).
+  void add_scatter_cancel_target(Backend* b, const BackendTarget& where, std::optional<std::size_t> shard);
   void clear_scatter_cancel_targets();
 
   // Who is connected: fixed at login.
@@ -468,7 +474,7 @@ class Session : public std::enable_shared_from_this<Session> {
       Backend* backend;
       std::string host;
       std::uint16_t port;
-      std::size_t shard;
+      std::optional<std::size_t> shard;  // for the deadlock detector's view (session_deadlock.cpp)
     };
     std::mutex mu;
     Backend* backend = nullptr;

@@ -22,8 +22,8 @@ std::vector<std::pair<std::size_t, Backend*>> Session::backends_in_use() {
     if (held_[shard]) out.emplace_back(shard, held_[shard].get());
   std::lock_guard lock(cancel_.mu);
   for (const auto& t : cancel_.scatter)
-    if (std::none_of(out.begin(), out.end(), [&](const auto& u) { return u.second == t.backend; }))
-      out.emplace_back(t.shard, t.backend);
+    if (t.shard && std::none_of(out.begin(), out.end(), [&](const auto& u) { return u.second == t.backend; }))
+      out.emplace_back(*t.shard, t.backend);
   return out;
 }
 

@@ -23,6 +23,7 @@ struct Table {
   std::string schema, name;
   std::vector<PgQuery__RangeVar*> uses;  // every place the statement names it
   bool all_columns = false;
+  bool whole = false;  // every shard holds it whole: pulled from one shard
 };
 
 // What the statement reads: its sharded tables and the column names it mentions.
@@ -74,10 +75,11 @@ void collect(PgQuery__ParseResult* tree, const CombineOptions& options, Reads& r
     auto* rv = const_cast<PgQuery__RangeVar*>(crv);  // the tree is the caller's copy
     const std::string schema = schema_of(rv), name(sv(rv->relname));
     if (schema.empty() && ctes.count(name) != 0) return;  // a CTE of the statement
-    if (!options.is_sharded_table || !options.is_sharded_table(schema, name)) return;
+    const bool sharded = options.is_sharded_table && options.is_sharded_table(schema, name);
+    if (!sharded && !(options.is_whole_table && options.is_whole_table(schema, name))) return;
     auto it = std::find_if(r.tables.begin(), r.tables.end(),
                            [&](const Table& t) { return t.schema == schema && t.name == name; });
-    if (it == r.tables.end()) it = r.tables.insert(r.tables.end(), Table{schema, name, {}, false});
+    if (it == r.tables.end()) it = r.tables.insert(r.tables.end(), Table{schema, name, {}, false, !sharded});
     it->uses.push_back(rv);
     const std::string shown = rv->alias != nullptr ? std::string(sv(rv->alias->aliasname)) : name;
     if (r.whole_rows.count(shown) != 0) it->all_columns = true;  // f(t), row_to_json(t), t IS NULL
@@ -399,7 +401,8 @@ std::variant<CombinePlan, MergeError> plan_combine(PgQuery__ParseResult* tree, c
     return MergeError{"SPC01", "cannot be answered exactly across shards: " + std::move(why)};
   };
   if (!reads.refused.empty()) return cannot(reads.refused);
-  if (reads.tables.empty()) return cannot("no sharded table found to combine");
+  if (std::all_of(reads.tables.begin(), reads.tables.end(), [](const Table& t) { return t.whole; }))
+    return cannot("no sharded table found to combine");
   PgQuery__SelectStmt* top = tree->stmts[0]->stmt->select_stmt;
   CombinePlan plan;
   const TableShape* shape =
@@ -428,6 +431,7 @@ std::variant<CombinePlan, MergeError> plan_combine(PgQuery__ParseResult* tree, c
     pull.create_sql = "CREATE TEMP TABLE " + pull.temp_name + " ON COMMIT DROP AS SELECT " + select_list(columns) +
                       " FROM " + pull.table + " WITH NO DATA";
     pull.filtered = filtered;
+    pull.one_shard = t.whole;
     if (filtered) {
       auto sql = filtered_pull(tree, columns);
       if (!sql) return MergeError{"XX000", "could not print the partial query"};

@@ -6,7 +6,8 @@
 // into its temporary table. A single-table aggregate whose aggregates combine
 // (count, sum, min, max, bool_and/or) is aggregated on the shards first: the pull
 // returns one row per group and shard, and the statement re-aggregates those. Reference tables and everything else the statement reads
-// are the combine database's own (it is a shard, holding a copy of them). Types,
+// are the combine database's own (it is a shard, holding a copy of them), or, when it is
+// a PostgreSQL of its own, reference tables are pulled from one shard as well. Types,
 // collations, functions and NULL rules are PostgreSQL's by construction.
 //
 // Life of a combined SELECT (server/scatter_combine.cpp runs it):
@@ -41,6 +42,7 @@ struct CombinePull {
   std::string pull_sql;     // SELECT <columns> FROM table [WHERE <the statement's filter>]
   bool filtered = false;    // the statement's WHERE moved into pull_sql (single-table statements)
   bool aggregated = false;  // pull_sql aggregates (partial aggregates, re-aggregated by combine_sql)
+  bool one_shard = false;   // a table every shard holds whole (CombineOptions::is_whole_table): from one shard
 };
 
 struct CombinePlan {
@@ -61,6 +63,11 @@ struct CombineOptions {
   // pull only the columns the statement names, aggregate on the shards. Unknown: every
   // column, and no aggregation on the shards.
   std::function<const TableShape*(std::string_view table)> table_shape;
+  // Set when the combine database holds none of the tables (scatter.combine is a
+  // PostgreSQL of its own): whether (schema, table) is one every shard holds whole (a
+  // reference table), which is then pulled too, from one shard. Unset: such tables are
+  // the combine database's own (it is a shard).
+  std::function<bool(std::string_view schema, std::string_view table)> is_whole_table;
 };
 
 // Plans the combine step for the single SELECT in `tree` (an unpacked copy the

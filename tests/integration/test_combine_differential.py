@@ -1600,6 +1600,82 @@ def max_combine_rows_and_another_combine_database():
 
 
 @test
+@needs_proxy
+def a_combine_database_of_its_own():
+    """scatter.combine as a libpq connection string (SPEC §4.1: "or a separate
+    PostgreSQL"): a third proxy combines in a database that holds none of the tables
+    (on PG1, given as a URI with no user: the client's is used). Every statement of the
+    main comparison that matched there matches plain PostgreSQL through it too (the
+    temporary tables are made from the pulls' column types; the reference table is
+    pulled from one shard); the combine step's connections are to that database
+    (pg_stat_activity), last_scatter names it; a column of an enum made on the shards is
+    refused (0A000); no temporary table is left there. A fourth proxy whose combine
+    database does not answer fails combine statements with SPS01 naming it, and answers
+    everything else."""
+    own = f"cbown_{SUFFIX}"
+    c = sptest.superuser(PG1)
+    c.cursor().execute(f"CREATE DATABASE {own} OWNER app")
+    c.close()
+    CREATED_DBS.append((PG1, own))
+    proxy = Proxy("combine-own", proxy_config(f"  combine: postgresql://{HOST}:{PG1}/{own}\n")).start()
+    t = Target("proxy3", proxy.port, "app")
+    try:
+        for sid, sql, params, order in STMTS:
+            if not failed_alone(sid):
+                run_statement(f"own-{sid}", sql, params, order, proxy=t)
+        r = run_simple(t, "SELECT count(DISTINCT status) FROM orders")
+        ls = last_scatter(t)
+        names = [row[0] for row in ls.rows]
+        check(r.error is None and "combine" in names and all(row[1] == "ok" for row in ls.rows), "own-last-scatter",
+              "simple", lambda: f"last_scatter after a combine statement: {ls.rows} ({r.error})")
+        d = sptest.superuser(PG1)
+        cur = d.cursor()
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND usename = 'app'", (own,))
+        n = int(cur.fetchone()[0])
+        d.close()
+        check(n > 0, "own-connections", "-", lambda: f"no connection of the proxy to {own} in pg_stat_activity")
+        time.sleep(0.3)
+        e = direct(PG1, own)
+        cur = e.cursor()
+        cur.execute("SELECT count(*) FROM pg_class WHERE relpersistence = 't' AND relkind = 'r'")
+        left = int(cur.fetchone()[0])
+        e.close()
+        check(left == 0, "own-temp-tables", "-", lambda: f"{left} temporary tables left in {own}")
+        for sql in ("CREATE TYPE cb_mood AS ENUM ('sad', 'ok')", "ALTER TABLE customers ADD COLUMN mood cb_mood"):
+            r = run_simple(t, sql)  # (through this proxy: its cached table shapes follow)
+            check(r.error is None, "own-enum-ddl", "simple", lambda: f"{sql}: {r.error}")
+        try:
+            for mode in MODES:
+                got = run(t, mode, "SELECT count(DISTINCT mood) FROM customers")
+                check(got.error is not None and got.error[0] == "0A000" and "made on the shards" in got.error[1],
+                      "own-enum", mode, lambda: f"expected 0A000 (a type made on the shards), got "
+                                                f"{got.error or short(got)}")
+            r = run_simple(t, "SELECT count(DISTINCT status) FROM orders")
+            check(r.error is None, "own-enum-after", "simple", lambda: f"the next combine statement: {r.error}")
+        finally:
+            for sql in ("ALTER TABLE customers DROP COLUMN mood", "DROP TYPE cb_mood"):
+                run_simple(t, sql)
+    finally:
+        t.close()
+        proxy.stop()
+    closed = sptest.free_port()
+    proxy = Proxy("combine-gone", proxy_config(
+        f"  combine: 'host={HOST} port={closed} dbname=nowhere user=app password=secret'\n")).start()
+    t = Target("proxy4", proxy.port, "app")
+    try:
+        for mode in MODES:
+            got = run(t, mode, "SELECT count(DISTINCT status) FROM orders")
+            check(got.error is not None and got.error[0] == "SPS01" and f"{HOST}:{closed}/nowhere" in got.error[1],
+                  "own-unreachable", mode, lambda: f"expected SPS01 naming the combine database, got "
+                                                   f"{got.error or short(got)}")
+            after = "SELECT count(*), sum(qty) FROM orders WHERE qty = 3"
+            compare("own-unreachable-after", mode, after, (), run(PLAIN_T, mode, after), run(t, mode, after), "exact")
+    finally:
+        t.close()
+        proxy.stop()
+
+
+@test
 def ddl_changes_the_combined_answer():
     """Combine statements run, then the tables change through the proxy (a column added,
     a column's type changed, both undone): the same statement texts again must follow

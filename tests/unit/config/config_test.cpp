@@ -746,10 +746,61 @@ TEST_CASE("catalog and moves (SPEC 9)", "[config]") {
   CHECK_FALSE(load_string(shards).config->has_catalog());
 
   expect_one_error(shards + "catalog: s9\n", 4, "unknown shard \"s9\"");
+  expect_one_error(shards + "catalog: \"host='10.0.0.5 dbname=x\"\n", 4,
+                   "catalog: not a libpq connection string: unterminated quoted string");
   expect_one_error(shards + "moves: { poll: 1s, lease: 2s }\n", 4, "moves.lease must be more than twice moves.poll");
   expect_one_error(shards + "moves: { hold: 1s }\n", 4, "moves.hold: unknown key");
   expect_one_error("shards:\n  - { name: s0, database: app }\ncatalog: s0\n", 2,
                    "with catalog:, shard \"s0\" needs database and user");
+}
+
+TEST_CASE("scatter.combine: a shard's name or a PostgreSQL of its own (SPEC 4.1)", "[config]") {
+  const std::string shards = "shards:\n  - { name: s0, database: app }\n  - { name: s1, database: app }\n";
+  auto r = load_string(shards + "scatter: { combine: s1 }\n");
+  REQUIRE(r.config);
+  CHECK(r.config->scatter.combine_shard == 1);
+  CHECK_FALSE(r.config->scatter.combine_database);
+  CHECK(r.config->scatter.combines_on(1));
+  CHECK_FALSE(r.config->scatter.combines_on(0));
+
+  r = load_string(shards + "scatter: { combine: \"host=10.0.0.9 port=6543 dbname=scratch user=cb password='p w'\" }\n");
+  INFO(describe(r));
+  REQUIRE(r.config);
+  REQUIRE(r.config->scatter.combine_database);
+  const auto& c = *r.config->scatter.combine_database;
+  CHECK(c.name == "combine");
+  CHECK(c.host == "10.0.0.9");
+  CHECK(c.port == 6543);
+  CHECK(c.database == "scratch");
+  CHECK(c.user == "cb");
+  CHECK(c.password == "p w");
+  CHECK(c.tls.mode == ShardTlsMode::disable);
+  CHECK(r.config->scatter.combine_dsn == "host=10.0.0.9 port=6543 dbname=scratch user=cb password='p w'");
+  CHECK_FALSE(r.config->scatter.combines_on(0));  // no shard runs it: any may be dropped
+
+  // A URI; what it leaves out is the client's (user, password, database) or 5432.
+  r = load_string(shards + "scatter:\n  combine: postgresql://db.example/scr%20atch?sslmode=require\n");
+  REQUIRE(r.config);
+  REQUIRE(r.config->scatter.combine_database);
+  CHECK(r.config->scatter.combine_database->host == "db.example");
+  CHECK(r.config->scatter.combine_database->port == 5432);
+  CHECK(r.config->scatter.combine_database->database == "scr atch");
+  CHECK(r.config->scatter.combine_database->user.empty());
+  CHECK(r.config->scatter.combine_database->tls.mode == ShardTlsMode::require);
+
+  expect_one_error(shards + "scatter:\n  combine: s7\n", 5, "unknown shard \"s7\"");
+  expect_one_error(shards + "scatter:\n  combine: 'host=a,b dbname=x'\n", 5,
+                   "scatter.combine: connection option host with several hosts is not supported here");
+  expect_one_error(shards + "scatter:\n  combine: 'host=a service=x'\n", 5,
+                   "scatter.combine: connection option service is not supported here");
+  expect_one_error(shards + "scatter:\n  combine: 'host=a port=99999'\n", 5, "port \"99999\" is not a port number");
+  expect_one_error(shards + "scatter:\n  combine: 'host=a sslmode=prefer'\n", 5,
+                   "sslmode \"prefer\": expected one of disable | require | verify-ca | verify-full");
+  expect_one_error(shards + "scatter:\n  combine: 'host=a sslmode=verify-ca'\n", 5, "needs sslrootcert");
+  expect_one_error(shards + "scatter:\n  combine: 'host=a sslmode=verify-full sslrootcert=/nonexistent/ca.pem'\n", 5,
+                   "cannot read \"/nonexistent/ca.pem\"");
+  expect_one_error(shards + "scatter:\n  combine: 'host=a nonsense'\n", 5,
+                   "scatter.combine: not a libpq connection string: missing \"=\" after \"nonsense\"");
 }
 
 TEST_CASE("replicas, hosts, reads and health checks (SPEC 10)", "[config]") {

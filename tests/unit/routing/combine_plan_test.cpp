@@ -116,6 +116,29 @@ TEST_CASE("a combine of several tables pulls each from every shard, unfiltered",
   CHECK(c.combine_sql.find("WHERE o.amount > 5") != std::string::npos);
 }
 
+TEST_CASE("a combine database of its own: reference tables are pulled too, from one shard", "[combine]") {
+  const char* sql = "SELECT co.region, count(DISTINCT o.status) FROM orders o JOIN countries co ON co.code = o.customer "
+                    "GROUP BY 1";
+  // On a shard, the reference table is the combine database's own.
+  auto p = plan_scatter(sql, options());
+  const auto& on_shard = combined(p);
+  REQUIRE(on_shard.pulls.size() == 1);
+  CHECK(on_shard.combine_sql.find("JOIN countries co") != std::string::npos);
+
+  auto o = options();
+  o.combine.is_whole_table = [](std::string_view schema, std::string_view t) { return schema.empty() && t == "countries"; };
+  auto q = plan_scatter(sql, o);
+  const auto& own = combined(q);
+  REQUIRE(own.pulls.size() == 2);
+  CHECK_FALSE(own.pulls[0].one_shard);
+  CHECK(own.pulls[1].one_shard);
+  CHECK(own.pulls[1].pull_sql == "SELECT * FROM \"countries\"");  // (no shape known: every column)
+  CHECK(own.combine_sql.find("pg_temp.sp_combine_1 o JOIN pg_temp.sp_combine_2 co") != std::string::npos);
+  // A statement of reference tables alone is not combined.
+  auto r = plan_scatter("SELECT count(DISTINCT region) FROM countries", o);
+  CHECK(r.error);
+}
+
 TEST_CASE("a CTE's name is not a table to pull; a sub-select's filter stays in the combine", "[combine]") {
   auto p = plan_scatter("WITH orders AS (SELECT * FROM customers) SELECT count(DISTINCT city) FROM orders", options());
   const auto& c = combined(p);
