@@ -528,8 +528,13 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
   auto& slot = fe_.prepared[std::string(name)] = std::move(p);
   if (name.empty()) ++fe_.unnamed_seq;
 
-  if (!cur()) {
-    // Prepare where the statement will run if its Bind is already here; else anywhere.
+  // Prepare where the statement will run if its Bind is already here; else anywhere (or
+  // on the transaction's backend). A Bind that reads several shards needs no Parse on
+  // any shard first: it is answered here when nothing is in flight on the backend the
+  // session holds (its answers must not overtake earlier ones). (On that backend, the
+  // Parse would also fail the transaction there, so that the statement's own error
+  // came back as 25P02.)
+  if (!cur() || (fe_.expect.empty() && bout_.empty())) {
     std::size_t shard = pick_any_shard();
     std::optional<std::size_t> standby;
     std::size_t pos = cpos_ + f.size;
@@ -545,7 +550,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
           auto route = runtime_->router->route(*slot.plan, params, settings_.routing, shape_lookup(keep));
           if (auto t = single_target(route)) {
             shard = *t;
-            if (runtime_->standbys) standby = co_await read_host(shard, route);
+            if (runtime_->standbys && !cur()) standby = co_await read_host(shard, route);
           } else {
             scatter_read = fe_.client_txn != 'E' && route.kind == RouteKind::shards && route.cls == StatementClass::read &&
                            route.txn == TxnCommand::none && !route.generate_keys && !route.pull_insert;
@@ -565,7 +570,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
       stream_.defer(out);
       co_return true;
     }
-    if (!co_await pump_.use_shard(shard, standby)) {
+    if (!cur() && !co_await pump_.use_shard(shard, standby)) {
       fe_.skip_until_sync = true;
       co_return !closing_;
     }

@@ -122,10 +122,6 @@ KNOWN[("ps-portal", "*")] = ("Execute with max_rows on a multi-shard portal (mer
                              "'portal \"\" does not exist'")
 KNOWN[("multi-query", "*")] = ("several multi-shard SELECTs in one simple Query: refused (0A000/SPC01 'only a single "
                                "SELECT can be answered across shards'; docs/transactions.md)")
-for _sid in ("txerr-07", "txerr-08"):
-    KNOWN[(_sid, "*")] = ("extended protocol, inside BEGIN: a combine statement with a bad column gives SPS01 "
-                          "(a shard answers 25P02) instead of 42703, and the transaction is not left failed: the "
-                          "next SELECT 1 may run (status T) instead of 25P02")
 KNOWN[("disconnect-combine-db", "*")] = ("a client that disconnects while its combine query runs: the combine "
                                          "database goes on running it to its end")
 if SELFCHECK:
