@@ -73,7 +73,7 @@ struct SqlPrepared {
 
 // A cursor over several shards, held by the proxy (server/session_cursor.cpp).
 struct ProxyCursor {
-  std::string description;        // its RowDescription message
+  std::string description;        // its RowDescription message (a portal's: if Describe asked for it)
   std::vector<std::string> rows;  // its DataRow messages
   std::size_t position = 0;       // PostgreSQL's: 0 before the first row, rows + 1 after the last
   bool hold = false;              // WITH HOLD: outlives its transaction
@@ -149,6 +149,10 @@ class Frontend {
   std::unordered_map<std::string, Prepared> prepared;         // "" = the unnamed statement
   std::unordered_map<std::string, SqlPrepared> sql_prepared;  // PREPARE name
   std::unordered_map<std::string, ProxyCursor> cursors;       // DECLARE over several shards
+  // Portals of reads of several shards executed with a row limit (Execute max_rows):
+  // their rows, handed out an Execute at a time (session_cursor.cpp). They end at the
+  // Sync of their implicit transaction, with their block, or at Close.
+  std::unordered_map<std::string, ProxyCursor> portals;
   std::uint64_t unnamed_seq = 0;
   std::uint64_t parse_seq = 0;
   char client_txn = 'I';  // status reported in ReadyForQuery

@@ -316,6 +316,12 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<std::optional<bool>> cursor_command(const routing::Route& route);
   awaitable<bool> declare_cursor(const routing::Route::Names& n);
   awaitable<bool> fetch_cursor(const routing::Route::Names& n);
+  // An Execute with a row limit of a portal that reads several shards (the extended
+  // protocol's cursor, e.g. JDBC's setFetchSize): the whole answer is read as for a
+  // cursor, and each Execute takes the next `max_rows` rows (PortalSuspended) until
+  // the last (CommandComplete).
+  awaitable<bool> execute_in_pieces(std::string portal, ScatterRequest req, std::int32_t max_rows);
+  awaitable<bool> execute_more(const std::string& portal, std::int32_t max_rows);
   // The shard the proxy's own reads of definitions and keys go to: scatter.combine.
   std::size_t combine_shard() const { return std::min(runtime_->config.scatter.combine_shard, pools_.size() - 1); }
   // Where the combine step runs: scatter.combine's shard, or its database of its own.

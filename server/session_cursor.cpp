@@ -116,4 +116,66 @@ awaitable<bool> Session::fetch_cursor(const Route::Names& n) {
   co_return !closing_;
 }
 
+namespace {
+
+// The next rows of a portal held by the proxy, as PostgreSQL's Execute gives them: at
+// most `max_rows` (0: all), then PortalSuspended if the limit was reached, else
+// CommandComplete with the rows of this Execute.
+void next_rows(ProxyCursor& c, std::int32_t max_rows, std::string& out) {
+  const std::size_t from = std::min(c.position, c.rows.size());
+  const std::size_t left = c.rows.size() - from;
+  const std::size_t n = max_rows > 0 ? std::min(left, static_cast<std::size_t>(max_rows)) : left;
+  for (std::size_t i = from; i < from + n; ++i) out += c.rows[i];
+  c.position = from + n;
+  if (max_rows > 0 && n == static_cast<std::size_t>(max_rows)) proto::encode_portal_suspended(out);
+  else proto::CommandComplete{"SELECT " + std::to_string(n)}.encode(out);
+}
+
+}  // namespace
+
+awaitable<bool> Session::execute_in_pieces(std::string portal, ScatterRequest req, std::int32_t max_rows) {
+  const std::size_t limit = runtime_->config.scatter.max_buffered_rows;
+  const bool describe = req.describe;
+  req.describe = true;  // (kept for a later Describe of the portal)
+  co_await pump_.drain();  // (nothing of an earlier statement may go into the capture)
+  ClientStream::Capture capture;
+  capture.max_rows = limit;
+  stream_.capture(&capture);
+  const bool ok = co_await scatter_read(*scatter_.route, std::move(req));
+  stream_.capture(nullptr);
+  if (!ok) co_return false;
+  ProxyCursor c;
+  std::string out;  // notices first, as they came
+  bool failed = false;
+  for_each_message(capture.data, [&](char type, std::string_view, std::string_view whole) {
+    if (type == 'T') c.description.assign(whole);
+    else if (type == 'D') c.rows.emplace_back(whole);
+    else if (type != 'C') out.append(whole);
+    failed = failed || type == 'E';
+  });
+  if (failed) {  // the statement's own error, as without a row limit
+    co_await stream_.write(capture.data);
+    co_return !closing_;
+  }
+  if (capture.rows > limit)
+    co_return co_await reject(sqlstate::scatter_buffer_limit,
+                              "a portal over several shards read in pieces (Execute with a row limit) holds its rows "
+                              "in the proxy: more than scatter.max_buffered_rows (" +
+                                  std::to_string(limit) + ")",
+                              true);
+  if (describe) out += c.description;
+  next_rows(c, max_rows, out);
+  fe_.portals[std::move(portal)] = std::move(c);
+  co_await stream_.write(out);
+  co_return !closing_;
+}
+
+awaitable<bool> Session::execute_more(const std::string& portal, std::int32_t max_rows) {
+  co_await pump_.drain();  // (its answer must not overtake earlier ones)
+  std::string out;
+  next_rows(fe_.portals[portal], max_rows, out);
+  co_await stream_.write(out);
+  co_return !closing_;
+}
+
 }  // namespace splitpoint::server

@@ -130,7 +130,7 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     case 'S':
       co_return co_await handle_sync(f);
     case 'E':
-      if (fe_.local_portal || scatter_.portal) co_return co_await handle_execute(f);
+      if (fe_.local_portal || scatter_.portal || !fe_.portals.empty()) co_return co_await handle_execute(f);
       [[fallthrough]];
     case 'H':
       if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
@@ -178,6 +178,12 @@ awaitable<bool> Session::handle_describe(const proto::Frame& f) {
     scatter_.portal->second.describe = true;  // answered with the rows at Execute
     co_return true;
   }
+  if (auto held = d->kind == 'P' ? fe_.portals.find(std::string(d->name)) : fe_.portals.end();
+      held != fe_.portals.end()) {
+    co_await pump_.drain();  // (its answer must not overtake earlier ones)
+    co_await stream_.write(held->second.description);
+    co_return true;
+  }
   if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
     fe_.skip_until_sync = true;
     co_return !closing_;
@@ -197,6 +203,7 @@ awaitable<bool> Session::handle_close(const proto::Frame& f) {
   auto c = proto::Close::decode(f.body);
   if (!c) co_return co_await protocol_violation(f.type);
   auto it = c->kind == 'S' ? fe_.prepared.find(std::string(c->name)) : fe_.prepared.end();
+  if (c->kind == 'P') fe_.portals.erase(std::string(c->name));
   if (!cur()) {
     // Nothing is owed by any backend: answer in order ourselves.
     if (it != fe_.prepared.end()) fe_.prepared.erase(it);
@@ -220,6 +227,7 @@ awaitable<bool> Session::handle_close(const proto::Frame& f) {
 
 awaitable<bool> Session::handle_sync(const proto::Frame& f) {
   fe_.local_portal.reset();
+  if (!in_transaction()) fe_.portals.clear();  // (their implicit transaction ends here)
   if (scatter_.portal) {
     // Described but never executed: the description alone.
     auto req = std::move(scatter_.portal->second);
@@ -272,12 +280,19 @@ awaitable<bool> Session::handle_execute(const proto::Frame& f) {
     auto e = proto::Execute::decode(f.body);
     if (e && e->portal == scatter_.portal->first) {
       auto req = std::move(scatter_.portal->second);
+      auto portal = std::move(scatter_.portal->first);
       scatter_.portal.reset();
       take_moves();  // (a named portal may outlive its Sync: then nothing marks it running)
       if (scatter_.route->cls != routing::StatementClass::read)
         co_return co_await run_on_shards(*scatter_.route, req.sql, &req);
+      if (e->max_rows > 0 && req.emit_rows)
+        co_return co_await execute_in_pieces(std::move(portal), std::move(req), e->max_rows);
       co_return co_await scatter_read(*scatter_.route, std::move(req));
     }
+  }
+  if (!fe_.portals.empty()) {
+    auto e = proto::Execute::decode(f.body);
+    if (e && fe_.portals.count(std::string(e->portal))) co_return co_await execute_more(std::string(e->portal), e->max_rows);
   }
   if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
     fe_.skip_until_sync = true;

@@ -614,6 +614,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
     co_await send_error("FATAL", sqlstate::protocol_violation, "invalid Bind message", false);
     co_return false;
   }
+  if (!fe_.portals.empty()) fe_.portals.erase(std::string(bind->portal));  // (a new portal of that name)
   auto it = fe_.prepared.find(std::string(bind->statement));
   if (it == fe_.prepared.end()) {
     // Unknown statement: let PostgreSQL report it.
@@ -1009,6 +1010,7 @@ void Session::reset_transaction() {
   txn_.written.clear();
   settings_.local_txn.clear();
   std::erase_if(fe_.cursors, [](const auto& c) { return !c.second.hold; });  // (a cursor without HOLD ends here)
+  fe_.portals.clear();
 }
 
 // Runs one simple-protocol statement on a shard outside the pump (which must not

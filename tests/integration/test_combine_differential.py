@@ -117,9 +117,6 @@ psycopg2.extensions.register_type(psycopg2.extensions.new_type(RAW_OIDS, "CB_RAW
 KNOWN = {}
 KNOWN[("err-21", "*")] = ("FOR UPDATE with an aggregate: SPC01 (the proxy refuses FOR UPDATE over several shards "
                           "before PostgreSQL sees it) instead of PostgreSQL's 0A000")
-KNOWN[("ps-portal", "*")] = ("Execute with max_rows on a multi-shard portal (merge and combine alike): every row is "
-                             "sent at the first Execute, no PortalSuspended, and the next Execute fails with 34000 "
-                             "'portal \"\" does not exist'")
 KNOWN[("multi-query", "*")] = ("several multi-shard SELECTs in one simple Query: refused (0A000/SPC01 'only a single "
                                "SELECT can be answered across shards'; docs/transactions.md)")
 KNOWN[("disconnect-combine-db", "*")] = ("a client that disconnects while its combine query runs: the combine "
@@ -1179,16 +1176,47 @@ def prepared_combine_statements():
             for i, (ps, a, b) in enumerate(zip(sets, eo, go)):
                 compare(f"{sid}.{i}", mode, sql, ps, a, b, "exact")
             check(len(eo) == len(go), sid, mode, lambda: f"{sql}: {len(eo)} executions expected, got {len(go)}")
-    sql = ("SELECT order_id, dense_rank() OVER (ORDER BY status NULLS FIRST), wait FROM orders WHERE qty = 6 "
-           "ORDER BY order_id")
+    # A combine statement and a merged one (an ORDER BY over the shards), fetched in
+    # pieces: 7 rows (PortalSuspended), 7 more, the rest (CommandComplete with the
+    # rows of that Execute), once more (none); then, named and in a block, over several
+    # Syncs (Describe of the portal after its first Execute), the portal gone with the
+    # block (34000), and gone at the Sync of its implicit transaction.
+    combine = ("SELECT order_id, dense_rank() OVER (ORDER BY status NULLS FIRST), wait FROM orders WHERE qty = 6 "
+               "ORDER BY order_id")
+    merge = "SELECT order_id, status FROM orders WHERE qty = 7 ORDER BY order_id"
+    S = [pgwire.sync_msg()]
 
-    def pieces(t, binary):
-        t.wire.send([pgwire.parse_msg(sql), pgwire.bind_msg((), "", "", (), [1] if binary else []),
+    def until_ready(t):
+        msgs = []
+        while not msgs or msgs[-1][0] != "Z":
+            msgs.append(t.wire.recv(60))
+        return msgs
+
+    def pieces(t, binary, sql):
+        fmt = [1] if binary else []
+        t.wire.send([pgwire.parse_msg(sql), pgwire.bind_msg((), "", "", (), fmt),
                      pgwire.describe_msg("P"), pgwire.execute_msg("", 7), pgwire.execute_msg("", 7),
-                     pgwire.execute_msg("", 0), pgwire.sync_msg()])
-        r = t.wire.query_collect()
+                     pgwire.execute_msg("", 0), pgwire.execute_msg("", 3)] + S)
+        msgs = until_ready(t)
+        t.wire.send([pgwire.query_msg("BEGIN")])
+        msgs += until_ready(t)
+        t.wire.send([pgwire.parse_msg(sql, "pc"), pgwire.bind_msg((), "cur", "pc", (), fmt),
+                     pgwire.execute_msg("cur", 4)] + S)
+        msgs += until_ready(t)
+        t.wire.send([pgwire.describe_msg("P", "cur"), pgwire.execute_msg("cur", 5)] + S)
+        msgs += until_ready(t)
+        t.wire.send([pgwire.query_msg("COMMIT")])
+        msgs += until_ready(t)
+        t.wire.send([pgwire.execute_msg("cur", 5)] + S)
+        msgs += until_ready(t)
+        t.wire.send([pgwire.bind_msg((), "cur2", "pc", (), fmt), pgwire.execute_msg("cur2", 2)] + S)
+        msgs += until_ready(t)
+        t.wire.send([pgwire.execute_msg("cur2", 2)] + S)
+        msgs += until_ready(t)
+        t.wire.send([pgwire.close_msg("S", "pc")] + S)
+        msgs += until_ready(t)
         out = []
-        for ty, body in r.messages:
+        for ty, body in msgs:
             if ty in ("S", "N"):
                 continue
             if ty == "T":
@@ -1199,8 +1227,10 @@ def prepared_combine_statements():
                 out.append((ty, body))
         return out
     for mode in ("text", "binary"):
-        exp, got = pieces(PLAIN_T, mode == "binary"), pieces(PROXY_T, mode == "binary")
-        check(exp == got, "ps-portal", mode, lambda: f"{sql} (Execute max_rows 7, 7, 0)\n    {first_diff(exp, got)}")
+        for sid, sql in (("ps-portal", combine), ("ps-portal-merge", merge)):
+            exp, got = pieces(PLAIN_T, mode == "binary", sql), pieces(PROXY_T, mode == "binary", sql)
+            check(exp == got, sid, mode, lambda: f"{sql} (Execute max_rows 7, 7, 0, 3; then named, in a block)\n"
+                                                 f"    {first_diff(exp, got)}")
 
 
 @test
