@@ -102,6 +102,12 @@ std::vector<std::string_view> split_statements(std::string_view sql, bool standa
   return out;
 }
 
+bool may_hold_several_statements(std::string_view sql) {
+  for (std::size_t at = sql.find(';'); at != std::string_view::npos; at = sql.find(';', at + 1))
+    if (sql.find_first_not_of(" \t\r\n;", at) != std::string_view::npos) return true;
+  return false;
+}
+
 SessionCommandInfo classify_session_command(std::string_view sql) {
   Words words(sql);
   std::string first = words.next();

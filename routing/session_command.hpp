@@ -24,6 +24,9 @@ SessionCommandInfo classify_session_command(std::string_view sql);
 // The statements of a query text, as PostgreSQL's scanner splits it (empty if it
 // cannot be scanned).
 std::vector<std::string_view> split_statements(std::string_view sql, bool standard_strings = true);
+// Whether a ';' is followed by more than blanks: the text may hold several statements
+// (a cheap test before split_statements; a ';' in a string or comment counts too).
+bool may_hold_several_statements(std::string_view sql);
 
 // The statement's first keyword, lower-cased ("" if it does not start with a word).
 std::string first_keyword(std::string_view sql);

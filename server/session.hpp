@@ -316,6 +316,12 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<std::optional<bool>> cursor_command(const routing::Route& route);
   awaitable<bool> declare_cursor(const routing::Route::Names& n);
   awaitable<bool> fetch_cursor(const routing::Route::Names& n);
+  // ---- session_texts.cpp: a text of several statements no one shard runs whole, run
+  // one statement at a time when PostgreSQL's answer is the same; nullopt: not so.
+  bool several_statements_apart(const routing::Route& route, std::string_view sql) const;
+  awaitable<std::optional<bool>> run_statements_apart(std::string_view sql, bool everywhere);
+  awaitable<bool> run_one(std::string_view statement);
+  awaitable<bool> run_unseen(std::string_view verb);
   // An Execute with a row limit of a portal that reads several shards (the extended
   // protocol's cursor, e.g. JDBC's setFetchSize): the whole answer is read as for a
   // cursor, and each Execute takes the next `max_rows` rows (PortalSuspended) until

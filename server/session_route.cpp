@@ -233,6 +233,10 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   if (moves_.view && !co_await wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, settings_.routing, lookup); }))
     co_return !closing_;
 
+  if (several_statements_apart(route, sql)) {  // (a text no one shard runs whole: session_texts.cpp)
+    auto done = co_await run_statements_apart(sql, route.kind == RouteKind::all_shards);
+    if (done) co_return *done;
+  }
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
   if (pools_.size() > 1 && route.kind == RouteKind::all_shards && route.cls == StatementClass::write &&
@@ -439,7 +443,7 @@ awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& ro
   }
   count_target(label);
   if (route.sql_prepared != routing::Route::SqlPrepared::none) sync_sql_prepared(route);
-  bout_.append(std::string_view(cbuf_).substr(cpos_, f.size));
+  proto::Writer(bout_, 'Q').bytes(f.body).finish();  // (f may be one statement of a text: session_texts.cpp)
   Expect e{'Z'};
   e.started = started;
   if (route.sql_prepared == routing::Route::SqlPrepared::prepare) {

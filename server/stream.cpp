@@ -48,6 +48,14 @@ awaitable<error_code> ClientStream::write(std::string_view data) {
     capture_->take(data);
     co_return error_code{};
   }
+  std::string kept;
+  if (quiet_ != nullptr) {
+    for_each_message(data, [&](char type, std::string_view, std::string_view whole) {
+      if (type == 'E') ++quiet_->errors;
+      if (type != 'Z') kept.append(whole);
+    });
+    data = kept;
+  }
   std::string first;  // what was deferred goes out first, in the same send(2)
   first.swap(deferred_);
   const std::size_t total = first.size() + data.size();

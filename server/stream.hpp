@@ -39,6 +39,13 @@ class ClientStream {
     void take(std::string_view messages);
   };
   void capture(Capture* into) { capture_ = into; }
+  // While set, ReadyForQuery messages are not sent, and ErrorResponses are counted: the
+  // statements of one client text run one by one (server/session_texts.cpp), answered
+  // with one ReadyForQuery at the end.
+  struct Quiet {
+    int errors = 0;
+  };
+  void quiet(Quiet* q) { quiet_ = q; }
 
   tcp::socket& socket() { return socket_; }
   // Counts bytes read and written (splitpoint_bytes_total).
@@ -62,6 +69,7 @@ class ClientStream {
   LocalCounter* bytes_in_ = nullptr;
   LocalCounter* bytes_out_ = nullptr;
   Capture* capture_ = nullptr;
+  Quiet* quiet_ = nullptr;
   int writes_waiting_ = 0;  // writes suspended on a full socket (plain TCP)
   std::string deferred_;    // defer()
 };

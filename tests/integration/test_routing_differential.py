@@ -557,6 +557,37 @@ def multi_shard_writes_simple_protocol():
 
 
 @test
+def several_statements_in_one_text():
+    # A text of several statements that no one shard runs whole: each statement is
+    # answered, in order, the first error ends the text, and what it wrote outside a
+    # block is applied whole or not at all (one implicit transaction), as on one
+    # PostgreSQL; one ReadyForQuery (its status compared too).
+    k1, k2 = rng.sample(sorted(ACCOUNTS), 2)
+    new1, new2 = some_key(existing=False), some_key(existing=False)
+    lockstep("simple", "SELECT count(*) FROM accounts; SELECT id, name FROM accounts WHERE id = "
+                       f"{k1}; SELECT max(balance), min(id), count(DISTINCT name) FROM accounts")
+    lockstep("simple", "SELECT count(*) FROM items; SELECT 1/0; SELECT 2")
+    lockstep("simple", f"SELECT balance FROM accounts WHERE id = {k1}; UPDATE accounts SET balance = balance - 5 "
+                       f"WHERE id IN ({k1}, {k2}) RETURNING id, balance; SELECT sum(balance) FROM accounts",
+             unordered=True)
+    # written, then an error: nothing of the text stays
+    lockstep("simple", f"UPDATE accounts SET balance = balance + 7 WHERE id = {k1}; "
+                       f"UPDATE accounts SET balance = balance + 7 WHERE id = {k2}; SELECT 1/0")
+    lockstep("simple", f"INSERT INTO accounts (id, name) VALUES ({new1}, 'text'); "
+                       f"INSERT INTO accounts (id, name) VALUES ({new2}, 'text'); "
+                       f"INSERT INTO accounts (id, name) VALUES ({k1}, 'dup')")
+    lockstep("simple", f"SELECT id, balance FROM accounts WHERE id IN ({k1}, {k2}, {new1}, {new2}) ORDER BY id")
+    # the text's own block, and a block opened before it
+    lockstep("simple", "BEGIN; SELECT count(*) FROM items; UPDATE items SET qty = qty + 1 WHERE qty = 5; "
+                       "SELECT sum(qty), count(DISTINCT label) FROM items; COMMIT")
+    lockstep("simple", "BEGIN")
+    lockstep("simple", "SELECT count(*) FROM accounts; DELETE FROM items WHERE qty = 7; SELECT count(*) FROM items")
+    lockstep("simple", "ROLLBACK")
+    lockstep("simple", "SELECT count(*) FROM items WHERE qty = 7; SELECT count(*) FROM accounts")
+    finish("several statements in one text")
+
+
+@test
 def multi_shard_writes_extended_protocol():
     # SPEC §3: INSERT ... VALUES rows are grouped by shard and keyless UPDATE/DELETE go to
     # all shards, whatever the protocol.

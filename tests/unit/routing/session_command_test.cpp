@@ -80,4 +80,11 @@ TEST_CASE("classify_session_command reads the leading keywords", "[session]") {
   CHECK(classify_session_command("LISTEN x").kind == SessionCommand::listen);
   CHECK(classify_session_command("UPDATE t SET a = 1").kind == SessionCommand::none);
   CHECK(split_statements("SET a = 1; SELECT 'x;y'; RESET a").size() == 3);
+  // The cheap test before a split: a ';' with more than blanks after it.
+  CHECK(may_hold_several_statements("SELECT 1; SELECT 2"));
+  CHECK(may_hold_several_statements("SELECT 'x;y'"));  // (a string: the split then finds one)
+  CHECK_FALSE(may_hold_several_statements("SELECT 1;"));
+  CHECK_FALSE(may_hold_several_statements("SELECT 1 ;  \n;\t"));
+  CHECK_FALSE(may_hold_several_statements("SELECT 1"));
+  CHECK(split_statements("SELECT 'x;y'").size() == 1);
 }
