@@ -97,11 +97,15 @@ bool ScatterRead::create_from(const routing::CombinePull& pull, std::string& cop
   }
   std::string columns;
   for (const auto& f : fields->fields) {
-    if (static_cast<std::uint32_t>(f.type_oid) >= kFirstNormalObjectId || f.name.find(kTag) != std::string_view::npos) {
+    const std::string column = "column \"" + std::string(f.name) + "\" of " + pull.table;
+    if (static_cast<std::uint32_t>(f.type_oid) >= kFirstNormalObjectId) {
       fail(sqlstate::feature_not_supported,
-           "column \"" + std::string(f.name) + "\" of " + pull.table + " is of a type made on the shards (OID " +
-               std::to_string(static_cast<std::uint32_t>(f.type_oid)) +
+           column + " is of a type made on the shards (OID " + std::to_string(static_cast<std::uint32_t>(f.type_oid)) +
                "), which scatter.combine's database of its own does not have; combine on a shard instead");
+      return false;
+    }
+    if (f.name.find(kTag) != std::string_view::npos) {  // (it would end the DO block's body)
+      fail(sqlstate::feature_not_supported, column + ": a name with " + std::string(kTag) + " in it cannot be combined");
       return false;
     }
     columns += (columns.empty() ? "" : ", ") + std::string("format('%I %s', ") + quote_literal(f.name) +

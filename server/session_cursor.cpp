@@ -171,7 +171,6 @@ awaitable<bool> Session::execute_in_pieces(std::string portal, ScatterRequest re
 }
 
 awaitable<bool> Session::execute_more(const std::string& portal, std::int32_t max_rows) {
-  co_await pump_.drain();  // (its answer must not overtake earlier ones)
   std::string out;
   next_rows(fe_.portals[portal], max_rows, out);
   co_await stream_.write(out);

@@ -178,11 +178,13 @@ awaitable<bool> Session::handle_describe(const proto::Frame& f) {
     scatter_.portal->second.describe = true;  // answered with the rows at Execute
     co_return true;
   }
-  if (auto held = d->kind == 'P' ? fe_.portals.find(std::string(d->name)) : fe_.portals.end();
-      held != fe_.portals.end()) {
-    co_await pump_.drain();  // (its answer must not overtake earlier ones)
-    co_await stream_.write(held->second.description);
-    co_return true;
+  if (d->kind == 'P' && fe_.portals.count(std::string(d->name))) {
+    co_await pump_.drain();  // (its answer must not overtake earlier ones; the block may end meanwhile)
+    if (auto held = fe_.portals.find(std::string(d->name)); held != fe_.portals.end()) {
+      const std::string description = held->second.description;
+      co_await stream_.write(description);
+      co_return true;
+    }
   }
   if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
     fe_.skip_until_sync = true;
@@ -292,7 +294,10 @@ awaitable<bool> Session::handle_execute(const proto::Frame& f) {
   }
   if (!fe_.portals.empty()) {
     auto e = proto::Execute::decode(f.body);
-    if (e && fe_.portals.count(std::string(e->portal))) co_return co_await execute_more(std::string(e->portal), e->max_rows);
+    if (e && fe_.portals.count(std::string(e->portal))) {
+      co_await pump_.drain();  // (its answer must not overtake earlier ones; the block may end meanwhile)
+      if (fe_.portals.count(std::string(e->portal))) co_return co_await execute_more(std::string(e->portal), e->max_rows);
+    }
   }
   if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
     fe_.skip_until_sync = true;

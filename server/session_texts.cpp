@@ -15,7 +15,8 @@
 //   - the text's own BEGIN, COMMIT/END and ROLLBACK run as statements of it.
 // Not split (refused as before, docs/routing.md): SAVEPOINT and the two-phase verbs,
 // COPY, cursors, PREPARE/EXECUTE, and a write outside a block in a text that also has
-// its own BEGIN/COMMIT.
+// its own BEGIN/COMMIT; a syntax error anywhere fails the whole text before any of it
+// runs, as in PostgreSQL (a shard answers it).
 #include "protocol/messages.hpp"
 #include "routing/session_command.hpp"
 #include "server/session.hpp"
@@ -50,7 +51,7 @@ awaitable<std::optional<bool>> Session::run_statements_apart(std::string_view sq
   for (const auto& part : parts) {
     auto route = runtime_->router->route_simple(part, settings_.routing, lookup);
     reads = reads || route.cls == StatementClass::read;
-    if (route.copy_from || route.cursor != routing::Route::Cursor::none ||
+    if (route.syntax_error || route.copy_from || route.cursor != routing::Route::Cursor::none ||
         route.sql_prepared != routing::Route::SqlPrepared::none)
       co_return std::nullopt;
     switch (route.txn) {
