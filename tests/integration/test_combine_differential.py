@@ -117,8 +117,6 @@ psycopg2.extensions.register_type(psycopg2.extensions.new_type(RAW_OIDS, "CB_RAW
 KNOWN = {}
 KNOWN[("err-21", "*")] = ("FOR UPDATE with an aggregate: SPC01 (the proxy refuses FOR UPDATE over several shards "
                           "before PostgreSQL sees it) instead of PostgreSQL's 0A000")
-KNOWN[("disconnect-combine-db", "*")] = ("a client that disconnects while its combine query runs: the combine "
-                                         "database goes on running it to its end")
 if SELFCHECK:
     KNOWN.clear()   # plain PostgreSQL on both sides: no proxy bug applies
 

@@ -95,11 +95,6 @@ SIDES = ("plain", "proxy")
 # check id -> one-line diagnosis. A listed check that fails prints "KNOWN FAILURE: ..."
 # and does not fail the run; one that passes every time is noted at the end.
 KNOWN = {}
-KNOWN["sa yield_per"] = ("stream_results/yield_per (psycopg2 named cursor: DECLARE ... CURSOR WITHOUT HOLD FOR SELECT) "
-                         "over several shards: refused 0A000 'only a single SELECT can be answered across shards'")
-KNOWN["dj iterator"] = ("QuerySet.iterator() (DECLARE ... NO SCROLL CURSOR WITH HOLD FOR SELECT) over several shards: "
-                        "the DECLARE is refused 0A000, and Django's CLOSE of the cursor then fails with 34000, "
-                        "which is what the application sees")
 for _c in ("dj save", "dj save state", "dj save new with pk", "dj save new with pk state"):
     KNOWN[_c] = ("Model.save() sends UPDATE ... SET \"tenant_id\" = <its own value>, ... WHERE id = ...: refused "
                  "SPR01 'cannot update the distribution key' even when the value cannot move the row (also with "
