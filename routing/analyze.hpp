@@ -84,7 +84,9 @@ class Analyzer {
   void update(const PgQuery__UpdateStmt* s, Scope& scope);
   void remove(const PgQuery__DeleteStmt* s, Scope& scope);
   void write_target(const PgQuery__RangeVar* rv, Scope& scope);
-  void refuse_key_assignment(PgQuery__Node* const* targets, std::size_t n, int occ);
+  void refuse_key_assignment(PgQuery__Node* const* targets, std::size_t n, int occ,
+                             const PgQuery__Node* where = nullptr);
+  bool where_pins(const PgQuery__Node* where, std::string_view key, const ValueSource& value) const;
   void where(const PgQuery__Node* cond, Scope& scope, EdgeRule rule);
   void scan(const PgQuery__Node* n, Scope& scope);
   void scan(PgQuery__Node* const* items, std::size_t n, Scope& scope);

@@ -220,23 +220,56 @@ void Analyzer::write_target(const PgQuery__RangeVar* rv, Scope& scope) {
   }
 }
 
-void Analyzer::refuse_key_assignment(PgQuery__Node* const* targets, std::size_t n, int occ) {
+// SET key = <value> moves the row unless the value is the one an UPDATE's WHERE already
+// requires (`where`: `key = <the same literal or $n> AND ...`, as multi-tenant ORMs
+// write every UPDATE): then nothing moves and the statement routes by that value. Such
+// a plan is not shared with texts that differ only in literals (their values could
+// differ). `where` null (ON CONFLICT DO UPDATE, UPDATE ... FROM): always refused.
+void Analyzer::refuse_key_assignment(PgQuery__Node* const* targets, std::size_t n, int occ,
+                                     const PgQuery__Node* where) {
   const Occurrence& o = plan_.occs[static_cast<std::size_t>(occ)];
   for (std::size_t i = 0; i < n; ++i) {
-    if (!is(targets[i], PG_QUERY__NODE__NODE_RES_TARGET)) continue;
-    const char* name = targets[i]->res_target->name;
-    if (o.key_column == sv(name))
-      error("SPR01", "cannot update the distribution key \"" + o.key_column + "\" of table \"" + o.table +
-                         "\": the row could move to another shard; delete it and insert it again instead",
-            true);
+    const PgQuery__Node* t = targets[i];
+    if (!is(t, PG_QUERY__NODE__NODE_RES_TARGET) || o.key_column != sv(t->res_target->name)) continue;
+    if (where != nullptr && t->res_target->n_indirection == 0) {
+      std::optional<ValueSource> v = value_of(t->res_target->val);
+      if (v && v->kind != ValueSource::Kind::null && where_pins(where, o.key_column, *v)) {
+        plan_.cacheable = false;
+        continue;
+      }
+    }
+    error("SPR01", "cannot update the distribution key \"" + o.key_column + "\" of table \"" + o.table +
+                       "\": the row could move to another shard; delete it and insert it again instead",
+          true);
   }
+}
+
+bool Analyzer::where_pins(const PgQuery__Node* where, std::string_view key, const ValueSource& value) const {
+  if (is(where, PG_QUERY__NODE__NODE_BOOL_EXPR) && where->bool_expr->boolop == PG_QUERY__BOOL_EXPR_TYPE__AND_EXPR) {
+    for (std::size_t i = 0; i < where->bool_expr->n_args; ++i)
+      if (where_pins(where->bool_expr->args[i], key, value)) return true;
+    return false;
+  }
+  if (!is(where, PG_QUERY__NODE__NODE_A_EXPR) || where->a_expr->kind != PG_QUERY__A__EXPR__KIND__AEXPR_OP ||
+      last_name(where->a_expr->name, where->a_expr->n_name) != "=")
+    return false;
+  const PgQuery__Node* l = where->a_expr->lexpr;
+  const PgQuery__Node* r = where->a_expr->rexpr;
+  if (!is(l, PG_QUERY__NODE__NODE_COLUMN_REF)) std::swap(l, r);
+  if (!is(l, PG_QUERY__NODE__NODE_COLUMN_REF) || l->column_ref->n_fields == 0 ||
+      str_of(l->column_ref->fields[l->column_ref->n_fields - 1]) != key)
+    return false;
+  std::optional<ValueSource> w = value_of(r);
+  return w && w->kind == value.kind && w->index == value.index && w->text == value.text;
 }
 
 void Analyzer::update(const PgQuery__UpdateStmt* s, Scope& scope) {
   if (s->with_clause != nullptr) with(s->with_clause, scope);
   std::size_t before = plan_.write_targets.size();
   write_target(s->relation, scope);
-  if (plan_.write_targets.size() > before) refuse_key_assignment(s->target_list, s->n_target_list, plan_.write_targets.back());
+  if (plan_.write_targets.size() > before)
+    refuse_key_assignment(s->target_list, s->n_target_list, plan_.write_targets.back(),
+                          s->n_from_clause == 0 ? s->where_clause : nullptr);
   for (std::size_t i = 0; i < s->n_from_clause; ++i) from_item(s->from_clause[i], scope);
   scan(s->target_list, s->n_target_list, scope);
   scan(s->where_clause, scope);

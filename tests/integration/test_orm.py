@@ -97,8 +97,9 @@ SIDES = ("plain", "proxy")
 KNOWN = {}
 for _c in ("dj save", "dj save state", "dj save new with pk", "dj save new with pk state"):
     KNOWN[_c] = ("Model.save() sends UPDATE ... SET \"tenant_id\" = <its own value>, ... WHERE id = ...: refused "
-                 "SPR01 'cannot update the distribution key' even when the value cannot move the row (also with "
-                 "WHERE tenant_id = <same value>), so save() of a loaded or pk-set object fails")
+                 "SPR01 'cannot update the distribution key' even when the value cannot move the row (a WHERE "
+                 "tenant_id = <same value> is accepted since 2026-12-05, but save() does not write one), so save() "
+                 "of a loaded or pk-set object fails")
 
 CHECKS = sptest.Checks(KNOWN, label="MISMATCH")
 PROXY = None

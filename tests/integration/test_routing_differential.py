@@ -438,6 +438,9 @@ def single_shard_updates_and_deletes():
         lockstep("extended", "UPDATE accounts SET name = $2, tags = tags || $3::text[] WHERE id = $1 RETURNING *",
                  [k, word(), "{x,ÿ}"])
         lockstep("extended", "UPDATE items SET qty = qty * 2 WHERE acct_id = $1 AND qty < $2", [k, 10])
+        # the key set to the value the WHERE requires (multi-tenant ORMs' UPDATE): nothing moves
+        lockstep("simple", f"UPDATE accounts SET id = {k}, note = 'same key' WHERE id = {k} RETURNING id, note")
+        lockstep("extended", "UPDATE items SET acct_id = $1, qty = qty + 1 WHERE acct_id = $1 AND qty > $2", [k, 3])
     for _ in range(25):
         a, n = rng.choice(sorted(ITEMS))
         lockstep("simple", f"DELETE FROM items WHERE acct_id = {a} AND item_no = {n} RETURNING *")
