@@ -141,6 +141,7 @@ def proxy_config(scatter_extra=""):
 auth: scram-sha-256
 users:
   - {{ name: app, password: secret }}
+  - {{ name: admin, password: adminpw, admin: true }}
 shards:
 {lines}
 distributions:
@@ -1656,6 +1657,12 @@ def a_combine_database_of_its_own():
         n = int(cur.fetchone()[0])
         d.close()
         check(n > 0, "own-connections", "-", lambda: f"no connection of the proxy to {own} in pg_stat_activity")
+        pools = sptest.admin(proxy.port, "SHOW POOLS")
+        config = dict(sptest.admin(proxy.port, "SHOW CONFIG"))
+        check(any(row[0] == "combine" and row[2] == own for row in pools), "own-show-pools", "-",
+              lambda: f"SHOW POOLS has no pool of shard 'combine' for {own}: {pools}")
+        check(config.get("scatter.combine") == f"postgresql://{HOST}:{PG1}/{own}", "own-show-config", "-",
+              lambda: f"SHOW CONFIG scatter.combine: {config.get('scatter.combine')}")
         time.sleep(0.3)
         e = direct(PG1, own)
         cur = e.cursor()
