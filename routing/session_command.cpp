@@ -103,9 +103,8 @@ std::vector<std::string_view> split_statements(std::string_view sql, bool standa
 }
 
 bool may_hold_several_statements(std::string_view sql) {
-  for (std::size_t at = sql.find(';'); at != std::string_view::npos; at = sql.find(';', at + 1))
-    if (sql.find_first_not_of(" \t\r\n;", at) != std::string_view::npos) return true;
-  return false;
+  const std::size_t first = sql.find(';');  // (after it, anything but blanks and ';' will do)
+  return first != std::string_view::npos && sql.find_first_not_of(" \t\r\n;", first) != std::string_view::npos;
 }
 
 SessionCommandInfo classify_session_command(std::string_view sql) {

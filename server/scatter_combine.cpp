@@ -77,7 +77,8 @@ void ScatterRead::take_combine(ParallelAcquire& acquiring) {
   }
   combining_.sh.borrowed = std::move(r->backend);
   combining_.sh.b = combining_.sh.borrowed.get();
-  s_.add_scatter_cancel_target(combining_.sh.b, combining_.pool->target(),
+  const auto& at = combining_.pool->target();
+  s_.add_scatter_cancel_target(combining_.sh.b, at.host, at.port,
                                s_.runtime_->combine ? std::nullopt : std::optional{s_.combine_shard()});
 }
 

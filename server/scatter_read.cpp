@@ -289,7 +289,8 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
     proto::encode_sync(out);
   }
   sh.sent = true;
-  s_.add_scatter_cancel_target(b, s_.pool_on(sh.index, b->host)->target(), sh.index);
+  const auto& at = s_.runtime_->shards[sh.index]->hosts().endpoint(b->host);
+  s_.add_scatter_cancel_target(b, at.host, at.port, sh.index);
   auto ec = co_await send_all(b->socket, out);
   if (ec) {
     sh.state = Shard::State::missing;

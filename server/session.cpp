@@ -557,9 +557,10 @@ void Session::set_cancel_target(Backend* b, std::size_t shard) {
   }
 }
 
-void Session::add_scatter_cancel_target(Backend* b, const BackendTarget& where, std::optional<std::size_t> shard) {
+void Session::add_scatter_cancel_target(Backend* b, const std::string& host, std::uint16_t port,
+                                        std::optional<std::size_t> shard) {
   std::lock_guard lock(cancel_.mu);
-  cancel_.scatter.push_back({b, where.host, where.port, shard});
+  cancel_.scatter.push_back({b, host, port, shard});
 }
 
 void Session::clear_scatter_cancel_targets() {

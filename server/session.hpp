@@ -414,9 +414,10 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<void> send_ready();
   void set_cancel_target(Backend* b, std::size_t shard);
   // A multi-shard statement's backends, while it runs (ScatterRead): a client's
-  // CancelRequest cancels each of them (`where`: the pool `b` came from; `shard`: the
+  // CancelRequest cancels each of them (at `host`:`port`, where `b` is; `shard`: the
   // shard it is on, none for scatter.combine's own database).
-  void add_scatter_cancel_target(Backend* b, const BackendTarget& where, std::optional<std::size_t> shard);
+  void add_scatter_cancel_target(Backend* b, const std::string& host, std::uint16_t port,
+                                 std::optional<std::size_t> shard);
   void clear_scatter_cancel_targets();
 
   // Who is connected: fixed at login.
