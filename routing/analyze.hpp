@@ -31,6 +31,8 @@ class Analyzer {
   Analyzer(const Topology& topo, Plan& plan) : topo_(topo), plan_(plan) {}
 
   void statement(const PgQuery__Node* stmt, bool alone);
+  // Before finish(): the guarded UPDATE of Plan::key_assignment, or a refusal.
+  void guard_key_assignment(const std::string& packed);
   void finish(std::size_t statement_count);
   // A DECLARE CURSOR alone in its text: its name, options and query (Route::cursor).
   std::shared_ptr<const Route::Names> declared_cursor() const { return cursor_; }
@@ -81,11 +83,12 @@ class Analyzer {
   void insert_values(const PgQuery__InsertStmt* s, const PgQuery__SelectStmt* values, int occ, bool alone);
   void insert_select(const PgQuery__InsertStmt* s, const Scope& child, int occ, bool alone, const std::string& what);
   int pushdown_source(const PgQuery__InsertStmt* s, const Scope& child, int occ) const;
-  void update(const PgQuery__UpdateStmt* s, Scope& scope);
+  void update(const PgQuery__UpdateStmt* s, Scope& scope, bool alone);
   void remove(const PgQuery__DeleteStmt* s, Scope& scope);
   void write_target(const PgQuery__RangeVar* rv, Scope& scope);
   void refuse_key_assignment(PgQuery__Node* const* targets, std::size_t n, int occ,
-                             const PgQuery__Node* where = nullptr);
+                             const PgQuery__Node* where = nullptr, const PgQuery__UpdateStmt* update = nullptr);
+  void refuse_moving_rows(const Occurrence& o);
   bool where_pins(const PgQuery__Node* where, std::string_view key, const ValueSource& value) const;
   void where(const PgQuery__Node* cond, Scope& scope, EdgeRule rule);
   void scan(const PgQuery__Node* n, Scope& scope);

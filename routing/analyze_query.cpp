@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "routing/analyze.hpp"
+#include "routing/key_guard.hpp"
 #include "routing/merge/merge_tree.hpp"
 #include "routing/pg_tree.hpp"
 
@@ -39,7 +40,7 @@ void Analyzer::dml(const PgQuery__Node* stmt, Scope& scope, bool alone, KeyCols*
       return insert(stmt->insert_stmt, scope, alone);
     case PG_QUERY__NODE__NODE_UPDATE_STMT:
       writes_ = true;
-      return update(stmt->update_stmt, scope);
+      return update(stmt->update_stmt, scope, alone);
     case PG_QUERY__NODE__NODE_DELETE_STMT:
       writes_ = true;
       return remove(stmt->delete_stmt, scope);
@@ -222,26 +223,52 @@ void Analyzer::write_target(const PgQuery__RangeVar* rv, Scope& scope) {
 
 // SET key = <value> moves the row unless the value is the one an UPDATE's WHERE already
 // requires (`where`: `key = <the same literal or $n> AND ...`, as multi-tenant ORMs
-// write every UPDATE): then nothing moves and the statement routes by that value. Such
-// a plan is not shared with texts that differ only in literals (their values could
-// differ). `where` null (ON CONFLICT DO UPDATE, UPDATE ... FROM): always refused.
+// write every UPDATE): then nothing moves and the statement routes by that value.
+// `update`, a lone UPDATE without FROM, may also set the key to a constant or a
+// parameter whatever its WHERE (as ORMs save a loaded object: `SET tenant_id = <its
+// own value>, ... WHERE id = ...`): Plan::key_assignment; then the rows the WHERE
+// matches must all be on the value's shard, or the statement fails (Route::key_guard).
+// Either way the plan is not shared with texts that differ only in literals (their
+// values could differ). Anything else (ON CONFLICT DO UPDATE, UPDATE ... FROM, an
+// expression, NULL, a second assignment): refused.
 void Analyzer::refuse_key_assignment(PgQuery__Node* const* targets, std::size_t n, int occ,
-                                     const PgQuery__Node* where) {
+                                     const PgQuery__Node* where, const PgQuery__UpdateStmt* update) {
   const Occurrence& o = plan_.occs[static_cast<std::size_t>(occ)];
   for (std::size_t i = 0; i < n; ++i) {
     const PgQuery__Node* t = targets[i];
     if (!is(t, PG_QUERY__NODE__NODE_RES_TARGET) || o.key_column != sv(t->res_target->name)) continue;
-    if (where != nullptr && t->res_target->n_indirection == 0) {
-      std::optional<ValueSource> v = value_of(t->res_target->val);
-      if (v && v->kind != ValueSource::Kind::null && where_pins(where, o.key_column, *v)) {
-        plan_.cacheable = false;
-        continue;
-      }
+    std::optional<ValueSource> v =
+        t->res_target->n_indirection == 0 ? value_of(t->res_target->val) : std::optional<ValueSource>{};
+    if (v && (v->kind == ValueSource::Kind::null || v->is_array)) v.reset();
+    if (v && where != nullptr && where_pins(where, o.key_column, *v)) {
+      plan_.cacheable = false;
+      continue;
     }
-    error("SPR01", "cannot update the distribution key \"" + o.key_column + "\" of table \"" + o.table +
-                       "\": the row could move to another shard; delete it and insert it again instead",
-          true);
+    if (v && update != nullptr && !plan_.key_assignment) {
+      plan_.key_assignment = KeyAssignment{occ, *v, {}};
+      plan_.cacheable = false;
+      continue;
+    }
+    refuse_moving_rows(o);
   }
+}
+
+void Analyzer::refuse_moving_rows(const Occurrence& o) {
+  error("SPR01", "cannot update the distribution key \"" + o.key_column + "\" of table \"" + o.table +
+                     "\": the row could move to another shard; delete it and insert it again instead",
+        true);
+}
+
+// Plan::key_assignment's guarded statement, from the text's own tree (a lone UPDATE).
+void Analyzer::guard_key_assignment(const std::string& packed) {
+  if (!plan_.key_assignment) return;
+  if (std::optional<std::string> sql = guarded_update(packed)) {
+    plan_.key_assignment->guarded_sql = std::move(*sql);
+    return;
+  }
+  const Occurrence o = plan_.occs[static_cast<std::size_t>(plan_.key_assignment->occ)];
+  plan_.key_assignment.reset();
+  refuse_moving_rows(o);
 }
 
 bool Analyzer::where_pins(const PgQuery__Node* where, std::string_view key, const ValueSource& value) const {
@@ -263,13 +290,14 @@ bool Analyzer::where_pins(const PgQuery__Node* where, std::string_view key, cons
   return w && w->kind == value.kind && w->index == value.index && w->text == value.text;
 }
 
-void Analyzer::update(const PgQuery__UpdateStmt* s, Scope& scope) {
+void Analyzer::update(const PgQuery__UpdateStmt* s, Scope& scope, bool alone) {
   if (s->with_clause != nullptr) with(s->with_clause, scope);
   std::size_t before = plan_.write_targets.size();
   write_target(s->relation, scope);
   if (plan_.write_targets.size() > before)
     refuse_key_assignment(s->target_list, s->n_target_list, plan_.write_targets.back(),
-                          s->n_from_clause == 0 ? s->where_clause : nullptr);
+                          s->n_from_clause == 0 ? s->where_clause : nullptr,
+                          alone && s->n_from_clause == 0 ? s : nullptr);
   for (std::size_t i = 0; i < s->n_from_clause; ++i) from_item(s->from_clause[i], scope);
   scan(s->target_list, s->n_target_list, scope);
   scan(s->where_clause, scope);

@@ -510,6 +510,7 @@ std::size_t plan_bytes(const Plan& p) {
   for (const InsertRows& r : p.inserts)
     for (const auto& row : r.rows) n += sizeof(row) + row.size() * sizeof(std::optional<ValueSource>);
   for (const std::string& t : p.ddl_tables) n += sizeof(t) + t.size();
+  if (p.key_assignment) n += p.key_assignment->guarded_sql.size() + p.key_assignment->value.text.size();
   return n;
 }
 
@@ -569,6 +570,7 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
     if (creates_lasting_temp(stmt)) plan->pins_session = true;
     analyzer.statement(stmt, n == 1);
   }
+  analyzer.guard_key_assignment(tree.packed());
   analyzer.finish(n);
   if (auto cursor = analyzer.declared_cursor()) {
     plan->fixed.cursor = Route::Cursor::declare;

@@ -21,6 +21,14 @@ Route error_route(const Plan& plan, std::string sqlstate, std::string message) {
   return r;
 }
 
+// A text of several statements that cannot run whole on the shards it reaches (the
+// session then runs it statement by statement: server/session_texts.cpp).
+Route apart_error(const Plan& plan) {
+  return error_route(plan, "SPC01",
+                     "cannot be answered exactly across shards: the statements of this text reach different shards "
+                     "and run as one text; send them one by one");
+}
+
 std::string quoted(const std::optional<std::string>& v) { return v ? "'" + *v + "'" : "NULL"; }
 
 // An evaluation's working sets, kept from one evaluation to the next on the thread:
@@ -89,6 +97,7 @@ class Evaluator {
   Route key_hint(const std::string& value);
   void occurrences();
   void insert_rows(const InsertRows& rows, std::vector<std::size_t>* row_shards);
+  void guard_key(Route& r);
   void propagate();
   Route finish();
   void narrow(const KeyCond& k, int occ, PartSet& out);
@@ -142,7 +151,9 @@ Route Evaluator::chosen(bool* needs_exact_plan) {
 
 Route Evaluator::by_keys(bool* needs_exact_plan) {
   occurrences();
+  if (plan_.key_assignment) key_type(plan_.key_assignment->occ);  // (its shape, even without a key in the WHERE)
   Route r = finish();
+  if (plan_.key_assignment && (r.kind == RouteKind::shards || r.kind == RouteKind::all_shards)) guard_key(r);
   if (r.kind == RouteKind::shards && r.shards.size() > 1 && !row_shards_.empty()) {
     if (!in_.can_split) {
       *needs_exact_plan = true;
@@ -407,6 +418,39 @@ void Evaluator::insert_rows(const InsertRows& rows, std::vector<std::size_t>* ro
   }
 }
 
+// UPDATE ... SET key = <value> (Plan::key_assignment): the value's shard runs the
+// statement; every other shard the WHERE reaches runs the guarded one.
+void Evaluator::guard_key(Route& r) {
+  const KeyAssignment& a = *plan_.key_assignment;
+  const Occurrence& o = plan_.occs[static_cast<std::size_t>(a.occ)];
+  const ColumnType* type = key_type(a.occ);
+  KeyValues v;
+  if (type == nullptr || !read(a.value, *type, v) || v.size() != 1 || !v[0]) {
+    r = error_route(plan_, "SPR01", "cannot update the distribution key \"" + o.key_column + "\" of table \"" +
+                                        o.table + "\" to NULL or to a value that cannot be read");
+    return;
+  }
+  PartitionOf p = in_.topo.partition_of(o.distribution, *type, v[0]);
+  if (p.status == PartitionOf::Status::no_partition) {
+    r = error_route(plan_, "SPR02", "no partition for key " + quoted(v[0]) + " of distribution \"" +
+                                        in_.topo.config().distributions[o.distribution].name + "\"");
+    return;
+  }
+  if (p.status != PartitionOf::Status::ok) {
+    r = error_route(plan_, "SPR01", "key " + quoted(v[0]) + " is not a valid " + type->base);
+    return;
+  }
+  const std::size_t owner = in_.topo.shard_of(o.distribution, p.partition);
+  std::vector<std::size_t> targets = r.shards;  // all_shards: every shard
+  if (r.kind == RouteKind::all_shards)
+    for (std::size_t s = 0; s < in_.topo.config().shards.size(); ++s) targets.push_back(s);
+  if (targets.size() == 1 && targets.front() == owner) return;
+  for (std::size_t t : targets)
+    if (t != owner) r.per_shard_sql.emplace_back(t, a.guarded_sql);
+  if (r.per_shard_sql.empty()) return;
+  r.key_guard = std::make_shared<Route::KeyGuard>(Route::KeyGuard{o.table, o.key_column, owner});
+}
+
 // Keys left out or DEFAULT: refused (SPR01) unless the server generates them — for the
 // rows whose key item is DEFAULT at `position`, or every row when the column is omitted.
 void Evaluator::request_keys(const InsertRows& rows, std::size_t position, const std::string& message) {
@@ -559,9 +603,11 @@ Route Evaluator::finish() {
   // Any other INSERT is sent whole: to several shards it would duplicate rows.
   bool unsplittable_insert = std::any_of(plan_.inserts.begin(), plan_.inserts.end(),
                                          [](const InsertRows& rows) { return !rows.splittable; });
-  if (unsplittable_insert && shards.size() > 1)
+  if (unsplittable_insert && shards.size() > 1) {
+    if (plan_.several_statements) return apart_error(plan_);
     return error_route(plan_, "SPR01",
                        "this INSERT would reach several shards; send a multi-row INSERT as a statement of its own");
+  }
   if (shards.size() > 1 && !co_located(plan_)) {
     // Each shard would join only its own rows: the union is not the answer. A read is
     // answered by the combine step (SPEC §4.1), which joins every shard's rows.
@@ -576,10 +622,7 @@ Route Evaluator::finish() {
       pull.pull_insert = true;
       return pull;
     }
-    if (plan_.several_statements)
-      return error_route(plan_, "SPC01",
-                         "cannot be answered exactly across shards: the statements of this text reach different "
-                         "shards and run as one text; send them one by one");
+    if (plan_.several_statements) return apart_error(plan_);
     return error_route(plan_, "SPC01",
                        "cannot be answered exactly across shards: the statement joins sharded tables that are not "
                        "co-located (same distribution, joined on the key); add the key to the join or fix it to one "

@@ -72,6 +72,16 @@ struct InsertRows {
   bool splittable = false;
 };
 
+// UPDATE ... SET key = <value> whose WHERE does not pin the key to that value (a lone
+// UPDATE without FROM; Route::key_guard): the value's shard runs the statement, every
+// other shard the WHERE reaches runs `guarded_sql` instead, the same UPDATE made to
+// fail on any row it matches there (such a row would have to move to another shard).
+struct KeyAssignment {
+  int occ = -1;
+  ValueSource value;
+  std::string guarded_sql;
+};
+
 class Plan {
  public:
   // What an execution does with this plan.
@@ -93,6 +103,7 @@ class Plan {
   bool writes_reference = false;           // INSERT/UPDATE/DELETE of a reference table
   std::vector<int> write_targets;          // occurrences UPDATE/DELETE write
   std::vector<InsertRows> inserts;         // INSERT ... VALUES into sharded tables
+  std::optional<KeyAssignment> key_assignment;
   // An INSERT ... SELECT run where its rows are (its key is a co-located table's): if
   // the statement turns out not co-located, its rows are pulled (Route::pull_insert).
   bool insert_select = false;

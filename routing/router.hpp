@@ -88,6 +88,14 @@ struct Route {
   // With per_shard_sql: the shard of each row, in the statement's order (RETURNING rows
   // are given back in that order, as PostgreSQL gives them).
   std::vector<std::size_t> row_shards;
+  // UPDATE ... SET key = <value> that must not move rows: per_shard_sql holds, for each
+  // target but the value's own shard (`owner`), the same UPDATE made to fail with
+  // kKeyGuardMarker in its message on any row it matches there. Null otherwise.
+  struct KeyGuard {
+    std::string table, column;
+    std::size_t owner = 0;
+  };
+  std::shared_ptr<const KeyGuard> key_guard;
   std::optional<LocalCommand> local;        // kind == local
   std::string sqlstate;                     // kind == error
   std::string message;

@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "protocol/messages.hpp"
+#include "routing/key_guard.hpp"
 #include "protocol/sqlstate.hpp"
 #include "server/session_util.hpp"
 
@@ -41,11 +42,20 @@ MultiShardWrite::MultiShardWrite(Session& session, const routing::Route& route, 
     targets_.clear();
     for (std::size_t s = 0; s < s_.pools_.size(); ++s) targets_.push_back(s);
   }
+  // SET key = <value>: the guarded shards first, so that a row that would move stops
+  // the statement before the value's own shard applies it.
+  if (route.key_guard)
+    std::stable_partition(targets_.begin(), targets_.end(), [&](std::size_t s) { return guarded(s); });
+}
+
+bool MultiShardWrite::guarded(std::size_t shard) const {
+  return route_.key_guard && shard != route_.key_guard->owner;
 }
 
 awaitable<bool> MultiShardWrite::run() {
   in_block_ = s_.in_transaction();
-  if (in_block_ && targets_.size() > 1 && !s_.two_phase())
+  const auto writers = std::count_if(targets_.begin(), targets_.end(), [&](std::size_t s) { return !guarded(s); });
+  if (in_block_ && writers > 1 && !s_.two_phase())
     co_return co_await s_.reject(sqlstate::cross_shard_write,
                                  "statement would write to " + std::to_string(targets_.size()) +
                                      " shards inside a transaction; a transaction may write to one shard only",
@@ -59,7 +69,10 @@ awaitable<bool> MultiShardWrite::run() {
   const auto started = std::chrono::steady_clock::now();
   const auto label = Session::label_of(route_, route_.kind != RouteKind::all_shards);
   s_.count_route(route_, label);
-  for (auto s : targets_) co_await run_on(s);
+  for (auto s : targets_) {
+    if (!guarded(s) && route_.key_guard && !failed_.empty()) break;  // (a row would move: not applied)
+    co_await run_on(s);
+  }
   co_await answer();
   s_.metrics_.duration[static_cast<std::size_t>(label)].observe_since(started);
   co_return true;
@@ -67,6 +80,15 @@ awaitable<bool> MultiShardWrite::run() {
 
 // two_phase (or one shard): every target joins the transaction, committed together.
 awaitable<bool> MultiShardWrite::join_block(bool& ok) {
+  if (route_.key_guard && !s_.two_phase() && s_.txn_.write_shard && *s_.txn_.write_shard != route_.key_guard->owner &&
+      std::find(targets_.begin(), targets_.end(), route_.key_guard->owner) != targets_.end()) {
+    ok = co_await s_.reject(sqlstate::cross_shard_write,
+                            "transaction would write to shard \"" + s_.pools_[route_.key_guard->owner]->target().shard +
+                                "\" after writing to shard \"" + s_.pools_[*s_.txn_.write_shard]->target().shard +
+                                "\"; a transaction may write to one shard only",
+                            ext_ != nullptr);
+    co_return false;
+  }
   for (auto s : targets_) {
     if (!co_await s_.join_transaction(s)) {
       s_.fe_.fail_block();
@@ -75,6 +97,7 @@ awaitable<bool> MultiShardWrite::join_block(bool& ok) {
                               ext_ != nullptr);
       co_return false;
     }
+    if (guarded(s)) continue;  // (reads only: it fails rather than write)
     s_.note_written(s);
     if (!s_.txn_.write_shard) s_.txn_.write_shard = s;
   }
@@ -108,7 +131,7 @@ void MultiShardWrite::fold(std::size_t shard, const Session::Reply& reply) {
   }
   const bool first_copy = applied_.empty();
   s_.count_reply_rows(route_, shard, reply);
-  applied_ += (applied_.empty() ? "" : ", ") + name;
+  if (!guarded(shard)) applied_ += (applied_.empty() ? "" : ", ") + name;  // (a guarded one changes nothing)
   // A reference table's copies all hold the same rows: one shard's answer is the answer.
   if (route_.reference_write && !first_copy) return;
   std::size_t i = 0;  // the statement whose answer this message belongs to
@@ -155,7 +178,15 @@ void MultiShardWrite::fail(std::string& out) const {
   message += applied_.empty() ? "; it was applied on no shard" : "; it was applied on shard(s) " + applied_;
   auto original = proto::ErrorFields::decode(first_error_);
   std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
-  if (original) message += ": " + std::string(original->get('M'));
+  if (original && route_.key_guard && original->get('M').find(routing::kKeyGuardMarker) != std::string_view::npos) {
+    const auto& g = *route_.key_guard;
+    message = "cannot update the distribution key \"" + g.column + "\" of table \"" + g.table +
+              "\": a row it matches on shard(s) " + failed_ + " would have to move to shard \"" +
+              s_.pools_[g.owner]->target().shard + "\"; delete it and insert it again instead (nothing was changed)";
+    code = "SPR01";
+  } else if (original) {
+    message += ": " + std::string(original->get('M'));
+  }
   proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
   s_.count_shard_error(code);
 }

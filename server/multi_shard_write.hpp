@@ -39,6 +39,8 @@ class MultiShardWrite {
  private:
   // Inside a block: every target joins it. False: refused (the error was sent).
   awaitable<bool> join_block(bool& ok);
+  // SET key = <value> (Route::key_guard): the shard runs the guarded statement.
+  bool guarded(std::size_t shard) const;
   // Runs the statement on one shard and folds its answer into the result.
   awaitable<void> run_on(std::size_t shard);
   void fold(std::size_t shard, const Session::Reply& reply);

@@ -83,7 +83,7 @@ std::optional<std::size_t> Session::single_target(const routing::Route& route) {
     case RouteKind::any_shard:
       return pick_any_shard();
     case RouteKind::shards:
-      if (route.shards.size() == 1) return route.shards.front();
+      if (route.shards.size() == 1 && route.per_shard_sql.empty()) return route.shards.front();
       return std::nullopt;
     case RouteKind::all_shards:
       if (pools_.size() == 1) return std::size_t{0};
@@ -738,7 +738,8 @@ awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& rou
 awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::Bind& bind, std::string sql,
                                       const std::vector<std::int32_t>& types) {
   leave_batch_shard(kNoShard);
-  if (route.cls != StatementClass::read && in_transaction() && !two_phase() && !single_target(route))
+  if (route.cls != StatementClass::read && in_transaction() && !two_phase() && !single_target(route) &&
+      !route.key_guard)  // (MultiShardWrite: the guarded shards write nothing)
     co_return co_await reject(sqlstate::cross_shard_write,
                               "statement would write to several shards inside a transaction; a transaction may "
                               "write to one shard only (transactions.cross_shard_writes: refuse)",

@@ -95,11 +95,6 @@ SIDES = ("plain", "proxy")
 # check id -> one-line diagnosis. A listed check that fails prints "KNOWN FAILURE: ..."
 # and does not fail the run; one that passes every time is noted at the end.
 KNOWN = {}
-for _c in ("dj save", "dj save state", "dj save new with pk", "dj save new with pk state"):
-    KNOWN[_c] = ("Model.save() sends UPDATE ... SET \"tenant_id\" = <its own value>, ... WHERE id = ...: refused "
-                 "SPR01 'cannot update the distribution key' even when the value cannot move the row (a WHERE "
-                 "tenant_id = <same value> is accepted since 2026-12-05, but save() does not write one), so save() "
-                 "of a loaded or pk-set object fails")
 
 CHECKS = sptest.Checks(KNOWN, label="MISMATCH")
 PROXY = None

@@ -139,7 +139,7 @@ def syntax_errors_are_postgresqls_own():
     # reports the syntax error does not know the block is aborted.
     c = raw(PROXIES["two-transaction"])
     c.query("BEGIN").raise_error()
-    r = c.query("UPDATE kv SET id = 5 WHERE id = 1")
+    r = c.query("UPDATE kv SET id = id + 4 WHERE id = 1")
     assert r.error is not None and r.status == "E", (r.error, r.status)
     r = c.query("SELEC 1")
     assert r.sqlstate == "42601" and r.status == "E", (r.error, r.status)

@@ -1,5 +1,6 @@
 // Statement routing (SPEC §3): keys in WHERE, joins, sub-queries, writes, DDL,
 // reference/catalog tables, transaction control, splitpoint.* commands, errors, hints.
+#include "routing/key_guard.hpp"
 #include "tests/unit/routing/router_fixture.hpp"
 
 using namespace splitpoint::routing;
@@ -286,13 +287,57 @@ TEST_CASE("UPDATE and DELETE", "[router]") {
   check_single(f.both("UPDATE users SET id = 42, name = 'x' WHERE id = 42"), "42");
   check_single(f.both("UPDATE users SET name = 'x', id = '42' WHERE name = 'y' AND users.id = 42"), "42");
   check_single(f.prepared("UPDATE users SET id = $1, name = $2 WHERE id = $1", {"42", "x"}), "42");
-  for (const char* sql : {"UPDATE users SET id = 43 WHERE id = 42", "UPDATE users SET id = 42 WHERE id = 43",
-                          "UPDATE users SET id = 42 WHERE id = 42 OR name = 'x'", "UPDATE users SET id = 42",
-                          "UPDATE users SET id = 42 WHERE id > 41", "UPDATE users SET id = NULL WHERE id = NULL",
-                          "UPDATE orders SET user_id = user_id + 1", "UPDATE users SET (name, id) = ('a', 5) WHERE id = 1",
-                          "UPDATE users SET id = $1 WHERE id = $2"}) {
+  // Other constants and parameters: the value's shard runs the statement, every other
+  // shard the WHERE reaches runs it guarded (it fails there on any row it matches).
+  struct Guarded {
+    const char* sql;
+    std::vector<std::optional<std::string>> params;
+    std::string value;
+  };
+  for (const Guarded& g : {Guarded{"UPDATE users SET id = 42 WHERE id = 42 OR name = 'x'", {}, "42"},
+                           Guarded{"UPDATE users SET id = 42, name = 'x'", {}, "42"},
+                           Guarded{"UPDATE users SET id = 42 WHERE id > 41", {}, "42"},
+                           Guarded{"UPDATE users SET name = 'x', id = '7' WHERE name = 'y' RETURNING *", {}, "7"},
+                           Guarded{"UPDATE users SET id = $1, name = $2 WHERE email = $3", {"42", "x", "y"}, "42"}}) {
+    INFO(g.sql);
+    Route r = g.params.empty() ? f.both(g.sql) : f.prepared(g.sql, g.params);
+    REQUIRE(r.key_guard);
+    CHECK(r.key_guard->table == "users");
+    CHECK(r.key_guard->column == "id");
+    CHECK(r.key_guard->owner == user_shard(g.value));
+    CHECK(r.cls == StatementClass::write);
+    REQUIRE_FALSE(r.per_shard_sql.empty());
+    for (const auto& [shard, sql] : r.per_shard_sql) {
+      CHECK(shard != r.key_guard->owner);
+      CHECK_THAT(sql, Catch::Contains(std::string(kKeyGuardMarker)) && Catch::StartsWith("UPDATE users SET "));
+    }
+  }
+  // A WHERE that confines the rows to the value's own shard: an ordinary route there.
+  for (int k = 0; k < 40; ++k) {
+    const std::string from = std::to_string(k), to = std::to_string(k + 1);
+    INFO(from << " -> " << to);
+    Route r = k % 2 == 0 ? f.simple("UPDATE users SET id = " + to + " WHERE id = " + from)
+                         : f.prepared("UPDATE users SET id = $1 WHERE id = $2", {to, from});
+    if (user_shard(from) == user_shard(to)) {
+      CHECK(r.kind == RouteKind::shards);
+      CHECK(r.shards == std::vector<std::size_t>{user_shard(to)});
+      CHECK_FALSE(r.key_guard);
+    } else {
+      REQUIRE(r.key_guard);
+      CHECK(r.shards == std::vector<std::size_t>{user_shard(from)});
+      CHECK(r.per_shard_sql.size() == 1);
+    }
+  }
+  for (const char* sql : {"UPDATE users SET id = NULL WHERE id = NULL", "UPDATE orders SET user_id = user_id + 1",
+                          "UPDATE users SET (name, id) = ('a', 5) WHERE id = 1",
+                          "UPDATE users u SET id = 5 FROM orders o WHERE o.user_id = u.id AND o.id = 3",
+                          "INSERT INTO users (id, name) VALUES (1, 'a') ON CONFLICT (id) DO UPDATE SET id = 2",
+                          "WITH x AS (UPDATE users SET id = 5 WHERE name = 'a' RETURNING *) SELECT * FROM x",
+                          "EXPLAIN UPDATE users SET id = 5 WHERE name = 'a'",
+                          "UPDATE users SET id = 5 WHERE CURRENT OF c",
+                          "UPDATE users SET id = 5 WHERE name = 'a'; SELECT 1"}) {
     INFO(sql);
-    Route r = std::string_view(sql).find('$') == std::string_view::npos ? f.both(sql) : f.prepared(sql, {"1", "1"});
+    Route r = f.both(sql);
     CHECK(r.kind == RouteKind::error);
     CHECK(r.sqlstate == "SPR01");
     CHECK_THAT(r.message, Catch::Contains("distribution key"));
@@ -564,6 +609,13 @@ TEST_CASE("several statements in one query text", "[router]") {
   CHECK(mixed.kind == RouteKind::error);
   CHECK(mixed.sqlstate == "SPC01");
   CHECK(mixed.message.find("send them one by one") != std::string::npos);
+  // INSERTs of one text into several shards: the same (the session runs them one by one).
+  std::string a = "1", b = "2";
+  while (user_shard(b) == user_shard(a)) b = std::to_string(std::stoi(b) + 1);
+  Route inserts = f.simple("INSERT INTO users (id) VALUES (" + a + "); INSERT INTO users (id) VALUES (" + b + ")");
+  CHECK(inserts.kind == RouteKind::error);
+  CHECK(inserts.sqlstate == "SPC01");
+  CHECK(inserts.message.find("send them one by one") != std::string::npos);
 }
 
 TEST_CASE("IS NULL on a hash key goes where PostgreSQL puts NULL keys", "[router]") {
