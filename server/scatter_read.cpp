@@ -139,7 +139,8 @@ awaitable<bool> ScatterRead::plan() {
   if (!splan_->missing_shapes.empty() && co_await s_.fetch_shapes(splan_->missing_shapes))
     splan_ = shapes->scatter_plans().plan(req_.sql, o, s_.settings_.routing.standard_conforming_strings);
   if (splan_->error) {
-    co_await s_.reject(splan_->error->sqlstate, splan_->error->message, req_.extended);
+    co_await s_.reject_unless_invalid(splan_->error->sqlstate, splan_->error->message, req_.sql,
+                                      req_.extended ? &req_ : nullptr);
     co_return false;
   }
   // COPY (query) TO STDOUT and COPY table TO STDOUT: the rows of the query, merged as

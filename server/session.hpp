@@ -279,6 +279,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   };
   awaitable<bool> scatter_read(const routing::Route& route, ScatterRequest req);
+  static ScatterRequest request_of(const protocol::Bind& bind, std::string sql, const std::vector<std::int32_t>& types);
   awaitable<std::optional<std::size_t>> describe_columns(const std::string& sql, const std::vector<std::int32_t>& types,
                                                          Backend* on = nullptr);
   std::chrono::milliseconds scatter_deadline(const routing::Route& route) const;
@@ -400,6 +401,9 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<Reply> read_reply(Sent& sent, bool metered, std::size_t max_rows);
   awaitable<bool> refused_in_failed_transaction(const routing::Route& route, bool extended);
   awaitable<bool> reject(std::string_view sqlstate, std::string message, bool extended, int position = 0);
+  awaitable<bool> reject_unless_invalid(std::string_view sqlstate, std::string message, std::string_view sql,
+                                        const ScatterRequest* ext);
+  awaitable<bool> reject_with(const protocol::ErrorFields& fields, bool extended);
   std::size_t pick_any_shard();
   bool check_write(const routing::Route& route, std::size_t shard, std::string& error);
   routing::ShapeLookup shape_lookup(std::vector<std::shared_ptr<const routing::TableShape>>& keep);

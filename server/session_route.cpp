@@ -196,12 +196,50 @@ awaitable<bool> Session::refused_in_failed_transaction(const routing::Route& rou
 
 // Refuses the statement the way PostgreSQL reports an error.
 awaitable<bool> Session::reject(std::string_view code, std::string message, bool extended, int position) {
+  auto fields = proto::ErrorFields::make("ERROR", code, message);
+  if (position > 0) fields.fields.emplace_back('P', std::to_string(position));
+  co_return co_await reject_with(fields, extended);
+}
+
+// The proxy's refusal of a statement, unless PostgreSQL refuses it anyway: then
+// PostgreSQL's own error, which one PostgreSQL would have given first (an unknown
+// column, FOR UPDATE with an aggregate, a type mismatch). EXPLAIN of the statement on
+// one shard parses, analyses and plans it without running it. Only for a text of one
+// statement (EXPLAIN applies to the first); a syntax error of the EXPLAIN itself (the
+// statement was EXPLAIN already) counts for nothing. One round trip, on refusals only.
+awaitable<bool> Session::reject_unless_invalid(std::string_view code, std::string message, std::string_view sql,
+                                               const ScatterRequest* ext) {
+  constexpr std::string_view kExplain = "EXPLAIN ";
+  if (!routing::may_hold_several_statements(sql)) {
+    co_await pump_.drain();
+    if (closing_) co_return false;
+    std::string probe_sql = std::string(kExplain) + std::string(sql);
+    std::optional<ScatterRequest> probe;
+    if (ext) {  // (its result formats are the statement's, not EXPLAIN's)
+      probe = *ext;
+      probe->sql = probe_sql;
+      probe->result_formats.clear();
+    }
+    Reply reply = co_await run_on(pick_any_shard(), probe_sql, probe ? &*probe : nullptr);
+    auto fields = reply.error.empty() ? std::nullopt : proto::ErrorFields::decode(reply.error);
+    if (fields && fields->get('C') != sqlstate::syntax_error) {
+      for (auto& [k, v] : fields->fields) {
+        int at = 0;
+        if (k == 'P' && std::from_chars(v.data(), v.data() + v.size(), at).ec == std::errc() &&
+            at > static_cast<int>(kExplain.size()))
+          v = std::to_string(at - static_cast<int>(kExplain.size()));
+      }
+      co_return co_await reject_with(*fields, ext != nullptr);
+    }
+  }
+  co_return co_await reject(code, std::move(message), ext != nullptr);
+}
+
+awaitable<bool> Session::reject_with(const proto::ErrorFields& fields, bool extended) {
   co_await pump_.drain();
   if (closing_) co_return false;
   std::string out;
-  metrics_.error(code);
-  auto fields = proto::ErrorFields::make("ERROR", code, message);
-  if (position > 0) fields.fields.emplace_back('P', std::to_string(position));
+  metrics_.error(fields.get('C'));
   fields.encode(out, 'E');
   if (in_transaction()) co_await fail_block();
   if (extended) {
@@ -265,6 +303,9 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   }
   switch (route.kind) {
     case RouteKind::error:
+      if ((route.sqlstate == sqlstate::cannot_merge || route.sqlstate == sqlstate::no_shard_key) &&
+          (route.cls == StatementClass::read || route.cls == StatementClass::write))
+        co_return co_await reject_unless_invalid(route.sqlstate, route.message, sql, nullptr);
       co_return co_await reject(route.sqlstate, route.message, false, route.position);
     case RouteKind::local:
       co_await pump_.drain();
@@ -668,6 +709,11 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
         forward_raw(f, '2');
         co_return true;
       }
+      if ((route.sqlstate == sqlstate::cannot_merge || route.sqlstate == sqlstate::no_shard_key) &&
+          (route.cls == StatementClass::read || route.cls == StatementClass::write)) {
+        const ScatterRequest req = request_of(*bind, std::string(p.query()), types);
+        co_return co_await reject_unless_invalid(route.sqlstate, route.message, req.sql, &req);
+      }
       co_return co_await reject(route.sqlstate, route.message, true, route.position);
     case RouteKind::local:
       co_return co_await reject(sqlstate::feature_not_supported,
@@ -734,6 +780,20 @@ awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& rou
   co_return std::nullopt;
 }
 
+// The statement of a Bind as the proxy runs it itself (no description unless asked).
+Session::ScatterRequest Session::request_of(const proto::Bind& bind, std::string sql,
+                                            const std::vector<std::int32_t>& types) {
+  ScatterRequest req;
+  req.sql = std::move(sql);
+  req.extended = true;
+  req.describe = false;
+  for (auto& v : bind.params) req.params.push_back(v ? std::optional<std::string>(*v) : std::nullopt);
+  req.param_formats = bind.param_formats;
+  req.result_formats = bind.result_formats;
+  req.param_types = types;
+  return req;
+}
+
 // A Bind for several shards: answered by the proxy at Execute; BindComplete now, in order.
 awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::Bind& bind, std::string sql,
                                       const std::vector<std::int32_t>& types) {
@@ -746,14 +806,7 @@ awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::
                               true);
   co_await pump_.drain();
   if (closing_) co_return false;
-  ScatterRequest req;
-  req.sql = std::move(sql);
-  req.extended = true;
-  req.describe = false;
-  for (auto& v : bind.params) req.params.push_back(v ? std::optional<std::string>(*v) : std::nullopt);
-  req.param_formats = bind.param_formats;
-  req.result_formats = bind.result_formats;
-  req.param_types = types;
+  ScatterRequest req = request_of(bind, std::move(sql), types);
   if (route.cls == StatementClass::ddl) forget_table_definitions();
   scatter_.portal.emplace(std::string(bind.portal), std::move(req));
   scatter_.route = route;

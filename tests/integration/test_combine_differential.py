@@ -115,8 +115,6 @@ psycopg2.extensions.register_type(psycopg2.extensions.new_type(RAW_OIDS, "CB_RAW
 # check that fails prints "KNOWN FAILURE: ..." and does not fail the run; one that
 # passes prints a note so it can be made a hard assertion again.
 KNOWN = {}
-KNOWN[("err-21", "*")] = ("FOR UPDATE with an aggregate: SPC01 (the proxy refuses FOR UPDATE over several shards "
-                          "before PostgreSQL sees it) instead of PostgreSQL's 0A000")
 if SELFCHECK:
     KNOWN.clear()   # plain PostgreSQL on both sides: no proxy bug applies
 

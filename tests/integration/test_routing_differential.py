@@ -527,6 +527,22 @@ def insert_on_conflict_and_errors():
 
 
 @test
+def refused_statements_postgresql_rejects_anyway():
+    # A statement the proxy would refuse (SPR01/SPC01) that PostgreSQL rejects too gets
+    # PostgreSQL's own error, code, message and position: the one a user meets first.
+    for kind in ("simple", "extended"):
+        lockstep(kind, "UPDATE accounts SET id = id + 1 WHERE nope = 1")
+        lockstep(kind, "SELECT count(DISTINCT name) FROM accounts FOR UPDATE")
+        lockstep(kind, "SELECT id, nope FROM accounts FOR SHARE")
+        lockstep(kind, "SELECT a.id FROM accounts a JOIN items i ON i.label = a.name WHERE i.nope > 0 FOR UPDATE")
+    lockstep("simple", "BEGIN")
+    lockstep("simple", "SELECT name + 1 FROM accounts FOR UPDATE")
+    lockstep("simple", "SELECT 1")
+    lockstep("simple", "ROLLBACK")
+    finish("refused statements PostgreSQL rejects anyway")
+
+
+@test
 def transactions_commit_and_rollback():
     for i in range(20):
         k = some_key()
