@@ -56,6 +56,7 @@ CREATE TABLE IF NOT EXISTS splitpoint.moves (
   error text,
   created timestamptz NOT NULL DEFAULT now(),
   updated timestamptz NOT NULL DEFAULT now());
+ALTER TABLE splitpoint.topology ADD COLUMN IF NOT EXISTS ddl bigint NOT NULL DEFAULT 0;
 ALTER TABLE splitpoint.moves ADD COLUMN IF NOT EXISTS rows_total bigint;
 ALTER TABLE splitpoint.moves ADD COLUMN IF NOT EXISTS copy_started timestamptz;
 CREATE TABLE IF NOT EXISTS splitpoint.ranges (
@@ -310,7 +311,9 @@ CatalogState Catalog::read_state(pqxx::connection& c) {
   CatalogState s;
   pqxx::work w(c, "read topology");
   w.exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY");
-  s.epoch = w.exec("SELECT epoch FROM splitpoint.topology")[0][0].as<std::int64_t>();
+  auto top = w.exec("SELECT epoch, ddl FROM splitpoint.topology");
+  s.epoch = top[0][0].as<std::int64_t>();
+  s.ddl = top[0][1].as<std::int64_t>();
   for (const auto& r : w.exec("SELECT name, host, port, database, \"user\", coalesce(password, ''), pool_size FROM "
                               "splitpoint.shards ORDER BY added, name")) {
     config::Shard sh;
@@ -374,6 +377,7 @@ void Catalog::start(config::Config& config, MoveView& view) {
   renew_lease(*c);
   auto state = read_state(*c);
   applied_epoch_ = acked_epoch_ = state.epoch;
+  seen_ddl_ = state.ddl;
   renew_lease(*c);
   metrics_.epoch = state.epoch;
   {
@@ -458,7 +462,20 @@ void Catalog::follow() {
 }
 
 void Catalog::follow_once(pqxx::connection& c) {
+  if (ddl_pending_.exchange(false)) {
+    pqxx::work w(c, "ddl");
+    seen_ddl_ = w.exec("UPDATE splitpoint.topology SET ddl = ddl + 1 RETURNING ddl")[0][0].as<std::int64_t>();
+    w.exec(std::string("NOTIFY ") + kCatalogChannel);
+    w.commit();
+  }
   auto state = read_state(c);
+  if (state.ddl != seen_ddl_) {  // DDL through another proxy: what this one knows of the tables is old
+    seen_ddl_ = state.ddl;
+    if (auto rt = server_.runtime()) {
+      rt->shapes->clear();
+      rt->keys->clear();
+    }
+  }
   if (state.epoch != applied_epoch_ || fenced_) {
     {
       std::lock_guard lock(mu_);

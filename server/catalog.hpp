@@ -55,6 +55,7 @@ struct MoveRow {
 // What the catalog says at one epoch.
 struct CatalogState {
   std::int64_t epoch = 0;
+  std::int64_t ddl = 0;  // DDL statements run through any proxy (their count)
   struct Place {
     std::string distribution;
     std::uint32_t partition = 0;
@@ -162,6 +163,10 @@ class Catalog {
   };
   std::vector<ProxyRow> proxies();
   std::int64_t epoch() const { return metrics_.epoch.load(); }
+  // A DDL statement ran through this proxy: the follower counts it in the catalog (within
+  // moves.poll), and every proxy that sees the count change forgets its table shapes and
+  // key sources, as this one did (a column added, dropped or retyped elsewhere).
+  void schema_changed() { ddl_pending_ = true; }
 
   // For the mover (mover.cpp): a connection to the catalog, a change of one move's
   // row with an epoch increment when the data path must learn of it, and the wait
@@ -210,6 +215,8 @@ class Catalog {
   std::condition_variable cv_;
   CatalogState state_;
   std::int64_t applied_epoch_ = 0;  // follower thread only: the runtime's
+  std::int64_t seen_ddl_ = 0;       // follower thread only: CatalogState::ddl when shapes were last dropped
+  std::atomic<bool> ddl_pending_{false};  // schema_changed() since the follower last looked
   std::int64_t acked_epoch_ = 0;    // follower thread only: written to the lease row
   std::chrono::steady_clock::time_point lease_renewed_;  // follower thread only
   std::atomic<bool> fenced_{false};  // written by the follower thread; read by overlay()

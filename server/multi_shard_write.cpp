@@ -74,6 +74,7 @@ awaitable<bool> MultiShardWrite::run() {
     co_await run_on(s);
   }
   co_await answer();
+  if (route_.cls == routing::StatementClass::ddl && !in_block_) s_.forget_table_definitions();  // (now committed)
   s_.metrics_.duration[static_cast<std::size_t>(label)].observe_since(started);
   co_return true;
 }

@@ -454,6 +454,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // That batch moved on to another shard: the proxy turned it into a transaction
     // block on every shard it touches (BEGIN after the write), finished at the Sync.
     bool implicit = false;
+    bool ddl = false;  // ran DDL: table shapes are forgotten again when it ends (committed by then)
   };
   // timeouts.query (session_timeout.cpp): one timer per session, made on first use and
   // armed only while the current backend owes answers; it fires at most once per

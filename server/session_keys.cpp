@@ -15,6 +15,7 @@
 #include "protocol/sqlstate.hpp"
 #include "routing/insert_split.hpp"
 #include "routing/text_scan.hpp"
+#include "server/catalog.hpp"
 #include "server/server.hpp"
 #include "server/session.hpp"
 #include "server/session_util.hpp"
@@ -37,9 +38,14 @@ std::string relation_literal(std::string_view table) {
 
 }  // namespace
 
+// Called when a DDL statement is routed, and again when it has run (outside a block) or
+// its block has ended: a shape read in between may be the old one. Other proxies
+// following the same catalog forget theirs too (Catalog::schema_changed).
 void Session::forget_table_definitions() {
   runtime_->shapes->clear();
   runtime_->keys->clear();
+  if (in_transaction()) txn_.ddl = true;
+  if (auto* c = server_.catalog()) c->schema_changed();
 }
 
 // How the table's key column gets its values, from the shard's catalog (once per

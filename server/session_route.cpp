@@ -1069,6 +1069,10 @@ void Session::reset_transaction() {
   settings_.local_txn.clear();
   std::erase_if(fe_.cursors, [](const auto& c) { return !c.second.hold; });  // (a cursor without HOLD ends here)
   fe_.portals.clear();
+  if (txn_.ddl) {
+    txn_.ddl = false;
+    forget_table_definitions();
+  }
 }
 
 // Runs one simple-protocol statement on a shard outside the pump (which must not

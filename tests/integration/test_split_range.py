@@ -253,6 +253,33 @@ def catalog_by_connection_string():
 
 
 @test
+def ddl_through_one_proxy_reaches_the_other():
+    # B knows counters' columns (an INSERT without a column list needs the key's place);
+    # the table is made again through A with a column before the key. B forgets what it
+    # knew once the catalog counts A's DDL (moves.poll here: 100ms): before, its INSERT
+    # routed by the wrong value and a read of the new column failed (42703).
+    def on(proxy, sql):
+        return sptest.query(proxy.port, "app", sql)
+
+    def shard_of(key):
+        return admin(B, f"SHOW ROUTE SELECT * FROM counters WHERE id = {key}")[0][1]
+
+    on(B, "INSERT INTO counters VALUES (900001, 1) ON CONFLICT (id) DO NOTHING")
+    on(A, "DROP TABLE counters")
+    on(A, "CREATE TABLE counters (pad bigint, id bigint PRIMARY KEY, n bigint NOT NULL DEFAULT 0)")
+    key = 900002
+    pad = next(k for k in range(900003, 900100) if shard_of(k) != shard_of(key))
+    time.sleep(1)
+    on(B, f"INSERT INTO counters VALUES ({pad}, {key}, 5)")
+    where = [i for i in (0, 1) if direct(i, f"SELECT count(*) FROM counters WHERE id = {key}")[0][0] == 1]
+    assert where == [int(shard_of(key)[1:])], (where, shard_of(key))
+    on(B, "SELECT count(DISTINCT n) FROM counters")  # (B learns the shape again)
+    on(A, "ALTER TABLE counters ADD COLUMN extra int DEFAULT 7")
+    time.sleep(1)
+    assert on(B, "SELECT count(DISTINCT extra), sum(pad) FROM counters") == [(1, pad)]
+
+
+@test
 def command_line():
     rc, out, err = cli(A, "--csv", "SPLIT", "RANGE", "by_range", "AT", "2500")
     assert rc == 0 and out.splitlines() == ["distribution,partition,lower,upper,shard", "by_range,2,2000,2500,s1",
