@@ -501,6 +501,18 @@ std::size_t cond_bytes(const KeyCond& k) {
   return n;
 }
 
+// EXPLAIN's FORMAT option: text (the default) or another.
+Route::Explain explain_format(const PgQuery__ExplainStmt* e) {
+  for (std::size_t i = 0; i < e->n_options; ++i) {
+    const PgQuery__Node* o = e->options[i];
+    if (!is(o, PG_QUERY__NODE__NODE_DEF_ELEM) || sv(o->def_elem->defname) != "format") continue;
+    std::string f(str_of(o->def_elem->arg));
+    for (char& c : f) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return f.empty() || f == "text" ? Route::Explain::text : Route::Explain::other_format;
+  }
+  return Route::Explain::text;
+}
+
 // A rough footprint, for bounding the plan cache in bytes.
 std::size_t plan_bytes(const Plan& p) {
   std::size_t n = sizeof(Plan) + p.packed_tree.size() + p.fixed.message.size();
@@ -572,6 +584,8 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
   }
   analyzer.guard_key_assignment(tree.packed());
   analyzer.finish(n);
+  if (n == 1 && is(tree.tree()->stmts[0]->stmt, PG_QUERY__NODE__NODE_EXPLAIN_STMT))
+    plan->fixed.explain = explain_format(tree.tree()->stmts[0]->stmt->explain_stmt);
   if (auto cursor = analyzer.declared_cursor()) {
     plan->fixed.cursor = Route::Cursor::declare;
     plan->fixed.names = std::move(cursor);

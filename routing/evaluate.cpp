@@ -448,7 +448,9 @@ void Evaluator::guard_key(Route& r) {
   for (std::size_t t : targets)
     if (t != owner) r.per_shard_sql.emplace_back(t, a.guarded_sql);
   if (r.per_shard_sql.empty()) return;
-  r.key_guard = std::make_shared<Route::KeyGuard>(Route::KeyGuard{o.table, o.key_column, owner});
+  auto names = r.names ? std::make_shared<Route::Names>(*r.names) : std::make_shared<Route::Names>();
+  names->key_guard = Route::KeyGuard{o.table, o.key_column, owner};
+  r.names = std::move(names);
 }
 
 // Keys left out or DEFAULT: refused (SPR01) unless the server generates them — for the

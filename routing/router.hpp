@@ -90,12 +90,12 @@ struct Route {
   std::vector<std::size_t> row_shards;
   // UPDATE ... SET key = <value> that must not move rows: per_shard_sql holds, for each
   // target but the value's own shard (`owner`), the same UPDATE made to fail with
-  // kKeyGuardMarker in its message on any row it matches there. Null otherwise.
+  // kKeyGuardMarker in its message on any row it matches there (key_guard(), kept in
+  // `names`; null otherwise).
   struct KeyGuard {
     std::string table, column;
     std::size_t owner = 0;
   };
-  std::shared_ptr<const KeyGuard> key_guard;
   std::optional<LocalCommand> local;        // kind == local
   std::string sqlstate;                     // kind == error
   std::string message;
@@ -131,8 +131,12 @@ struct Route {
   // proxy answers those of a cursor over several shards itself (server/session_cursor.cpp).
   enum class Cursor : std::uint8_t { none, declare, fetch, close };
   Cursor cursor = Cursor::none;
+  // EXPLAIN alone in its text: over several shards each shard's plan is shown (a header
+  // line before each in the text format).
+  enum class Explain : std::uint8_t { none, text, other_format };
+  Explain explain = Explain::none;
   // What names the statement, for sql_prepared, for txn prepare / finish_prepared and
-  // for savepoints (set for those, null otherwise). Rare, so out of line: copying a Route on the hot
+  // for savepoints, and a key guard (set for those, null otherwise). Rare, so out of line: copying a Route on the hot
   // path copies a null pointer.
   struct Names {
     std::string prepared_name;   // PREPARE / EXECUTE: the statement's name
@@ -148,8 +152,10 @@ struct Route {
     bool fetch_forward = true;   // FETCH / MOVE [FORWARD] n, ALL, NEXT (a count >= 0)
     std::int64_t fetch_count = 0;
     bool move = false;
+    std::optional<KeyGuard> key_guard;  // see KeyGuard
   };
   std::shared_ptr<const Names> names;
+  const KeyGuard* key_guard() const { return names && names->key_guard ? &*names->key_guard : nullptr; }
   // kind == error (SPR01) for an INSERT whose keys the proxy may generate.
   std::shared_ptr<const KeyRequest> generate_keys;
   // kind == error (SPR01) for an INSERT ... SELECT into a sharded table whose rows the

@@ -274,7 +274,7 @@ awaitable<void> AdminConsole::show_route(std::string_view sql, std::string& out)
     else if (planned->combine) merge = planned->combine->describe();
     else merge = "refused: " + planned->error->sqlstate + " " + planned->error->message;
   } else if (multi) {
-    merge = route.key_guard ? "the new key's shard runs it, the others run it guarded (refused if a row would move)"
+    merge = route.key_guard() ? "the new key's shard runs it, the others run it guarded (refused if a row would move)"
             : route.per_shard_sql.empty() ? "same statement on each shard; results combined"
                                           : "rows split into one statement per shard; results combined";
   }

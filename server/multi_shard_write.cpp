@@ -44,17 +44,21 @@ MultiShardWrite::MultiShardWrite(Session& session, const routing::Route& route, 
   }
   // SET key = <value>: the guarded shards first, so that a row that would move stops
   // the statement before the value's own shard applies it.
-  if (route.key_guard)
+  if (route.key_guard())
     std::stable_partition(targets_.begin(), targets_.end(), [&](std::size_t s) { return guarded(s); });
 }
 
 bool MultiShardWrite::guarded(std::size_t shard) const {
-  return route_.key_guard && shard != route_.key_guard->owner;
+  return route_.key_guard() && shard != route_.key_guard()->owner;
+}
+
+bool MultiShardWrite::writes_on(std::size_t shard) const {
+  return route_.cls != routing::StatementClass::read && !guarded(shard);
 }
 
 awaitable<bool> MultiShardWrite::run() {
   in_block_ = s_.in_transaction();
-  const auto writers = std::count_if(targets_.begin(), targets_.end(), [&](std::size_t s) { return !guarded(s); });
+  const auto writers = std::count_if(targets_.begin(), targets_.end(), [&](std::size_t s) { return writes_on(s); });
   if (in_block_ && writers > 1 && !s_.two_phase())
     co_return co_await s_.reject(sqlstate::cross_shard_write,
                                  "statement would write to " + std::to_string(targets_.size()) +
@@ -70,7 +74,7 @@ awaitable<bool> MultiShardWrite::run() {
   const auto label = Session::label_of(route_, route_.kind != RouteKind::all_shards);
   s_.count_route(route_, label);
   for (auto s : targets_) {
-    if (!guarded(s) && route_.key_guard && !failed_.empty()) break;  // (a row would move: not applied)
+    if (!guarded(s) && route_.key_guard() && !failed_.empty()) break;  // (a row would move: not applied)
     co_await run_on(s);
   }
   co_await answer();
@@ -81,10 +85,12 @@ awaitable<bool> MultiShardWrite::run() {
 
 // two_phase (or one shard): every target joins the transaction, committed together.
 awaitable<bool> MultiShardWrite::join_block(bool& ok) {
-  if (route_.key_guard && !s_.two_phase() && s_.txn_.write_shard && *s_.txn_.write_shard != route_.key_guard->owner &&
-      std::find(targets_.begin(), targets_.end(), route_.key_guard->owner) != targets_.end()) {
+  // (Transactions that write one shard only: a guarded UPDATE writes its value's shard.)
+  const auto* guard = route_.key_guard();
+  if (guard && !s_.two_phase() && s_.txn_.write_shard && *s_.txn_.write_shard != guard->owner &&
+      std::find(targets_.begin(), targets_.end(), guard->owner) != targets_.end()) {
     ok = co_await s_.reject(sqlstate::cross_shard_write,
-                            "transaction would write to shard \"" + s_.pools_[route_.key_guard->owner]->target().shard +
+                            "transaction would write to shard \"" + s_.pools_[guard->owner]->target().shard +
                                 "\" after writing to shard \"" + s_.pools_[*s_.txn_.write_shard]->target().shard +
                                 "\"; a transaction may write to one shard only",
                             ext_ != nullptr);
@@ -98,7 +104,7 @@ awaitable<bool> MultiShardWrite::join_block(bool& ok) {
                               ext_ != nullptr);
       co_return false;
     }
-    if (guarded(s)) continue;  // (reads only: it fails rather than write)
+    if (!writes_on(s)) continue;  // (reads only; a guarded one fails rather than write)
     s_.note_written(s);
     if (!s_.txn_.write_shard) s_.txn_.write_shard = s;
   }
@@ -159,6 +165,10 @@ void MultiShardWrite::fold(std::size_t shard, const Session::Reply& reply) {
       ++i;
       return;
     }
+    if (type == 'D' && route_.explain == routing::Route::Explain::text && !r.explained_shard.count(shard)) {
+      r.explained_shard.insert(shard);  // (each shard's plan under a line naming it)
+      proto::DataRow{{std::string_view("splitpoint: shard " + name)}}.encode(r.rows);
+    }
     if (type == 'D' && !route_.row_shards.empty()) {
       if (r.returned.size() <= shard) r.returned.resize(shard + 1);
       r.returned[shard].emplace_back(whole);
@@ -179,8 +189,8 @@ void MultiShardWrite::fail(std::string& out) const {
   message += applied_.empty() ? "; it was applied on no shard" : "; it was applied on shard(s) " + applied_;
   auto original = proto::ErrorFields::decode(first_error_);
   std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
-  if (original && route_.key_guard && original->get('M').find(routing::kKeyGuardMarker) != std::string_view::npos) {
-    const auto& g = *route_.key_guard;
+  if (original && route_.key_guard() && original->get('M').find(routing::kKeyGuardMarker) != std::string_view::npos) {
+    const auto& g = *route_.key_guard();
     message = "cannot update the distribution key \"" + g.column + "\" of table \"" + g.table +
               "\": a row it matches on shard(s) " + failed_ + " would have to move to shard \"" +
               s_.pools_[g.owner]->target().shard + "\"; delete it and insert it again instead (nothing was changed)";

@@ -1,5 +1,7 @@
 // A write several shards must apply (an UPDATE/DELETE without a key, a multi-row
-// INSERT split per shard, DDL, a write to a reference table): the executor that runs
+// INSERT split per shard, DDL, a write to a reference table), or EXPLAIN of any
+// statement on several shards (each shard's plan, under a line naming the shard in the
+// text format; a read's EXPLAIN writes nothing): the executor that runs
 // it on each shard in turn through Session::run_on and answers the client with one
 // combined result per statement of the Query — one description, notices shown once,
 // the rows each shard returned, and a tag summing their counts — or, if any shard
@@ -17,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +44,8 @@ class MultiShardWrite {
   awaitable<bool> join_block(bool& ok);
   // SET key = <value> (Route::key_guard): the shard runs the guarded statement.
   bool guarded(std::size_t shard) const;
+  // The statement may write there (not a read such as EXPLAIN, not guarded).
+  bool writes_on(std::size_t shard) const;
   // Runs the statement on one shard and folds its answer into the result.
   awaitable<void> run_on(std::size_t shard);
   void fold(std::size_t shard, const Session::Reply& reply);
@@ -60,6 +65,7 @@ class MultiShardWrite {
     bool counted = false;
     bool ended = false;        // its CommandComplete (or EmptyQueryResponse) came
     bool empty_query = false;  // EmptyQueryResponse instead of a CommandComplete
+    std::set<std::size_t> explained_shard;  // EXPLAIN: shards whose header line is out
   };
   void append_returned(const Result& r, std::string& out) const;
 

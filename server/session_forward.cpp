@@ -285,7 +285,7 @@ awaitable<bool> Session::handle_execute(const proto::Frame& f) {
       auto portal = std::move(scatter_.portal->first);
       scatter_.portal.reset();
       take_moves();  // (a named portal may outlive its Sync: then nothing marks it running)
-      if (scatter_.route->cls != routing::StatementClass::read)
+      if (scatter_.route->cls != routing::StatementClass::read || scatter_.route->explain != routing::Route::Explain::none)
         co_return co_await run_on_shards(*scatter_.route, req.sql, &req);
       if (e->max_rows > 0 && req.emit_rows)
         co_return co_await execute_in_pieces(std::move(portal), std::move(req), e->max_rows);

@@ -332,7 +332,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   }
   auto target = single_target(route);
   if (!target) {
-    if (route.cls == StatementClass::read) {
+    if (route.cls == StatementClass::read && route.explain == routing::Route::Explain::none) {
       ScatterRequest req;
       req.sql = std::string(sql);
       co_return co_await scatter_read(route, std::move(req));
@@ -799,7 +799,7 @@ awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::
                                       const std::vector<std::int32_t>& types) {
   leave_batch_shard(kNoShard);
   if (route.cls != StatementClass::read && in_transaction() && !two_phase() && !single_target(route) &&
-      !route.key_guard)  // (MultiShardWrite: the guarded shards write nothing)
+      !route.key_guard())  // (MultiShardWrite: the guarded shards write nothing)
     co_return co_await reject(sqlstate::cross_shard_write,
                               "statement would write to several shards inside a transaction; a transaction may "
                               "write to one shard only (transactions.cross_shard_writes: refuse)",

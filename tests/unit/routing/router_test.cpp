@@ -301,14 +301,14 @@ TEST_CASE("UPDATE and DELETE", "[router]") {
                            Guarded{"UPDATE users SET id = $1, name = $2 WHERE email = $3", {"42", "x", "y"}, "42"}}) {
     INFO(g.sql);
     Route r = g.params.empty() ? f.both(g.sql) : f.prepared(g.sql, g.params);
-    REQUIRE(r.key_guard);
-    CHECK(r.key_guard->table == "users");
-    CHECK(r.key_guard->column == "id");
-    CHECK(r.key_guard->owner == user_shard(g.value));
+    REQUIRE(r.key_guard());
+    CHECK(r.key_guard()->table == "users");
+    CHECK(r.key_guard()->column == "id");
+    CHECK(r.key_guard()->owner == user_shard(g.value));
     CHECK(r.cls == StatementClass::write);
     REQUIRE_FALSE(r.per_shard_sql.empty());
     for (const auto& [shard, sql] : r.per_shard_sql) {
-      CHECK(shard != r.key_guard->owner);
+      CHECK(shard != r.key_guard()->owner);
       CHECK_THAT(sql, Catch::Contains(std::string(kKeyGuardMarker)) && Catch::StartsWith("UPDATE users SET "));
     }
   }
@@ -321,9 +321,9 @@ TEST_CASE("UPDATE and DELETE", "[router]") {
     if (user_shard(from) == user_shard(to)) {
       CHECK(r.kind == RouteKind::shards);
       CHECK(r.shards == std::vector<std::size_t>{user_shard(to)});
-      CHECK_FALSE(r.key_guard);
+      CHECK_FALSE(r.key_guard());
     } else {
-      REQUIRE(r.key_guard);
+      REQUIRE(r.key_guard());
       CHECK(r.shards == std::vector<std::size_t>{user_shard(from)});
       CHECK(r.per_shard_sql.size() == 1);
     }
