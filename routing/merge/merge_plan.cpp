@@ -45,6 +45,8 @@ bool Planner::run() {
       aggregates_in_order = true;
   plan_.aggregate = s_->n_group_clause > 0 || s_->having_clause != nullptr || aggregates_in_order ||
                     std::any_of(targets_.begin(), targets_.end(), [](const Target& t) { return t.agg != AggKind::none; });
+  if (s_->n_locking_clause > 0 && plan_.aggregate)  // (PostgreSQL rejects it: its error comes first)
+    return refuse("FOR UPDATE/SHARE with an aggregate or GROUP BY");
   std::vector<int> params = merge_tree::parameters_of(&s_->base);
   if (!(plan_.aggregate ? plan_aggregate() : plan_plain())) return false;
   plan_.hidden_columns = hidden_.size();
@@ -54,12 +56,38 @@ bool Planner::run() {
   return !failed();
 }
 
+// FOR UPDATE/SHARE (NOWAIT, SKIP LOCKED) over several shards: each shard locks the rows
+// it returns, and the merge returns them all, so the rows locked are the rows of the
+// answer, as on one PostgreSQL — unless LIMIT/OFFSET (each shard's, then the merge's)
+// drops some after they were locked. That is taken only with SKIP LOCKED, a queue's
+// workers taking rows: a row locked and not returned is skipped by the other workers
+// until the transaction ends, where one PostgreSQL would have left it to them.
+bool Planner::locks_what_it_returns() {
+  if (s_->distinct_clause != nullptr) return refuse("FOR UPDATE/SHARE with DISTINCT");
+  for (std::size_t i = 0; i < s_->n_locking_clause; ++i) {
+    const PgQuery__Node* c = s_->locking_clause[i];
+    // (libpg_query 15's deparser writes `OF a NOWAIT` as `OF aNOWAIT`: not sent.)
+    if (is(c, PG_QUERY__NODE__NODE_LOCKING_CLAUSE) && c->locking_clause->n_locked_rels > 0 &&
+        c->locking_clause->wait_policy != PG_QUERY__LOCK_WAIT_POLICY__LockWaitBlock)
+      return refuse("FOR UPDATE/SHARE OF a table with NOWAIT or SKIP LOCKED (leave out OF)");
+  }
+  if (s_->limit_count == nullptr && s_->limit_offset == nullptr) return true;
+  for (std::size_t i = 0; i < s_->n_locking_clause; ++i) {
+    const PgQuery__Node* c = s_->locking_clause[i];
+    if (!is(c, PG_QUERY__NODE__NODE_LOCKING_CLAUSE) ||
+        c->locking_clause->wait_policy != PG_QUERY__LOCK_WAIT_POLICY__LockWaitSkip)
+      return refuse("FOR UPDATE/SHARE with LIMIT or OFFSET would lock rows on every shard beyond those returned "
+                    "(taken with SKIP LOCKED)");
+  }
+  return true;
+}
+
 // Statement-level constructs that never merge.
 bool Planner::check_statement() {
   if (s_->op != PG_QUERY__SET_OPERATION__SETOP_NONE)
     return refuse("UNION, INTERSECT and EXCEPT would be applied on each shard separately");
   if (s_->into_clause != nullptr) return fail("0A000", "SELECT INTO cannot run on several shards");
-  if (s_->n_locking_clause > 0) return refuse("FOR UPDATE/SHARE locks rows on several shards");
+  if (s_->n_locking_clause > 0 && !locks_what_it_returns()) return false;
   if (s_->n_values_lists > 0) return fail("0A000", "a VALUES list has no shard to run on");
   if (s_->n_window_clause > 0) return refuse("window functions need every row in one place");
   if (s_->limit_option == PG_QUERY__LIMIT_OPTION__LIMIT_OPTION_WITH_TIES && s_->n_sort_clause == 0)

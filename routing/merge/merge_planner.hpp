@@ -63,6 +63,7 @@ class Planner {
   bool plain_distinct_ = false;
 
   bool check_statement();
+  bool locks_what_it_returns();
   bool check_subqueries();
   bool collect_targets();
   bool plan_plain();

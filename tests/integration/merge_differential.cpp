@@ -472,7 +472,7 @@ std::vector<Refusal> refusals() {
       {"SELECT row_number() OVER () FROM merge_src", "SPC01"},
       {"SELECT sum(k) + 1 FROM merge_src", "SPC01"},
       {"SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY k) FROM merge_src", "SPC01"},
-      {"SELECT * FROM merge_src FOR UPDATE", "SPC01"},
+      {"SELECT * FROM merge_src ORDER BY k LIMIT 3 FOR UPDATE", "SPC01"},
       {"SELECT * FROM (SELECT k FROM merge_src ORDER BY k LIMIT 3) x", "SPC01"},
       {"SELECT avg(r) FROM merge_src", "SPC01"},  // refused by the merger (real)
       {"SELECT g, array_agg(id) FROM merge_src GROUP BY g", "SPC01"},

@@ -889,8 +889,8 @@ def show_route_each_case():
     # count(DISTINCT non-key): the combine step, its pull and combine query in the merge column
     r = route("SELECT count(DISTINCT v) FROM users")
     assert (r["merge"] or "").startswith("combine:") and "sp_combine_1" in r["merge"], r
-    # FOR UPDATE over several shards: refused with SPC01 in the merge column
-    r = route("SELECT v FROM users FOR UPDATE")
+    # FOR UPDATE with LIMIT over several shards: refused with SPC01 in the merge column
+    r = route("SELECT v FROM users ORDER BY v LIMIT 1 FOR UPDATE")
     assert "SPC01" in (r["merge"] or "") and "refused" in r["merge"], r
 
     # multi-row INSERT across shards: split

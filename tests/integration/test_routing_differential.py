@@ -569,6 +569,56 @@ def explain_over_several_shards():
 
 
 @test
+def for_update_over_several_shards():
+    # FOR UPDATE/SHARE on several shards: each shard locks the rows it returns (SPC01
+    # before). Same answers as plain PostgreSQL, and the rows are locked where they are.
+    for kind in ("simple", "extended"):
+        lockstep("simple", "BEGIN")
+        lockstep(kind, "SELECT id, name FROM accounts WHERE balance > 50 ORDER BY id FOR UPDATE")
+        lockstep(kind, "SELECT a.id FROM accounts a WHERE a.note IS NULL ORDER BY a.id DESC FOR SHARE NOWAIT")
+        lockstep(kind, "SELECT a.id, a.name FROM accounts a WHERE a.balance < 10 FOR NO KEY UPDATE OF a", unordered=True)
+        lockstep("simple", "COMMIT")
+    for t in TARGETS[1:]:
+        shard_of, conn = {}, {}
+        for i, (port, db) in enumerate(t.shards):
+            conn[i] = direct(port, db)
+            cur = conn[i].cursor()
+            cur.execute("SELECT id FROM accounts")
+            shard_of.update((row[0], i) for row in cur.fetchall())
+        k1 = min(shard_of)
+        k2 = next(k for k in sorted(shard_of) if shard_of[k] != shard_of[k1])
+        t.w.query("BEGIN").raise_error()
+        r = t.w.query(f"SELECT id FROM accounts WHERE id + 0 IN ({k1}, {k2}) ORDER BY id FOR UPDATE")
+        if r.error or sorted(int(x[0]) for x in r.results[0].rows) != sorted([k1, k2]):
+            MISMATCHES.append(f"{t.name}: FOR UPDATE over two shards: {short(outcome(r))}")
+        for k in (k1, k2):  # each row is locked on its own shard
+            cur = conn[shard_of[k]].cursor()
+            try:
+                cur.execute("SET lock_timeout = '200ms'")
+                cur.execute(f"UPDATE accounts SET note = note WHERE id = {k}")
+                MISMATCHES.append(f"{t.name}: row {k} was not locked on its shard")
+            except Exception as e:  # noqa: BLE001
+                if getattr(e, "pgcode", None) != "55P03":
+                    MISMATCHES.append(f"{t.name}: row {k}: {e}")
+        t.w.query("ROLLBACK").raise_error()
+        # a queue's workers: SKIP LOCKED with LIMIT, each gets a row of its own
+        other = pgwire.connect(HOST, t.port, "app", t.db, password="secret", timeout=30)
+        got = []
+        for w in (t.w, other):
+            w.query("BEGIN").raise_error()
+            r = w.query("SELECT id FROM accounts ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED")
+            got.append(None if r.error else r.results[0].rows[0][0])
+        for w in (t.w, other):
+            w.query("ROLLBACK")
+        other.close()
+        if None in got or got[0] == got[1]:
+            MISMATCHES.append(f"{t.name}: two workers' SKIP LOCKED took {got}")
+        for c in conn.values():
+            c.close()
+    finish("FOR UPDATE over several shards")
+
+
+@test
 def transactions_commit_and_rollback():
     for i in range(20):
         k = some_key()

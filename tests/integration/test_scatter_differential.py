@@ -37,7 +37,8 @@ LIMIT/OFFSET may cut through a group); without ORDER BY as multisets. Keyset
 pagination (SPEC's example, ties on created_at) walks every page through both and
 returns every row exactly once. Statements the merger cannot combine
 (count(DISTINCT x), percentile_cont, window functions, ...) go to the combine step
-and must match plain PostgreSQL too; FOR UPDATE over several shards fails with SPC01.
+and must match plain PostgreSQL too; FOR UPDATE with LIMIT over several shards (without
+SKIP LOCKED) fails with SPC01.
 Every statement must count as multi-shard in /metrics (it was merged, not forwarded),
 and for the key IN lists / ranges SHOW splitpoint.last_scatter must show the shards
 that own no key as skipped. COPY (query) TO STDOUT and COPY table TO STDOUT (text, csv
@@ -443,6 +444,11 @@ def build_statements():
     S("cat-04", "SELECT * FROM events WHERE flag")
     S("cat-05", "SELECT order_id, amount, price FROM orders WHERE amount IS NULL")
     S("cat-06", "SELECT note, token FROM orders WHERE status = '日本'")
+    # --- FOR UPDATE/SHARE: each shard locks what it returns (with LIMIT: SKIP LOCKED)
+    S("lck-01", "SELECT order_id, qty FROM orders WHERE qty > 3 FOR UPDATE")
+    S("lck-02", "SELECT order_id FROM orders WHERE qty = 5 ORDER BY order_id FOR SHARE NOWAIT", order="exact")
+    S("lck-03", "SELECT order_id, status FROM orders ORDER BY order_id DESC LIMIT 7 FOR NO KEY UPDATE SKIP LOCKED",
+      order="exact")
     S("cat-07", "SELECT o.order_id, c.name, c.region FROM orders o JOIN countries c ON c.code = o.country "
                 "WHERE o.qty = 7")
     S("cat-08", "SELECT * FROM customers WHERE name LIKE 'é%'")
@@ -793,7 +799,7 @@ COMBINED = [
 
 # What no single database could answer the same way.
 REFUSED = [
-    ("ref-01", "SELECT order_id FROM orders WHERE qty > 3 FOR UPDATE"),
+    ("ref-01", "SELECT order_id FROM orders WHERE qty > 3 ORDER BY order_id LIMIT 5 FOR UPDATE"),
 ]
 
 # ------------------------------------------------------------------ running

@@ -253,7 +253,12 @@ TEST_CASE("constructs that cannot be merged exactly are refused with SPC01", "[m
       "SELECT a FROM t UNION SELECT a FROM u",
       "SELECT a FROM t UNION ALL SELECT a FROM u",
       "SELECT a FROM t INTERSECT SELECT a FROM u",
-      "SELECT * FROM t FOR UPDATE",
+      "SELECT * FROM t ORDER BY a LIMIT 5 FOR UPDATE",
+      "SELECT * FROM t OFFSET 5 FOR SHARE NOWAIT",
+      "SELECT * FROM t LIMIT 5 FOR UPDATE OF t SKIP LOCKED FOR SHARE OF u",
+      "SELECT * FROM t FOR SHARE OF t NOWAIT",
+      "SELECT DISTINCT a FROM t FOR UPDATE",
+      "SELECT a, count(*) FROM t GROUP BY a FOR UPDATE",
       "SELECT * FROM t ORDER BY random()",
       "SELECT a FROM t GROUP BY a, random()",
       "SELECT * FROM (SELECT a FROM t ORDER BY a LIMIT 5) s",
@@ -273,6 +278,12 @@ TEST_CASE("constructs that cannot be merged exactly are refused with SPC01", "[m
     CHECK(e.message.rfind("cannot be answered exactly across shards: ", 0) == 0);
   }
   CHECK(error_of("SELECT a INTO x FROM t").sqlstate == "0A000");
+  // FOR UPDATE/SHARE: each shard locks what it returns (with LIMIT only SKIP LOCKED).
+  CHECK(plan_of("SELECT * FROM t WHERE a > 1 FOR UPDATE").shard_sql == "SELECT * FROM t WHERE a > 1 FOR UPDATE");
+  CHECK(plan_of("SELECT a FROM t ORDER BY b FOR SHARE NOWAIT").shard_sql ==
+        "SELECT a, b AS _sp_h1 FROM t ORDER BY b FOR SHARE NOWAIT");
+  CHECK(plan_of("SELECT a FROM t ORDER BY a LIMIT 2 OFFSET 1 FOR UPDATE SKIP LOCKED").shard_sql ==
+        "SELECT a FROM t ORDER BY a LIMIT 3 FOR UPDATE SKIP LOCKED");
   CHECK(error_of("INSERT INTO t VALUES (1)").sqlstate == "0A000");
   CHECK(error_of("SELECT 1; SELECT 2").sqlstate == "0A000");
   CHECK(error_of("SELEC 1").sqlstate == "42601");
