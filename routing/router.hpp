@@ -24,6 +24,7 @@ namespace splitpoint::routing {
 struct TableShape {
   std::vector<std::string> columns;  // attnum order, dropped columns excluded
   std::vector<std::string> types;    // format_type(): "bigint", "text", "character varying(20)", "uuid", ...
+  std::string table;                 // the name it was looked up by
 };
 // Returns the shape of a table (unqualified, lower-case name), or nullptr if not known yet.
 using ShapeLookup = std::function<const TableShape*(std::string_view table)>;

@@ -253,7 +253,7 @@ awaitable<void> AdminConsole::show_route(std::string_view sql, std::string& out)
   auto lookup = s_.shape_lookup(keep);
   auto route = rt->router->route_simple(stmt, s_.settings_.routing, lookup);
   if (route.kind == routing::RouteKind::need_shapes) {
-    co_await s_.fetch_shapes(route.missing_tables);
+    co_await s_.fetch_shapes(route.missing_tables);  // (the console has no pools: learnt by clients' statements)
     route = rt->router->route_simple(stmt, s_.settings_.routing, lookup);
   }
   std::vector<std::string> shards, parts;
@@ -280,8 +280,10 @@ awaitable<void> AdminConsole::show_route(std::string_view sql, std::string& out)
   }
   Table t({"route", "shards", "partitions", "keys", "merge", "error"});
   t.row({kind_name(route.kind), join(shards), join(parts), join(route.key_values), merge,
-         route.kind == routing::RouteKind::error
-             ? std::optional<std::string>(route.sqlstate + " " + route.message)
+         route.kind == routing::RouteKind::error ? std::optional<std::string>(route.sqlstate + " " + route.message)
+         : route.kind == routing::RouteKind::need_shapes
+             ? std::optional<std::string>("the columns of " + join(route.missing_tables) +
+                                          " are not known to this proxy yet: a client's statement on them reads them")
              : std::nullopt});
   t.encode(out, "SHOW");
 }

@@ -61,6 +61,7 @@ std::shared_ptr<const routing::TableShape> ShapeCache::find(std::string_view tab
 }
 
 void ShapeCache::put(const std::string& table, routing::TableShape shape) {
+  shape.table = table;
   std::lock_guard lock(mu_);
   shapes_[table] = std::make_shared<const routing::TableShape>(std::move(shape));
 }

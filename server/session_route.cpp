@@ -111,8 +111,13 @@ bool Session::check_write(const routing::Route& route, std::size_t shard, std::s
   return true;
 }
 
+// A table looked up again while one statement is routed gets the shape it got first,
+// even when the cache was cleared in between (DDL through this or another proxy): the
+// evaluation reads a table's shape more than once (its key's type, then its columns).
 routing::ShapeLookup Session::shape_lookup(std::vector<std::shared_ptr<const routing::TableShape>>& keep) {
   return [this, &keep](std::string_view table) -> const routing::TableShape* {
+    for (const auto& k : keep)
+      if (k->table == table) return k.get();
     auto s = runtime_->shapes->find(table);
     if (!s) return nullptr;
     keep.push_back(s);
@@ -132,6 +137,7 @@ awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables) {
       "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
       "WHERE c.relname IN (" + list + ") AND pg_catalog.pg_table_is_visible(c.oid) "
       "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY c.relname, a.attnum";
+  if (pools_.empty()) co_return false;  // (the admin console's session: no shard to ask)
   co_await pump_.drain();
   auto reply = co_await run_on(pick_any_shard(), sql);
   if (reply.lost || !reply.error.empty()) co_return false;
