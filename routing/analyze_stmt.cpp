@@ -506,8 +506,7 @@ Route::Explain explain_format(const PgQuery__ExplainStmt* e) {
   for (std::size_t i = 0; i < e->n_options; ++i) {
     const PgQuery__Node* o = e->options[i];
     if (!is(o, PG_QUERY__NODE__NODE_DEF_ELEM) || sv(o->def_elem->defname) != "format") continue;
-    std::string f(str_of(o->def_elem->arg));
-    for (char& c : f) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string f = lower(str_of(o->def_elem->arg));
     return f.empty() || f == "text" ? Route::Explain::text : Route::Explain::other_format;
   }
   return Route::Explain::text;

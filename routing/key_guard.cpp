@@ -17,8 +17,7 @@ std::optional<std::string> guarded_update(const std::string& packed) {
                             " ', ctid::pg_catalog.text))::pg_catalog.int4 IS NULL ELSE false END";
   ParseTree parsed = ParseTree::parse(guard);
   if (!parsed.ok()) return std::nullopt;
-  auto cond = unpack_tree(parsed.packed());
-  PgQuery__Node* both = cond->stmts[0]->stmt->select_stmt->where_clause;
+  PgQuery__Node* both = parsed.tree()->stmts[0]->stmt->select_stmt->where_clause;
   if (!is(both, PG_QUERY__NODE__NODE_BOOL_EXPR) || both->bool_expr->n_args != 2 ||
       !is(both->bool_expr->args[1], PG_QUERY__NODE__NODE_CASE_EXPR))
     return std::nullopt;

@@ -471,10 +471,7 @@ void Catalog::follow_once(pqxx::connection& c) {
   auto state = read_state(c);
   if (state.ddl != seen_ddl_) {  // DDL through another proxy: what this one knows of the tables is old
     seen_ddl_ = state.ddl;
-    if (auto rt = server_.runtime()) {
-      rt->shapes->clear();
-      rt->keys->clear();
-    }
+    if (auto rt = server_.runtime()) rt->forget_table_definitions();
   }
   if (state.epoch != applied_epoch_ || fenced_) {
     {

@@ -5,8 +5,8 @@
 #include <charconv>
 
 #include "protocol/messages.hpp"
-#include "routing/key_guard.hpp"
 #include "protocol/sqlstate.hpp"
+#include "routing/key_guard.hpp"
 #include "server/session_util.hpp"
 
 namespace splitpoint::server {
@@ -87,13 +87,10 @@ awaitable<bool> MultiShardWrite::run() {
 awaitable<bool> MultiShardWrite::join_block(bool& ok) {
   // (Transactions that write one shard only: a guarded UPDATE writes its value's shard.)
   const auto* guard = route_.key_guard();
-  if (guard && !s_.two_phase() && s_.txn_.write_shard && *s_.txn_.write_shard != guard->owner &&
-      std::find(targets_.begin(), targets_.end(), guard->owner) != targets_.end()) {
-    ok = co_await s_.reject(sqlstate::cross_shard_write,
-                            "transaction would write to shard \"" + s_.pools_[guard->owner]->target().shard +
-                                "\" after writing to shard \"" + s_.pools_[*s_.txn_.write_shard]->target().shard +
-                                "\"; a transaction may write to one shard only",
-                            ext_ != nullptr);
+  std::string error;
+  if (guard && !s_.two_phase() && std::find(targets_.begin(), targets_.end(), guard->owner) != targets_.end() &&
+      !s_.check_write(route_, guard->owner, error)) {
+    ok = co_await s_.reject(sqlstate::cross_shard_write, error, ext_ != nullptr);
     co_return false;
   }
   for (auto s : targets_) {

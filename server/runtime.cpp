@@ -60,6 +60,16 @@ std::shared_ptr<const routing::TableShape> ShapeCache::find(std::string_view tab
   return it == shapes_.end() ? nullptr : it->second;
 }
 
+const routing::TableShape* ShapeCache::find_kept(std::string_view table,
+                                                std::vector<std::shared_ptr<const routing::TableShape>>& keep) const {
+  for (const auto& k : keep)
+    if (k->table == table) return k.get();
+  auto found = find(table);
+  if (!found) return nullptr;
+  keep.push_back(found);
+  return found.get();
+}
+
 void ShapeCache::put(const std::string& table, routing::TableShape shape) {
   shape.table = table;
   std::lock_guard lock(mu_);

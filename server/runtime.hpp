@@ -73,6 +73,11 @@ class ShapeCache {
   // How multi-shard reads are answered, by statement text (cleared with the shapes).
   routing::ScatterPlanner& scatter_plans() { return scatter_plans_; }
   std::shared_ptr<const routing::TableShape> find(std::string_view table) const;
+  // For one statement: the shape `keep` already holds for `table` (a cache cleared in
+  // between does not change it: a statement may look a table up more than once), else
+  // the cached one, then kept. Null when not known.
+  const routing::TableShape* find_kept(std::string_view table,
+                                       std::vector<std::shared_ptr<const routing::TableShape>>& keep) const;
   void put(const std::string& table, routing::TableShape shape);
   void clear();
   // The database's collation (pg_database.datcollate), for merging text; "" = unknown.
@@ -144,6 +149,12 @@ struct Runtime {
   std::shared_ptr<ShardPools> combine;  // scatter.combine as a connection string; null: on a shard
   std::shared_ptr<asio::ssl::context> tls;          // null without `tls`
   bool standbys = false;  // some shard has a host besides its primary (SPEC §10)
+
+  // After DDL: table shapes and key sources are read again from the shards.
+  void forget_table_definitions() const {
+    shapes->clear();
+    keys->clear();
+  }
 
   const UserAuth* find_user(const std::string& name) const {
     auto it = users.find(name);

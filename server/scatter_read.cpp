@@ -117,14 +117,7 @@ routing::ScatterOptions scatter_options(const Runtime& rt, const routing::Route&
     };
   // Table columns (from the shards' catalogs) tell GROUP BY aliases from columns, and
   // which columns a combine step pulls.
-  o.combine.table_shape = [shapes = rt.shapes, &keep](std::string_view t) -> const routing::TableShape* {
-    for (const auto& k : keep)  // (the same shape for every look at a table: Session::shape_lookup)
-      if (k->table == t) return k.get();
-    auto found = shapes->find(t);
-    if (!found) return nullptr;
-    keep.push_back(found);
-    return found.get();
-  };
+  o.combine.table_shape = [shapes = rt.shapes, &keep](std::string_view t) { return shapes->find_kept(t, keep); };
   o.merge.table_columns = [shape = o.combine.table_shape](std::string_view t) -> const std::vector<std::string>* {
     const routing::TableShape* found = shape(t);
     return found ? &found->columns : nullptr;

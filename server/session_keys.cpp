@@ -42,8 +42,7 @@ std::string relation_literal(std::string_view table) {
 // its block has ended: a shape read in between may be the old one. Other proxies
 // following the same catalog forget theirs too (Catalog::schema_changed).
 void Session::forget_table_definitions() {
-  runtime_->shapes->clear();
-  runtime_->keys->clear();
+  runtime_->forget_table_definitions();
   if (in_transaction()) txn_.ddl = true;
   if (auto* c = server_.catalog()) c->schema_changed();
 }

@@ -111,22 +111,13 @@ bool Session::check_write(const routing::Route& route, std::size_t shard, std::s
   return true;
 }
 
-// A table looked up again while one statement is routed gets the shape it got first,
-// even when the cache was cleared in between (DDL through this or another proxy): the
-// evaluation reads a table's shape more than once (its key's type, then its columns).
 routing::ShapeLookup Session::shape_lookup(std::vector<std::shared_ptr<const routing::TableShape>>& keep) {
-  return [this, &keep](std::string_view table) -> const routing::TableShape* {
-    for (const auto& k : keep)
-      if (k->table == table) return k.get();
-    auto s = runtime_->shapes->find(table);
-    if (!s) return nullptr;
-    keep.push_back(s);
-    return s.get();
-  };
+  return [this, &keep](std::string_view table) { return runtime_->shapes->find_kept(table, keep); };
 }
 
 // Learns the column order and types of tables from a shard's catalog.
 awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables) {
+  if (pools_.empty()) co_return false;  // (the admin console's session: no shard to ask)
   std::string list;
   for (auto& t : tables) {
     if (!list.empty()) list += ",";
@@ -137,7 +128,6 @@ awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables) {
       "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
       "WHERE c.relname IN (" + list + ") AND pg_catalog.pg_table_is_visible(c.oid) "
       "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY c.relname, a.attnum";
-  if (pools_.empty()) co_return false;  // (the admin console's session: no shard to ask)
   co_await pump_.drain();
   auto reply = co_await run_on(pick_any_shard(), sql);
   if (reply.lost || !reply.error.empty()) co_return false;
@@ -198,6 +188,13 @@ awaitable<bool> Session::refused_in_failed_transaction(const routing::Route& rou
   co_await reject(kInFailedTransaction, "current transaction is aborted, commands ignored until end of transaction block",
                   extended);
   co_return true;
+}
+
+// A refusal of the router's (SPC01, SPR01) of a read or write, which PostgreSQL may
+// reject first: reject_unless_invalid asks it.
+static bool postgres_may_reject(const routing::Route& route) {
+  return (route.sqlstate == sqlstate::cannot_merge || route.sqlstate == sqlstate::no_shard_key) &&
+         (route.cls == StatementClass::read || route.cls == StatementClass::write);
 }
 
 // Refuses the statement the way PostgreSQL reports an error.
@@ -309,9 +306,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   }
   switch (route.kind) {
     case RouteKind::error:
-      if ((route.sqlstate == sqlstate::cannot_merge || route.sqlstate == sqlstate::no_shard_key) &&
-          (route.cls == StatementClass::read || route.cls == StatementClass::write))
-        co_return co_await reject_unless_invalid(route.sqlstate, route.message, sql, nullptr);
+      if (postgres_may_reject(route)) co_return co_await reject_unless_invalid(route.sqlstate, route.message, sql, nullptr);
       co_return co_await reject(route.sqlstate, route.message, false, route.position);
     case RouteKind::local:
       co_await pump_.drain();
@@ -715,8 +710,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
         forward_raw(f, '2');
         co_return true;
       }
-      if ((route.sqlstate == sqlstate::cannot_merge || route.sqlstate == sqlstate::no_shard_key) &&
-          (route.cls == StatementClass::read || route.cls == StatementClass::write)) {
+      if (postgres_may_reject(route)) {
         const ScatterRequest req = request_of(*bind, std::string(p.query()), types);
         co_return co_await reject_unless_invalid(route.sqlstate, route.message, req.sql, &req);
       }

@@ -64,21 +64,18 @@ bool Planner::run() {
 // until the transaction ends, where one PostgreSQL would have left it to them.
 bool Planner::locks_what_it_returns() {
   if (s_->distinct_clause != nullptr) return refuse("FOR UPDATE/SHARE with DISTINCT");
+  bool of_with_wait = false, unskipped = false;
   for (std::size_t i = 0; i < s_->n_locking_clause; ++i) {
     const PgQuery__Node* c = s_->locking_clause[i];
-    // (libpg_query 15's deparser writes `OF a NOWAIT` as `OF aNOWAIT`: not sent.)
-    if (is(c, PG_QUERY__NODE__NODE_LOCKING_CLAUSE) && c->locking_clause->n_locked_rels > 0 &&
-        c->locking_clause->wait_policy != PG_QUERY__LOCK_WAIT_POLICY__LockWaitBlock)
-      return refuse("FOR UPDATE/SHARE OF a table with NOWAIT or SKIP LOCKED (leave out OF)");
+    const PgQuery__LockingClause* l = is(c, PG_QUERY__NODE__NODE_LOCKING_CLAUSE) ? c->locking_clause : nullptr;
+    of_with_wait |= l && l->n_locked_rels > 0 && l->wait_policy != PG_QUERY__LOCK_WAIT_POLICY__LockWaitBlock;
+    unskipped |= !l || l->wait_policy != PG_QUERY__LOCK_WAIT_POLICY__LockWaitSkip;
   }
-  if (s_->limit_count == nullptr && s_->limit_offset == nullptr) return true;
-  for (std::size_t i = 0; i < s_->n_locking_clause; ++i) {
-    const PgQuery__Node* c = s_->locking_clause[i];
-    if (!is(c, PG_QUERY__NODE__NODE_LOCKING_CLAUSE) ||
-        c->locking_clause->wait_policy != PG_QUERY__LOCK_WAIT_POLICY__LockWaitSkip)
-      return refuse("FOR UPDATE/SHARE with LIMIT or OFFSET would lock rows on every shard beyond those returned "
-                    "(taken with SKIP LOCKED)");
-  }
+  // (libpg_query 15's deparser writes `OF a NOWAIT` as `OF aNOWAIT`: not sent.)
+  if (of_with_wait) return refuse("FOR UPDATE/SHARE OF a table with NOWAIT or SKIP LOCKED (leave out OF)");
+  if (unskipped && (s_->limit_count != nullptr || s_->limit_offset != nullptr))
+    return refuse("FOR UPDATE/SHARE with LIMIT or OFFSET would lock rows on every shard beyond those returned "
+                  "(taken with SKIP LOCKED)");
   return true;
 }
 
