@@ -56,9 +56,22 @@ CREATE TABLE IF NOT EXISTS splitpoint.moves (
   error text,
   created timestamptz NOT NULL DEFAULT now(),
   updated timestamptz NOT NULL DEFAULT now());
-ALTER TABLE splitpoint.topology ADD COLUMN IF NOT EXISTS ddl bigint NOT NULL DEFAULT 0;
-ALTER TABLE splitpoint.moves ADD COLUMN IF NOT EXISTS rows_total bigint;
-ALTER TABLE splitpoint.moves ADD COLUMN IF NOT EXISTS copy_started timestamptz;
+DO $$
+DECLARE
+  added_later text[][] := ARRAY[['topology', 'ddl', 'bigint NOT NULL DEFAULT 0'],
+                                ['moves', 'rows_total', 'bigint'],
+                                ['moves', 'copy_started', 'timestamptz']];
+  c text[];
+BEGIN
+  -- Only a column that is missing: ALTER TABLE takes its exclusive lock even when the
+  -- column is there, and the other proxies' followers read these tables.
+  FOREACH c SLICE 1 IN ARRAY added_later LOOP
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = ('splitpoint.' || c[1])::regclass
+                   AND attname = c[2] AND NOT attisdropped) THEN
+      EXECUTE format('ALTER TABLE splitpoint.%I ADD COLUMN %I %s', c[1], c[2], c[3]);
+    END IF;
+  END LOOP;
+END $$;
 CREATE TABLE IF NOT EXISTS splitpoint.ranges (
   distribution text NOT NULL,
   partition int NOT NULL,
@@ -372,7 +385,18 @@ void Catalog::renew_lease(pqxx::connection& c) {
 
 void Catalog::start(config::Config& config, MoveView& view) {
   auto c = connect_catalog();
-  create_schema(*c);
+  // A catalog made by an older splitpoint gets its new columns under exclusive locks,
+  // which can deadlock with another proxy's follower: PostgreSQL aborts one side, which
+  // tries again.
+  for (int attempt = 1;; ++attempt) {
+    try {
+      create_schema(*c);
+      break;
+    } catch (const pqxx::sql_error& e) {
+      if (e.sqlstate() != "40P01" || attempt == 5) throw;
+      spdlog::warn("catalog: {} (attempt {} of 5)", e.what(), attempt);
+    }
+  }
   seed(*c);
   renew_lease(*c);
   auto state = read_state(*c);

@@ -284,6 +284,22 @@ def ddl_through_one_proxy_reaches_the_other():
 
 
 @test
+def a_proxy_starts_while_the_catalog_is_read():
+    # Every proxy's follower reads the catalog's tables; a proxy starting meanwhile must
+    # not take their exclusive locks (its schema's ADD COLUMN did even when the column
+    # was there: CI saw the starting proxy and another's follower deadlock, SQLSTATE 40P01).
+    c = psycopg2.connect(host=sptest.HOST, port=sptest.PG_PORTS[1], dbname=CAT, user="postgres", password="postgres")
+    try:
+        cur = c.cursor()
+        cur.execute("SELECT count(*) FROM splitpoint.moves, splitpoint.topology, splitpoint.placement")
+        B.stop()
+        B.start()
+        assert sptest.query(B.port, "app", "SELECT 1") == [(1,)]
+    finally:
+        c.close()
+
+
+@test
 def command_line():
     rc, out, err = cli(A, "--csv", "SPLIT", "RANGE", "by_range", "AT", "2500")
     assert rc == 0 and out.splitlines() == ["distribution,partition,lower,upper,shard", "by_range,2,2000,2500,s1",
