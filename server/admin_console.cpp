@@ -253,7 +253,7 @@ awaitable<void> AdminConsole::show_route(std::string_view sql, std::string& out)
   auto lookup = s_.shape_lookup(keep);
   auto route = rt->router->route_simple(stmt, s_.settings_.routing, lookup);
   if (route.kind == routing::RouteKind::need_shapes) {
-    co_await s_.fetch_shapes(route.missing_tables);  // (the console has no pools: learnt by clients' statements)
+    co_await s_.fetch_shapes(route.missing_tables, keep);  // (the console has no pools: learnt by clients' statements)
     route = rt->router->route_simple(stmt, s_.settings_.routing, lookup);
   }
   std::vector<std::string> shards, parts;

@@ -70,10 +70,12 @@ const routing::TableShape* ShapeCache::find_kept(std::string_view table,
   return found.get();
 }
 
-void ShapeCache::put(const std::string& table, routing::TableShape shape) {
+std::shared_ptr<const routing::TableShape> ShapeCache::put(const std::string& table, routing::TableShape shape) {
   shape.table = table;
+  auto made = std::make_shared<const routing::TableShape>(std::move(shape));
   std::lock_guard lock(mu_);
-  shapes_[table] = std::make_shared<const routing::TableShape>(std::move(shape));
+  shapes_[table] = made;
+  return made;
 }
 
 std::string ShapeCache::collation() const {

@@ -78,7 +78,7 @@ class ShapeCache {
   // the cached one, then kept. Null when not known.
   const routing::TableShape* find_kept(std::string_view table,
                                        std::vector<std::shared_ptr<const routing::TableShape>>& keep) const;
-  void put(const std::string& table, routing::TableShape shape);
+  std::shared_ptr<const routing::TableShape> put(const std::string& table, routing::TableShape shape);
   void clear();
   // The database's collation (pg_database.datcollate), for merging text; "" = unknown.
   std::string collation() const;

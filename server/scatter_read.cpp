@@ -131,7 +131,7 @@ awaitable<bool> ScatterRead::plan() {
   auto& shapes = s_.runtime_->shapes;
   splan_ = shapes->scatter_plans().plan(req_.sql, o, s_.settings_.routing.standard_conforming_strings);
   // A combine step pulls less and aggregates on the shards when it knows the tables.
-  if (!splan_->missing_shapes.empty() && co_await s_.fetch_shapes(splan_->missing_shapes))
+  if (!splan_->missing_shapes.empty() && co_await s_.fetch_shapes(splan_->missing_shapes, shapes_used_))
     splan_ = shapes->scatter_plans().plan(req_.sql, o, s_.settings_.routing.standard_conforming_strings);
   if (splan_->error) {
     co_await s_.reject_unless_invalid(splan_->error->sqlstate, splan_->error->message, req_.sql,

@@ -153,11 +153,12 @@ awaitable<bool> CopyIn::find_key() {
   auto shape = s_.runtime_->shapes->find(table_);
   if (!shape) {
     std::vector<std::string> wanted(1, table_);  // (no braced list: GCC 12 coroutine bug)
-    if (!co_await s_.fetch_shapes(wanted)) {
+    std::vector<std::shared_ptr<const routing::TableShape>> fetched;
+    if (!co_await s_.fetch_shapes(wanted, fetched)) {
       co_await s_.reject(sqlstate::connection_failure, "cannot read the definition of " + table_, false);
       co_return false;
     }
-    shape = s_.runtime_->shapes->find(table_);
+    shape = fetched.front();
   }
   if (!shape || shape->columns.empty()) {
     co_await s_.reject(sqlstate::undefined_table, "relation \"" + table_ + "\" does not exist", false);

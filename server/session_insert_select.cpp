@@ -83,7 +83,7 @@ awaitable<bool> Session::read_for_insert(std::string_view select, const proto::B
     };
   }
   routing::Route route = again();
-  if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, again);
+  if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, keep, again);
   take_moves();
   if (moves_.view && !co_await wait_for_moves(route, extended, again)) co_return false;
   if (route.kind == RouteKind::error) {
@@ -132,8 +132,8 @@ awaitable<bool> Session::read_for_insert(std::string_view select, const proto::B
   co_return true;
 }
 
-awaitable<bool> Session::pull_insert_select(const routing::Route& route, std::string_view sql, const proto::Bind* bind,
-                                            const std::vector<std::int32_t>* types) {
+awaitable<bool> Session::pull_insert_select(const routing::Route& route, std::vector<std::shared_ptr<const routing::TableShape>>& keep, std::string_view sql,
+                                            const proto::Bind* bind, const std::vector<std::int32_t>* types) {
   const bool extended = bind != nullptr;
   auto parts = routing::insert_select_parts(sql, settings_.routing.standard_conforming_strings);
   if (!parts) co_return co_await reject(route.sqlstate, route.message, extended);
@@ -194,11 +194,11 @@ awaitable<bool> Session::pull_insert_select(const routing::Route& route, std::st
   text.replace(at, routing::kRowsMarker.size(), "VALUES " + values_of(messages, *names));
   messages = std::string();
   routing::Route rewritten;
-  if (!extended) co_return co_await run_rewritten_insert(rewritten, std::move(text));
+  if (!extended) co_return co_await run_rewritten_insert(rewritten, keep, std::move(text));
   proto::Bind b;  // the rows are literals: no parameters
   b.portal = bind->portal;
   b.result_formats = bind->result_formats;
-  co_return co_await run_rewritten_insert(rewritten, std::move(text), &b);
+  co_return co_await run_rewritten_insert(rewritten, keep, std::move(text), &b);
 }
 
 }  // namespace splitpoint::server

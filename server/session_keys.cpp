@@ -111,7 +111,7 @@ awaitable<std::optional<std::vector<std::string>>> Session::draw_keys(const rout
   co_return keys;
 }
 
-awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, std::string_view sql,
+awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, std::vector<std::shared_ptr<const routing::TableShape>>& keep, std::string_view sql,
                                                     const proto::Bind* bind, const std::vector<std::int32_t>* types) {
   const auto request = route.generate_keys;
   const bool extended = bind != nullptr;
@@ -128,7 +128,7 @@ awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, std::
   auto keyed = routing::insert_with_keys(sql, settings_.routing.standard_conforming_strings, *request, *keys,
                                          overriding, first_param);
   if (!keyed) co_return co_await reject(route.sqlstate, route.message, extended);
-  if (!extended) co_return co_await run_rewritten_insert(route, std::move(*keyed));
+  if (!extended) co_return co_await run_rewritten_insert(route, keep, std::move(*keyed));
   // Extended: the client's parameters, then the keys (text).
   std::vector<std::int32_t> all_types = *types;
   all_types.resize(bind->params.size() + keys->size(), 0);
@@ -136,13 +136,12 @@ awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, std::
   if (b.param_formats.size() == 1) b.param_formats.resize(bind->params.size(), b.param_formats[0]);  // one for all: one each
   if (!b.param_formats.empty()) b.param_formats.resize(all_types.size(), 0);
   for (const auto& k : *keys) b.params.emplace_back(k);
-  co_return co_await run_rewritten_insert(route, std::move(*keyed), &b, std::move(all_types));
+  co_return co_await run_rewritten_insert(route, keep, std::move(*keyed), &b, std::move(all_types));
 }
 
-awaitable<bool> Session::run_rewritten_insert(routing::Route& route, std::string text, const proto::Bind* bind,
-                                              std::vector<std::int32_t> types) {
+awaitable<bool> Session::run_rewritten_insert(routing::Route& route, std::vector<std::shared_ptr<const routing::TableShape>>& keep, std::string text,
+                                              const proto::Bind* bind, std::vector<std::int32_t> types) {
   const bool extended = bind != nullptr;
-  std::vector<std::shared_ptr<const routing::TableShape>> keep;
   auto lookup = shape_lookup(keep);
   auto& router = *runtime_->router;
   std::shared_ptr<const routing::Plan> plan;
@@ -154,11 +153,11 @@ awaitable<bool> Session::run_rewritten_insert(routing::Route& route, std::string
     again = [&] { return router.route(*plan, params, settings_.routing, lookup); };
   }
   route = again();
-  if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, again);
+  if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, keep, again);
   take_moves();
   if (moves_.view && !co_await wait_for_moves(route, extended, again)) co_return !closing_;
   // Pulled rows whose key the column list leaves out: generated, then here again.
-  if (route.generate_keys) co_return co_await insert_with_generated_keys(route, text, bind, &types);
+  if (route.generate_keys) co_return co_await insert_with_generated_keys(route, keep, text, bind, &types);
   if (route.kind == RouteKind::error) co_return co_await reject(route.sqlstate, route.message, extended);
   // One shard, inside a block: the transaction's write rule, as for any write to one shard.
   std::string error;

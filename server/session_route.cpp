@@ -116,7 +116,7 @@ routing::ShapeLookup Session::shape_lookup(std::vector<std::shared_ptr<const rou
 }
 
 // Learns the column order and types of tables from a shard's catalog.
-awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables) {
+awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables, std::vector<std::shared_ptr<const routing::TableShape>>& keep) {
   if (pools_.empty()) co_return false;  // (the admin console's session: no shard to ask)
   std::string list;
   for (auto& t : tables) {
@@ -140,14 +140,18 @@ awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables) {
     shape.columns.emplace_back(*row->values[1]);
     shape.types.emplace_back(*row->values[2]);
   });
-  for (auto& [name, shape] : found) runtime_->shapes->put(name, std::move(shape));
+  for (auto& [name, shape] : found) {
+    std::erase_if(keep, [&](const auto& k) { return k->table == name; });
+    keep.push_back(runtime_->shapes->put(name, std::move(shape)));
+  }
   co_return true;
 }
 
 // Routes again after learning missing table shapes. False: an error was reported.
-awaitable<bool> Session::route_with_shapes(routing::Route& route, const std::function<routing::Route()>& again) {
+awaitable<bool> Session::route_with_shapes(routing::Route& route, std::vector<std::shared_ptr<const routing::TableShape>>& keep,
+                                           const std::function<routing::Route()>& again) {
   for (int attempt = 0; route.kind == RouteKind::need_shapes && attempt < 2; ++attempt) {
-    if (!co_await fetch_shapes(route.missing_tables)) {
+    if (!co_await fetch_shapes(route.missing_tables, keep)) {
       route.kind = RouteKind::error;
       route.sqlstate = sqlstate::connection_failure;
       route.message = "cannot read the table definitions from the shards";
@@ -269,7 +273,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   auto route = router.route_simple(sql, settings_.routing, lookup);
   // The checks before these calls spare most statements two coroutine frames.
   if (route.kind == RouteKind::need_shapes)
-    co_await route_with_shapes(route, [&] { return router.route_simple(sql, settings_.routing, lookup); });
+    co_await route_with_shapes(route, keep, [&] { return router.route_simple(sql, settings_.routing, lookup); });
   take_moves();  // (a partition in cutover: SPEC §9)
   if (moves_.view && !co_await wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, settings_.routing, lookup); }))
     co_return !closing_;
@@ -298,8 +302,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     route.kind = RouteKind::any_shard;
     route.cls = StatementClass::utility;
   }
-  if (route.generate_keys) co_return co_await insert_with_generated_keys(route, sql);
-  if (route.pull_insert) co_return co_await pull_insert_select(route, sql);
+  if (route.generate_keys) co_return co_await insert_with_generated_keys(route, keep, sql);
+  if (route.pull_insert) co_return co_await pull_insert_select(route, keep, sql);
   if (route.cursor != routing::Route::Cursor::none && pools_.size() > 1) {
     auto done = co_await cursor_command(route);
     if (done) co_return *done;
@@ -682,7 +686,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   if (ahead && ahead->parse_seq == p.parse_seq) route = std::move(ahead->route);
   else route = router.route(*p.plan, params, settings_.routing, lookup);
   if (route.kind == RouteKind::need_shapes)
-    co_await route_with_shapes(route, [&] { return router.route(*p.plan, params, settings_.routing, lookup); });
+    co_await route_with_shapes(route, keep, [&] { return router.route(*p.plan, params, settings_.routing, lookup); });
   take_moves();
   if (moves_.view && !co_await wait_for_moves(route, true, [&] { return runtime_->router->route(*p.plan, params, settings_.routing, lookup); }))
     co_return !closing_;
@@ -700,8 +704,8 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
                               "simple query protocol",
                               true);
   }
-  if (route.generate_keys) co_return co_await insert_with_generated_keys(route, p.query(), &*bind, &types);
-  if (route.pull_insert) co_return co_await pull_insert_select(route, p.query(), &*bind, &types);
+  if (route.generate_keys) co_return co_await insert_with_generated_keys(route, keep, p.query(), &*bind, &types);
+  if (route.pull_insert) co_return co_await pull_insert_select(route, keep, p.query(), &*bind, &types);
   switch (route.kind) {
     case RouteKind::error:
       if (route.syntax_error && cur()) {
@@ -882,7 +886,7 @@ awaitable<bool> Session::route_execute(routing::Route& route) {
   auto& router = *runtime_->router;
   routing::Route r = router.route(*plan, params, settings_.routing, lookup);
   if (r.kind == RouteKind::need_shapes)
-    co_await route_with_shapes(r, [&] { return router.route(*plan, params, settings_.routing, lookup); });
+    co_await route_with_shapes(r, keep, [&] { return router.route(*plan, params, settings_.routing, lookup); });
   if (r.kind != RouteKind::error && !single_target(r)) {
     co_await reject(sqlstate::feature_not_supported,
                     "EXECUTE of a prepared statement that runs on several shards is not supported through splitpoint; "

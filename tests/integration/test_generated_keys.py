@@ -17,6 +17,10 @@ combine shard's is drawn from):
 - extended protocol: psycopg 3 server-side prepared statements and executemany, asyncpg
   (binary parameters) fetchval and executemany;
 - two proxies inserting at once: every key unique, every row stored once;
+- DDL in other sessions while tables are made and filled (as `sysbench prepare
+  --threads=4` does): every INSERT runs (the proxy forgot its table definitions after
+  each DDL and, between learning a table's columns and routing the keyed INSERT, lost
+  them again: "table definitions unavailable");
 - afterwards, on the shards directly: each table's rows exactly once, each on the shard
   the proxy routes its key to, and the keys of one session increasing.
 """
@@ -269,6 +273,64 @@ def two_proxies():
     assert len(rows) == 300 and len({r[1] for r in rows}) == 300, f"{len(rows)} rows, {len({r[1] for r in rows})} keys"
 
 
+def ddl_in_other_sessions():
+    # Through a proxy in transaction pooling (where it showed: a backend per statement,
+    # so the proxy's own round trips wait for one). 4 sessions create and drop tables in
+    # a loop; 2 others make their own table again and again and fill it with 70-row
+    # INSERTs whose keys the proxy draws (a block of 64 keys: a round trip to the combine
+    # shard each time) and INSERTs without a column list. (A race: the previous binary
+    # failed 2 of 7 runs.)
+    stop = threading.Event()
+    errors, inserted = [], [0]
+    # (Two shards on one instance: its DDL is quicker, so the cache is cleared more often.)
+    p0 = sptest.PG_PORTS[0]
+    proxy = sptest.Proxy("genkeys-txn", f"""
+    auth: scram-sha-256
+    users:
+      - {{ name: app, password: secret }}
+    pool_mode: transaction
+    shards:
+      - {{ name: s0, host: 127.0.0.1, port: {p0}, database: {DBS.name}, user: app, password: secret, pool_size: 10 }}
+      - {{ name: s2, host: 127.0.0.1, port: {p0}, database: {EXTRA.name}, user: app, password: secret, pool_size: 10 }}
+    distributions:
+      - {{ name: bursts, method: hash, partitions: 8, tables: {{ bursts0: id, bursts1: id }} }}
+    """, WORK).start()
+
+    def churn(i):
+        cur = proxy_conn(proxy).cursor()
+        while not stop.is_set():
+            cur.execute(f"CREATE TABLE churn{i} (a int)")
+            cur.execute(f"DROP TABLE churn{i}")
+
+    def filler(i):
+        c = proxy_conn(proxy)
+        cur = c.cursor()
+        while not stop.is_set():
+            cur.execute(f"DROP TABLE IF EXISTS bursts{i}")
+            cur.execute(f"CREATE TABLE bursts{i} (id bigserial PRIMARY KEY, k int)")
+            try:
+                for j in range(3):
+                    cur.execute(f"INSERT INTO bursts{i} (k) VALUES " + ", ".join(["(1)"] * 70))
+                    assert cur.rowcount == 70, cur.rowcount
+                    cur.execute(f"INSERT INTO bursts{i} VALUES ({10 ** 6 + j}, 2)")
+                    inserted[0] += 71
+            except psycopg2.Error as e:
+                errors.append(f"{e.pgcode}: {str(e).splitlines()[0]}")
+        c.close()
+
+    threads = [threading.Thread(target=churn, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=filler, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    stop.wait(6)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    proxy.stop()
+    assert not errors, f"{len(errors)} failed INSERTs of {inserted[0] // 71 + len(errors)}: {sorted(set(errors))[:3]}"
+    assert inserted[0] > 0
+
+
 def rows_once_on_their_shard():
     for table in TABLES:
         rows = all_rows(table)
@@ -282,7 +344,8 @@ def rows_once_on_their_shard():
             assert owner_of(table, key) == (db, port), f"{table} key {key} stored on s{shard}, routed elsewhere"
 
 
-TESTS = [simple_protocol, in_transaction, refuse_mode_one_write_shard, extended_protocol, two_proxies, rows_once_on_their_shard]
+TESTS = [simple_protocol, in_transaction, refuse_mode_one_write_shard, extended_protocol, two_proxies, ddl_in_other_sessions,
+         rows_once_on_their_shard]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS + [sptest.clean_shutdown], setup, teardown))
