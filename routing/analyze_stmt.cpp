@@ -174,13 +174,15 @@ bool creates_lasting_temp(const PgQuery__Node* stmt) {
 
 // A SELECT a hot standby answers as the primary would (SPEC §10): no row locks, no
 // SELECT INTO, no data-modifying WITH, and none of the built-in functions that write or
-// need the session's own earlier calls (sequences, advisory locks, xids, NOTIFY, large
-// objects). A user function that writes is not seen here: reads: primary (or a
-// transaction block) for those.
-bool standby_can_answer(const PgQuery__Node* stmt) {
+// need the session's own earlier calls (advisory locks, xids, NOTIFY, large objects) —
+// but sequence functions, which set `sequences` (such a SELECT is Reads::sequences). A
+// user function that writes is not seen here: reads: primary (or a transaction block)
+// for those.
+bool standby_can_answer(const PgQuery__Node* stmt, bool& sequences) {
+  static constexpr std::string_view kSequences[] = {"nextval", "setval", "currval", "lastval"};
   static constexpr std::string_view kWriters[] = {
-      "nextval", "setval", "currval", "lastval", "txid_current", "pg_current_xact_id", "pg_notify",
-      "lo_create", "lo_creat", "lo_import", "lo_unlink", "lo_open", "lo_put", "lo_from_bytea", "set_config"};
+      "txid_current", "pg_current_xact_id", "pg_notify", "lo_create", "lo_creat", "lo_import",
+      "lo_unlink", "lo_open", "lo_put", "lo_from_bytea", "set_config"};
   if (!is(stmt, PG_QUERY__NODE__NODE_SELECT_STMT)) return false;
   bool ok = stmt->select_stmt->n_locking_clause == 0 && stmt->select_stmt->into_clause == nullptr;
   walk_nodes(&stmt->base, [&](const PgQuery__Node* n) {
@@ -199,6 +201,7 @@ bool standby_can_answer(const PgQuery__Node* stmt) {
         const std::string_view name = last_name(f->funcname, f->n_funcname);
         if (name.starts_with("pg_advisory") || name.starts_with("pg_try_advisory")) ok = false;
         for (std::string_view w : kWriters) ok = ok && name != w;
+        for (std::string_view w : kSequences) sequences = sequences || name == w;
         break;
       }
       default:
@@ -603,9 +606,10 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
     plan->copy_from = std::move(from);
     plan->cacheable = false;  // its options are literals
   }
-  plan->replica_safe = n > 0 && plan->fixed.cls != StatementClass::write && !plan->session_commands && !plan->pins_session;
-  for (std::size_t i = 0; i < n && plan->replica_safe; ++i)
-    plan->replica_safe = standby_can_answer(tree.tree()->stmts[i]->stmt);
+  bool reads_only = n > 0 && plan->fixed.cls != StatementClass::write && !plan->session_commands && !plan->pins_session;
+  bool sequences = false;
+  for (std::size_t i = 0; i < n && reads_only; ++i) reads_only = standby_can_answer(tree.tree()->stmts[i]->stmt, sequences);
+  if (reads_only) plan->reads = sequences ? Route::Reads::sequences : Route::Reads::standby_safe;
   for (const InsertRows& rows : plan->inserts)
     if (rows.splittable && rows.rows.size() > 1) plan->packed_tree = tree.packed();
   plan->bytes = plan_bytes(*plan) + sql.size();

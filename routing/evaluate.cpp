@@ -136,7 +136,12 @@ Route Evaluator::run(bool* needs_exact_plan) {
   r.session_commands = plan_.session_commands;
   r.copy_from = plan_.copy_from;
   r.pins_session = plan_.pins_session;
-  r.replica_safe = plan_.replica_safe && r.kind != RouteKind::error;
+  r.reads = r.kind == RouteKind::error ? Route::Reads::writes : plan_.reads;
+  if (r.reads == Route::Reads::sequences && r.kind == RouteKind::any_shard) {
+    const auto& config = in_.topo.config();
+    r.kind = RouteKind::shards;
+    r.shards = {std::min(config.scatter.combine_shard, config.shards.size() - 1)};
+  }
   return r;
 }
 

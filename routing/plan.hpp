@@ -117,7 +117,7 @@ class Plan {
   std::shared_ptr<const std::vector<SessionCommandInfo>> session_commands;  // Route::session_commands
   std::shared_ptr<const CopyFrom> copy_from;                                 // Route::copy_from
   bool pins_session = false;            // Route::pins_session
-  bool replica_safe = false;            // Route::replica_safe
+  Route::Reads reads = Route::Reads::writes;  // Route::reads
   bool cacheable = true;                // may be shared by texts differing only in literals
   bool uses_slots = false;              // constants were turned into literal slots
   std::vector<int> slots_used;          // the literal indices those slots read

@@ -116,9 +116,16 @@ struct Route {
   // transaction: it lives on the backend, so the session keeps that backend (as after
   // LISTEN).
   bool pins_session = false;
-  // Only SELECTs a hot standby answers as the primary would (no row locks, nothing that
-  // writes): what `reads: replica` may send to a replica (SPEC §10).
-  bool replica_safe = false;
+  // What the statement writes. standby_safe: only SELECTs a hot standby answers as the
+  // primary would (no row locks, nothing that writes): what `reads: replica` may send to
+  // a replica (SPEC §10). sequences: SELECTs whose only writes are sequence functions
+  // (nextval, setval, currval, lastval): sequences are not transactional, so such a
+  // statement does not count as a write of its transaction, and when any shard could
+  // answer it, it goes to the one whose sequences the proxy draws keys from (SPEC §3:
+  // `scatter.combine`'s shard), so that the values are unique across shards.
+  enum class Reads : std::uint8_t { writes, standby_safe, sequences };
+  Reads reads = Reads::writes;
+  bool replica_safe() const { return reads == Reads::standby_safe; }
   // A read of sharded tables that are not co-located (joined, or united, other than on
   // one distribution's key): only the combine step answers it, never a merge.
   bool needs_combine = false;

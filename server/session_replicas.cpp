@@ -24,7 +24,7 @@ bool Session::reads_from_standby(const routing::Route& route) const {
 }
 
 bool Session::may_read_standby(std::size_t shard, const routing::Route& route) const {
-  if (!runtime_->standbys || !route.replica_safe || !runtime_->shards[shard]->hosts().has_standbys()) return false;
+  if (!runtime_->standbys || !route.replica_safe() || !runtime_->shards[shard]->hosts().has_standbys()) return false;
   if (in_transaction() || txn_.implicit || txn_.batch_wrote || pinned_ ||
       runtime_->config.pool_mode != config::PoolMode::transaction)
     return false;

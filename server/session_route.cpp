@@ -481,7 +481,7 @@ awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& ro
   count_route(route, label);
   std::optional<std::size_t> standby;
   if (runtime_->standbys) standby = co_await read_host(target, route);
-  if (!standby && !route.replica_safe) may_write_on(target);
+  if (!standby && route.reads == routing::Route::Reads::writes) may_write_on(target);
   if (!co_await pump_.use_shard(target, standby)) {
     if (closing_) co_return false;
     co_await send_ready();
@@ -832,7 +832,7 @@ awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Rout
   count_route(route, pending_.route);
   std::optional<std::size_t> standby;
   if (runtime_->standbys) standby = co_await read_host(target, route);
-  if (!standby && !route.replica_safe) may_write_on(target);
+  if (!standby && route.reads == routing::Route::Reads::writes) may_write_on(target);
   if (!co_await pump_.use_shard(target, standby)) {
     fe_.skip_until_sync = true;
     co_return !closing_;

@@ -17,6 +17,11 @@ combine shard's is drawn from):
 - extended protocol: psycopg 3 server-side prepared statements and executemany, asyncpg
   (binary parameters) fetchval and executemany;
 - two proxies inserting at once: every key unique, every row stored once;
+- sequence functions (`SELECT nextval('s')`, currval, setval) from a session that has
+  used every shard: all on the combine shard, whose sequences the keys come from, so
+  the values are one sequence's (the other shards' copies stay untouched), in both
+  protocols; in a block under cross_shard_writes: refuse they do not count as a write
+  on a second shard;
 - DDL in other sessions while tables are made and filled (as `sysbench prepare
   --threads=4` does): every INSERT runs (the proxy forgot its table definitions after
   each DDL and, between learning a table's columns and routing the keyed INSERT, lost
@@ -195,6 +200,53 @@ def in_transaction():
     c.close()
 
 
+def sequence_calls_on_one_shard():
+    on = {}  # shard -> a key of orders stored there
+    for shard, key in all_rows("orders"):
+        on.setdefault(shard, key)
+    assert len(on) == 3, on
+    c = proxy_conn()
+    cur = c.cursor()
+    cur.execute("CREATE SEQUENCE tickets")
+    got = []
+    for n in range(12):
+        cur.execute("SELECT id FROM orders WHERE id = %s", (on[n % 3],))  # (the session's last shard: each in turn)
+        cur.execute("SELECT nextval('tickets')")
+        got.append(cur.fetchone()[0])
+        cur.execute("SELECT currval('tickets'), lastval()")
+        assert cur.fetchone() == (got[-1], got[-1])
+    assert got == list(range(1, 13)), got
+    url = f"host=127.0.0.1 port={PROXY.port} dbname={DBS.name} user=app password=secret"
+    with psycopg.connect(url, autocommit=True, prepare_threshold=0) as c3:
+        for n in range(6):
+            c3.execute("SELECT id FROM orders WHERE id = %s", (on[n % 3],))
+            got.append(c3.execute("SELECT nextval(%s::regclass)", ("tickets",)).fetchone()[0])
+    assert got == list(range(1, 19)), got
+    cur.execute("SELECT setval('tickets', 100)")
+    cur.execute("SELECT id FROM orders WHERE id = %s", (on[1],))
+    cur.execute("SELECT nextval('tickets')")
+    assert cur.fetchone()[0] == 101
+    c.close()
+    seqs = [on_shard(i, "SELECT last_value, is_called FROM tickets")[0] for i in range(3)]
+    assert seqs == [(101, True), (1, False), (1, False)], seqs
+    # Under refuse, a block that writes on one shard (not the combine shard) and takes
+    # sequence values commits: the values are no write.
+    body = config(DBS.name, EXTRA.name).rstrip() + "\n    transactions: { cross_shard_writes: refuse }\n"
+    with sptest.Proxy("genkeys-seq-refuse", body, WORK) as p:
+        c = proxy_conn(p)
+        c.autocommit = False
+        cur = c.cursor()
+        cur.execute("UPDATE orders SET amount = amount WHERE id = %s", (on[1],))
+        cur.execute("SELECT nextval('tickets')")
+        assert cur.fetchone()[0] == 102
+        cur.execute("UPDATE orders SET amount = amount WHERE id = %s", (on[1],))
+        c.commit()
+        c.close()
+    on_shard(0, "DROP SEQUENCE tickets")
+    on_shard(1, "DROP SEQUENCE tickets")
+    on_shard(2, "DROP SEQUENCE tickets")
+
+
 def refuse_mode_one_write_shard():
     """With cross_shard_writes: refuse, a block writes to one shard: a generated key that
     lands on another is SPT01, as an explicit one would be."""
@@ -344,7 +396,7 @@ def rows_once_on_their_shard():
             assert owner_of(table, key) == (db, port), f"{table} key {key} stored on s{shard}, routed elsewhere"
 
 
-TESTS = [simple_protocol, in_transaction, refuse_mode_one_write_shard, extended_protocol, two_proxies, ddl_in_other_sessions,
+TESTS = [simple_protocol, in_transaction, sequence_calls_on_one_shard, refuse_mode_one_write_shard, extended_protocol, two_proxies, ddl_in_other_sessions,
          rows_once_on_their_shard]
 
 if __name__ == "__main__":

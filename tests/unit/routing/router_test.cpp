@@ -368,6 +368,26 @@ TEST_CASE("reference, catalog and table-less statements", "[router]") {
   CHECK(mixed.sqlstate == "SPC01");
 }
 
+TEST_CASE("sequence functions go to the combine shard and write nothing", "[router]") {
+  Fixture f;
+  for (const char* sql : {"SELECT nextval('tickets')", "SELECT currval('tickets'), lastval()",
+                          "SELECT setval('tickets', 10)", "SELECT nextval('tickets'), name FROM countries"}) {
+    INFO(sql);
+    Route r = f.both(sql);
+    CHECK(r.kind == RouteKind::shards);
+    CHECK(r.shards == std::vector<std::size_t>{0});
+    CHECK(r.reads == Route::Reads::sequences);
+  }
+  CHECK(f.both("SELECT now()").reads == Route::Reads::standby_safe);
+  Route locks = f.both("SELECT nextval('tickets'), pg_advisory_lock(1)");
+  CHECK(locks.kind == RouteKind::any_shard);
+  CHECK(locks.reads == Route::Reads::writes);
+  // On a sharded table it runs where the statement runs.
+  Route keyed = f.both("SELECT nextval('tickets'), * FROM users WHERE id = 7");
+  CHECK(keyed.shards == std::vector<std::size_t>{user_shard("7")});
+  CHECK(keyed.reads == Route::Reads::sequences);
+}
+
 TEST_CASE("unlisted tables follow unlisted_tables", "[router]") {
   Fixture reject("reject");
   Route r = reject.both("SELECT * FROM mystery");
