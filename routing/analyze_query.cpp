@@ -363,7 +363,9 @@ void Analyzer::insert_select(const PgQuery__InsertStmt* s, const Scope& child, i
   if (source >= 0) {
     plan_.edges.push_back(KeyEdge{source, occ});
     plan_.edges.push_back(KeyEdge{occ, source});
-    plan_.insert_select = true;
+    plan_.insert_select.emplace().occ = occ;
+    for (std::size_t i = 0; i < s->n_cols; ++i)
+      if (is(s->cols[i], PG_QUERY__NODE__NODE_RES_TARGET)) plan_.insert_select->columns.emplace_back(sv(s->cols[i]->res_target->name));
     return;
   }
   const bool pull = alone && s->with_clause == nullptr;
@@ -425,13 +427,13 @@ void Analyzer::insert_values(const PgQuery__InsertStmt* s, const PgQuery__Select
     std::vector<std::optional<ValueSource>> items;
     if (is(row, PG_QUERY__NODE__NODE_LIST)) {
       for (std::size_t k = 0; k < row->list->n_items; ++k) {
-        // Only the key item matters when its position is known.
+        if (is(row->list->items[k], PG_QUERY__NODE__NODE_SET_TO_DEFAULT)) rows.defaults.emplace_back(r, k);
+        // Only the key item's value matters when its position is known.
         if (rows.key_index && k != *rows.key_index) {
           items.emplace_back();
           continue;
         }
         items.push_back(value_of(row->list->items[k]));  // nullopt for DEFAULT and expressions
-        if (is(row->list->items[k], PG_QUERY__NODE__NODE_SET_TO_DEFAULT)) rows.defaults.emplace_back(r, k);
       }
     }
     rows.rows.push_back(std::move(items));

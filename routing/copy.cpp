@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstring>
 #include <utility>
 
@@ -616,6 +617,41 @@ bool CopySplitter::scan_binary(bool at_eof) {
     row_start_ = scan_;
   }
   return true;
+}
+
+std::optional<std::string> append_fields(const CopyStatement& statement, std::string_view row,
+                                         const std::vector<std::string>& values, const std::vector<int>& widths) {
+  if (statement.format != CopyStatement::Format::binary) {
+    std::size_t end = row.size();
+    if (end > 0 && row[end - 1] == '\n') --end;
+    if (end > 0 && row[end - 1] == '\r') --end;
+    std::string out(row.substr(0, end));
+    for (const auto& v : values) {
+      out.push_back(statement.delimiter);
+      out += v;
+    }
+    out += row.substr(end);
+    return out;
+  }
+  if (row.size() < 2 || values.size() != widths.size()) return std::nullopt;
+  std::string out(row);
+  const unsigned count = (static_cast<unsigned char>(out[0]) << 8 | static_cast<unsigned char>(out[1])) + values.size();
+  out[0] = static_cast<char>(count >> 8);
+  out[1] = static_cast<char>(count & 0xff);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const int width = widths[i];
+    std::int64_t v = 0;
+    const char* first = values[i].data();
+    const char* last = first + values[i].size();
+    auto [ptr, ec] = std::from_chars(first, last, v);
+    if (ec != std::errc{} || ptr != last || (width != 2 && width != 4 && width != 8)) return std::nullopt;
+    if (width < 8 && (v < -(std::int64_t{1} << (8 * width - 1)) || v >= (std::int64_t{1} << (8 * width - 1))))
+      return std::nullopt;
+    for (int b = 3; b >= 0; --b) out.push_back(static_cast<char>((width >> (8 * b)) & 0xff));
+    const auto u = static_cast<std::uint64_t>(v);
+    for (int b = width - 1; b >= 0; --b) out.push_back(static_cast<char>((u >> (8 * b)) & 0xff));
+  }
+  return out;
 }
 
 }  // namespace splitpoint::routing

@@ -61,6 +61,13 @@ struct CopyRow {
   std::optional<std::string> key;  // nullopt = NULL; text/csv: the unescaped value; binary: raw bytes
 };
 
+// `row` (as CopySplitter cut it) with `values` (integers, as text) appended as fields:
+// text/csv before the line end, after the statement's delimiter; binary: the field count
+// raised and each value as a big-endian integer of `widths[i]` bytes (2, 4 or 8).
+// nullopt: a binary value is not an integer of its width.
+std::optional<std::string> append_fields(const CopyStatement& statement, std::string_view row,
+                                         const std::vector<std::string>& values, const std::vector<int>& widths);
+
 class CopySplitter {
  public:
   // `key_index`: 0-based position of the key column among the row's fields.

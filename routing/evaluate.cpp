@@ -108,6 +108,11 @@ class Evaluator {
   bool read(const ValueSource& v, const ColumnType& type, KeyValues& out) const;
   void fail(std::string sqlstate, std::string message);
   void request_keys(const InsertRows& rows, std::size_t position, const std::string& message);
+  void request_sequences(const InsertRows& rows);
+  bool leaves_out_sequence(int occ, const std::vector<std::string>& columns);
+  Route pull_route() const;
+  void request_values(const InsertRows& rows, const std::string& column, bool omitted, std::size_t position,
+                      std::vector<std::size_t> which, const std::string& message);
   void note_key(const std::optional<std::string>& v, const ColumnType& type);
 
   const Plan& plan_;
@@ -156,6 +161,10 @@ Route Evaluator::chosen(bool* needs_exact_plan) {
 
 Route Evaluator::by_keys(bool* needs_exact_plan) {
   occurrences();
+  // Values of a sequence column the shards would number each from their own copy: the
+  // rows go through the proxy, which fills them (request_sequences).
+  if (plan_.insert_select && leaves_out_sequence(plan_.insert_select->occ, plan_.insert_select->columns))
+    return pull_route();
   if (plan_.key_assignment) key_type(plan_.key_assignment->occ);  // (its shape, even without a key in the WHERE)
   Route r = finish();
   if (plan_.key_assignment && (r.kind == RouteKind::shards || r.kind == RouteKind::all_shards)) guard_key(r);
@@ -421,6 +430,7 @@ void Evaluator::insert_rows(const InsertRows& rows, std::vector<std::size_t>* ro
     note_key(v[0], *type);
     if (row_shards != nullptr) row_shards->push_back(in_.topo.shard_of(o.distribution, p.partition));
   }
+  request_sequences(rows);
 }
 
 // UPDATE ... SET key = <value> (Plan::key_assignment): the value's shard runs the
@@ -461,16 +471,76 @@ void Evaluator::guard_key(Route& r) {
 // Keys left out or DEFAULT: refused (SPR01) unless the server generates them — for the
 // rows whose key item is DEFAULT at `position`, or every row when the column is omitted.
 void Evaluator::request_keys(const InsertRows& rows, std::size_t position, const std::string& message) {
-  if (error_) return;
+  request_values(rows, plan_.occs[rows.occ].key_column, rows.key_omitted, position, {}, message);
+}
+
+// The statement's column list for table `occ` leaves out a column whose default draws from
+// a sequence (false also while the table's shape is not known: it is then asked for).
+bool Evaluator::leaves_out_sequence(int occ, const std::vector<std::string>& columns) {
+  if (key_type(occ) == nullptr) return false;
+  const TableShape* shape = in_.shapes(plan_.occs[occ].table);
+  return shape != nullptr && std::any_of(shape->sequence_columns.begin(), shape->sequence_columns.end(), [&](const auto& c) {
+           return std::find(columns.begin(), columns.end(), c) == columns.end();
+         });
+}
+
+// INSERT ... SELECT whose rows the proxy reads and inserts itself.
+Route Evaluator::pull_route() const {
+  Route pull = error_route(plan_, "SPR01", "INSERT ... SELECT into a sharded table: its rows could not be read");
+  pull.pull_insert = true;
+  return pull;
+}
+
+// A column other than the key whose default draws from a sequence, left out or DEFAULT:
+// each shard would number its rows from its own copy of the sequence and the values
+// would repeat across shards, so the server fills them from one shard's sequence as it
+// does keys (SPEC §3). Without a column list, a row that ends just before the column
+// gets it appended; one that ends earlier is left to the shard.
+void Evaluator::request_sequences(const InsertRows& rows) {
   const Occurrence& o = plan_.occs[rows.occ];
+  const TableShape* shape = in_.shapes ? in_.shapes(o.table) : nullptr;
+  if (error_ || shape == nullptr || rows.rows.empty()) return;
+  for (const std::string& c : shape->sequence_columns) {
+    if (c == o.key_column) continue;
+    const std::string message = "INSERT into sharded table \"" + o.table + "\": column \"" + c +
+                                "\" takes its values from a sequence, which the proxy draws";
+    std::optional<std::size_t> at;
+    if (!rows.columns.empty()) {
+      const auto it = std::find(rows.columns.begin(), rows.columns.end(), c);
+      if (it == rows.columns.end()) return request_values(rows, c, true, 0, {}, message);
+      at = static_cast<std::size_t>(it - rows.columns.begin());
+    } else {
+      at = column_index(rows.occ, c);
+      if (!at) continue;
+      if (rows.rows.front().size() == *at) {
+        std::vector<std::size_t> every(rows.rows.size());
+        for (std::size_t r = 0; r < every.size(); ++r) every[r] = r;
+        return request_values(rows, c, false, *at, std::move(every), message);
+      }
+    }
+    std::vector<std::size_t> which;
+    for (const auto& [r, item] : rows.defaults)
+      if (item == *at) which.push_back(r);
+    if (!which.empty()) return request_values(rows, c, false, *at, std::move(which), message);
+  }
+}
+
+// The rows of `rows` that get a value of `column` from the server: every row when the
+// column is omitted, else `which`, or when that is empty the rows whose item at
+// `position` is DEFAULT.
+void Evaluator::request_values(const InsertRows& rows, const std::string& column, bool omitted, std::size_t position,
+                               std::vector<std::size_t> which, const std::string& message) {
+  if (error_) return;
   auto req = std::make_shared<KeyRequest>();
-  req->table = o.table;
-  req->column = o.key_column;
-  req->column_omitted = rows.key_omitted;
+  req->table = plan_.occs[rows.occ].table;
+  req->column = column;
+  req->column_omitted = omitted;
   req->position = position;
-  for (std::size_t r = 0; r < rows.rows.size(); ++r)
-    if (rows.key_omitted || std::find(rows.defaults.begin(), rows.defaults.end(), std::pair{r, position}) != rows.defaults.end())
-      req->rows.push_back(r);
+  req->rows = std::move(which);
+  if (req->rows.empty())
+    for (std::size_t r = 0; r < rows.rows.size(); ++r)
+      if (omitted || std::find(rows.defaults.begin(), rows.defaults.end(), std::pair{r, position}) != rows.defaults.end())
+        req->rows.push_back(r);
   fail("SPR01", message);
   error_->generate_keys = std::move(req);
 }
@@ -624,11 +694,7 @@ Route Evaluator::finish() {
       r.needs_combine = true;
       return r;
     }
-    if (plan_.insert_select) {  // its rows do not stay on their shards: pulled through the proxy
-      Route pull = error_route(plan_, "SPR01", "INSERT ... SELECT into a sharded table: its rows could not be read");
-      pull.pull_insert = true;
-      return pull;
-    }
+    if (plan_.insert_select) return pull_route();  // its rows do not stay on their shards
     if (plan_.several_statements) return apart_error(plan_);
     return error_route(plan_, "SPC01",
                        "cannot be answered exactly across shards: the statement joins sharded tables that are not "

@@ -203,6 +203,8 @@ std::optional<std::string> insert_with_keys(std::string_view sql, bool standard_
       v.push_back(&literals[i].node);
     } else if (request.position < v.size() && is(v[request.position], PG_QUERY__NODE__NODE_SET_TO_DEFAULT)) {
       v[request.position] = &literals[i].node;
+    } else if (request.position == v.size() && insert->n_cols == 0) {  // (no column list: the row's next item)
+      v.push_back(&literals[i].node);
     } else {
       return std::nullopt;
     }
@@ -214,6 +216,29 @@ std::optional<std::string> insert_with_keys(std::string_view sql, bool standard_
   insert->override = saved_override;
   swaps.clear();
   return out;
+}
+
+std::optional<std::string> copy_with_columns(std::string_view sql, bool standard_strings,
+                                             const std::vector<std::string>& columns) {
+  ParseTree parsed = ParseTree::parse(sql, standard_strings);
+  PgQuery__ParseResult* tree = parsed.tree();
+  if (tree == nullptr || tree->n_stmts != 1 || !is(tree->stmts[0]->stmt, PG_QUERY__NODE__NODE_COPY_STMT))
+    return std::nullopt;
+  PgQuery__CopyStmt* copy = tree->stmts[0]->stmt->copy_stmt;
+  if (copy->n_attlist == 0) return std::nullopt;
+  std::deque<PgQuery__String> names(columns.size());
+  std::deque<PgQuery__Node> nodes(columns.size());
+  std::vector<PgQuery__Node*> list(copy->attlist, copy->attlist + copy->n_attlist);
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    pg_query__string__init(&names[i]);
+    names[i].sval = const_cast<char*>(columns[i].c_str());
+    pg_query__node__init(&nodes[i]);
+    nodes[i].node_case = PG_QUERY__NODE__NODE_STRING;
+    nodes[i].string = &names[i];
+    list.push_back(&nodes[i]);
+  }
+  ArraySwap swap(&copy->attlist, &copy->n_attlist, list);
+  return deparse(tree);
 }
 
 std::optional<InsertSelectParts> insert_select_parts(std::string_view sql, bool standard_strings) {

@@ -42,4 +42,9 @@ std::optional<std::string> insert_with_keys(std::string_view sql, bool standard_
                                             const std::vector<std::string>& keys, bool overriding_system_value,
                                             int first_param = 0);
 
+// `sql` (one COPY ... FROM with a column list) with `columns` appended to its column
+// list, for the values the proxy adds to each row (CopyIn). nullopt if it cannot be done.
+std::optional<std::string> copy_with_columns(std::string_view sql, bool standard_strings,
+                                             const std::vector<std::string>& columns);
+
 }  // namespace splitpoint::routing

@@ -62,8 +62,8 @@ struct InsertRows {
   std::vector<std::string> columns;      // the statement's column list (empty: none given)
   // Per row, per item: the item's value source, or nullopt for DEFAULT / an expression.
   std::vector<std::vector<std::optional<ValueSource>>> rows;
-  // (row, item) of each DEFAULT among the items read: where the key is DEFAULT, the
-  // proxy generates it (SPEC §3).
+  // (row, item) of each DEFAULT: where the key, or a column whose default draws from a
+  // sequence, is DEFAULT, the proxy generates the value (SPEC §3).
   std::vector<std::pair<std::size_t, std::size_t>> defaults;
   // The column list leaves the key out: every row's key is generated.
   bool key_omitted = false;
@@ -105,8 +105,13 @@ class Plan {
   std::vector<InsertRows> inserts;         // INSERT ... VALUES into sharded tables
   std::optional<KeyAssignment> key_assignment;
   // An INSERT ... SELECT run where its rows are (its key is a co-located table's): if
-  // the statement turns out not co-located, its rows are pulled (Route::pull_insert).
-  bool insert_select = false;
+  // the statement turns out not co-located, or its column list leaves out a column whose
+  // default draws from a sequence, its rows are pulled (Route::pull_insert).
+  struct PushedInsertSelect {
+    int occ = -1;                      // the target
+    std::vector<std::string> columns;  // its column list
+  };
+  std::optional<PushedInsertSelect> insert_select;
   bool several_statements = false;         // the text holds more than one statement
   std::string packed_tree;                 // for rewriting a split INSERT
   std::vector<std::int32_t> param_types;   // from Parse, for binary parameters

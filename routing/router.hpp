@@ -25,6 +25,9 @@ struct TableShape {
   std::vector<std::string> columns;  // attnum order, dropped columns excluded
   std::vector<std::string> types;    // format_type(): "bigint", "text", "character varying(20)", "uuid", ...
   std::string table;                 // the name it was looked up by
+  // Columns whose default draws from a sequence (serial, identity, DEFAULT nextval(...)):
+  // the proxy fills them in INSERTs from one shard's sequence (SPEC §3).
+  std::vector<std::string> sequence_columns;
 };
 // Returns the shape of a table (unqualified, lower-case name), or nullptr if not known yet.
 using ShapeLookup = std::function<const TableShape*(std::string_view table)>;
@@ -61,9 +64,11 @@ struct PartitionHit {
 };
 
 // An INSERT ... VALUES into a sharded table without its key — the column left out of
-// the column list, or DEFAULT in its place: the rows whose key the proxy generates
-// from the column's own default (SPEC §3). Carried by the SPR01 error route; the server
-// fills the keys in (insert_with_keys) and routes the statement again.
+// the column list, or DEFAULT in its place — or without a value of another column whose
+// default draws from a sequence (TableShape::sequence_columns): the rows whose value of
+// `column` the proxy generates from the column's own default (SPEC §3). Carried by the
+// SPR01 error route; the server fills the values in (insert_with_keys) and routes the
+// statement again.
 struct KeyRequest {
   std::string table;    // as the distribution lists it
   std::string column;
@@ -119,10 +124,10 @@ struct Route {
   // What the statement writes. standby_safe: only SELECTs a hot standby answers as the
   // primary would (no row locks, nothing that writes): what `reads: replica` may send to
   // a replica (SPEC §10). sequences: SELECTs whose only writes are sequence functions
-  // (nextval, setval, currval, lastval): sequences are not transactional, so such a
-  // statement does not count as a write of its transaction, and when any shard could
-  // answer it, it goes to the one whose sequences the proxy draws keys from (SPEC §3:
-  // `scatter.combine`'s shard), so that the values are unique across shards.
+  // (nextval, setval, currval, lastval): when any shard could answer it, it goes to the
+  // one whose sequences the proxy draws keys from (SPEC §3: `scatter.combine`'s shard),
+  // so that the values are unique across shards; it does not make later reads of that
+  // shard wait for a standby to catch up (read-your-writes, SPEC §10).
   enum class Reads : std::uint8_t { writes, standby_safe, sequences };
   Reads reads = Reads::writes;
   bool replica_safe() const { return reads == Reads::standby_safe; }

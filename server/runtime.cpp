@@ -118,6 +118,12 @@ void KeyCache::add(const std::string& key, std::vector<std::string> values, std:
   for (std::size_t i = from; i < values.size(); ++i) block.push_back(std::move(values[i]));
 }
 
+void KeyCache::put_back(const std::string& key, std::vector<std::string> values) {
+  std::lock_guard lock(mu_);
+  auto& block = blocks_[key];
+  block.insert(block.begin(), std::make_move_iterator(values.begin()), std::make_move_iterator(values.end()));
+}
+
 void KeyCache::clear() {
   std::lock_guard lock(mu_);
   sources_.clear();

@@ -91,8 +91,8 @@ class ShapeCache {
   std::map<std::string, std::shared_ptr<const routing::TableShape>, std::less<>> shapes_;
 };
 
-// Keys the proxy generates for INSERTs that leave them out (SPEC §3), per database and
-// table: how — the key column's own default, read once from a shard's catalog — and a
+// Keys the proxy generates for INSERTs that leave them out (SPEC §3), and values of other
+// columns whose default draws from a sequence, per database, table and column: how — the key column's own default, read once from a shard's catalog — and a
 // block of values drawn from it ahead, so most such INSERTs cost no extra round trip.
 // Values come from one place (the combine shard's sequence), so they are unique across
 // shards and proxies, and increase within each proxy's blocks.
@@ -107,6 +107,8 @@ class KeyCache {
   // Up to n values drawn earlier, oldest first.
   std::vector<std::string> take(const std::string& key, std::size_t n);
   void add(const std::string& key, std::vector<std::string> values, std::size_t from);
+  // Values taken and not used, oldest first: taken first again.
+  void put_back(const std::string& key, std::vector<std::string> values);
   void clear();
 
  private:

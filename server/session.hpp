@@ -341,7 +341,9 @@ class Session : public std::enable_shared_from_this<Session> {
     return runtime_->combine ? runtime_->combine->get(who_.user, who_.password, who_.database)
                              : pools_[combine_shard()];
   }
-  // `n` keys for `request`'s table; nullopt: none can be made, `error` says why.
+  // Where KeyCache keeps the values of `request`'s column (this session's database).
+  std::string key_cache_key(const routing::KeyRequest& request) const;
+  // `n` values of `request`'s column; nullopt: none can be made, `error` says why.
   awaitable<std::optional<std::vector<std::string>>> draw_keys(const routing::KeyRequest& request, std::size_t n,
                                                                bool& overriding, std::string& error);
   awaitable<std::optional<KeyCache::Source>> key_source(const routing::KeyRequest& request, const std::string& cache_key,

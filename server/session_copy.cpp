@@ -2,7 +2,8 @@
 // to every shard), the COPY-in executor: the client's CopyData stream is cut into rows
 // (routing/copy.hpp) and each row goes to the shard that owns its key, in one COPY per
 // shard. Its phases, in the order run() calls them:
-//   find_key()         where the key is in each row (the table's shape, read if unknown)
+//   find_key()         where the key is in each row (the table's shape, read if unknown),
+//                      and the columns the proxy fills (sequence defaults the list leaves out)
 //   start()            COPY started on every shard; the first CopyInResponse is the client's
 //   take_client_data() the client's CopyData, cut into rows, routed, written in large writes
 //   finish()           CopyDone (with the binary trailer) or CopyFail on every shard
@@ -15,6 +16,8 @@
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
 #include "routing/copy.hpp"
+#include "routing/insert_split.hpp"
+#include "routing/router.hpp"
 #include "server/session.hpp"
 #include "server/session_util.hpp"
 
@@ -25,6 +28,7 @@ namespace proto = splitpoint::protocol;
 namespace {
 
 constexpr std::size_t kCopyFlushBytes = 256 * 1024;
+constexpr std::size_t kFillBlock = 1024;  // values of a filled column taken at a time
 
 // A binary COPY key field as PostgreSQL's text form, for partitioning.
 std::optional<std::string> binary_key_as_text(const routing::ColumnType& type, std::string_view raw) {
@@ -63,6 +67,15 @@ std::optional<std::string> binary_key_as_text(const routing::ColumnType& type, s
   return std::nullopt;
 }
 
+// A column whose default draws from a sequence and which the COPY's column list leaves
+// out: each shard would number its rows from its own copy of the sequence, so the
+// proxy appends the column and gives every row a value drawn from one shard's (SPEC §3).
+struct Fill {
+  routing::KeyRequest request;
+  int width = 0;                    // binary COPY: the integer's bytes
+  std::vector<std::string> values;  // drawn, not used yet (from the back)
+};
+
 // One shard's side of the COPY.
 struct ShardCopy {
   std::string out;        // CopyData messages not yet written
@@ -87,10 +100,12 @@ class CopyIn {
 
  private:
   awaitable<bool> find_key();
+  awaitable<bool> plan_fills(const routing::TableShape& shape);
   awaitable<void> start();
   awaitable<bool> start_on(std::size_t s);
   awaitable<void> take_client_data();
-  void route_rows();
+  awaitable<void> route_rows();
+  awaitable<bool> fill_row(std::string_view bytes, std::string& out);
   awaitable<void> flush(bool done);
   awaitable<void> finish();
   awaitable<void> answer();
@@ -101,7 +116,7 @@ class CopyIn {
 
   Session& s_;
   const proto::Frame& f_;
-  const std::string sql_;
+  std::string sql_;  // what the shards run (with the filled columns appended)
   const routing::CopyStatement& cs_;
   const routing::Topology& topo_;
   const routing::TableClass cls_;
@@ -109,6 +124,9 @@ class CopyIn {
   const std::string table_;
   const bool in_txn_;
   std::vector<ShardCopy> shards_;
+  std::vector<Fill> fills_;
+  std::vector<std::string> fill_values_;  // (one row's, reused)
+  std::vector<int> fill_widths_;
   // Where the key is in each row, and how to read it.
   std::size_t key_index_ = 0;
   routing::ColumnType key_type_;
@@ -145,6 +163,8 @@ awaitable<bool> CopyIn::run() {
     co_await take_client_data();
   }
   co_await finish();
+  for (auto& fill : fills_)  // (what the rows did not use serves the next statements)
+    s_.runtime_->keys->put_back(s_.key_cache_key(fill.request), {fill.values.rbegin(), fill.values.rend()});
   co_await answer();
   co_return !s_.closing_;
 }
@@ -177,6 +197,39 @@ awaitable<bool> CopyIn::find_key() {
   auto tcol = std::find(shape->columns.begin(), shape->columns.end(), cls_.key_column);
   if (tcol != shape->columns.end())
     key_type_ = routing::column_type(shape->types[static_cast<std::size_t>(tcol - shape->columns.begin())]);
+  co_return co_await plan_fills(*shape);
+}
+
+// The sequence columns the column list leaves out (none without a column list: every
+// column is then in the rows), and the statement the shards run with them appended.
+awaitable<bool> CopyIn::plan_fills(const routing::TableShape& shape) {
+  if (cs_.columns.empty()) co_return true;
+  std::vector<std::string> names;
+  for (const auto& c : shape.sequence_columns) {
+    if (std::find(cs_.columns.begin(), cs_.columns.end(), c) != cs_.columns.end()) continue;
+    Fill& fill = fills_.emplace_back();
+    fill.request.table = table_;
+    fill.request.column = c;
+    const std::string& type = shape.types[static_cast<std::size_t>(
+        std::find(shape.columns.begin(), shape.columns.end(), c) - shape.columns.begin())];
+    fill.width = type == "bigint" ? 8 : type == "integer" ? 4 : type == "smallint" ? 2 : 0;
+    if (cs_.format == routing::CopyStatement::Format::binary && fill.width == 0) {
+      co_await s_.reject(sqlstate::feature_not_supported,
+                         "binary COPY into \"" + table_ + "\" without column \"" + c +
+                             "\": the proxy draws its values from a sequence and writes only integer columns in binary",
+                         false);
+      co_return false;
+    }
+    fill_widths_.push_back(fill.width);
+    names.push_back(c);
+  }
+  if (fills_.empty()) co_return true;
+  auto sql = routing::copy_with_columns(sql_, s_.settings_.routing.standard_conforming_strings, names);
+  if (!sql) {
+    co_await s_.reject(sqlstate::internal_error, "could not add the sequence columns to the COPY statement", false);
+    co_return false;
+  }
+  sql_ = std::move(*sql);
   co_return true;
 }
 
@@ -240,8 +293,39 @@ awaitable<bool> CopyIn::start_on(std::size_t s) {
   }
 }
 
+// `bytes` (one row) with a value of every filled column appended; values are drawn on a
+// connection of their own (this session's to the combine shard is in its COPY).
+awaitable<bool> CopyIn::fill_row(std::string_view bytes, std::string& out) {
+  fill_values_.clear();
+  for (auto& fill : fills_) {
+    if (fill.values.empty()) {
+      const std::size_t shard = s_.combine_shard();
+      auto held = std::move(s_.held_[shard]);
+      bool overriding = false;
+      std::string error;
+      auto drawn = co_await s_.draw_keys(fill.request, kFillBlock, overriding, error);
+      s_.held_[shard] = std::move(held);
+      if (!drawn) {
+        fail("cannot draw values of column \"" + fill.request.column + "\" of \"" + table_ + "\": " + error,
+             std::string(sqlstate::connection_failure));
+        co_return false;
+      }
+      fill.values.assign(drawn->rbegin(), drawn->rend());
+    }
+    fill_values_.push_back(std::move(fill.values.back()));
+    fill.values.pop_back();
+  }
+  auto row = routing::append_fields(cs_, bytes, fill_values_, fill_widths_);
+  if (!row) {
+    fail("a value drawn for \"" + table_ + "\" does not fit its column", "22003");
+    co_return false;
+  }
+  out = std::move(*row);
+  co_return true;
+}
+
 // Sends the rows the splitter has completed to the shards that own their keys.
-void CopyIn::route_rows() {
+awaitable<void> CopyIn::route_rows() {
   auto& splitter = *splitter_;
   if (splitter.prologue_ready()) {
     for (auto& sc : shards_) {
@@ -251,16 +335,23 @@ void CopyIn::route_rows() {
     }
   }
   routing::CopyRow row;
+  std::string filled;
   while (fail_reason_.empty() && splitter.next_row(row)) {
     std::optional<std::string> key = row.key;
     if (key && cs_.format == routing::CopyStatement::Format::binary) key = binary_key_as_text(key_type_, *key);
     auto part = topo_.partition_of(cls_.distribution, key_type_, key);
     if (part.status == routing::PartitionOf::Status::no_partition)
-      return fail("key " + (key ? *key : std::string("NULL")) + " of table \"" + table_ + "\" maps to no partition",
-                  sqlstate::no_partition);
+      co_return fail("key " + (key ? *key : std::string("NULL")) + " of table \"" + table_ + "\" maps to no partition",
+                     sqlstate::no_partition);
     if (part.status != routing::PartitionOf::Status::ok)
-      return fail("cannot read the key of a row of table \"" + table_ + "\"", sqlstate::no_shard_key);
-    proto::CopyData{row.bytes}.encode(shards_[topo_.shard_of(cls_.distribution, part.partition)].out);
+      co_return fail("cannot read the key of a row of table \"" + table_ + "\"", sqlstate::no_shard_key);
+    auto& out = shards_[topo_.shard_of(cls_.distribution, part.partition)].out;
+    if (fills_.empty()) {
+      proto::CopyData{row.bytes}.encode(out);
+    } else {
+      if (!co_await fill_row(row.bytes, filled)) co_return;
+      proto::CopyData{filled}.encode(out);
+    }
     if (part.partition < partition_rows_.size()) ++partition_rows_[part.partition];
   }
 }
@@ -294,13 +385,13 @@ awaitable<void> CopyIn::take_client_data() {
       } else if (!splitter.feed(r.frame.body)) {
         fail(splitter.error(), "22P04");  // bad_copy_file_format
       } else {
-        route_rows();
+        co_await route_rows();
       }
     } else if (type == 'c') {
       done = true;
       if (sharded_ && fail_reason_.empty()) {
         if (!splitter.finish()) fail(splitter.error(), "22P04");
-        else route_rows();  // a last line without a line end is a row too
+        else co_await route_rows();  // a last line without a line end is a row too
       }
     } else if (type == 'f') {
       done = true;

@@ -80,10 +80,14 @@ awaitable<std::optional<KeyCache::Source>> Session::key_source(const routing::Ke
   co_return src;
 }
 
+std::string Session::key_cache_key(const routing::KeyRequest& request) const {
+  return who_.database + '\0' + request.table + '\0' + request.column;
+}
+
 awaitable<std::optional<std::vector<std::string>>> Session::draw_keys(const routing::KeyRequest& request,
                                                                       std::size_t n, bool& overriding,
                                                                       std::string& error) {
-  const std::string cache_key = who_.database + '\0' + request.table;
+  const std::string cache_key = key_cache_key(request);
   auto src = co_await key_source(request, cache_key, error);
   if (!src) co_return std::nullopt;
   if (src->sql.empty()) {

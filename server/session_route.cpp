@@ -124,8 +124,10 @@ awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables, st
     list += quote_literal(t);
   }
   std::string sql =
-      "SELECT c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod) "
+      "SELECT c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attidentity <> '' OR "
+      "coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid) LIKE 'nextval(%', false) "
       "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+      "LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
       "WHERE c.relname IN (" + list + ") AND pg_catalog.pg_table_is_visible(c.oid) "
       "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY c.relname, a.attnum";
   co_await pump_.drain();
@@ -135,10 +137,11 @@ awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables, st
   for (auto& t : tables) found[t];  // a table that does not exist gets an empty shape
   for_each_message(reply.messages, [&](char type, std::string_view body, std::string_view) {
     auto row = type == 'D' ? proto::DataRow::decode(body) : std::nullopt;
-    if (!row || row->values.size() != 3 || !row->values[0] || !row->values[1] || !row->values[2]) return;
+    if (!row || row->values.size() != 4 || !row->values[0] || !row->values[1] || !row->values[2]) return;
     auto& shape = found[std::string(*row->values[0])];
     shape.columns.emplace_back(*row->values[1]);
     shape.types.emplace_back(*row->values[2]);
+    if (row->values[3] && *row->values[3] == "t") shape.sequence_columns.emplace_back(*row->values[1]);
   });
   for (auto& [name, shape] : found) {
     std::erase_if(keep, [&](const auto& k) { return k->table == name; });

@@ -17,6 +17,13 @@ combine shard's is drawn from):
 - extended protocol: psycopg 3 server-side prepared statements and executemany, asyncpg
   (binary parameters) fetchval and executemany;
 - two proxies inserting at once: every key unique, every row stored once;
+- columns other than the key whose default draws from a sequence (a bigserial id, an
+  identity ALWAYS column, DEFAULT nextval(...)) in a table sharded by another column:
+  filled from the combine shard's sequences by every way of inserting (VALUES with the
+  columns left out or DEFAULT, with and without a column list, extended protocol,
+  executemany, INSERT ... SELECT run on one shard and pulled, COPY text/csv/binary):
+  every value once across the shards, RETURNING gives them, the other shards' copies of
+  the sequences untouched (before, each shard numbered its own rows: ids repeated);
 - sequence functions (`SELECT nextval('s')`, currval, setval) from a session that has
   used every shard: all on the combine shard, whose sequences the keys come from, so
   the values are one sequence's (the other shards' copies stay untouched), in both
@@ -32,6 +39,7 @@ combine shard's is drawn from):
 # test-timeout: 300
 
 import asyncio
+import io
 import os
 import sys
 import threading
@@ -69,7 +77,7 @@ def config(db, extra):
       - name: by_id
         method: hash
         partitions: 12
-        tables: {{ orders: id, events: id, idents: id, plain: id }}
+        tables: {{ orders: id, events: id, idents: id, plain: id, notes: customer }}
       - name: by_uuid
         method: hash
         partitions: 6
@@ -198,6 +206,54 @@ def in_transaction():
     cur.execute("SELECT amount FROM orders WHERE id = %s", (k2,))
     assert cur.fetchone() == (2,)
     c.close()
+
+
+def sequence_columns_besides_the_key():
+    c = proxy_conn()
+    cur = c.cursor()
+    cur.execute("CREATE SEQUENCE notes_extra")
+    cur.execute("CREATE TABLE notes (id bigserial PRIMARY KEY, n int GENERATED ALWAYS AS IDENTITY, customer int NOT NULL, "
+                "body text, extra bigint DEFAULT nextval('notes_extra'))")
+    returned = []
+    cur.execute("INSERT INTO notes (customer, body) VALUES (1, 'one') RETURNING id, n, extra")
+    returned += cur.fetchall()
+    cur.execute("INSERT INTO notes (customer, body) VALUES " + ", ".join(f"({k}, 'many')" for k in range(2, 22)) +
+                " RETURNING id, n, extra")
+    returned += cur.fetchall()
+    cur.execute("INSERT INTO notes (id, customer, body, extra) VALUES (DEFAULT, 30, 'default', DEFAULT), "
+                "(DEFAULT, 31, 'default', DEFAULT) RETURNING id, n, extra")
+    returned += cur.fetchall()
+    cur.execute("INSERT INTO notes VALUES (DEFAULT, DEFAULT, 32, 'no list') RETURNING id, n, extra")  # (extra: appended)
+    returned += cur.fetchall()
+    assert len(returned) == 24 and all(v is not None for r in returned for v in r), returned
+    cur.execute("INSERT INTO notes (customer, body) SELECT customer, 'on one shard' FROM notes WHERE customer = 5")
+    cur.execute("INSERT INTO notes (customer, body) SELECT customer + 100, 'pulled' FROM notes WHERE customer < 10")
+    cur.copy_expert("COPY notes (customer, body) FROM STDIN", io.StringIO("".join(f"{k}\tcopy\n" for k in range(40, 60))))
+    cur.copy_expert("COPY notes (body, customer) FROM STDIN (FORMAT csv)",
+                    io.StringIO("".join(f'"csv, {k}",{k}\r\n' for k in range(60, 70))))
+    c.close()
+    url = f"host=127.0.0.1 port={PROXY.port} dbname={DBS.name} user=app password=secret"
+    with psycopg.connect(url, autocommit=True, prepare_threshold=0) as c3:
+        for k in range(70, 75):
+            assert c3.execute("INSERT INTO notes (customer, body) VALUES (%s, %s) RETURNING id",
+                              (k, "extended")).fetchone()[0] is not None
+        with c3.cursor() as cur3:
+            cur3.executemany("INSERT INTO notes (customer, body) VALUES (%s, %s)", [(k, "many") for k in range(75, 90)])
+            with cur3.copy("COPY notes (customer, body) FROM STDIN (FORMAT BINARY)") as cp:
+                cp.set_types(["int4", "text"])
+                for k in range(90, 100):
+                    cp.write_row((k, "binary"))
+    rows = all_rows("notes", "id, n, extra, customer, body")
+    want = 24 + 1 + 10 + 20 + 10 + 5 + 15 + 10
+    assert len(rows) == want, f"{len(rows)} rows, {want} inserted"
+    for col in (1, 2, 3):
+        values = [r[col] for r in rows]
+        assert None not in values and len(set(values)) == want, f"column {col}: {len(set(values))} distinct of {want}"
+    assert {r[0] for r in rows} == {0, 1, 2}, "notes on fewer than three shards"
+    assert {tuple(r[1:4]) for r in rows} >= set(returned), "RETURNING gave values the rows do not hold"
+    for seq in ("notes_id_seq", "notes_n_seq", "notes_extra"):
+        copies = [on_shard(i, f"SELECT last_value, is_called FROM {seq}")[0] for i in range(3)]
+        assert copies[0][1] and copies[1:] == [(1, False), (1, False)], (seq, copies)
 
 
 def sequence_calls_on_one_shard():
@@ -396,7 +452,7 @@ def rows_once_on_their_shard():
             assert owner_of(table, key) == (db, port), f"{table} key {key} stored on s{shard}, routed elsewhere"
 
 
-TESTS = [simple_protocol, in_transaction, sequence_calls_on_one_shard, refuse_mode_one_write_shard, extended_protocol, two_proxies, ddl_in_other_sessions,
+TESTS = [simple_protocol, in_transaction, sequence_columns_besides_the_key, sequence_calls_on_one_shard, refuse_mode_one_write_shard, extended_protocol, two_proxies, ddl_in_other_sessions,
          rows_once_on_their_shard]
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "routing/copy.hpp"
+#include "routing/insert_split.hpp"
 
 using namespace splitpoint::routing;
 using Format = CopyStatement::Format;
@@ -861,4 +862,26 @@ TEST_CASE("COPY output of PostgreSQL 15 splits into its rows and keys", "[copy]"
       CHECK(r.prologue + joined(r.rows) + r.epilogue == data);
     }
   }
+}
+
+TEST_CASE("rows with the proxy's values appended, and the COPY statement that takes them", "[copy]") {
+  auto text = parse_copy("COPY t (k, v) FROM STDIN");
+  auto csv = parse_copy("COPY t (k, v) FROM STDIN (FORMAT csv, DELIMITER ';')");
+  auto binary = parse_copy("COPY t (k, v) FROM STDIN (FORMAT binary)");
+  REQUIRE((text && csv && binary));
+  CHECK(append_fields(*text, "1\tx\n", {"7", "8"}, {8, 4}) == std::optional<std::string>("1\tx\t7\t8\n"));
+  CHECK(append_fields(*text, "1\tx\r\n", {"7"}, {8}) == std::optional<std::string>("1\tx\t7\r\n"));
+  CHECK(append_fields(*text, "1\tx", {"7"}, {8}) == std::optional<std::string>("1\tx\t7"));  // (last, no line end)
+  CHECK(append_fields(*csv, "1;\"a\nb\"\r", {"7"}, {8}) == std::optional<std::string>("1;\"a\nb\";7\r"));
+  // Binary: 1 field (int4 5) + an int8 7 and an int2 -2.
+  const std::string tuple("\x00\x01\x00\x00\x00\x04\x00\x00\x00\x05", 10);
+  auto b = append_fields(*binary, tuple, {"7", "-2"}, {8, 2});
+  REQUIRE(b);
+  CHECK(*b == tuple.substr(0, 1) + std::string("\x03", 1) + tuple.substr(2) +
+                   std::string("\x00\x00\x00\x08\x00\x00\x00\x00\x00\x00\x00\x07\x00\x00\x00\x02\xff\xfe", 18));
+  CHECK_FALSE(append_fields(*binary, tuple, {"70000"}, {2}));  // does not fit an int2
+  CHECK_FALSE(append_fields(*binary, tuple, {"x"}, {8}));
+  CHECK(copy_with_columns("COPY t (k, v) FROM STDIN WITH (FORMAT csv, HEADER)", true, {"id", "Odd"}) ==
+        std::optional<std::string>("COPY t(k, v, id, \"Odd\") FROM STDIN WITH (FORMAT CSV, HEADER)"));
+  CHECK_FALSE(copy_with_columns("COPY t FROM STDIN", true, {"id"}));  // (no column list: every column is there)
 }

@@ -25,6 +25,38 @@ int count(const std::string& s, const std::string& what) {
   return n;
 }
 
+
+// A statement whose `column` the proxy fills: the request it routes to, and the statement
+// with values 100, 101, ... routed again without one. Returns the filled statement.
+struct FillCase {
+  const char* sql;
+  bool omitted;
+  std::size_t position;
+  std::vector<std::size_t> rows;
+};
+
+std::string check_fill(Fixture& f, const FillCase& c, const char* table, const char* column) {
+  INFO(c.sql);
+  Route r = f.both(c.sql);
+  CHECK(r.kind == RouteKind::error);
+  CHECK(r.sqlstate == "SPR01");
+  REQUIRE(r.generate_keys);
+  CHECK(r.generate_keys->table == table);
+  CHECK(r.generate_keys->column == column);
+  CHECK(r.generate_keys->column_omitted == c.omitted);
+  if (!c.omitted) CHECK(r.generate_keys->position == c.position);
+  CHECK(r.generate_keys->rows == c.rows);
+  std::vector<std::string> values;
+  for (std::size_t i = 0; i < c.rows.size(); ++i) values.push_back(std::to_string(100 + i));
+  auto filled = insert_with_keys(c.sql, true, *r.generate_keys, values, false);
+  REQUIRE(filled);
+  INFO(*filled);
+  Route again = f.both(*filled);
+  CHECK(again.kind == RouteKind::shards);
+  CHECK_FALSE(again.generate_keys);
+  return *filled;
+}
+
 }  // namespace
 
 TEST_CASE("INSERT of one row goes to its key's shard", "[router][insert]") {
@@ -158,37 +190,17 @@ TEST_CASE("INSERT shapes are asked for when the column order is needed", "[route
 
 TEST_CASE("INSERT without its key: the rows the proxy generates keys for, and the statement with them", "[router][insert]") {
   Fixture f;
-  struct Case {
-    const char* sql;
-    bool omitted;
-    std::size_t position;
-    std::vector<std::size_t> rows;
-  };
-  for (const Case& c : {Case{"INSERT INTO users (name) VALUES ('a'), ('b') RETURNING id", true, 0, {0, 1}},
-                        Case{"INSERT INTO users (id, name) VALUES (DEFAULT, 'a')", false, 0, {0}},
-                        Case{"INSERT INTO users (name, id) VALUES ('a', 7), ('b', DEFAULT)", false, 1, {1}},
-                        Case{"INSERT INTO users VALUES (DEFAULT, 'a')", false, 0, {0}},
-                        Case{"INSERT INTO users DEFAULT VALUES RETURNING id", true, 0, {0}}}) {
-    INFO(c.sql);
+  for (const FillCase& c : {FillCase{"INSERT INTO users (name) VALUES ('a'), ('b') RETURNING id", true, 0, {0, 1}},
+                            FillCase{"INSERT INTO users (id, name) VALUES (DEFAULT, 'a')", false, 0, {0}},
+                            FillCase{"INSERT INTO users (name, id) VALUES ('a', 7), ('b', DEFAULT)", false, 1, {1}},
+                            FillCase{"INSERT INTO users VALUES (DEFAULT, 'a')", false, 0, {0}},
+                            FillCase{"INSERT INTO users DEFAULT VALUES RETURNING id", true, 0, {0}}}) {
+    const std::string keyed = check_fill(f, c, "users", "id");
+    CHECK(count(parse_json(keyed), "\"sval\":\"100\"") == 1);
+    CHECK(count(parse_json(keyed), "SetToDefault") == 0);
     Route r = f.both(c.sql);
-    CHECK(r.kind == RouteKind::error);
-    CHECK(r.sqlstate == "SPR01");
-    REQUIRE(r.generate_keys);
-    CHECK(r.generate_keys->table == "users");
-    CHECK(r.generate_keys->column == "id");
-    CHECK(r.generate_keys->column_omitted == c.omitted);
-    if (!c.omitted) CHECK(r.generate_keys->position == c.position);
-    CHECK(r.generate_keys->rows == c.rows);
     std::vector<std::string> keys;
     for (std::size_t i = 0; i < c.rows.size(); ++i) keys.push_back(std::to_string(100 + i));
-    auto keyed = insert_with_keys(c.sql, true, *r.generate_keys, keys, false);
-    REQUIRE(keyed);
-    INFO(*keyed);
-    Route again = f.both(*keyed);
-    CHECK(again.kind == RouteKind::shards);
-    CHECK_FALSE(again.generate_keys);
-    CHECK(count(parse_json(*keyed), "\"sval\":\"100\"") == 1);
-    CHECK(count(parse_json(*keyed), "SetToDefault") == 0);
     // As parameters after the client's, and with OVERRIDING SYSTEM VALUE.
     auto with_params = insert_with_keys(c.sql, true, *r.generate_keys, keys, true, 3);
     REQUIRE(with_params);
@@ -261,4 +273,29 @@ TEST_CASE("INSERT ... SELECT: run where the rows are, or pulled through the prox
   REQUIRE(with_param);
   CHECK(with_param->params_outside_select);
   CHECK_FALSE(insert_select_parts("INSERT INTO users (id) VALUES (1)", true));
+}
+
+TEST_CASE("INSERT into a table with a sequence column besides the key: the proxy fills it", "[router][insert]") {
+  Fixture f;
+  f.shapes_["orders"].sequence_columns = {"id"};  // orders: sharded by user_id, id a bigserial
+  for (const FillCase& c :
+       {FillCase{"INSERT INTO orders (user_id, total) VALUES (1, 2), (3, 4) RETURNING id", true, 0, {0, 1}},
+        FillCase{"INSERT INTO orders (id, user_id, total) VALUES (DEFAULT, 1, 2), (5, 3, 4)", false, 0, {0}},
+        FillCase{"INSERT INTO orders VALUES (DEFAULT, 1, 2)", false, 0, {0}}})
+    check_fill(f, c, "orders", "id");
+  // Given: routed as before.
+  CHECK(f.both("INSERT INTO orders (id, user_id, total) VALUES (5, 1, 2)").kind == RouteKind::shards);
+  // Without a column list, a row that ends just before the column gets it appended.
+  f.shapes_["orders"] = {{"user_id", "total", "id"}, {"bigint", "numeric(10,2)", "bigint"}, "", {"id"}};
+  Route trailing = f.both("INSERT INTO orders VALUES (1, 2)");
+  REQUIRE(trailing.generate_keys);
+  CHECK(trailing.generate_keys->position == 2);
+  auto appended = insert_with_keys("INSERT INTO orders VALUES (1, 2)", true, *trailing.generate_keys, {"100"}, false);
+  REQUIRE(appended);
+  CHECK(*appended == "INSERT INTO orders VALUES (1, 2, '100')");
+  // INSERT ... SELECT that leaves it out: pulled (the proxy fills it), not run on the shards.
+  Route pulled = f.both("INSERT INTO orders (user_id, total) SELECT id, 1 FROM users");
+  CHECK(pulled.pull_insert);
+  Route pushed = f.both("INSERT INTO orders (id, user_id, total) SELECT id, id, 1 FROM users");
+  CHECK(pushed.kind == RouteKind::shards);
 }
