@@ -66,6 +66,7 @@ class Analyzer {
   void finish_with(const Route& route);
   void error(std::string sqlstate, std::string message, bool overridable);
   void ddl(const PgQuery__Node* stmt);
+  Route lock_route(const PgQuery__LockStmt* s) const;
   void variable_set(const PgQuery__VariableSetStmt* s);
   void variable_show(const PgQuery__VariableShowStmt* s);
   void transaction(const PgQuery__TransactionStmt* s);

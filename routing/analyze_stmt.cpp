@@ -175,7 +175,9 @@ bool creates_lasting_temp(const PgQuery__Node* stmt) {
 // A SELECT a hot standby answers as the primary would (SPEC §10): no row locks, no
 // SELECT INTO, no data-modifying WITH, and none of the built-in functions that write or
 // need the session's own earlier calls (advisory locks, xids, NOTIFY, large objects) —
-// but sequence functions, which set `sequences` (such a SELECT is Reads::sequences). A
+// but sequence functions, which set `sequences` (such a SELECT is Reads::sequences), as
+// does a read of a sequence's own columns (`SELECT last_value, is_called FROM s`, as
+// pg_dump reads it: a table with such a column is then read on that one shard too). A
 // user function that writes is not seen here: reads: primary (or a transaction block)
 // for those.
 bool standby_can_answer(const PgQuery__Node* stmt, bool& sequences) {
@@ -196,6 +198,11 @@ bool standby_can_answer(const PgQuery__Node* stmt, bool& sequences) {
       case PG_QUERY__NODE__NODE_MERGE_STMT:
         ok = false;
         break;
+      case PG_QUERY__NODE__NODE_COLUMN_REF: {
+        const std::string_view name = last_name(n->column_ref->fields, n->column_ref->n_fields);
+        sequences = sequences || name == "last_value" || name == "is_called";
+        break;
+      }
       case PG_QUERY__NODE__NODE_FUNC_CALL: {
         const auto* f = n->func_call;
         const std::string_view name = last_name(f->funcname, f->n_funcname);
@@ -304,11 +311,29 @@ void Analyzer::statement(const PgQuery__Node* stmt, bool alone) {
     case PG_QUERY__NODE__NODE_CLUSTER_STMT:
     case PG_QUERY__NODE__NODE_REINDEX_STMT:
     case PG_QUERY__NODE__NODE_CHECK_POINT_STMT:
-    case PG_QUERY__NODE__NODE_LOCK_STMT:
       return fixed(make_route(RouteKind::all_shards, SC::utility));
+    case PG_QUERY__NODE__NODE_LOCK_STMT:
+      return fixed(lock_route(stmt->lock_stmt));
     default:
       return ddl(stmt);
   }
+}
+
+// LOCK: every shard, but tables that all live on one shard (unlisted_tables:
+// shard:<name>, the proxy's own) are locked there only.
+Route Analyzer::lock_route(const PgQuery__LockStmt* s) const {
+  std::optional<std::size_t> shard;
+  bool one_shard = s->n_relations > 0;
+  for (std::size_t i = 0; i < s->n_relations && one_shard; ++i) {
+    const PgQuery__Node* n = s->relations[i];
+    if (!is(n, PG_QUERY__NODE__NODE_RANGE_VAR)) return make_route(RouteKind::all_shards, StatementClass::utility);
+    const TableClass c = topo_.classify(sv(n->range_var->schemaname), n->range_var->relname);
+    one_shard = c.kind == TableClass::Kind::pinned && (!shard || *shard == c.shard);
+    shard = c.shard;
+  }
+  Route r = make_route(one_shard ? RouteKind::shards : RouteKind::all_shards, StatementClass::utility);
+  if (one_shard) r.shards = {*shard};
+  return r;
 }
 
 void Analyzer::ddl(const PgQuery__Node* stmt) {

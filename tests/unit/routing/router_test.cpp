@@ -382,10 +382,33 @@ TEST_CASE("sequence functions go to the combine shard and write nothing", "[rout
   Route locks = f.both("SELECT nextval('tickets'), pg_advisory_lock(1)");
   CHECK(locks.kind == RouteKind::any_shard);
   CHECK(locks.reads == Route::Reads::writes);
+  // A sequence read as a relation (pg_dump's form): that shard's copy too.
+  Route read = f.both("SELECT last_value, is_called FROM public.tickets");
+  CHECK(read.shards == std::vector<std::size_t>{0});
   // On a sharded table it runs where the statement runs.
   Route keyed = f.both("SELECT nextval('tickets'), * FROM users WHERE id = 7");
   CHECK(keyed.shards == std::vector<std::size_t>{user_shard("7")});
   CHECK(keyed.reads == Route::Reads::sequences);
+}
+
+TEST_CASE("the proxy's own tables and LOCK of tables on one shard", "[router]") {
+  Fixture f;
+  for (const char* sql : {"SELECT * FROM splitpoint_2pc", "LOCK TABLE public.splitpoint_2pc IN ACCESS SHARE MODE",
+                          "LOCK TABLE splitpoint_2pc, splitpoint_spanning_sessions",
+                          "COPY public.splitpoint_spanning_sessions TO STDOUT"}) {
+    INFO(sql);
+    Route r = f.both(sql);
+    CHECK(r.kind == RouteKind::shards);
+    CHECK(r.shards == std::vector<std::size_t>{0});
+  }
+  for (const char* sql : {"LOCK TABLE users", "LOCK TABLE countries", "LOCK TABLE splitpoint_2pc, countries"}) {
+    INFO(sql);
+    CHECK(f.both(sql).kind == RouteKind::all_shards);
+  }
+  Fixture pinned("shard:s1");
+  Route lock = pinned.both("LOCK TABLE somewhere_else IN EXCLUSIVE MODE");
+  CHECK(lock.kind == RouteKind::shards);
+  CHECK(lock.shards == std::vector<std::size_t>{1});
 }
 
 TEST_CASE("unlisted tables follow unlisted_tables", "[router]") {
