@@ -410,6 +410,18 @@ int Analyzer::pushdown_source(const PgQuery__InsertStmt* s, const Scope& child, 
   return -1;
 }
 
+// The sequence of `nextval('name')` (the name a string literal, maybe cast); nullopt for
+// anything else.
+static std::optional<std::string> nextval_sequence(const PgQuery__Node* n) {
+  if (!is(n, PG_QUERY__NODE__NODE_FUNC_CALL) || n->func_call->n_args != 1 ||
+      last_name(n->func_call->funcname, n->func_call->n_funcname) != "nextval")
+    return std::nullopt;
+  const PgQuery__Node* arg = n->func_call->args[0];
+  if (is(arg, PG_QUERY__NODE__NODE_TYPE_CAST)) arg = arg->type_cast->arg;
+  if (!is(arg, PG_QUERY__NODE__NODE_A_CONST) || arg->a_const->val_case != PG_QUERY__A__CONST__VAL_SVAL) return std::nullopt;
+  return std::string(sv(arg->a_const->sval->sval));
+}
+
 void Analyzer::insert_values(const PgQuery__InsertStmt* s, const PgQuery__SelectStmt* values, int occ, bool alone) {
   InsertRows rows;
   rows.occ = occ;
@@ -428,6 +440,7 @@ void Analyzer::insert_values(const PgQuery__InsertStmt* s, const PgQuery__Select
     if (is(row, PG_QUERY__NODE__NODE_LIST)) {
       for (std::size_t k = 0; k < row->list->n_items; ++k) {
         if (is(row->list->items[k], PG_QUERY__NODE__NODE_SET_TO_DEFAULT)) rows.defaults.emplace_back(r, k);
+        if (auto seq = nextval_sequence(row->list->items[k])) rows.nextvals.push_back({r, k, std::move(*seq)});
         // Only the key item's value matters when its position is known.
         if (rows.key_index && k != *rows.key_index) {
           items.emplace_back();

@@ -109,6 +109,7 @@ class Evaluator {
   void fail(std::string sqlstate, std::string message);
   void request_keys(const InsertRows& rows, std::size_t position, const std::string& message);
   void request_sequences(const InsertRows& rows);
+  bool request_nextvals(const InsertRows& rows, std::optional<std::size_t> item, const std::string& column);
   bool leaves_out_sequence(int occ, const std::vector<std::string>& columns);
   Route pull_route() const;
   void request_values(const InsertRows& rows, const std::string& column, bool omitted, std::size_t position,
@@ -415,6 +416,7 @@ void Evaluator::insert_rows(const InsertRows& rows, std::vector<std::size_t>* ro
     if (*k >= row.size()) return fail("SPR01", where + " needs a value for its key column \"" + o.key_column + "\"");
     if (!row[*k] && std::find(rows.defaults.begin(), rows.defaults.end(), std::pair{r, *k}) != rows.defaults.end())
       return request_keys(rows, *k, needs);
+    if (!row[*k] && request_nextvals(rows, *k, o.key_column)) return;
     if (!row[*k])
       return fail("SPR01", where + ": the key column \"" + o.key_column + "\" must be a constant or a parameter, not an expression");
     v.clear();
@@ -499,7 +501,7 @@ Route Evaluator::pull_route() const {
 void Evaluator::request_sequences(const InsertRows& rows) {
   const Occurrence& o = plan_.occs[rows.occ];
   const TableShape* shape = in_.shapes ? in_.shapes(o.table) : nullptr;
-  if (error_ || shape == nullptr || rows.rows.empty()) return;
+  if (error_ || rows.rows.empty() || request_nextvals(rows, std::nullopt, {}) || shape == nullptr) return;
   for (const std::string& c : shape->sequence_columns) {
     if (c == o.key_column) continue;
     const std::string message = "INSERT into sharded table \"" + o.table + "\": column \"" + c +
@@ -523,6 +525,30 @@ void Evaluator::request_sequences(const InsertRows& rows) {
       if (item == *at) which.push_back(r);
     if (!which.empty()) return request_values(rows, c, false, *at, std::move(which), message);
   }
+}
+
+// nextval('s') items (at `item`, else the first one's place): drawn by the server from
+// s on the combine shard, as a sequence column's values are, not each on the shard its
+// row goes to. False when there is none.
+bool Evaluator::request_nextvals(const InsertRows& rows, std::optional<std::size_t> item, const std::string& column) {
+  const NextvalItem* first = nullptr;
+  for (const auto& n : rows.nextvals)
+    if (!first && (!item || n.item == *item)) first = &n;
+  if (first == nullptr) return false;
+  std::vector<std::size_t> which;
+  for (const auto& n : rows.nextvals)
+    if (n.item == first->item && n.sequence == first->sequence) which.push_back(n.row);
+  std::string name = column;
+  if (name.empty()) name = first->item < rows.columns.size() ? rows.columns[first->item] : "?";
+  request_values(rows, name, false, first->item, std::move(which),
+                 "INSERT into sharded table \"" + plan_.occs[rows.occ].table + "\": nextval('" + first->sequence +
+                     "') is drawn by the proxy");
+  if (error_ && error_->generate_keys) {
+    auto req = std::make_shared<KeyRequest>(*error_->generate_keys);
+    req->sequence = first->sequence;
+    error_->generate_keys = std::move(req);
+  }
+  return true;
 }
 
 // The rows of `rows` that get a value of `column` from the server: every row when the

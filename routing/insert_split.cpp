@@ -201,7 +201,9 @@ std::optional<std::string> insert_with_keys(std::string_view sql, bool standard_
     auto& v = items.emplace_back(row->items, row->items + row->n_items);
     if (request.column_omitted) {
       v.push_back(&literals[i].node);
-    } else if (request.position < v.size() && is(v[request.position], PG_QUERY__NODE__NODE_SET_TO_DEFAULT)) {
+    } else if (request.position < v.size() &&
+               (is(v[request.position], PG_QUERY__NODE__NODE_SET_TO_DEFAULT) ||
+                (!request.sequence.empty() && is(v[request.position], PG_QUERY__NODE__NODE_FUNC_CALL)))) {
       v[request.position] = &literals[i].node;
     } else if (request.position == v.size() && insert->n_cols == 0) {  // (no column list: the row's next item)
       v.push_back(&literals[i].node);

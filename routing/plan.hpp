@@ -56,6 +56,13 @@ struct KeyEdge {
 };
 
 // INSERT ... VALUES into a sharded table: where each row's key comes from.
+// An item nextval('sequence') of an INSERT's VALUES row (InsertRows::nextvals). (Out
+// of InsertRows: clang cannot use a nested class's member initializers there.)
+struct NextvalItem {
+  std::size_t row = 0, item = 0;
+  std::string sequence;
+};
+
 struct InsertRows {
   int occ = -1;
   std::optional<std::size_t> key_index;  // position in the VALUES rows; nullopt: from the table's shape
@@ -65,11 +72,20 @@ struct InsertRows {
   // (row, item) of each DEFAULT: where the key, or a column whose default draws from a
   // sequence, is DEFAULT, the proxy generates the value (SPEC §3).
   std::vector<std::pair<std::size_t, std::size_t>> defaults;
+  // Each nextval('sequence') item (a string literal, maybe cast to regclass): the proxy
+  // draws the value from that sequence's copy on one shard.
+  std::vector<NextvalItem> nextvals;
   // The column list leaves the key out: every row's key is generated.
   bool key_omitted = false;
   // A lone top-level INSERT: rows may be split into one statement per shard. Otherwise
   // (WITH ... INSERT, several statements in one text) all rows must go to one shard.
   bool splittable = false;
+};
+
+// Plan::insert_select: the target of an INSERT ... SELECT run on the shards.
+struct PushedInsertSelect {
+  int occ = -1;                      // the target
+  std::vector<std::string> columns;  // its column list
 };
 
 // UPDATE ... SET key = <value> whose WHERE does not pin the key to that value (a lone
@@ -107,10 +123,6 @@ class Plan {
   // An INSERT ... SELECT run where its rows are (its key is a co-located table's): if
   // the statement turns out not co-located, or its column list leaves out a column whose
   // default draws from a sequence, its rows are pulled (Route::pull_insert).
-  struct PushedInsertSelect {
-    int occ = -1;                      // the target
-    std::vector<std::string> columns;  // its column list
-  };
   std::optional<PushedInsertSelect> insert_select;
   bool several_statements = false;         // the text holds more than one statement
   std::string packed_tree;                 // for rewriting a split INSERT

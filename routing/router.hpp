@@ -75,6 +75,9 @@ struct KeyRequest {
   bool column_omitted = false;  // the column list lacks it: appended, a key for every row
   std::size_t position = 0;     // else: the key's position in the rows
   std::vector<std::size_t> rows;  // the rows that get a key
+  // The rows' items are nextval('<sequence>'), written in the statement: drawn from that
+  // sequence (else from the column's default).
+  std::string sequence;
 };
 
 struct Route {

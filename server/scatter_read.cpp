@@ -739,7 +739,9 @@ awaitable<void> ScatterRead::clean_up() {
 // CommandComplete, the merge needed fewer) has usually finished too: what its socket
 // already holds says so. One still running (LIMIT reached, an error elsewhere, the
 // deadline) is cancelled first, and its connection is never handed to another
-// session: the cancel could land on that one's query.
+// session: the cancel could land on that one's query. But in a transaction block, after
+// a statement that succeeded, a cancel would abort the shard's block (the client's next
+// statement there: 25P02): its rest is read instead, until the statement's deadline.
 awaitable<void> ScatterRead::drain_shard(Shard& sh, bool& reusable) {
   bool answered = sh.state == Shard::State::ended || (sh.state == Shard::State::missing && sh.status != "timeout");
   if (!answered && sh.state == Shard::State::running && sh.sent)
@@ -747,13 +749,16 @@ awaitable<void> ScatterRead::drain_shard(Shard& sh, bool& reusable) {
                                                s_.runtime_->config.scatter.max_buffered_rows, s_.limits_);
   if (sh.state == Shard::State::running) sh.status = "ok";
   const auto& cfg = s_.runtime_->config;
-  if (!answered) {
+  const bool keep_block = !answered && sh.state == Shard::State::running && failure_.message.empty() &&
+                          s_.in_transaction() && Clock::now() < deadline_;
+  if (!answered && !keep_block) {
     sh.b->cancel_sent = true;
     const auto& target = s_.pool_on(sh.index, sh.b->host)->target();
     co_await send_cancel(target.host, target.port, sh.b->process_id, sh.b->secret_key, cfg.timeouts.server_connect);
   }
   auto ex = co_await asio::this_coro::executor;
   asio::steady_timer drain_timer(ex, cfg.timeouts.server_connect);
+  if (keep_block) drain_timer.expires_at(deadline_);
   bool drained = false;
   drain_timer.async_wait([&drained, b = sh.b](error_code ec) {
     if (ec || drained) return;

@@ -52,6 +52,12 @@ void Session::forget_table_definitions() {
 awaitable<std::optional<KeyCache::Source>> Session::key_source(const routing::KeyRequest& request,
                                                                const std::string& cache_key, std::string& error) {
   if (auto s = runtime_->keys->source(cache_key)) co_return s;
+  if (!request.sequence.empty()) {  // nextval('s') written in the statement
+    KeyCache::Source src;
+    src.sql = "SELECT pg_catalog.nextval(" + quote_literal(request.sequence) + ") FROM pg_catalog.generate_series(1, ";
+    runtime_->keys->set_source(cache_key, src);
+    co_return src;
+  }
   const std::string rel = relation_literal(request.table), col = quote_literal(request.column);
   const std::string sql =
       "SELECT a.attidentity, pg_catalog.pg_get_serial_sequence(" + rel + ", " + col +
@@ -81,6 +87,7 @@ awaitable<std::optional<KeyCache::Source>> Session::key_source(const routing::Ke
 }
 
 std::string Session::key_cache_key(const routing::KeyRequest& request) const {
+  if (!request.sequence.empty()) return who_.database + '\0' + "nextval" + '\0' + request.sequence;
   return who_.database + '\0' + request.table + '\0' + request.column;
 }
 

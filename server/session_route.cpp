@@ -143,9 +143,10 @@ awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables, st
     shape.types.emplace_back(*row->values[2]);
     if (row->values[3] && *row->values[3] == "t") shape.sequence_columns.emplace_back(*row->values[1]);
   });
-  for (auto& [name, shape] : found) {
+  for (auto& entry : found) {
+    const std::string& name = entry.first;  // (not a structured binding: clang 14 cannot capture one)
     std::erase_if(keep, [&](const auto& k) { return k->table == name; });
-    keep.push_back(runtime_->shapes->put(name, std::move(shape)));
+    keep.push_back(runtime_->shapes->put(name, std::move(entry.second)));
   }
   co_return true;
 }

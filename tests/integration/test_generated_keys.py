@@ -20,7 +20,7 @@ combine shard's is drawn from):
 - columns other than the key whose default draws from a sequence (a bigserial id, an
   identity ALWAYS column, DEFAULT nextval(...)) in a table sharded by another column:
   filled from the combine shard's sequences by every way of inserting (VALUES with the
-  columns left out or DEFAULT, with and without a column list, extended protocol,
+  columns left out or DEFAULT or nextval('s'), with and without a column list, extended protocol,
   executemany, INSERT ... SELECT run on one shard and pulled, COPY text/csv/binary):
   every value once across the shards, RETURNING gives them, the other shards' copies of
   the sequences untouched (before, each shard numbered its own rows: ids repeated);
@@ -225,7 +225,11 @@ def sequence_columns_besides_the_key():
     returned += cur.fetchall()
     cur.execute("INSERT INTO notes VALUES (DEFAULT, DEFAULT, 32, 'no list') RETURNING id, n, extra")  # (extra: appended)
     returned += cur.fetchall()
-    assert len(returned) == 24 and all(v is not None for r in returned for v in r), returned
+    cur.execute("INSERT INTO notes (id, customer, body, extra) VALUES (nextval('notes_id_seq'), 33, 'nextval', "
+                "nextval('notes_extra'::regclass)), (nextval('notes_id_seq'), 34, 'nextval', 1000000) "
+                "RETURNING id, n, extra")
+    returned += cur.fetchall()
+    assert len(returned) == 26 and all(v is not None for r in returned for v in r), returned
     cur.execute("INSERT INTO notes (customer, body) SELECT customer, 'on one shard' FROM notes WHERE customer = 5")
     cur.execute("INSERT INTO notes (customer, body) SELECT customer + 100, 'pulled' FROM notes WHERE customer < 10")
     cur.copy_expert("COPY notes (customer, body) FROM STDIN", io.StringIO("".join(f"{k}\tcopy\n" for k in range(40, 60))))
@@ -244,7 +248,7 @@ def sequence_columns_besides_the_key():
                 for k in range(90, 100):
                     cp.write_row((k, "binary"))
     rows = all_rows("notes", "id, n, extra, customer, body")
-    want = 24 + 1 + 10 + 20 + 10 + 5 + 15 + 10
+    want = 26 + 1 + 10 + 20 + 10 + 5 + 15 + 10
     assert len(rows) == want, f"{len(rows)} rows, {want} inserted"
     for col in (1, 2, 3):
         values = [r[col] for r in rows]
@@ -254,6 +258,18 @@ def sequence_columns_besides_the_key():
     for seq in ("notes_id_seq", "notes_n_seq", "notes_extra"):
         copies = [on_shard(i, f"SELECT last_value, is_called FROM {seq}")[0] for i in range(3)]
         assert copies[0][1] and copies[1:] == [(1, False), (1, False)], (seq, copies)
+    # nextval('s') as the key: drawn by the proxy too, the row on its key's shard.
+    c = proxy_conn()
+    cur = c.cursor()
+    cur.execute("INSERT INTO orders (id, customer, amount) VALUES (nextval('orders_id_seq'), 'nextval', 1), "
+                "(nextval('orders_id_seq'), 'nextval', 2) RETURNING id")
+    keys = [r[0] for r in cur.fetchall()]
+    c.close()
+    stored = {r[1]: r[0] for r in all_rows("orders", "id, customer") if r[2] == "nextval"}
+    assert sorted(stored) == sorted(keys) and len(set(keys)) == 2, (keys, stored)
+    for key, shard in stored.items():
+        port, db = shard_dbs()[shard]
+        assert owner_of("orders", key) == (db, port), f"orders key {key} on s{shard}, routed elsewhere"
 
 
 def sequence_calls_on_one_shard():

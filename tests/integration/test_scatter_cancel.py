@@ -16,7 +16,11 @@ here). Checks, after the proxy's pools are warm:
     though the merge needs fewer of its rows): zero CancelRequests;
   - a scatter `ORDER BY v DESC, id LIMIT 1` over 200,000 rows per shard (shards may still
     be sorting when the merge has its row): answered right, and a statement on the same
-    proxy right after it is not cancelled by a late cancel.
+    proxy right after it is not cancelled by a late cancel;
+  - in a transaction block, a `LIMIT` the fast shard fills while the other is still
+    working: the slow one is read to its end, not cancelled (a cancel aborted that
+    shard's block, and the client's next statement got 25P02 though its statement had
+    succeeded), and the block goes on and commits.
   - an extended-protocol scatter read (Parse, Bind, Execute, Sync) costs each shard one
     Parse, the scatter's own: the client's Parse is not first prepared on some shard (a
     round trip before the scatter), counted from the shards' statement logs
@@ -155,6 +159,24 @@ def limit_cancels_only_what_runs():
     other.close()
 
 
+def limit_in_a_block_keeps_the_block():
+    c = pgwire.connect(HOST, PROXY.port, "app", DBS.name, password="secret", timeout=60)
+    c.query("SELECT count(*) FROM t").raise_error()
+    sizes = log_sizes()
+    c.query("BEGIN").raise_error()
+    # s1 (ids above ROWS) sends its first 1,000 rows at once, then takes 10 ms a row; the
+    # merge has s0's 1,100 rows once s1's first rows show they come first: s1 is still
+    # working (PostgreSQL sends rows in 8 kB pieces: a few slow rows would come together).
+    r = c.query(f"SELECT id, CASE WHEN id > {ROWS + 1000} THEN pg_sleep(0.01) END FROM t ORDER BY id LIMIT 1100")
+    assert r.error is None and [row[0] for row in r.rows] == [str(i) for i in range(1, 1101)], r.error
+    r = c.query("SELECT count(*) FROM t")
+    assert r.error is None and r.rows == [[str(2 * ROWS)]], (r.error, r.rows)
+    c.query("COMMIT").raise_error()
+    cancels = cancel_requests_since(sizes)
+    assert cancels == 0, f"{cancels} CancelRequests in a block"
+    c.close()
+
+
 def extended_scatter_parses_once_per_shard():
     c = pgwire.connect(HOST, PROXY.port, "app", DBS.name, password="secret", timeout=60)
     sql = "SELECT count(*) FROM t WHERE v = $1 AND id > -17"
@@ -209,7 +231,8 @@ def extended_scatter_answers_in_one_send():
     c.close()
 
 
-TESTS = [finished_scatters_send_no_cancel, limit_cancels_only_what_runs, extended_scatter_parses_once_per_shard,
+TESTS = [finished_scatters_send_no_cancel, limit_cancels_only_what_runs, limit_in_a_block_keeps_the_block,
+         extended_scatter_parses_once_per_shard,
          extended_scatter_answers_in_one_send]
 
 if __name__ == "__main__":

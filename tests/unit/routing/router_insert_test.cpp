@@ -299,3 +299,21 @@ TEST_CASE("INSERT into a table with a sequence column besides the key: the proxy
   Route pushed = f.both("INSERT INTO orders (id, user_id, total) SELECT id, id, 1 FROM users");
   CHECK(pushed.kind == RouteKind::shards);
 }
+
+TEST_CASE("nextval('s') in an INSERT's VALUES: the proxy draws it", "[router][insert]") {
+  Fixture f;
+  // As the key: the rows' keys come from the proxy, then the statement routes by them.
+  const FillCase key{"INSERT INTO users (id, name) VALUES (nextval('users_id_seq'), 'a'), "
+                     "(nextval('users_id_seq'::regclass), 'b')",
+                     false, 0, {0, 1}};
+  const std::string keyed = check_fill(f, key, "users", "id");
+  CHECK(keyed.find("nextval") == std::string::npos);
+  CHECK(f.both(key.sql).generate_keys->sequence == "users_id_seq");
+  // Another column: the same, whatever the table's shape says.
+  const FillCase other{"INSERT INTO orders (id, user_id, total) VALUES (nextval('o'), 1, 2)", false, 0, {0}};
+  check_fill(f, other, "orders", "id");
+  CHECK(f.both(other.sql).generate_keys->sequence == "o");
+  // Not a literal name: left to the shard.
+  CHECK(f.prepared("INSERT INTO orders (id, user_id, total) VALUES (nextval($1), 1, 2)", {"o"}).kind ==
+        RouteKind::shards);
+}
