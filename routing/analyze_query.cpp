@@ -365,7 +365,8 @@ void Analyzer::insert_select(const PgQuery__InsertStmt* s, const Scope& child, i
     plan_.edges.push_back(KeyEdge{occ, source});
     plan_.insert_select.emplace().occ = occ;
     for (std::size_t i = 0; i < s->n_cols; ++i)
-      if (is(s->cols[i], PG_QUERY__NODE__NODE_RES_TARGET)) plan_.insert_select->columns.emplace_back(sv(s->cols[i]->res_target->name));
+      if (is(s->cols[i], PG_QUERY__NODE__NODE_RES_TARGET))
+        plan_.insert_select->columns.emplace_back(sv(s->cols[i]->res_target->name));
     return;
   }
   const bool pull = alone && s->with_clause == nullptr;
@@ -418,7 +419,8 @@ static std::optional<std::string> nextval_sequence(const PgQuery__Node* n) {
     return std::nullopt;
   const PgQuery__Node* arg = n->func_call->args[0];
   if (is(arg, PG_QUERY__NODE__NODE_TYPE_CAST)) arg = arg->type_cast->arg;
-  if (!is(arg, PG_QUERY__NODE__NODE_A_CONST) || arg->a_const->val_case != PG_QUERY__A__CONST__VAL_SVAL) return std::nullopt;
+  if (!is(arg, PG_QUERY__NODE__NODE_A_CONST) || arg->a_const->val_case != PG_QUERY__A__CONST__VAL_SVAL)
+    return std::nullopt;
   return std::string(sv(arg->a_const->sval->sval));
 }
 

@@ -633,7 +633,8 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
   }
   bool reads_only = n > 0 && plan->fixed.cls != StatementClass::write && !plan->session_commands && !plan->pins_session;
   bool sequences = false;
-  for (std::size_t i = 0; i < n && reads_only; ++i) reads_only = standby_can_answer(tree.tree()->stmts[i]->stmt, sequences);
+  for (std::size_t i = 0; i < n && reads_only; ++i)
+    reads_only = standby_can_answer(tree.tree()->stmts[i]->stmt, sequences);
   if (reads_only) plan->reads = sequences ? Route::Reads::sequences : Route::Reads::standby_safe;
   for (const InsertRows& rows : plan->inserts)
     if (rows.splittable && rows.rows.size() > 1) plan->packed_tree = tree.packed();

@@ -113,7 +113,7 @@ class Evaluator {
   bool leaves_out_sequence(int occ, const std::vector<std::string>& columns);
   Route pull_route() const;
   void request_values(const InsertRows& rows, const std::string& column, bool omitted, std::size_t position,
-                      std::vector<std::size_t> which, const std::string& message);
+                      std::vector<std::size_t> which, const std::string& message, const std::string& sequence = {});
   void note_key(const std::optional<std::string>& v, const ColumnType& type);
 
   const Plan& plan_;
@@ -481,9 +481,9 @@ void Evaluator::request_keys(const InsertRows& rows, std::size_t position, const
 bool Evaluator::leaves_out_sequence(int occ, const std::vector<std::string>& columns) {
   if (key_type(occ) == nullptr) return false;
   const TableShape* shape = in_.shapes(plan_.occs[occ].table);
-  return shape != nullptr && std::any_of(shape->sequence_columns.begin(), shape->sequence_columns.end(), [&](const auto& c) {
-           return std::find(columns.begin(), columns.end(), c) == columns.end();
-         });
+  if (shape == nullptr) return false;
+  return std::any_of(shape->sequence_columns.begin(), shape->sequence_columns.end(),
+                     [&](const auto& c) { return std::find(columns.begin(), columns.end(), c) == columns.end(); });
 }
 
 // INSERT ... SELECT whose rows the proxy reads and inserts itself.
@@ -542,30 +542,29 @@ bool Evaluator::request_nextvals(const InsertRows& rows, std::optional<std::size
   if (name.empty()) name = first->item < rows.columns.size() ? rows.columns[first->item] : "?";
   request_values(rows, name, false, first->item, std::move(which),
                  "INSERT into sharded table \"" + plan_.occs[rows.occ].table + "\": nextval('" + first->sequence +
-                     "') is drawn by the proxy");
-  if (error_ && error_->generate_keys) {
-    auto req = std::make_shared<KeyRequest>(*error_->generate_keys);
-    req->sequence = first->sequence;
-    error_->generate_keys = std::move(req);
-  }
+                     "') is drawn by the proxy",
+                 first->sequence);
   return true;
 }
 
 // The rows of `rows` that get a value of `column` from the server: every row when the
 // column is omitted, else `which`, or when that is empty the rows whose item at
-// `position` is DEFAULT.
+// `position` is DEFAULT; from `sequence` when the items are nextval() of it.
 void Evaluator::request_values(const InsertRows& rows, const std::string& column, bool omitted, std::size_t position,
-                               std::vector<std::size_t> which, const std::string& message) {
+                               std::vector<std::size_t> which, const std::string& message,
+                               const std::string& sequence) {
   if (error_) return;
   auto req = std::make_shared<KeyRequest>();
   req->table = plan_.occs[rows.occ].table;
   req->column = column;
   req->column_omitted = omitted;
   req->position = position;
+  req->sequence = sequence;
   req->rows = std::move(which);
   if (req->rows.empty())
     for (std::size_t r = 0; r < rows.rows.size(); ++r)
-      if (omitted || std::find(rows.defaults.begin(), rows.defaults.end(), std::pair{r, position}) != rows.defaults.end())
+      if (omitted || std::find(rows.defaults.begin(), rows.defaults.end(), std::pair{r, position}) !=
+                         rows.defaults.end())
         req->rows.push_back(r);
   fail("SPR01", message);
   error_->generate_keys = std::move(req);

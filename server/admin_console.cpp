@@ -249,7 +249,7 @@ awaitable<void> AdminConsole::show_route(std::string_view sql, std::string& out)
   std::string_view r2;
   words_of(sql, 2, r2);
   std::string stmt(r2);
-  std::vector<std::shared_ptr<const routing::TableShape>> keep;
+  KeptShapes keep;
   auto lookup = s_.shape_lookup(keep);
   auto route = rt->router->route_simple(stmt, s_.settings_.routing, lookup);
   if (route.kind == routing::RouteKind::need_shapes) {
@@ -268,7 +268,7 @@ awaitable<void> AdminConsole::show_route(std::string_view sql, std::string& out)
                (route.kind == routing::RouteKind::shards && route.shards.size() > 1);
   if (route.kind == routing::RouteKind::any_shard) merge = "none (any one shard)";
   if (multi && route.cls == routing::StatementClass::read) {
-    std::vector<std::shared_ptr<const routing::TableShape>> keep;
+    KeptShapes keep;
     auto planned = rt->shapes->scatter_plans().plan(stmt, scatter_options(*rt, route, keep));
     if (planned->merge) merge = planned->merge->describe();
     else if (planned->combine) merge = planned->combine->describe();

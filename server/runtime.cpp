@@ -61,7 +61,7 @@ std::shared_ptr<const routing::TableShape> ShapeCache::find(std::string_view tab
 }
 
 const routing::TableShape* ShapeCache::find_kept(std::string_view table,
-                                                std::vector<std::shared_ptr<const routing::TableShape>>& keep) const {
+                                                KeptShapes& keep) const {
   for (const auto& k : keep)
     if (k->table == table) return k.get();
   auto found = find(table);

@@ -65,6 +65,10 @@ class ShardPools {
   bool paused_ = false;
 };
 
+// The shapes one statement has looked up (ShapeCache::find_kept): it keeps using them
+// when the cache is cleared meanwhile.
+using KeptShapes = std::vector<std::shared_ptr<const routing::TableShape>>;
+
 // Shapes of sharded tables learned from a shard's catalog (column order and types),
 // shared by all sessions, and the scatter plans made with them. Written rarely (first
 // use of a table, after DDL).
@@ -77,7 +81,7 @@ class ShapeCache {
   // between does not change it: a statement may look a table up more than once), else
   // the cached one, then kept. Null when not known.
   const routing::TableShape* find_kept(std::string_view table,
-                                       std::vector<std::shared_ptr<const routing::TableShape>>& keep) const;
+                                       KeptShapes& keep) const;
   std::shared_ptr<const routing::TableShape> put(const std::string& table, routing::TableShape shape);
   void clear();
   // The database's collation (pg_database.datcollate), for merging text; "" = unknown.
@@ -92,10 +96,12 @@ class ShapeCache {
 };
 
 // Keys the proxy generates for INSERTs that leave them out (SPEC §3), and values of other
-// columns whose default draws from a sequence, per database, table and column: how — the key column's own default, read once from a shard's catalog — and a
-// block of values drawn from it ahead, so most such INSERTs cost no extra round trip.
-// Values come from one place (the combine shard's sequence), so they are unique across
-// shards and proxies, and increase within each proxy's blocks.
+// columns whose default draws from a sequence, per database, table and column (or per
+// sequence, for nextval('s') written in a statement): how — the column's own default,
+// read once from a shard's catalog — and a block of values drawn from it ahead, so most
+// such INSERTs cost no extra round trip. Values come from one place (the combine shard's
+// sequence), so they are unique across shards and proxies, and increase within each
+// proxy's blocks.
 class KeyCache {
  public:
   struct Source {

@@ -102,7 +102,7 @@ awaitable<bool> ScatterRead::run() {
 }
 
 routing::ScatterOptions scatter_options(const Runtime& rt, const routing::Route& route,
-                                        std::vector<std::shared_ptr<const routing::TableShape>>& keep) {
+                                        KeptShapes& keep) {
   routing::ScatterOptions o;
   auto topo = rt.topology;
   o.merge.is_reference_table = [topo](std::string_view t) {

@@ -47,7 +47,7 @@ namespace splitpoint::server {
 // What plan_scatter needs to know of the catalog: reference and sharded tables, and
 // the columns of the tables whose shapes are known (kept alive in `keep`).
 routing::ScatterOptions scatter_options(const Runtime& rt, const routing::Route& route,
-                                        std::vector<std::shared_ptr<const routing::TableShape>>& keep);
+                                        KeptShapes& keep);
 
 // "SQLSTATE message" of an ErrorResponse body, for SHOW splitpoint.last_scatter and messages.
 std::string error_text(std::string_view body);
@@ -153,7 +153,7 @@ class ScatterRead {
   bool allow_partial_ = false;
 
   // plan(): the statement's decision, cached by text or shape (routing/merge/scatter_plan.hpp)
-  std::vector<std::shared_ptr<const routing::TableShape>> shapes_used_;
+  KeptShapes shapes_used_;
   std::shared_ptr<const routing::ScatterPlan> splan_;
   const routing::CopyStatement* copy_out_ = nullptr;
   bool copy_binary_ = false;

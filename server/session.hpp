@@ -290,25 +290,25 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> handle_copy_in(const protocol::Frame& f, std::string sql, const routing::CopyStatement& cs);
   // (`keep`: the statement's shapes, see ShapeCache::find_kept; those fetched are added,
   // so that DDL in another session, which clears the cache, cannot take them away.)
-  awaitable<bool> route_with_shapes(routing::Route& route, std::vector<std::shared_ptr<const routing::TableShape>>& keep,
+  awaitable<bool> route_with_shapes(routing::Route& route, KeptShapes& keep,
                                     const std::function<routing::Route()>& again);
-  awaitable<bool> fetch_shapes(const std::vector<std::string>& tables, std::vector<std::shared_ptr<const routing::TableShape>>& keep);
+  awaitable<bool> fetch_shapes(const std::vector<std::string>& tables, KeptShapes& keep);
   void forget_table_definitions();  // after DDL: shapes and key sources read again
   // ---- session_keys.cpp: keys the proxy generates (SPEC §3)
   // An INSERT whose key the proxy generates (route.generate_keys), run with its keys. In
   // the extended protocol the keys are parameters after the client's. False: the
   // session ends; refused statements get their error here. (`keep`: the statement's
   // shapes, used again for the rewritten statement, see fetch_shapes.)
-  awaitable<bool> insert_with_generated_keys(routing::Route& route, std::vector<std::shared_ptr<const routing::TableShape>>& keep, std::string_view sql,
+  awaitable<bool> insert_with_generated_keys(routing::Route& route, KeptShapes& keep, std::string_view sql,
                                              const protocol::Bind* bind = nullptr,
                                              const std::vector<std::int32_t>* types = nullptr);
   // An INSERT the proxy rewrote (keys filled in, rows pulled), routed again and run; in
   // the extended protocol with `bind`'s parameters (of `types`).
-  awaitable<bool> run_rewritten_insert(routing::Route& route, std::vector<std::shared_ptr<const routing::TableShape>>& keep, std::string text,
+  awaitable<bool> run_rewritten_insert(routing::Route& route, KeptShapes& keep, std::string text,
                                        const protocol::Bind* bind = nullptr,
                                        std::vector<std::int32_t> types = {});
   // ---- session_insert_select.cpp: INSERT ... SELECT whose rows are pulled (route.pull_insert)
-  awaitable<bool> pull_insert_select(const routing::Route& route, std::vector<std::shared_ptr<const routing::TableShape>>& keep, std::string_view sql,
+  awaitable<bool> pull_insert_select(const routing::Route& route, KeptShapes& keep, std::string_view sql,
                                      const protocol::Bind* bind = nullptr,
                                      const std::vector<std::int32_t>* types = nullptr);
   // The SELECT's answer (RowDescription, DataRows, notices, error) as a read through the
@@ -413,7 +413,7 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> reject_with(const protocol::ErrorFields& fields, bool extended);
   std::size_t pick_any_shard();
   bool check_write(const routing::Route& route, std::size_t shard, std::string& error);
-  routing::ShapeLookup shape_lookup(std::vector<std::shared_ptr<const routing::TableShape>>& keep);
+  routing::ShapeLookup shape_lookup(KeptShapes& keep);
   std::optional<std::size_t> single_target(const routing::Route& route);
 
   // Output.

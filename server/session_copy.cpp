@@ -173,7 +173,7 @@ awaitable<bool> CopyIn::find_key() {
   auto shape = s_.runtime_->shapes->find(table_);
   if (!shape) {
     std::vector<std::string> wanted(1, table_);  // (no braced list: GCC 12 coroutine bug)
-    std::vector<std::shared_ptr<const routing::TableShape>> fetched;
+    KeptShapes fetched;
     if (!co_await s_.fetch_shapes(wanted, fetched)) {
       co_await s_.reject(sqlstate::connection_failure, "cannot read the definition of " + table_, false);
       co_return false;

@@ -70,7 +70,7 @@ awaitable<bool> Session::read_for_insert(std::string_view select, const proto::B
                                          const std::vector<std::int32_t>* types, std::size_t max_rows,
                                          std::string& answer, std::size_t& rows) {
   const bool extended = bind != nullptr;
-  std::vector<std::shared_ptr<const routing::TableShape>> keep;
+  KeptShapes keep;
   auto lookup = shape_lookup(keep);
   auto& router = *runtime_->router;
   std::shared_ptr<const routing::Plan> plan;
@@ -132,7 +132,7 @@ awaitable<bool> Session::read_for_insert(std::string_view select, const proto::B
   co_return true;
 }
 
-awaitable<bool> Session::pull_insert_select(const routing::Route& route, std::vector<std::shared_ptr<const routing::TableShape>>& keep, std::string_view sql,
+awaitable<bool> Session::pull_insert_select(const routing::Route& route, KeptShapes& keep, std::string_view sql,
                                             const proto::Bind* bind, const std::vector<std::int32_t>* types) {
   const bool extended = bind != nullptr;
   auto parts = routing::insert_select_parts(sql, settings_.routing.standard_conforming_strings);

@@ -122,7 +122,7 @@ awaitable<std::optional<std::vector<std::string>>> Session::draw_keys(const rout
   co_return keys;
 }
 
-awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, std::vector<std::shared_ptr<const routing::TableShape>>& keep, std::string_view sql,
+awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, KeptShapes& keep, std::string_view sql,
                                                     const proto::Bind* bind, const std::vector<std::int32_t>* types) {
   const auto request = route.generate_keys;
   const bool extended = bind != nullptr;
@@ -150,7 +150,7 @@ awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, std::
   co_return co_await run_rewritten_insert(route, keep, std::move(*keyed), &b, std::move(all_types));
 }
 
-awaitable<bool> Session::run_rewritten_insert(routing::Route& route, std::vector<std::shared_ptr<const routing::TableShape>>& keep, std::string text,
+awaitable<bool> Session::run_rewritten_insert(routing::Route& route, KeptShapes& keep, std::string text,
                                               const proto::Bind* bind, std::vector<std::int32_t> types) {
   const bool extended = bind != nullptr;
   auto lookup = shape_lookup(keep);

@@ -111,12 +111,12 @@ bool Session::check_write(const routing::Route& route, std::size_t shard, std::s
   return true;
 }
 
-routing::ShapeLookup Session::shape_lookup(std::vector<std::shared_ptr<const routing::TableShape>>& keep) {
+routing::ShapeLookup Session::shape_lookup(KeptShapes& keep) {
   return [this, &keep](std::string_view table) { return runtime_->shapes->find_kept(table, keep); };
 }
 
 // Learns the column order and types of tables from a shard's catalog.
-awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables, std::vector<std::shared_ptr<const routing::TableShape>>& keep) {
+awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables, KeptShapes& keep) {
   if (pools_.empty()) co_return false;  // (the admin console's session: no shard to ask)
   std::string list;
   for (auto& t : tables) {
@@ -152,7 +152,7 @@ awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables, st
 }
 
 // Routes again after learning missing table shapes. False: an error was reported.
-awaitable<bool> Session::route_with_shapes(routing::Route& route, std::vector<std::shared_ptr<const routing::TableShape>>& keep,
+awaitable<bool> Session::route_with_shapes(routing::Route& route, KeptShapes& keep,
                                            const std::function<routing::Route()>& again) {
   for (int attempt = 0; route.kind == RouteKind::need_shapes && attempt < 2; ++attempt) {
     if (!co_await fetch_shapes(route.missing_tables, keep)) {
@@ -271,7 +271,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     co_return false;
   }
   std::string_view sql = q->sql;
-  std::vector<std::shared_ptr<const routing::TableShape>> keep;
+  KeptShapes keep;
   auto lookup = shape_lookup(keep);
   auto& router = *runtime_->router;
   auto route = router.route_simple(sql, settings_.routing, lookup);
@@ -599,7 +599,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
       if (next.frame.type == 'B') {
         auto bind = proto::Bind::decode(next.frame.body);
         if (bind && bind->statement == name) {
-          std::vector<std::shared_ptr<const routing::TableShape>> keep;
+          KeptShapes keep;
           routing::BoundParams params{bind->params, bind->param_formats, slot.param_types};
           auto route = runtime_->router->route(*slot.plan, params, settings_.routing, shape_lookup(keep));
           if (auto t = single_target(route)) {
@@ -682,7 +682,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   // A copy: awaiting below may run the pump, which can forget a skipped Parse.
   const Prepared p = it->second;
   const std::vector<std::int32_t>& types = p.param_types;
-  std::vector<std::shared_ptr<const routing::TableShape>> keep;
+  KeptShapes keep;
   auto lookup = shape_lookup(keep);
   routing::BoundParams params{bind->params, bind->param_formats, types};
   auto& router = *runtime_->router;
@@ -883,7 +883,7 @@ awaitable<bool> Session::route_execute(routing::Route& route) {
   }
   std::vector<std::optional<std::string_view>> values;
   for (auto& a : *route.names->execute_args) values.push_back(a ? std::optional<std::string_view>(*a) : std::nullopt);
-  std::vector<std::shared_ptr<const routing::TableShape>> keep;
+  KeptShapes keep;
   auto lookup = shape_lookup(keep);
   const routing::BoundParams params{values, {}, {}};
   const auto plan = it->second.plan;

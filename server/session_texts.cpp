@@ -45,7 +45,7 @@ awaitable<std::optional<bool>> Session::run_statements_apart(std::string_view sq
   const auto parts = routing::split_statements(sql, settings_.routing.standard_conforming_strings);
   if (parts.size() < 2) co_return std::nullopt;
   // What the text does to the block, statement by statement.
-  std::vector<std::shared_ptr<const routing::TableShape>> keep;
+  KeptShapes keep;
   auto lookup = shape_lookup(keep);
   bool block = in_transaction(), own_block_verbs = false, writes_outside = false, reads = false;
   for (const auto& part : parts) {
