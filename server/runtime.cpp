@@ -60,8 +60,7 @@ std::shared_ptr<const routing::TableShape> ShapeCache::find(std::string_view tab
   return it == shapes_.end() ? nullptr : it->second;
 }
 
-const routing::TableShape* ShapeCache::find_kept(std::string_view table,
-                                                KeptShapes& keep) const {
+const routing::TableShape* ShapeCache::find_kept(std::string_view table, KeptShapes& keep) const {
   for (const auto& k : keep)
     if (k->table == table) return k.get();
   auto found = find(table);

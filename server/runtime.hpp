@@ -80,8 +80,7 @@ class ShapeCache {
   // For one statement: the shape `keep` already holds for `table` (a cache cleared in
   // between does not change it: a statement may look a table up more than once), else
   // the cached one, then kept. Null when not known.
-  const routing::TableShape* find_kept(std::string_view table,
-                                       KeptShapes& keep) const;
+  const routing::TableShape* find_kept(std::string_view table, KeptShapes& keep) const;
   std::shared_ptr<const routing::TableShape> put(const std::string& table, routing::TableShape shape);
   void clear();
   // The database's collation (pg_database.datcollate), for merging text; "" = unknown.

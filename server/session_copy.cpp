@@ -72,7 +72,6 @@ std::optional<std::string> binary_key_as_text(const routing::ColumnType& type, s
 // proxy appends the column and gives every row a value drawn from one shard's (SPEC §3).
 struct Fill {
   routing::KeyRequest request;
-  int width = 0;                    // binary COPY: the integer's bytes
   std::vector<std::string> values;  // drawn, not used yet (from the back)
 };
 
@@ -126,7 +125,7 @@ class CopyIn {
   std::vector<ShardCopy> shards_;
   std::vector<Fill> fills_;
   std::vector<std::string> fill_values_;  // (one row's, reused)
-  std::vector<int> fill_widths_;
+  std::vector<int> fill_widths_;  // binary COPY: each filled integer's bytes
   // Where the key is in each row, and how to read it.
   std::size_t key_index_ = 0;
   routing::ColumnType key_type_;
@@ -212,15 +211,15 @@ awaitable<bool> CopyIn::plan_fills(const routing::TableShape& shape) {
     fill.request.column = c;
     const std::string& type = shape.types[static_cast<std::size_t>(
         std::find(shape.columns.begin(), shape.columns.end(), c) - shape.columns.begin())];
-    fill.width = type == "bigint" ? 8 : type == "integer" ? 4 : type == "smallint" ? 2 : 0;
-    if (cs_.format == routing::CopyStatement::Format::binary && fill.width == 0) {
+    const int width = type == "bigint" ? 8 : type == "integer" ? 4 : type == "smallint" ? 2 : 0;
+    if (cs_.format == routing::CopyStatement::Format::binary && width == 0) {
       co_await s_.reject(sqlstate::feature_not_supported,
                          "binary COPY into \"" + table_ + "\" without column \"" + c +
                              "\": the proxy draws its values from a sequence and writes only integer columns in binary",
                          false);
       co_return false;
     }
-    fill_widths_.push_back(fill.width);
+    fill_widths_.push_back(width);
     names.push_back(c);
   }
   if (fills_.empty()) co_return true;
