@@ -542,7 +542,7 @@ Route::Explain explain_format(const PgQuery__ExplainStmt* e) {
 
 // A rough footprint, for bounding the plan cache in bytes.
 std::size_t plan_bytes(const Plan& p) {
-  std::size_t n = sizeof(Plan) + p.packed_tree.size() + p.fixed.message.size();
+  std::size_t n = sizeof(Plan) + p.packed_tree.size() + p.split_text.size() + p.fixed.message.size();
   for (const Occurrence& o : p.occs) n += sizeof(o) + o.table.size() + o.key_column.size();
   for (const KeyCond& k : p.conds) n += cond_bytes(k);
   n += p.edges.size() * sizeof(KeyEdge);
@@ -636,8 +636,11 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
   for (std::size_t i = 0; i < n && reads_only; ++i)
     reads_only = standby_can_answer(tree.tree()->stmts[i]->stmt, sequences);
   if (reads_only) plan->reads = sequences ? Route::Reads::sequences : Route::Reads::standby_safe;
-  for (const InsertRows& rows : plan->inserts)
-    if (rows.splittable && rows.rows.size() > 1) plan->packed_tree = tree.packed();
+  for (const InsertRows& rows : plan->inserts) {
+    if (!rows.splittable || rows.rows.size() < 2) continue;
+    plan->packed_tree = tree.packed();
+    if (standard_strings) plan->split_text = sql;
+  }
   plan->bytes = plan_bytes(*plan) + sql.size();
   return plan;
 }

@@ -170,11 +170,15 @@ Route Evaluator::by_keys(bool* needs_exact_plan) {
   Route r = finish();
   if (plan_.key_assignment && (r.kind == RouteKind::shards || r.kind == RouteKind::all_shards)) guard_key(r);
   if (r.kind == RouteKind::shards && r.shards.size() > 1 && !row_shards_.empty()) {
-    if (!in_.can_split) {
-      *needs_exact_plan = true;
-    } else if (auto sql = split_insert(plan_.packed_tree, row_shards_)) {
+    std::optional<std::vector<std::pair<std::size_t, std::string>>> sql;
+    const std::string_view text = in_.text.empty() ? std::string_view(plan_.split_text) : in_.text;
+    if (!text.empty()) sql = split_insert_text(text, row_shards_);
+    if (!sql && in_.can_split) sql = split_insert(plan_.packed_tree, row_shards_);
+    if (sql) {
       r.per_shard_sql = std::move(*sql);
       r.row_shards = row_shards_;
+    } else if (!in_.can_split) {
+      *needs_exact_plan = true;
     } else {
       r = error_route(plan_, "SPR01", "could not rewrite the INSERT for each shard");
     }

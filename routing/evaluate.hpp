@@ -19,6 +19,10 @@ struct EvalInput {
   const SessionRouting& session;
   const ShapeLookup& shapes;
   bool can_split = true;  // plan.packed_tree is this very text's tree
+  // The text of a plan cached by shape (simple protocol; read with
+  // standard_conforming_strings on): a split INSERT is cut from it (split_insert_text),
+  // as from plan.split_text for a plan of its own text.
+  std::string_view text = {};
 };
 
 // The route. Sets *needs_exact_plan (and returns a placeholder) when an INSERT must be

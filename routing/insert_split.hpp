@@ -1,7 +1,9 @@
 // A multi-row INSERT ... VALUES whose rows belong to several shards becomes one
-// INSERT per shard holding only that shard's rows (SPEC §3), by editing the parse
-// tree's VALUES list and deparsing it with libpg_query. Parameters keep their numbers.
-// An INSERT without its key gets the keys the proxy generated the same way.
+// INSERT per shard holding only that shard's rows (SPEC §3). Parameters keep their
+// numbers. An INSERT without its key gets the keys the proxy generated. Both are done
+// in the statement's own text when it has the plain shape (a parse and a deparse cost
+// more than the rest of the statement's way through the proxy), else by editing the
+// parse tree and deparsing it with libpg_query.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +19,13 @@ namespace splitpoint::routing {
 // One (shard, sql) per distinct shard, in shard order; nullopt if it cannot be done.
 std::optional<std::vector<std::pair<std::size_t, std::string>>> split_insert(
     const std::string& packed, const std::vector<std::size_t>& row_shards);
+
+// The same from the statement's text (read with standard_conforming_strings on), for a
+// plan cached by shape, whose tree holds another text's literals: the VALUES rows cut
+// out of the text (routing/text_scan.hpp's normalised text, literals as written), no
+// parse. nullopt if the text is not a plain `INSERT INTO t [(columns)] VALUES ...`.
+std::optional<std::vector<std::pair<std::size_t, std::string>>> split_insert_text(
+    std::string_view sql, const std::vector<std::size_t>& row_shards);
 
 struct KeyRequest;
 

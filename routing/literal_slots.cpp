@@ -71,7 +71,8 @@ std::optional<LiteralAt> literal_at(std::string_view sql, const ScannedText& sca
 
 std::shared_ptr<Plan> with_literal_slots(const Plan& plan, std::string_view sql, const ScannedText& scan) {
   auto copy = std::make_shared<Plan>(plan);
-  copy->packed_tree.clear();  // holds this text's literals; a split re-parses
+  copy->packed_tree.clear();  // holds this text's literals; a split cuts the new text (or re-parses)
+  copy->split_text.clear();
   copy->hints.clear();        // each text brings its own
   Slotter slotter(sql, scan, *copy);
   for (KeyCond& k : copy->conds)

@@ -126,6 +126,7 @@ class Plan {
   std::optional<PushedInsertSelect> insert_select;
   bool several_statements = false;         // the text holds more than one statement
   std::string packed_tree;                 // for rewriting a split INSERT
+  std::string split_text;                  // the same, its text (read with standard strings)
   std::vector<std::int32_t> param_types;   // from Parse, for binary parameters
 
   // Statement-wide:

@@ -68,7 +68,8 @@ Route Router::route_simple(std::string_view sql, const SessionRouting& session, 
   if (std::shared_ptr<const Plan> cached = im.cache.find(scan.key, hash)) {
     if (read_slots(*cached, sql, scan, slots)) {
       bool needs_exact = false;
-      Route r = evaluate(*cached, EvalInput{im.topo, nullptr, slots, scan.hints, session, shapes, false}, &needs_exact);
+      Route r = evaluate(*cached, EvalInput{im.topo, nullptr, slots, scan.hints, session, shapes, false, sql},
+                         &needs_exact);
       if (!needs_exact) return r;
     }
     return im.exact(sql, session, shapes);

@@ -366,6 +366,28 @@ void parse_hint_comment(std::string_view body, Hints& out) {
   }
 }
 
+TextSpan KeyTokens::next() {
+  while (i_ < k_.size() && k_[i_] == ' ') ++i_;
+  const std::size_t from = i_;
+  if (i_ >= k_.size()) return {from, from};
+  if (k_[i_] == '"') {  // "a""b"
+    for (++i_; i_ < k_.size(); ++i_) {
+      if (k_[i_] != '"') continue;
+      if (i_ + 1 < k_.size() && k_[i_ + 1] == '"') {
+        ++i_;
+        continue;
+      }
+      ++i_;
+      break;
+    }
+  } else if (is_identifier_char(k_[i_])) {
+    while (i_ < k_.size() && is_identifier_char(k_[i_])) ++i_;
+  } else {
+    ++i_;
+  }
+  return {from, i_};
+}
+
 std::string quote_ident(std::string_view name) {
   std::string out = "\"";
   for (char c : name) {

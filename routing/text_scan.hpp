@@ -67,6 +67,28 @@ constexpr bool is_identifier_char(char c) {
          static_cast<unsigned char>(c) >= 0x80;
 }
 
+// The tokens of a normalised text (ScannedText::key), for the few statements whose text
+// the proxy edits (routing/insert_split.cpp) or answers from (sequence reads).
+struct TextSpan {
+  std::size_t from = 0, to = 0;
+};
+class KeyTokens {
+ public:
+  explicit KeyTokens(std::string_view key) : k_(key) {}
+  // The next token: a word (identifier, keyword, $n), a quoted identifier, a literal
+  // (NUL) or one other byte. Empty at the end.
+  TextSpan next();
+  std::string_view text(TextSpan t) const { return k_.substr(t.from, t.to - t.from); }
+  bool is(TextSpan t, std::string_view word) const { return text(t) == word; }
+  bool name(TextSpan t) const { return t.to > t.from && (k_[t.from] == '"' || is_identifier_char(k_[t.from])); }
+  std::size_t position() const { return i_; }
+  void rewind(std::size_t to) { i_ = to; }
+
+ private:
+  std::string_view k_;
+  std::size_t i_ = 0;
+};
+
 // `name` as a quoted identifier ("a""b" for a"b), safe in any SQL text.
 std::string quote_ident(std::string_view name);
 

@@ -134,8 +134,10 @@ bool ClientSettings::apply(std::vector<SessionCmd>& commands) {
       case SessionCommand::reset:
         if (it != sets.end()) sets.erase(it);
         break;
-      case SessionCommand::reset_all:
       case SessionCommand::discard_all:
+        drawn = {};
+        [[fallthrough]];
+      case SessionCommand::reset_all:
         sets.clear();
         backend_reset = true;
         break;

@@ -176,9 +176,19 @@ class Frontend {
   }
 };
 
+// The values the proxy drew for a session (server/session_keys.cpp) stand in for its own
+// nextval calls: `SELECT currval(...)` / `SELECT lastval()` return them (the text
+// rewritten to give them, on the shard the read goes to), until the session's own
+// sequence calls, or a write that may call nextval on a shard, take over.
+struct DrawnValues {
+  std::vector<std::pair<std::string, std::string>> last_of;  // sequence (regclass text), its last value
+  std::optional<std::string> lastval;
+};
+
 // The session's settings, carried to every backend it uses: the client's startup
 // parameters and SETs as one script (replayed when a backend's applied_state differs
-// from `hash`), and the proxy's own (SET splitpoint.*).
+// from `hash`), the proxy's own (SET splitpoint.*), and the sequence state it keeps for
+// the session (DrawnValues).
 struct ClientSettings {
   std::vector<std::pair<std::string, std::string>> startup;  // replayed as set_config
   std::vector<std::pair<std::string, std::string>> sets;     // parameter -> SET statement
@@ -187,6 +197,7 @@ struct ClientSettings {
   std::vector<std::pair<std::string, std::string>> local;      // SET splitpoint.*
   std::vector<std::pair<std::string, std::string>> local_txn;  // SET LOCAL splitpoint.*
   routing::SessionRouting routing;  // what the proxy's own reading of SQL depends on
+  DrawnValues drawn;                // currval/lastval of the values the proxy drew
 
   // The commands of a finished transaction; true if one reset the backend (RESET ALL,
   // DISCARD ALL), which then has its own defaults, not the client's.

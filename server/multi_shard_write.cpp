@@ -182,10 +182,17 @@ void MultiShardWrite::fold(std::size_t shard, const Session::Reply& reply) {
 // Applied on some shards, failed on others: the error names both, with the first
 // shard's own error; inside a block only ROLLBACK can end it.
 void MultiShardWrite::fail(std::string& out) const {
-  std::string message = "statement failed on shard(s) " + failed_;
-  message += applied_.empty() ? "; it was applied on no shard" : "; it was applied on shard(s) " + applied_;
   auto original = proto::ErrorFields::decode(first_error_);
   std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
+  if (original && targets_.size() == 1 && !route_.key_guard()) {  // (a rewritten statement for one shard)
+    // PostgreSQL's own error, every field of it but a position in a text the client did not send.
+    std::erase_if(original->fields, [](const auto& f) { return f.first == 'P'; });
+    original->encode(out, 'E');
+    s_.count_shard_error(code);
+    return;
+  }
+  std::string message = "statement failed on shard(s) " + failed_;
+  message += applied_.empty() ? "; it was applied on no shard" : "; it was applied on shard(s) " + applied_;
   if (original && route_.key_guard() && original->get('M').find(routing::kKeyGuardMarker) != std::string_view::npos) {
     const auto& g = *route_.key_guard();
     message = "cannot update the distribution key \"" + g.column + "\" of table \"" + g.table +

@@ -106,6 +106,7 @@ class KeyCache {
   struct Source {
     std::string sql;         // "SELECT <default> FROM pg_catalog.generate_series(1, " + n + ")"; "": no default
     bool overriding = false;  // GENERATED ALWAYS AS IDENTITY: OVERRIDING SYSTEM VALUE
+    std::string sequence;     // the sequence the values come from, as a regclass reads it ("": none)
   };
   std::optional<Source> source(const std::string& key) const;
   void set_source(const std::string& key, Source s);

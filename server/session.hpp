@@ -257,6 +257,8 @@ class Session : public std::enable_shared_from_this<Session> {
                                const std::vector<std::int32_t>& types);
   awaitable<bool> bind_forward(const protocol::Frame& f, const routing::Route& route, std::size_t target,
                                const Prepared& p);
+  awaitable<bool> bind_rewritten(const routing::Route& route, std::size_t target, const protocol::Bind& bind,
+                                 std::string_view sql, const std::vector<std::int32_t>& types);
   // ---- admin_console.cpp: login to the admin console (database "splitpoint", SPEC §7)
   static constexpr const char* kAdminDatabase = "splitpoint";
   awaitable<bool> admin_login();
@@ -345,7 +347,11 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string key_cache_key(const routing::KeyRequest& request) const;
   // `n` values of `request`'s column; nullopt: none can be made, `error` says why.
   awaitable<std::optional<std::vector<std::string>>> draw_keys(const routing::KeyRequest& request, std::size_t n,
-                                                               bool& overriding, std::string& error);
+                                                               KeyCache::Source& source, std::string& error);
+  // settings_.drawn: the values the proxy drew for this session stand in for its own
+  // nextval calls (answer_from_drawn).
+  void note_drawn(const std::string& sequence, const std::string& value);
+  std::optional<std::string> answer_from_drawn(const routing::Route& route, std::string_view sql);
   awaitable<std::optional<KeyCache::Source>> key_source(const routing::KeyRequest& request, const std::string& cache_key,
                                                         std::string& error);
   awaitable<bool> run_local(const routing::LocalCommand& c);

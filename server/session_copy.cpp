@@ -73,6 +73,8 @@ std::optional<std::string> binary_key_as_text(const routing::ColumnType& type, s
 struct Fill {
   routing::KeyRequest request;
   std::vector<std::string> values;  // drawn, not used yet (from the back)
+  std::string sequence;             // where they come from (KeyCache::Source)
+  std::string last;                 // the last one used
 };
 
 // One shard's side of the COPY.
@@ -162,8 +164,10 @@ awaitable<bool> CopyIn::run() {
     co_await take_client_data();
   }
   co_await finish();
-  for (auto& fill : fills_)  // (what the rows did not use serves the next statements)
+  for (auto& fill : fills_) {  // (what the rows did not use serves the next statements)
     s_.runtime_->keys->put_back(s_.key_cache_key(fill.request), {fill.values.rbegin(), fill.values.rend()});
+    if (!fill.last.empty()) s_.note_drawn(fill.sequence, fill.last);
+  }
   co_await answer();
   co_return !s_.closing_;
 }
@@ -300,9 +304,9 @@ awaitable<bool> CopyIn::fill_row(std::string_view bytes, std::string& out) {
     if (fill.values.empty()) {
       const std::size_t shard = s_.combine_shard();
       auto held = std::move(s_.held_[shard]);
-      bool overriding = false;
+      KeyCache::Source source;
       std::string error;
-      auto drawn = co_await s_.draw_keys(fill.request, kFillBlock, overriding, error);
+      auto drawn = co_await s_.draw_keys(fill.request, kFillBlock, source, error);
       s_.held_[shard] = std::move(held);
       if (!drawn) {
         fail("cannot draw values of column \"" + fill.request.column + "\" of \"" + table_ + "\": " + error,
@@ -310,9 +314,11 @@ awaitable<bool> CopyIn::fill_row(std::string_view bytes, std::string& out) {
         co_return false;
       }
       fill.values.assign(drawn->rbegin(), drawn->rend());
+      fill.sequence = source.sequence;
     }
     fill_values_.push_back(std::move(fill.values.back()));
     fill.values.pop_back();
+    fill.last = fill_values_.back();
   }
   auto row = routing::append_fields(cs_, bytes, fill_values_, fill_widths_);
   if (!row) {

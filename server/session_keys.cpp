@@ -14,6 +14,7 @@
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
 #include "routing/insert_split.hpp"
+#include "routing/sequence_read.hpp"
 #include "routing/text_scan.hpp"
 #include "server/catalog.hpp"
 #include "server/server.hpp"
@@ -36,6 +37,23 @@ std::string relation_literal(std::string_view table) {
   return quote_literal(routing::quote_ident(table.substr(0, dot)) + "." + routing::quote_ident(table.substr(dot + 1)));
 }
 
+// The sequence of a default that is `nextval('<name>'::regclass)` (how PostgreSQL shows
+// DEFAULT nextval('name')), as text a regclass reads; "" for any other default.
+std::string nextval_sequence(std::string_view expr) {
+  constexpr std::string_view head = "nextval('", tail = "'::regclass)";
+  if (expr.size() <= head.size() + tail.size() || !expr.starts_with(head) || !expr.ends_with(tail)) return "";
+  const std::string_view quoted = expr.substr(head.size(), expr.size() - head.size() - tail.size());
+  std::string name;
+  for (std::size_t i = 0; i < quoted.size(); ++i) {
+    if (quoted[i] == '\'') {
+      if (i + 1 >= quoted.size() || quoted[i + 1] != '\'') return "";
+      ++i;  // '' stands for one quote
+    }
+    name.push_back(quoted[i]);
+  }
+  return name;
+}
+
 }  // namespace
 
 // Called when a DDL statement is routed, and again when it has run (outside a block) or
@@ -55,6 +73,7 @@ awaitable<std::optional<KeyCache::Source>> Session::key_source(const routing::Ke
   if (!request.sequence.empty()) {  // nextval('s') written in the statement
     KeyCache::Source src;
     src.sql = "SELECT pg_catalog.nextval(" + quote_literal(request.sequence) + ") FROM pg_catalog.generate_series(1, ";
+    src.sequence = request.sequence;
     runtime_->keys->set_source(cache_key, src);
     co_return src;
   }
@@ -78,8 +97,10 @@ awaitable<std::optional<KeyCache::Source>> Session::key_source(const routing::Ke
     if ((identity == "a" || identity == "d") && row->values[1]) {
       src.sql = "SELECT pg_catalog.nextval(" + quote_literal(*row->values[1]) + ") FROM pg_catalog.generate_series(1, ";
       src.overriding = identity == "a";
+      src.sequence = *row->values[1];
     } else if (row->values[2]) {
       src.sql = "SELECT " + std::string(*row->values[2]) + " FROM pg_catalog.generate_series(1, ";
+      src.sequence = nextval_sequence(*row->values[2]);
     }
   });
   runtime_->keys->set_source(cache_key, src);
@@ -92,7 +113,7 @@ std::string Session::key_cache_key(const routing::KeyRequest& request) const {
 }
 
 awaitable<std::optional<std::vector<std::string>>> Session::draw_keys(const routing::KeyRequest& request,
-                                                                      std::size_t n, bool& overriding,
+                                                                      std::size_t n, KeyCache::Source& source,
                                                                       std::string& error) {
   const std::string cache_key = key_cache_key(request);
   auto src = co_await key_source(request, cache_key, error);
@@ -101,7 +122,7 @@ awaitable<std::optional<std::vector<std::string>>> Session::draw_keys(const rout
     error = "the column has no default to generate it from";
     co_return std::nullopt;
   }
-  overriding = src->overriding;
+  source = *src;
   std::vector<std::string> keys = runtime_->keys->take(cache_key, n);
   if (keys.size() == n) co_return keys;
   const std::size_t missing = n - keys.size();
@@ -126,18 +147,19 @@ awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, KeptS
                                                     const proto::Bind* bind, const std::vector<std::int32_t>* types) {
   const auto request = route.generate_keys;
   const bool extended = bind != nullptr;
-  bool overriding = false;
+  KeyCache::Source source;
   std::string error;
-  auto keys = co_await draw_keys(*request, request->rows.size(), overriding, error);
+  auto keys = co_await draw_keys(*request, request->rows.size(), source, error);
   if (!keys) {
     // (Not a `?:` in the co_await's arguments: GCC 12 destroys the wrong temporary.)
     std::string message = route.message;
     if (!error.empty()) message += " (" + error + ")";
     co_return co_await reject(route.sqlstate, std::move(message), extended);
   }
+  note_drawn(source.sequence, keys->back());  // (drawn whatever becomes of the INSERT, as by nextval)
   const int first_param = extended ? static_cast<int>(bind->params.size()) + 1 : 0;
   auto keyed = routing::insert_with_keys(sql, settings_.routing.standard_conforming_strings, *request, *keys,
-                                         overriding, first_param);
+                                         source.overriding, first_param);
   if (!keyed) co_return co_await reject(route.sqlstate, route.message, extended);
   if (!extended) co_return co_await run_rewritten_insert(route, keep, std::move(*keyed));
   // Extended: the client's parameters, then the keys (text).
@@ -175,7 +197,43 @@ awaitable<bool> Session::run_rewritten_insert(routing::Route& route, KeptShapes&
   if (auto target = single_target(route); target && !check_write(route, *target, error))
     co_return co_await reject(sqlstate::cross_shard_write, std::move(error), extended);
   if (!extended) co_return co_await run_on_shards(route, text);
+  if (auto target = single_target(route)) co_return co_await bind_rewritten(route, *target, *bind, text, types);
   co_return co_await bind_scatter(route, *bind, std::move(text), types);
+}
+
+void Session::note_drawn(const std::string& sequence, const std::string& value) {
+  if (sequence.empty()) return;  // (gen_random_uuid() and the like: no sequence's session state)
+  auto& drawn = settings_.drawn;
+  auto it = std::find_if(drawn.last_of.begin(), drawn.last_of.end(), [&](auto& d) { return d.first == sequence; });
+  if (it == drawn.last_of.end()) drawn.last_of.emplace_back(sequence, value);
+  else it->second = value;
+  drawn.lastval = value;
+}
+
+std::optional<std::string> Session::answer_from_drawn(const routing::Route& route, std::string_view sql) {
+  auto& drawn = settings_.drawn;
+  if (route.reads == routing::Route::Reads::sequences) {
+    if (!settings_.routing.standard_conforming_strings) return std::nullopt;
+    if (auto read = routing::sequence_read(sql)) {
+      if (read->lastval) {
+        if (!drawn.lastval) return std::nullopt;
+        return "SELECT " + quote_literal(*drawn.lastval) + "::pg_catalog.int8 AS " + read->column;
+      }
+      if (drawn.last_of.empty()) return std::nullopt;
+      // PostgreSQL resolves the argument and the drawn sequences' names alike.
+      std::string text = "SELECT CASE (" + read->argument + ")::pg_catalog.regclass";
+      for (const auto& [sequence, value] : drawn.last_of)
+        text += " WHEN " + quote_literal(sequence) + "::pg_catalog.regclass THEN " + quote_literal(value) +
+                "::pg_catalog.int8";
+      return text + " ELSE pg_catalog.currval(" + read->argument + ") END AS " + read->column;
+    }
+    drawn = {};  // the client's own nextval or setval: the shard's session state from now on
+    return std::nullopt;
+  }
+  // A write the proxy does not fill may call nextval on its shard.
+  if (route.cls == routing::StatementClass::write && !route.generate_keys && !route.copy_from && !route.pull_insert)
+    drawn.lastval.reset();
+  return std::nullopt;
 }
 
 }  // namespace splitpoint::server

@@ -306,6 +306,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     route.kind = RouteKind::any_shard;
     route.cls = StatementClass::utility;
   }
+  if (auto text = answer_from_drawn(route, sql)) co_return co_await run_on_shards(route, *text);
   if (route.generate_keys) co_return co_await insert_with_generated_keys(route, keep, sql);
   if (route.pull_insert) co_return co_await pull_insert_select(route, keep, sql);
   if (route.cursor != routing::Route::Cursor::none && pools_.size() > 1) {
@@ -583,16 +584,17 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
   if (name.empty()) ++fe_.unnamed_seq;
 
   // Prepare where the statement will run if its Bind is already here; else anywhere (or
-  // on the transaction's backend). A Bind that reads several shards needs no Parse on
-  // any shard first: it is answered here when nothing is in flight on the backend the
-  // session holds (its answers must not overtake earlier ones). (On that backend, the
-  // Parse would also fail the transaction there, so that the statement's own error
-  // came back as 25P02.)
+  // on the transaction's backend). A Bind that reads several shards, or an INSERT the
+  // proxy rewrites (keys it draws, rows it pulls), needs no Parse on any shard first:
+  // each shard gets its statement from the Bind, and the Parse is answered here when
+  // nothing is in flight on the backend the session holds (its answers must not
+  // overtake earlier ones). (On that backend, the Parse would also fail the transaction
+  // there, so that the statement's own error came back as 25P02.)
   if (!cur() || (fe_.expect.empty() && bout_.empty())) {
     std::size_t shard = pick_any_shard();
     std::optional<std::size_t> standby;
     std::size_t pos = cpos_ + f.size;
-    bool scatter_read = false;
+    bool answer_here = false;
     for (;;) {
       auto next = proto::decode_frame(std::string_view(cbuf_).substr(pos), proto::Direction::frontend, limits_);
       if (next.status != proto::FrameStatus::ok || next.frame.type == 'S' || next.frame.type == 'P') break;
@@ -606,8 +608,9 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
             shard = *t;
             if (runtime_->standbys && !cur()) standby = co_await read_host(shard, route);
           } else {
-            scatter_read = fe_.client_txn != 'E' && route.kind == RouteKind::shards && route.cls == StatementClass::read &&
-                           route.txn == TxnCommand::none && !route.generate_keys && !route.pull_insert;
+            const bool scatter_read = route.kind == RouteKind::shards && route.cls == StatementClass::read;
+            answer_here = fe_.client_txn != 'E' && route.txn == TxnCommand::none &&
+                          (scatter_read || route.generate_keys || route.pull_insert);
           }
           lookahead_.emplace(Lookahead{slot.parse_seq, next.frame.body.data(), std::move(*bind), std::move(route)});
         }
@@ -615,10 +618,9 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
       }
       pos += next.frame.size;
     }
-    if (scatter_read) {
-      // Its Bind reads several shards, each of which gets the statement from the scatter
-      // itself: preparing it on one shard first would be a round trip for nothing (a
-      // later one-shard Bind prepares it where it runs, as after pooling).
+    if (answer_here) {
+      // Preparing it on one shard first would be a round trip for nothing (a later
+      // one-shard Bind prepares it where it runs, as after pooling).
       std::string out;
       proto::encode_parse_complete(out);
       stream_.defer(out);
@@ -708,6 +710,8 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
                               "simple query protocol",
                               true);
   }
+  if (auto text = answer_from_drawn(route, p.query()))
+    if (auto target = single_target(route)) co_return co_await bind_rewritten(route, *target, *bind, *text, types);
   if (route.generate_keys) co_return co_await insert_with_generated_keys(route, keep, p.query(), &*bind, &types);
   if (route.pull_insert) co_return co_await pull_insert_select(route, keep, p.query(), &*bind, &types);
   switch (route.kind) {
@@ -822,6 +826,25 @@ awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::
   proto::encode_bind_complete(out);
   stream_.defer(out);
   co_return true;
+}
+
+// A statement the proxy rewrote (keys it drew, rows it pulled) for one shard: prepared
+// there under a name of its own, as a client's named statement is (so the next such
+// INSERT binds without a Parse), and bound as the client's portal; the client's Describe
+// and Execute follow it there.
+awaitable<bool> Session::bind_rewritten(const routing::Route& route, std::size_t target, const proto::Bind& bind,
+                                        std::string_view sql, const std::vector<std::int32_t>& types) {
+  std::string parse;
+  proto::Parse{"", sql, types}.encode(parse);
+  Prepared p;
+  p.parse_rest = parse.substr(6);  // (type, length, the empty name)
+  p.server_name = statement_name_for(p.parse_rest);
+  p.param_types = types;
+  proto::Bind named = bind;
+  named.statement = p.server_name;
+  std::string frame;
+  named.encode(frame);
+  co_return co_await bind_forward(proto::Frame{'B', std::string_view(frame).substr(5), frame.size()}, route, target, p);
 }
 
 // A Bind for one shard: the prepared statement made sure of on its backend, the Bind

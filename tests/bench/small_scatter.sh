@@ -26,29 +26,19 @@ ROUNDS=${ROUNDS:-3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 # shellcheck source=../lib/pg.sh
 source "$ROOT/tests/lib/pg.sh"
+# shellcheck source=targets.sh
+source "$ROOT/tests/bench/targets.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 
-pg=$(free_port) && pg_start "$TEST_TMP/pg" "$pg" >/dev/null
-on_exit "pg_stop '$TEST_TMP/pg'"
+start_same_instance "$TEST_TMP/pg"
+pg=$PG_PORT
 for db in direct sp_s0 sp_s1; do
-  psql_as "$TEST_TMP/pg" "$pg" postgres postgres -c "CREATE DATABASE $db OWNER app" >/dev/null
   PGPASSWORD=secret pgbench -q -i -s 1 -h 127.0.0.1 -p "$pg" -U app "$db" >"$TEST_TMP/init-$db.log" 2>&1
 done
 
 sp=$(free_port)
-cat >"$TEST_TMP/splitpoint.yaml" <<EOF
-listen: 127.0.0.1:$sp
-metrics_listen: 127.0.0.1:$(free_port)
-auth: scram-sha-256
-users:
-  - { name: app, password: secret }
-pool_mode: transaction
-shards:
-  - { name: s0, host: 127.0.0.1, port: $pg, database: sp_s0, user: app, password: secret, pool_size: 4 }
-  - { name: s1, host: 127.0.0.1, port: $pg, database: sp_s1, user: app, password: secret, pool_size: 4 }
-distributions:
-  - { name: acc, method: hash, partitions: 8, tables: { pgbench_accounts: aid } }
-EOF
+same_instance_config "$TEST_TMP/splitpoint.yaml" "$sp" "$pg" 4 \
+  "{ name: acc, method: hash, partitions: 8, tables: { pgbench_accounts: aid } }"
 printf '\\set a random(1, 99000)\nSELECT sum(abalance) FROM pgbench_accounts WHERE aid BETWEEN :a AND :a + 99;\n' \
   >"$TEST_TMP/scatter.sql"
 printf '\\set a random(1, 99000)\nSELECT abalance FROM pgbench_accounts WHERE aid = :a;\n' >"$TEST_TMP/point.sql"
@@ -79,32 +69,8 @@ if [[ $what == callgrind ]]; then
   exit 0
 fi
 
-pgb=$(free_port)
-mkdir -p "$TEST_TMP/pgbouncer"
-cat >"$TEST_TMP/pgbouncer/pgbouncer.ini" <<EOF
-[databases]
-direct = host=127.0.0.1 port=$pg dbname=direct
-
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $pgb
-unix_socket_dir =
-auth_type = scram-sha-256
-auth_file = $TEST_TMP/pgbouncer/userlist.txt
-pool_mode = transaction
-default_pool_size = 4
-logfile = $TEST_TMP/pgbouncer/pgbouncer.log
-EOF
-printf '"app" "secret"\n' >"$TEST_TMP/pgbouncer/userlist.txt"
-pgb_cmd=(pgbouncer "$TEST_TMP/pgbouncer/pgbouncer.ini")
-if ((EUID == 0)); then  # PgBouncer refuses to run as root
-  chown -R postgres: "$TEST_TMP/pgbouncer"
-  pgb_cmd=(setpriv --reuid=postgres --regid=postgres --init-groups -- "${pgb_cmd[@]}")
-fi
-"${pgb_cmd[@]}" >"$TEST_TMP/pgbouncer/stdout.log" 2>&1 </dev/null &
-pgb_pid=$!
-on_exit "kill $pgb_pid 2>/dev/null"
-wait_port "$pgb" 10
+start_pgbouncer "$TEST_TMP/pgbouncer" "$pg" direct 4
+pgb=$PGB_PORT
 
 latency() {  # target port db script mode -> median latency in ms over ROUNDS
   local port=$2 db=$3 script=$4 mode=$5 r out all=()

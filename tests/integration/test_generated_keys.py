@@ -29,6 +29,9 @@ combine shard's is drawn from):
   the values are one sequence's (the other shards' copies stay untouched), in both
   protocols; in a block under cross_shard_writes: refuse they do not count as a write
   on a second shard;
+- `SELECT lastval()` / `currval('s')` after an INSERT (or COPY) whose id the proxy drew:
+  that id, in both protocols and through PHP's PDO (`lastInsertId()` with and without
+  the sequence's name), until the session's own `nextval` takes over;
 - DDL in other sessions while tables are made and filled (as `sysbench prepare
   --threads=4` does): every INSERT runs (the proxy forgot its table definitions after
   each DDL and, between learning a table's columns and routing the keyed INSERT, lost
@@ -40,9 +43,12 @@ combine shard's is drawn from):
 
 import asyncio
 import io
+import json
 import os
+import subprocess
 import sys
 import threading
+import time
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -77,7 +83,7 @@ def config(db, extra):
       - name: by_id
         method: hash
         partitions: 12
-        tables: {{ orders: id, events: id, idents: id, plain: id, notes: customer }}
+        tables: {{ orders: id, events: id, idents: id, plain: id, notes: customer, tickets: tenant }}
       - name: by_uuid
         method: hash
         partitions: 6
@@ -374,6 +380,103 @@ def extended_protocol():
     c.close()
 
 
+def extended_inserts_parse_once():
+    # A Parse/Bind/Execute INSERT that leaves its key out: the proxy rewrites it with the
+    # keys, so the client's own text is prepared on no shard (it was, on some shard, for
+    # every execution: a round trip for nothing), and the keyed text is prepared once per
+    # backend under a name of its own (it was parsed again for every execution).
+    import pgwire
+    logs = sptest.shared_logs()
+    c = pgwire.connect("127.0.0.1", PROXY.port, "app", DBS.name, password="secret", timeout=60)
+    sql = "INSERT INTO orders (customer, amount) VALUES ($1, $2) RETURNING id -- gk_parse"
+    c.extended(sql, ["warm", "0"]).raise_error()
+    sptest.alter_system("SET log_min_duration_statement = 0")
+    try:
+        sizes = [os.path.getsize(p) for p in logs]
+        n = 12
+        ids = [int(c.extended(sql, ["parse_once", str(i)]).raise_error().rows[0][0]) for i in range(n)]
+        time.sleep(0.5)
+        own = keyed = 0
+        for path, start in zip(logs, sizes):
+            with open(path, errors="replace") as f:
+                f.seek(start)
+                for line in f:
+                    if " parse " not in line:
+                        continue
+                    own += "gk_parse" in line  # (the keyed text has lost the comment)
+                    keyed += 'orders (customer, amount, "id") values ($1, $2, $3) returning id' in line
+    finally:
+        sptest.alter_system("RESET log_min_duration_statement")
+    c.close()
+    print(f"     {n} INSERTs with drawn keys: {own} Parses of the client's text, {keyed} of the keyed one")
+    assert len(set(ids)) == n, ids
+    assert own == 0, f"the client's INSERT was prepared on a shard {own} times"
+    assert 1 <= keyed <= 3, f"the keyed INSERT was parsed {keyed} times for {n} executions (want once per backend)"
+
+
+def last_insert_id():
+    # currval/lastval after an INSERT whose id the proxy drew: the drawn value, as had the
+    # session's own nextval drawn it (drivers ask this way: PDO's lastInsertId, Doctrine,
+    # DBD::Pg); before, the read went to a shard session that never drew it.
+    c = proxy_conn()
+    c.autocommit = True
+    cur = c.cursor()
+    cur.execute("CREATE TABLE tickets (id bigserial PRIMARY KEY, tenant int NOT NULL, body text)")
+
+    def one(sql, params=None):
+        cur.execute(sql, params)
+        return cur.fetchone()[0]
+
+    for tenant in range(1, 7):  # (every shard)
+        got = one("INSERT INTO tickets (tenant, body) VALUES (%s, 'a') RETURNING id", (tenant,))
+        assert one("SELECT lastval()") == got
+        assert one("SELECT currval('tickets_id_seq')") == got
+        assert one("SELECT pg_catalog.currval('public.tickets_id_seq'::regclass) AS last_id;") == got
+    cur.execute("INSERT INTO tickets (tenant, body) VALUES (7, 'b'), (8, 'c') RETURNING id")
+    ids = [r[0] for r in cur.fetchall()]
+    assert one("SELECT LASTVAL()") == ids[-1], ids
+    cur.execute("SELECT lastval() AS x")
+    assert cur.description[0].name == "x"
+    try:
+        cur.execute("SELECT currval('no_such_seq')")
+        raise AssertionError("currval of an unknown sequence answered")
+    except psycopg2.Error as e:
+        assert e.pgcode == "42P01", (e.pgcode, e.pgerror)
+    # The session's own nextval takes over, as in PostgreSQL; then the next drawn id again.
+    mine = one("SELECT nextval('tickets_id_seq')")
+    assert one("SELECT lastval()") == mine
+    got = one("INSERT INTO tickets (tenant, body) VALUES (9, 'd') RETURNING id")
+    assert got != mine and one("SELECT lastval()") == got
+    cur.copy_expert("COPY tickets (tenant, body) FROM STDIN", io.StringIO("".join(f"{k}\tcopy\n" for k in range(20))))
+    last_copied = one("SELECT max(id) FROM tickets WHERE body = 'copy'")
+    assert one("SELECT lastval()") == last_copied == one("SELECT currval('tickets_id_seq')")
+    c.close()
+    # Extended protocol: psycopg 3 prepares, PDO binds the sequence's name (currval($1)).
+    url = f"host=127.0.0.1 port={PROXY.port} dbname={DBS.name} user=app password=secret"
+    with psycopg.connect(url, autocommit=True, prepare_threshold=0) as c3:
+        for tenant in (11, 12, 13):
+            got = c3.execute("INSERT INTO tickets (tenant, body) VALUES (%s, 'e') RETURNING id", (tenant,)).fetchone()[0]
+            assert c3.execute("SELECT currval(%s)", ("tickets_id_seq",)).fetchone()[0] == got
+            assert c3.execute("SELECT lastval()").fetchone()[0] == got
+    clients.ensure_apt("php-cli", "php-pgsql")
+    php = f"""
+    $db = new PDO('pgsql:host=127.0.0.1;port={PROXY.port};dbname={DBS.name}', 'app', 'secret',
+                  [PDO::ATTR_ERRMODE => PDO::ERRMODE_EXCEPTION]);
+    $out = [];
+    foreach ([21, 22, 23] as $t) {{
+      $db->prepare("INSERT INTO tickets (tenant, body) VALUES (?, 'pdo')")->execute([$t]);
+      $out[] = [$db->lastInsertId(), $db->lastInsertId('tickets_id_seq')];
+    }}
+    $ids = $db->query("SELECT id FROM tickets WHERE body = 'pdo' ORDER BY id")->fetchAll(PDO::FETCH_COLUMN);
+    echo json_encode(['last' => $out, 'ids' => $ids]);
+    """
+    r = subprocess.run(["php", "-r", php], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr + r.stdout
+    got = json.loads(r.stdout)
+    print(f"     PDO lastInsertId(), lastInsertId('tickets_id_seq'): {got['last']}; ids {got['ids']}")
+    assert [[int(a), int(b)] for a, b in got["last"]] == [[int(i), int(i)] for i in got["ids"]], got
+
+
 def two_proxies():
     errors = []
 
@@ -468,7 +571,7 @@ def rows_once_on_their_shard():
             assert owner_of(table, key) == (db, port), f"{table} key {key} stored on s{shard}, routed elsewhere"
 
 
-TESTS = [simple_protocol, in_transaction, sequence_columns_besides_the_key, sequence_calls_on_one_shard, refuse_mode_one_write_shard, extended_protocol, two_proxies, ddl_in_other_sessions,
+TESTS = [simple_protocol, in_transaction, sequence_columns_besides_the_key, sequence_calls_on_one_shard, refuse_mode_one_write_shard, extended_protocol, extended_inserts_parse_once, last_insert_id, two_proxies, ddl_in_other_sessions,
          rows_once_on_their_shard]
 
 if __name__ == "__main__":

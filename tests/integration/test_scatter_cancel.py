@@ -44,23 +44,14 @@ import sptest  # noqa: E402
 from sptest import HOST  # noqa: E402
 
 WORK = sptest.workdir("test_scatter_cancel")
-LOGS = [os.path.join(os.environ["PG0_DIR"], "log"), os.path.join(os.environ["PG1_DIR"], "log")]
+LOGS = sptest.shared_logs()
 ROWS = 200_000
 DBS = None
 PROXY = None
 
 
-def alter_system(setting):
-    for port in sptest.PG_PORTS:
-        c = sptest.superuser(port)
-        c.cursor().execute(f"ALTER SYSTEM {setting}")
-        c.cursor().execute("SELECT pg_reload_conf()")
-        c.close()
-    time.sleep(0.5)  # the postmaster rereads its configuration on SIGHUP
-
-
 def set_log_connections(on):
-    alter_system(f"SET log_connections = {'on' if on else 'off'}")
+    sptest.alter_system(f"SET log_connections = {'on' if on else 'off'}")
 
 
 def log_sizes():
@@ -181,7 +172,7 @@ def extended_scatter_parses_once_per_shard():
     c = pgwire.connect(HOST, PROXY.port, "app", DBS.name, password="secret", timeout=60)
     sql = "SELECT count(*) FROM t WHERE v = $1 AND id > -17"
     c.extended(sql, ["7"]).raise_error()  # pools warm
-    alter_system("SET log_min_duration_statement = 0")
+    sptest.alter_system("SET log_min_duration_statement = 0")
     try:
         sizes = log_sizes()
         n = 10
@@ -195,7 +186,7 @@ def extended_scatter_parses_once_per_shard():
                 f.seek(start)
                 parses.append(sum(1 for line in f if "parse <unnamed>:" in line and "id > -17" in line))
     finally:
-        alter_system("RESET log_min_duration_statement")
+        sptest.alter_system("RESET log_min_duration_statement")
     print(f"     {n} extended scatter reads: {parses} Parses on the shards")
     assert parses == [n, n], f"Parses per shard {parses} for {n} extended scatter reads (want one each per read)"
     c.close()

@@ -61,6 +61,21 @@ def superuser(port, db="postgres"):
     return connect(port, db, "postgres", "postgres")
 
 
+def alter_system(setting):
+    """ALTER SYSTEM <setting> on both shared instances, and reloaded."""
+    for port in PG_PORTS:
+        c = superuser(port)
+        c.cursor().execute(f"ALTER SYSTEM {setting}")
+        c.cursor().execute("SELECT pg_reload_conf()")
+        c.close()
+    time.sleep(0.5)  # the postmaster rereads its configuration on SIGHUP
+
+
+def shared_logs():
+    """The server logs of the two shared instances."""
+    return [os.path.join(os.environ["PG0_DIR"], "log"), os.path.join(os.environ["PG1_DIR"], "log")]
+
+
 def create_databases(name):
     """CREATE DATABASE name OWNER app on each shared instance."""
     for port in PG_PORTS:

@@ -36,7 +36,13 @@ void check_same(const Route& hit, const Route& fresh) {
   CHECK(hit.distribution == fresh.distribution);
   CHECK(hit.sqlstate == fresh.sqlstate);
   CHECK(hit.message == fresh.message);
-  CHECK(hit.per_shard_sql == fresh.per_shard_sql);
+  // (A hit cuts a split INSERT from its text, a fresh parse may deparse it: the same
+  // statements, not the same spelling.)
+  REQUIRE(hit.per_shard_sql.size() == fresh.per_shard_sql.size());
+  for (std::size_t i = 0; i < hit.per_shard_sql.size(); ++i) {
+    CHECK(hit.per_shard_sql[i].first == fresh.per_shard_sql[i].first);
+    CHECK(parse_json(hit.per_shard_sql[i].second) == parse_json(fresh.per_shard_sql[i].second));
+  }
   CHECK(hit.hints == fresh.hints);
   REQUIRE(hit.partitions.size() == fresh.partitions.size());
   for (std::size_t i = 0; i < hit.partitions.size(); ++i) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <pg_query.h>
 
 #include <map>
 #include <optional>
@@ -16,6 +17,15 @@
 #include "routing/router.hpp"
 
 namespace splitpoint::routing::test {
+
+// Parses a rewritten statement back (with PostgreSQL's parser) and returns its JSON
+// tree, so a test checks the statement, not its spelling.
+inline std::string parse_json(const std::string& sql) {
+  PgQueryParseResult r = pg_query_parse(sql.c_str());
+  std::string out = r.error ? std::string("ERROR: ") + r.error->message : r.parse_tree;
+  pg_query_free_parse_result(r);
+  return out;
+}
 
 inline std::string config_yaml(std::string_view unlisted = "reference", bool list_default = true) {
   std::string y = R"(

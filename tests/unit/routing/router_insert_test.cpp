@@ -1,23 +1,13 @@
 // INSERT ... VALUES routing (SPEC §3): rows grouped by shard, one rewritten statement
 // per shard, and the INSERTs that are refused (SPR01).
-#include <pg_query.h>
-
 #include "routing/insert_split.hpp"
+#include "routing/pg_tree.hpp"
 #include "tests/unit/routing/router_fixture.hpp"
 
 using namespace splitpoint::routing;
 using namespace splitpoint::routing::test;
 
 namespace {
-
-// Parses a rewritten statement back (with PostgreSQL's parser) and returns its JSON
-// tree, so the test checks the statement, not the deparser's spelling.
-std::string parse_json(const std::string& sql) {
-  PgQueryParseResult r = pg_query_parse(sql.c_str());
-  std::string out = r.error ? std::string("ERROR: ") + r.error->message : r.parse_tree;
-  pg_query_free_parse_result(r);
-  return out;
-}
 
 int count(const std::string& s, const std::string& what) {
   int n = 0;
@@ -130,9 +120,26 @@ TEST_CASE("multi-row INSERT: rows grouped by shard", "[router][insert]") {
       CHECK(count(s, "returningList") == 1);
       CHECK(count(s, "\"relname\":\"users\"") == 1);
     }
-    // The same text through the parser again gives the same statements.
-    CHECK(r.per_shard_sql == f.prepared(sql).per_shard_sql);
+    // The same text through the parser again gives the same statements (cut from the
+    // text in the simple protocol, deparsed from the tree in the extended one).
+    const Route again = f.prepared(sql);
+    REQUIRE(again.per_shard_sql.size() == 2);
+    for (std::size_t i = 0; i < 2; ++i)
+      CHECK(parse_json(again.per_shard_sql[i].second) == parse_json(r.per_shard_sql[i].second));
   }
+
+  // A new text of a known shape is cut from its text, without a parse.
+  f.simple(sql);
+  const auto parses = ParseTree::parses_on_this_thread();
+  Route cut = f.simple("insert into USERS (id, name) values (" + B2 + ", 'x'), /* c */ (" + A2 + ", E'y\\\\'), (" + B1 +
+                       ", $$z$$), (" + A1 + ", 'w') on conflict (id) do nothing returning id");
+  CHECK(ParseTree::parses_on_this_thread() == parses);
+  REQUIRE(cut.per_shard_sql.size() == 2);
+  CHECK(cut.per_shard_sql[0].second == "insert into users (id, name) values (" + A2 + ", E'y\\\\'), (" + A1 +
+                                           ", 'w') on conflict (id) do nothing returning id");
+  CHECK(cut.per_shard_sql[1].second == "insert into users (id, name) values (" + B2 + ", 'x'), (" + B1 +
+                                           ", $$z$$) on conflict (id) do nothing returning id");
+  CHECK(cut.row_shards == std::vector<std::size_t>{1, 0, 1, 0});
 
   // The rows' shards in the statement's order, for RETURNING in that order.
   CHECK(f.simple(sql).row_shards == std::vector<std::size_t>{0, 1, 0, 1});
@@ -144,6 +151,8 @@ TEST_CASE("multi-row INSERT: rows grouped by shard", "[router][insert]") {
   CHECK(p.per_shard_sql[0].second.find("$3") == std::string::npos);
   CHECK(p.per_shard_sql[1].second.find("$3") != std::string::npos);
   CHECK(p.per_shard_sql[1].second.find("$4") != std::string::npos);
+  // (Cut from the prepared statement's text too, for every Bind.)
+  CHECK(p.per_shard_sql[0].second == "insert into users (id, name) values ($1, $2)");
 
   // Without a column list the key's position comes from the table's shape.
   Route nc = f.both("INSERT INTO orders VALUES (1, " + A1 + ", 9.5), (2, " + B1 + ", 1)");
@@ -205,7 +214,7 @@ TEST_CASE("INSERT without its key: the rows the proxy generates keys for, and th
     auto with_params = insert_with_keys(c.sql, true, *r.generate_keys, keys, true, 3);
     REQUIRE(with_params);
     CHECK(with_params->find("$3") != std::string::npos);
-    CHECK(with_params->find("OVERRIDING SYSTEM VALUE") != std::string::npos);
+    CHECK(count(parse_json(*with_params), "OVERRIDING_SYSTEM_VALUE") == 1);
   }
   // Not DEFAULT, not omitted: an expression stays refused, with nothing to generate.
   for (const char* sql : {"INSERT INTO users (id, name) VALUES (1 + 1, 'a')", "INSERT INTO users (id) SELECT 42"}) {
@@ -292,7 +301,7 @@ TEST_CASE("INSERT into a table with a sequence column besides the key: the proxy
   CHECK(trailing.generate_keys->position == 2);
   auto appended = insert_with_keys("INSERT INTO orders VALUES (1, 2)", true, *trailing.generate_keys, {"100"}, false);
   REQUIRE(appended);
-  CHECK(*appended == "INSERT INTO orders VALUES (1, 2, '100')");
+  CHECK(*appended == "insert into orders values (1, 2, '100')");
   // INSERT ... SELECT that leaves it out: pulled (the proxy fills it), not run on the shards.
   Route pulled = f.both("INSERT INTO orders (user_id, total) SELECT id, 1 FROM users");
   CHECK(pulled.pull_insert);
@@ -316,4 +325,64 @@ TEST_CASE("nextval('s') in an INSERT's VALUES: the proxy draws it", "[router][in
   // Not a literal name: left to the shard.
   CHECK(f.prepared("INSERT INTO orders (id, user_id, total) VALUES (nextval($1), 1, 2)", {"o"}).kind ==
         RouteKind::shards);
+}
+
+TEST_CASE("The keys go into the INSERT's own text, not through a parse and a deparse", "[router][insert]") {
+  Fixture f;
+  struct Case {
+    const char* sql;
+    const char* keyed;  // with keys '100', '101', ...
+  };
+  for (const Case& c : {
+           Case{"INSERT INTO users (name) VALUES ('a'), ('b') RETURNING id",
+                "insert into users (name, \"id\") values ('a', '100'), ('b', '101') returning id"},
+           Case{"INSERT  INTO Public.users AS u (ID, name) -- c\n VALUES (DEFAULT, 'x''y'), (7, $$b$$) ON CONFLICT DO NOTHING",
+                "insert into public.users as u (id, name) values ('100', 'x''y'), (7, $$b$$) on conflict do nothing"},
+           Case{"INSERT INTO users VALUES (DEFAULT, E'a\\'b', (ARRAY['c', 'd'])[1]);",
+                "insert into users values ('100', E'a\\'b', (array['c', 'd'])[1]);"},
+           Case{"INSERT INTO users DEFAULT VALUES RETURNING id",
+                "insert into users (\"id\") values ('100') returning id"},
+           Case{"INSERT INTO \"users\" (\"na\"\"me\", id) VALUES (f(1, (2)), nextval('users_id_seq'))",
+                "insert into \"users\" (\"na\"\"me\", id) values (f(1, (2)), '100')"},
+       }) {
+    INFO(c.sql);
+    Route r = f.both(c.sql);
+    INFO(r.message);
+    REQUIRE(r.generate_keys);
+    std::vector<std::string> keys;
+    for (std::size_t i = 0; i < r.generate_keys->rows.size(); ++i) keys.push_back(std::to_string(100 + i));
+    const auto parses = ParseTree::parses_on_this_thread();
+    auto keyed = insert_with_keys(c.sql, true, *r.generate_keys, keys, false);
+    CHECK(ParseTree::parses_on_this_thread() == parses);
+    REQUIRE(keyed);
+    CHECK(*keyed == c.keyed);
+    // OVERRIDING SYSTEM VALUE, and parameters.
+    auto with_params = insert_with_keys(c.sql, true, *r.generate_keys, keys, true, 3);
+    REQUIRE(with_params);
+    INFO(*with_params);
+    CHECK(count(*with_params, "overriding system value") == 1);
+    CHECK(count(parse_json(*with_params), "OVERRIDING_SYSTEM_VALUE") == 1);
+    CHECK(with_params->find("$3") != std::string::npos);
+  }
+  // OVERRIDING USER VALUE written: made SYSTEM.
+  Route r = f.both("INSERT INTO users (id, name) OVERRIDING USER VALUE VALUES (DEFAULT, 'a')");
+  REQUIRE(r.generate_keys);
+  CHECK(insert_with_keys("INSERT INTO users (id, name) OVERRIDING USER VALUE VALUES (DEFAULT, 'a')", true,
+                         *r.generate_keys, {"5"}, true) ==
+        "insert into users (id, name) overriding system value values ('5', 'a')");
+  // Only one statement is read from a text: none of a text with two.
+  CHECK(split_insert_text("INSERT INTO users (id) VALUES (1), (2);", {0, 1}));
+  CHECK_FALSE(split_insert_text("INSERT INTO users (id) VALUES (1), (2); SELECT 1", {0, 1}));
+  CHECK_FALSE(split_insert_text("INSERT INTO users (id) VALUES (1), (2)", {0, 1, 1}));
+  // Other shapes, and texts read with standard_conforming_strings off, go through the tree.
+  for (const auto& [sql, standard] : {std::pair{"WITH x AS (SELECT 1) INSERT INTO users (name) VALUES ('a')", true},
+                                      std::pair{"INSERT INTO users (name) VALUES ('a')", false}}) {
+    INFO(sql);
+    Route w = f.both(sql);
+    REQUIRE(w.generate_keys);
+    auto keyed = insert_with_keys(sql, standard, *w.generate_keys, {"100"}, false);
+    REQUIRE(keyed);
+    CHECK(keyed->find("INSERT INTO users") != std::string::npos);  // (the deparser's spelling)
+    CHECK(count(parse_json(*keyed), "\"sval\":\"100\"") == 1);
+  }
 }
