@@ -2,6 +2,7 @@
 // in config.cpp, the only file that includes yaml-cpp.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -177,6 +178,10 @@ struct Config {
   UnlistedPolicy unlisted_tables = UnlistedPolicy::reference;
   std::size_t unlisted_shard = 0;  // when unlisted_tables is shard:<name>
   Scatter scatter;
+  // The shard whose sequences give the values the proxy draws (SPEC §3) and whose
+  // database combines (unless scatter.combine_database): scatter.combine_shard, kept
+  // within the shards.
+  std::size_t combine_shard() const { return std::min(scatter.combine_shard, shards.size() - 1); }
   CrossShardWrites cross_shard_writes = CrossShardWrites::two_phase;
   Timeouts timeouts;
   std::optional<std::size_t> catalog_shard;  // `catalog:`: the shard whose database holds the topology

@@ -144,9 +144,8 @@ Route Evaluator::run(bool* needs_exact_plan) {
   r.pins_session = plan_.pins_session;
   r.reads = r.kind == RouteKind::error ? Route::Reads::writes : plan_.reads;
   if (r.reads == Route::Reads::sequences && r.kind == RouteKind::any_shard) {
-    const auto& config = in_.topo.config();
     r.kind = RouteKind::shards;
-    r.shards = {std::min(config.scatter.combine_shard, config.shards.size() - 1)};
+    r.shards = {in_.topo.config().combine_shard()};
   }
   return r;
 }

@@ -337,7 +337,7 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> execute_in_pieces(std::string portal, ScatterRequest req, std::int32_t max_rows);
   awaitable<bool> execute_more(const std::string& portal, std::int32_t max_rows);
   // The shard the proxy's own reads of definitions and keys go to: scatter.combine.
-  std::size_t combine_shard() const { return std::min(runtime_->config.scatter.combine_shard, pools_.size() - 1); }
+  std::size_t combine_shard() const { return runtime_->config.combine_shard(); }
   // Where the combine step runs: scatter.combine's shard, or its database of its own.
   std::shared_ptr<Pool> combine_pool() const {
     return runtime_->combine ? runtime_->combine->get(who_.user, who_.password, who_.database)

@@ -5,7 +5,8 @@
 // and combine planners. Properties: nothing crashes or trips a sanitizer; a route of
 // kind `error` has a SQLSTATE; a text without parameters routes the same way in both
 // protocols (unless it does not parse) and again from the cache (the property
-// tests/unit's router_fixture checks by hand).
+// tests/unit's router_fixture checks by hand); an INSERT split over shards, or given the
+// keys the proxy draws, is cut from its text as the parse tree's edit would make it.
 // Build and run: tests/fuzz/run
 #include <algorithm>
 #include <cstdint>
@@ -13,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "routing/insert_split.hpp"
 #include "routing/merge/scatter_plan.hpp"
+#include "routing/pg_tree.hpp"
+#include "routing/plan.hpp"
 #include "tests/fuzz/fuzz_world.hpp"
 
 using namespace splitpoint;
@@ -36,6 +40,39 @@ void check_route(const Route& r, const char* how) {
 void same(const Route& a, const Route& b, const char* what) {
   if (a.kind != b.kind || a.shards != b.shards || a.sqlstate != b.sqlstate)
     fuzz::fail("router_fuzz", std::string(what) + ": kind/shards/sqlstate differ (" + a.sqlstate + " vs " + b.sqlstate + ")");
+}
+
+// `sql` as PostgreSQL's deparser spells it (nullopt: it does not parse).
+std::optional<std::string> canonical(const std::string& sql) {
+  auto tree = routing::ParseTree::parse(sql);
+  if (!tree.ok()) return std::nullopt;
+  return routing::deparse(tree.tree());
+}
+
+void same_statement(const std::string& cut, const std::string& deparsed, const char* what) {
+  auto a = canonical(cut), b = canonical(deparsed);
+  if (!a || !b || *a != *b) fuzz::fail("router_fuzz", std::string(what) + ": the text's edit is another statement: " + cut);
+}
+
+void check_rewrites(const std::string& sql, const Route& simple) {
+  if (!simple.per_shard_sql.empty()) {
+    auto plan = router().plan(sql, {}, true);
+    if (plan->packed_tree.empty()) return;
+    auto tree = routing::split_insert(plan->packed_tree, simple.row_shards);
+    if (!tree || tree->size() != simple.per_shard_sql.size()) fuzz::fail("router_fuzz", "split: the tree's split differs");
+    for (std::size_t i = 0; i < tree->size(); ++i)
+      same_statement(simple.per_shard_sql[i].second, (*tree)[i].second, "split INSERT");
+  }
+  // (Read with standard_conforming_strings off, a text goes through the tree: the same
+  // text without backslashes is read alike.)
+  if (simple.generate_keys && sql.find('\\') == std::string::npos) {
+    std::vector<std::string> keys;
+    for (std::size_t i = 0; i < simple.generate_keys->rows.size(); ++i) keys.push_back(std::to_string(100 + i));
+    auto cut = routing::insert_with_keys(sql, true, *simple.generate_keys, keys, true);
+    auto deparsed = routing::insert_with_keys(sql, false, *simple.generate_keys, keys, true);
+    if (cut.has_value() != deparsed.has_value()) fuzz::fail("router_fuzz", "keys: one way only");
+    if (cut) same_statement(*cut, *deparsed, "keyed INSERT");
+  }
 }
 
 }  // namespace
@@ -75,6 +112,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // there: the shard the statement goes to reports it, as PostgreSQL does.)
     if (!r.syntax_error) same(r, simple, "extended vs simple protocol");
   }
+
+  // INSERTs the proxy rewrites in their text (routing/insert_split.cpp): the same
+  // statements as the parse tree's edits and deparse give.
+  if (standard) check_rewrites(sql, simple);
 
   // A read on several shards: how it would be merged or combined.
   if (simple.kind == RouteKind::shards && simple.shards.size() > 1 && simple.cls == routing::StatementClass::read) {
