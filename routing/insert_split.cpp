@@ -6,7 +6,6 @@
 #include "routing/merge/merge_tree.hpp"
 #include "routing/pg_tree.hpp"
 #include "routing/router.hpp"
-#include "routing/merge/scatter_shape.hpp"
 #include "routing/text_scan.hpp"
 
 namespace splitpoint::routing {
@@ -188,41 +187,6 @@ std::optional<InsertText> read_insert_text(std::string_view key) {
 struct Edit {
   std::size_t from = 0, to = 0;  // the normalised text's bytes replaced (none: an insertion)
   std::string text;
-};
-
-// Writes `sql` again from its normalised text, front to back, each NUL given back its
-// literal's source text.
-class KeyWriter {
- public:
-  KeyWriter(std::string_view sql, const ScannedText& scan, std::string& out) : sql_(sql), scan_(scan), out_(out) {
-    out_.reserve(sql.size() + 64);
-  }
-  // The normalised text up to `to`.
-  void copy_to(std::size_t to) {
-    const std::string_view key = scan_.key;
-    while (pos_ < to) {
-      const std::size_t end = std::min(key.find('\0', pos_), to);
-      out_.append(key.substr(pos_, end - pos_));
-      pos_ = end;
-      if (pos_ < to) {
-        out_.append(literal_text(sql_, scan_, literal_++));
-        ++pos_;
-      }
-    }
-  }
-  // Leaves out the normalised text up to `to`.
-  void skip_to(std::size_t to) {
-    const std::string_view key = scan_.key;
-    literal_ += static_cast<std::size_t>(std::count(key.begin() + pos_, key.begin() + to, '\0'));
-    pos_ = to;
-  }
-  void append(std::string_view text) { out_.append(text); }
-
- private:
-  std::string_view sql_;
-  const ScannedText& scan_;
-  std::string& out_;
-  std::size_t pos_ = 0, literal_ = 0;
 };
 
 // `sql` with `edits` (in order, not overlapping) made to its normalised text.

@@ -1,6 +1,5 @@
 #include "routing/sequence_read.hpp"
 
-#include "routing/merge/scatter_shape.hpp"
 #include "routing/text_scan.hpp"
 
 namespace splitpoint::routing {
@@ -27,17 +26,13 @@ std::optional<SequenceRead> sequence_read(std::string_view sql) {
     if (t.is(tok, "(")) ++depth;
     if (t.is(tok, ")")) --depth;
   }
-  // The argument with its literals as written (nothing before it holds one).
-  std::size_t literal = 0;
-  for (char c : scan.key.substr(from, tok.from - from)) {
-    if (c == '\0') out.argument += literal_text(sql, scan, literal++);
-    else out.argument += c;
-  }
-  while (!out.argument.empty() && (out.argument.back() == ' ' || out.argument.front() == ' ')) {
-    if (out.argument.back() == ' ') out.argument.pop_back();
-    else out.argument.erase(0, 1);
-  }
-  if (out.lastval != out.argument.empty() || literal != scan.literals.size()) return std::nullopt;
+  // The argument with its literals as written; the text holds no other literal.
+  KeyWriter w(sql, scan, out.argument);
+  w.skip_to(from);
+  w.copy_to(tok.from);
+  while (!out.argument.empty() && out.argument.back() == ' ') out.argument.pop_back();
+  if (!out.argument.empty() && out.argument.front() == ' ') out.argument.erase(0, 1);
+  if (out.lastval != out.argument.empty() || w.literals_passed() != scan.literals.size()) return std::nullopt;
   tok = t.next();
   if (t.is(tok, "as")) {
     tok = t.next();

@@ -1,5 +1,6 @@
 #include "routing/text_scan.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -386,6 +387,31 @@ TextSpan KeyTokens::next() {
     ++i_;
   }
   return {from, i_};
+}
+
+KeyWriter::KeyWriter(std::string_view sql, const ScannedText& scan, std::string& out)
+    : sql_(sql), scan_(scan), out_(out) {
+  out_.reserve(out_.size() + sql.size() + 64);
+}
+
+void KeyWriter::copy_to(std::size_t to) {
+  const std::string_view key = scan_.key;
+  while (pos_ < to) {
+    const std::size_t end = std::min(key.find('\0', pos_), to);
+    out_.append(key.substr(pos_, end - pos_));
+    pos_ = end;
+    if (pos_ < to) {
+      const Literal& lit = scan_.literals[literal_++];
+      out_.append(sql_.substr(lit.start, lit.end - lit.start));
+      ++pos_;
+    }
+  }
+}
+
+void KeyWriter::skip_to(std::size_t to) {
+  const std::string_view key = scan_.key;
+  literal_ += static_cast<std::size_t>(std::count(key.begin() + pos_, key.begin() + to, '\0'));
+  pos_ = to;
 }
 
 std::string quote_ident(std::string_view name) {

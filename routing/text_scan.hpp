@@ -89,6 +89,24 @@ class KeyTokens {
   std::size_t i_ = 0;
 };
 
+// Writes `sql` again from its normalised text (`scan`), front to back, each NUL given
+// back its literal's source text: the way an edited statement keeps the client's
+// literals as written.
+class KeyWriter {
+ public:
+  KeyWriter(std::string_view sql, const ScannedText& scan, std::string& out);
+  void copy_to(std::size_t to);  // the normalised text up to `to`
+  void skip_to(std::size_t to);  // leaves it out up to `to`
+  void append(std::string_view text) { out_.append(text); }
+  std::size_t literals_passed() const { return literal_; }
+
+ private:
+  std::string_view sql_;
+  const ScannedText& scan_;
+  std::string& out_;
+  std::size_t pos_ = 0, literal_ = 0;
+};
+
 // `name` as a quoted identifier ("a""b" for a"b), safe in any SQL text.
 std::string quote_ident(std::string_view name);
 
