@@ -25,6 +25,7 @@ enum class UnlistedPolicy { reference, reject, shard };
 enum class PartialResults { deny, allow };
 enum class CrossShardWrites { refuse, two_phase };
 enum class Reads { primary, replica };
+enum class Scheduling { normal, batch };
 
 struct Endpoint {
   std::string host;
@@ -195,6 +196,7 @@ struct Config {
   std::size_t max_client_connections = 1000;
   std::size_t max_message_size = std::size_t{1} << 30;
   int workers = 0;  // 0 = one per hardware thread
+  Scheduling scheduling = Scheduling::normal;  // the Linux scheduling policy of the proxy's threads
   std::string log_level = "info";
 
   const User* find_user(std::string_view name) const;

@@ -278,8 +278,26 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
     proto::Query{hidden ? *hidden : plan_->shard_sql}.encode(out);
   } else {
     proto::Parse parse{"", hidden ? *hidden : plan_->shard_sql, req_.param_types};
-    parse.encode(out);
-    req_.bind(shard_stmt_.formats).encode(out);
+    auto bind = req_.bind(shard_stmt_.formats);
+    std::string name;
+    if (req_.named) {
+      // Prepared on this backend under a name of its text and types, once: the shard
+      // plans it as PostgreSQL plans a client's named statement.
+      std::string unnamed;
+      parse.encode(unnamed);
+      const std::string_view rest = std::string_view(unnamed).substr(6);  // (type, length, the empty name)
+      name = statement_name_for(rest);
+      if (!b->prepared.count(name)) {
+        proto::Writer w(out, 'P');
+        w.cstr(name).bytes(rest).finish();
+        b->prepared.insert(name);
+        sh.parsing = name;
+      }
+      bind.statement = name;
+    } else {
+      parse.encode(out);
+    }
+    bind.encode(out);
     proto::Describe{'P', ""}.encode(out);
     proto::Execute{"", 0}.encode(out);
     proto::encode_sync(out);
@@ -355,6 +373,7 @@ ScatterRead::Taken ScatterRead::take_message(Shard& sh, char& type) {
     type = r.frame.type;
     frame_body_ = r.frame.body;
     sh.consumed += r.frame.size;
+    if (type == '1') sh.parsing.clear();  // (the only Parse on the connection is this statement's)
     if (type == 'Z') {
       b->status = frame_body_.empty() ? 'E' : frame_body_[0];
       frame_body_ = {};
@@ -701,6 +720,7 @@ awaitable<void> ScatterRead::clean_up() {
   for (auto& sh : shards_) {
     bool reusable = sh.b != nullptr;
     if (sh.b && !sh.finished) co_await drain_shard(sh, reusable);
+    if (sh.b && !sh.parsing.empty()) sh.b->prepared.erase(sh.parsing);  // its Parse failed
     if (sh.state == Shard::State::missing && !sh.b) reusable = false;
     if (sh.b && sh.b->status != 'I' && !s_.held_[sh.index] && s_.fe_.client_txn == 'I') reusable = false;
     auto elapsed = (sh.done_at == Clock::time_point{} ? Clock::now() : sh.done_at) - started_;

@@ -86,6 +86,7 @@ class ScatterRead {
     bool finished = false;      // ReadyForQuery seen
     bool sent = false;          // the statement was sent
     std::size_t consumed = 0;   // bytes of b->read_buf already read as messages
+    std::string parsing;        // the named statement this one prepared on b, until its ParseComplete
     Clock::time_point done_at{};
     std::optional<protocol::RowDescription> fields;
     std::string fields_body;

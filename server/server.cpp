@@ -3,9 +3,12 @@
 #include "server/two_phase.hpp"
 
 #include <openssl/rand.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <spdlog/spdlog.h>
 
 #include "server/catalog.hpp"
@@ -133,7 +136,18 @@ static tcp::endpoint resolve_listen(const config::Endpoint& e) {
   return *results.begin();
 }
 
+// `scheduling: batch`: this thread, and every thread made after it (they inherit the
+// policy), under SCHED_BATCH, whose wake-ups do not preempt the process running on the
+// CPU (docs/performance.md, "The proxy's threads under SCHED_BATCH").
+static void apply_scheduling(config::Scheduling scheduling) {
+  if (scheduling == config::Scheduling::normal) return;
+  sched_param param{};
+  if (sched_setscheduler(0, SCHED_BATCH, &param) != 0)
+    spdlog::warn("scheduling: batch: sched_setscheduler failed: {}", std::strerror(errno));
+}
+
 int Server::run() {
+  apply_scheduling(runtime()->config.scheduling);
   if (runtime()->config.has_catalog()) {
     // The catalog's placement before the first client: a proxy never routes by a
     // YAML placement the catalog has moved on from.

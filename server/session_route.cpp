@@ -803,6 +803,7 @@ Session::ScatterRequest Session::request_of(const proto::Bind& bind, std::string
   req.param_formats = bind.param_formats;
   req.result_formats = bind.result_formats;
   req.param_types = types;
+  req.named = !bind.statement.empty();
   return req;
 }
 

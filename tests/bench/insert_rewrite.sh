@@ -31,6 +31,7 @@ source "$ROOT/tests/lib/pg.sh"
 # shellcheck source=targets.sh
 source "$ROOT/tests/bench/targets.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
+bench_autogroup
 
 start_same_instance "$TEST_TMP/pg"
 pg=$PG_PORT

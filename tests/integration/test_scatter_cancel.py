@@ -192,6 +192,74 @@ def extended_scatter_parses_once_per_shard():
     c.close()
 
 
+def parses_in_logs(sizes, marker):
+    """Parse lines of statements containing `marker` in each shard's log since `sizes`."""
+    time.sleep(0.5)
+    out = []
+    for path, start in zip(LOGS, sizes):
+        with open(path, errors="replace") as f:
+            f.seek(start)
+            out.append(sum(1 for line in f if " parse " in line and marker in line))
+    return out
+
+
+def execute_named(c, statement, params):
+    c.send([pgwire.bind_msg(params, "", statement), pgwire.describe_msg("P"), pgwire.execute_msg("", 0),
+            pgwire.sync_msg()])
+    return c.query_collect()
+
+
+def named_scatter_parses_once_per_backend():
+    # A client's named statement executed again and again (sysbench --db-ps-mode=auto,
+    # JDBC after prepareThreshold) is prepared on each shard's backend once and bound by
+    # name there, as PostgreSQL runs the client's own named statement; every execution
+    # used to send the text again (an unnamed Parse: parsed and planned each time).
+    c = pgwire.connect(HOST, PROXY.port, "app", DBS.name, password="secret", timeout=60)
+    sql = "SELECT count(*) FROM t WHERE v = $1 AND id > -23"
+    c.extended(sql, ["7"], statement="counted").raise_error()  # prepared on a backend of each shard
+    sptest.alter_system("SET log_min_duration_statement = 0")
+    try:
+        sizes = log_sizes()
+        n = 12
+        for i in range(n):
+            v = 7 + i % 3
+            r = execute_named(c, "counted", [str(v)]).raise_error()
+            assert r.rows == [[str(2 * ROWS // 1000)]], (v, r.rows)
+        parses = parses_in_logs(sizes, "id > -23")
+    finally:
+        sptest.alter_system("RESET log_min_duration_statement")
+    print(f"     {n} executions of a named scatter read: {parses} Parses on the shards")
+    assert all(p <= 1 for p in parses), f"Parses per shard {parses} for {n} executions (want the first one only)"
+    c.close()
+
+
+def named_scatter_failed_parse_is_forgotten():
+    # The shards' Parse of a named statement fails (a column they do not have): the
+    # backend holds no statement of that name, so once the column exists the same text
+    # is prepared again instead of bound to a name the shard never made (26000).
+    c = pgwire.connect(HOST, PROXY.port, "app", DBS.name, password="secret", timeout=60)
+    sql = "SELECT count(w) FROM t WHERE v = $1 AND id > -29"
+    r = c.extended(sql, ["7"], statement="early")
+    assert r.sqlstate == "42703", (r.sqlstate, r.error)
+    for i in range(2):
+        d = DBS.shard(i)
+        d.autocommit = True
+        d.cursor().execute("ALTER TABLE t ADD COLUMN w int")
+        d.close()
+    try:
+        r = c.extended(sql, ["7"], statement="later").raise_error()
+        assert r.rows == [["0"]], r.rows
+        r = execute_named(c, "later", ["8"]).raise_error()
+        assert r.rows == [["0"]], r.rows
+    finally:
+        for i in range(2):
+            d = DBS.shard(i)
+            d.autocommit = True
+            d.cursor().execute("ALTER TABLE t DROP COLUMN w")
+            d.close()
+    c.close()
+
+
 def proxy_segments_to(c):
     """TCP segments with data the proxy has sent on connection `c` (`ss -ti`, the
     proxy's end of it: data_segs_out)."""
@@ -223,8 +291,8 @@ def extended_scatter_answers_in_one_send():
 
 
 TESTS = [finished_scatters_send_no_cancel, limit_cancels_only_what_runs, limit_in_a_block_keeps_the_block,
-         extended_scatter_parses_once_per_shard,
-         extended_scatter_answers_in_one_send]
+         extended_scatter_parses_once_per_shard, named_scatter_parses_once_per_backend,
+         named_scatter_failed_parse_is_forgotten, extended_scatter_answers_in_one_send]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS, setup, teardown))

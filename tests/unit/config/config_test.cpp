@@ -228,6 +228,7 @@ TEST_CASE("the SPEC example loads with every field as written", "[config]") {
   CHECK(c.max_client_connections == 1000);
   CHECK(c.max_message_size == std::size_t{1} << 30);
   CHECK(c.workers == 0);
+  CHECK(c.scheduling == Scheduling::normal);
   CHECK(c.log_level == "info");
 
   REQUIRE(c.find_user("admin") == &c.users[1]);
@@ -271,6 +272,7 @@ auth: md5
 max_client_connections: 5000
 max_message_size: 64MB
 workers: 4
+scheduling: batch
 log_level: debug
 shards:
   - name: a
@@ -313,6 +315,7 @@ timeouts: { client_login: 1500, client_idle: 1h, server_connect: 1s, shutdown: 0
   CHECK(c.max_client_connections == 5000);
   CHECK(c.max_message_size == 64u << 20);
   CHECK(c.workers == 4);
+  CHECK(c.scheduling == Scheduling::batch);
   CHECK(c.log_level == "debug");
   CHECK(c.shards[0].host == "db-a.internal");
   CHECK_FALSE(c.users.at(0).admin);
