@@ -246,5 +246,24 @@ def sigterm_with_endless_transaction_exits_after_shutdown_timeout():
         assert c.scalar(f"SELECT count(*) FROM {TABLE} WHERE id = 99") == "0"
 
 
+
+@test
+def scheduling_batch_covers_every_thread():
+    # `scheduling: batch` (docs/configuration.md): every thread of the proxy, the workers
+    # made after the setting included, runs under SCHED_BATCH and statements still run;
+    # the default leaves them SCHED_OTHER.
+    for value, policy in (("batch", os.SCHED_BATCH), ("normal", os.SCHED_OTHER)):
+        p = sptest.Proxy(f"sched_{value}", config([ALICE], extra=f"scheduling: {value}\nworkers: 2"),
+                         WORKDIR).start()
+        try:
+            with login(p, ALICE) as c:
+                assert c.scalar("SELECT 41 + 1") == "42"
+            tids = [int(t) for t in os.listdir(f"/proc/{p.proc.pid}/task")]
+            policies = {t: os.sched_getscheduler(t) for t in tids}
+            assert len(tids) >= 2, tids
+            assert set(policies.values()) == {policy}, f"scheduling: {value}: thread policies {policies}"
+        finally:
+            p.stop()
+
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS, setup, teardown))
