@@ -27,6 +27,7 @@ void Frontend::forget_prepared(BackendState& b) {
   prepared.clear();
   sql_prepared.clear();
   b.prepared.clear();
+  b.prepared_at.clear();
   b.sql_prepared.clear();
   b.unnamed_owner = {0, 0};
 }

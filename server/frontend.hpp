@@ -48,6 +48,8 @@ struct BackendState {
   bool needs_discard = false;
   // Server-side names of the prepared statements this connection holds.
   std::unordered_set<std::string> prepared;
+  // When a multi-shard read prepared one of them here (ScatterRead::send_statement).
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> prepared_at;
   // SQL-level prepared statements here (PREPARE name): name -> which PREPARE it was
   // (SqlPrepared::token), so another session's statement of the same name is replaced.
   std::unordered_map<std::string, std::uint64_t> sql_prepared;
@@ -86,6 +88,7 @@ struct Prepared {
   std::vector<std::int32_t> param_types;  // the types in parse_rest, decoded
   std::shared_ptr<const routing::Plan> plan;
   std::uint64_t parse_seq = 0;  // distinguishes re-Parses of the same name
+  std::chrono::steady_clock::time_point parsed_at{};  // when the client sent the Parse
   std::string_view query() const { return std::string_view(parse_rest.c_str()); }
 };
 

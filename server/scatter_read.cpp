@@ -280,17 +280,24 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
     proto::Parse parse{"", hidden ? *hidden : plan_->shard_sql, req_.param_types};
     auto bind = req_.bind(shard_stmt_.formats);
     std::string name;
-    if (req_.named) {
+    if (req_.named_since) {
       // Prepared on this backend under a name of its text and types, once: the shard
-      // plans it as PostgreSQL plans a client's named statement.
+      // plans it as PostgreSQL plans a client's named statement. One made here before the
+      // client's Parse is made again: a DDL since may have changed what the text means,
+      // and PostgreSQL runs a new statement where the old one fails (0A000, "cached plan
+      // must not change result type").
       std::string unnamed;
       parse.encode(unnamed);
       const std::string_view rest = std::string_view(unnamed).substr(6);  // (type, length, the empty name)
       name = statement_name_for(rest);
-      if (!b->prepared.count(name)) {
+      const bool held = b->prepared.count(name) > 0;
+      auto at = b->prepared_at.find(name);
+      if (!held || at == b->prepared_at.end() || at->second < *req_.named_since) {
+        if (held) proto::Close{'S', name}.encode(out);
         proto::Writer w(out, 'P');
         w.cstr(name).bytes(rest).finish();
         b->prepared.insert(name);
+        b->prepared_at[name] = Clock::now();
         sh.parsing = name;
       }
       bind.statement = name;
@@ -720,7 +727,10 @@ awaitable<void> ScatterRead::clean_up() {
   for (auto& sh : shards_) {
     bool reusable = sh.b != nullptr;
     if (sh.b && !sh.finished) co_await drain_shard(sh, reusable);
-    if (sh.b && !sh.parsing.empty()) sh.b->prepared.erase(sh.parsing);  // its Parse failed
+    if (sh.b && !sh.parsing.empty()) {  // its Parse failed
+      sh.b->prepared.erase(sh.parsing);
+      sh.b->prepared_at.erase(sh.parsing);
+    }
     if (sh.state == Shard::State::missing && !sh.b) reusable = false;
     if (sh.b && sh.b->status != 'I' && !s_.held_[sh.index] && s_.fe_.client_txn == 'I') reusable = false;
     auto elapsed = (sh.done_at == Clock::time_point{} ? Clock::now() : sh.done_at) - started_;

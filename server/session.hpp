@@ -271,9 +271,9 @@ class Session : public std::enable_shared_from_this<Session> {
     std::vector<std::optional<std::string>> params;
     std::vector<std::int16_t> param_formats, result_formats;
     std::vector<std::int32_t> param_types;
-    // The client's statement is a named one (prepared once, executed many times): so is
-    // the shards' statement, on each backend once (ScatterRead::send_statement).
-    bool named = false;
+    // The client's statement is a named one (prepared once, executed many times), parsed
+    // then: so is the shards' statement, on each backend once (ScatterRead::send_statement).
+    std::optional<std::chrono::steady_clock::time_point> named_since;
     // A Bind of these parameters (views into this request) with `result_formats`.
     protocol::Bind bind(std::vector<std::int16_t> result_formats) const {
       protocol::Bind b;

@@ -580,6 +580,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
   p.param_types = std::move(parse->param_types);
   p.plan = runtime_->router->plan(parse->query, p.param_types, settings_.routing.standard_conforming_strings);
   p.parse_seq = ++fe_.parse_seq;
+  p.parsed_at = std::chrono::steady_clock::now();
   auto& slot = fe_.prepared[std::string(name)] = std::move(p);
   if (name.empty()) ++fe_.unnamed_seq;
 
@@ -803,7 +804,6 @@ Session::ScatterRequest Session::request_of(const proto::Bind& bind, std::string
   req.param_formats = bind.param_formats;
   req.result_formats = bind.result_formats;
   req.param_types = types;
-  req.named = !bind.statement.empty();
   return req;
 }
 
@@ -820,6 +820,9 @@ awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::
   co_await pump_.drain();
   if (closing_) co_return false;
   ScatterRequest req = request_of(bind, std::move(sql), types);
+  if (!bind.statement.empty())
+    if (auto p = fe_.prepared.find(std::string(bind.statement)); p != fe_.prepared.end())
+      req.named_since = p->second.parsed_at;
   if (route.cls == StatementClass::ddl) forget_table_definitions();
   scatter_.portal.emplace(std::string(bind.portal), std::move(req));
   scatter_.route = route;

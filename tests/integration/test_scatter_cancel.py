@@ -260,6 +260,37 @@ def named_scatter_failed_parse_is_forgotten():
     c.close()
 
 
+def named_scatter_after_ddl_is_prepared_again():
+    # A named statement a client Parses after a DDL changed its table runs as the table is
+    # now, as it would on PostgreSQL, though a backend still holds the same text prepared
+    # for another client before the DDL (bound to that one, the shard answers 0A000
+    # "cached plan must not change result type").
+    sql = "SELECT * FROM t WHERE id <= $1 AND v >= 0 ORDER BY id"
+    a = pgwire.connect(HOST, PROXY.port, "app", DBS.name, password="secret", timeout=60)
+    r = a.extended(sql, ["3"], statement="before").raise_error()
+    assert r.rows == [["1", "1"], ["2", "2"], ["3", "3"]], r.rows
+    for i in range(2):
+        d = DBS.shard(i)
+        d.autocommit = True
+        d.cursor().execute("ALTER TABLE t ADD COLUMN x int DEFAULT 5")
+        d.close()
+    try:
+        b = pgwire.connect(HOST, PROXY.port, "app", DBS.name, password="secret", timeout=60)
+        r = b.extended(sql, ["3"], statement="after")
+        assert r.error is None, r.error
+        assert r.rows == [["1", "1", "5"], ["2", "2", "5"], ["3", "3", "5"]], r.rows
+        r = execute_named(b, "after", ["2"]).raise_error()
+        assert r.rows == [["1", "1", "5"], ["2", "2", "5"]], r.rows
+        b.close()
+    finally:
+        for i in range(2):
+            d = DBS.shard(i)
+            d.autocommit = True
+            d.cursor().execute("ALTER TABLE t DROP COLUMN x")
+            d.close()
+    a.close()
+
+
 def proxy_segments_to(c):
     """TCP segments with data the proxy has sent on connection `c` (`ss -ti`, the
     proxy's end of it: data_segs_out)."""
@@ -292,7 +323,8 @@ def extended_scatter_answers_in_one_send():
 
 TESTS = [finished_scatters_send_no_cancel, limit_cancels_only_what_runs, limit_in_a_block_keeps_the_block,
          extended_scatter_parses_once_per_shard, named_scatter_parses_once_per_backend,
-         named_scatter_failed_parse_is_forgotten, extended_scatter_answers_in_one_send]
+         named_scatter_failed_parse_is_forgotten, named_scatter_after_ddl_is_prepared_again,
+         extended_scatter_answers_in_one_send]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS, setup, teardown))
