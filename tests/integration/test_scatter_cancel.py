@@ -209,6 +209,15 @@ def execute_named(c, statement, params):
     return c.query_collect()
 
 
+def on_each_shard(sql):
+    """Runs `sql` on both shards directly (not through the proxy)."""
+    for i in range(2):
+        d = DBS.shard(i)
+        d.autocommit = True
+        d.cursor().execute(sql)
+        d.close()
+
+
 def named_scatter_parses_once_per_backend():
     # A client's named statement executed again and again (sysbench --db-ps-mode=auto,
     # JDBC after prepareThreshold) is prepared on each shard's backend once and bound by
@@ -241,22 +250,14 @@ def named_scatter_failed_parse_is_forgotten():
     sql = "SELECT count(w) FROM t WHERE v = $1 AND id > -29"
     r = c.extended(sql, ["7"], statement="early")
     assert r.sqlstate == "42703", (r.sqlstate, r.error)
-    for i in range(2):
-        d = DBS.shard(i)
-        d.autocommit = True
-        d.cursor().execute("ALTER TABLE t ADD COLUMN w int")
-        d.close()
+    on_each_shard("ALTER TABLE t ADD COLUMN w int")
     try:
         r = c.extended(sql, ["7"], statement="later").raise_error()
         assert r.rows == [["0"]], r.rows
         r = execute_named(c, "later", ["8"]).raise_error()
         assert r.rows == [["0"]], r.rows
     finally:
-        for i in range(2):
-            d = DBS.shard(i)
-            d.autocommit = True
-            d.cursor().execute("ALTER TABLE t DROP COLUMN w")
-            d.close()
+        on_each_shard("ALTER TABLE t DROP COLUMN w")
     c.close()
 
 
@@ -269,11 +270,7 @@ def named_scatter_after_ddl_is_prepared_again():
     a = pgwire.connect(HOST, PROXY.port, "app", DBS.name, password="secret", timeout=60)
     r = a.extended(sql, ["3"], statement="before").raise_error()
     assert r.rows == [["1", "1"], ["2", "2"], ["3", "3"]], r.rows
-    for i in range(2):
-        d = DBS.shard(i)
-        d.autocommit = True
-        d.cursor().execute("ALTER TABLE t ADD COLUMN x int DEFAULT 5")
-        d.close()
+    on_each_shard("ALTER TABLE t ADD COLUMN x int DEFAULT 5")
     try:
         b = pgwire.connect(HOST, PROXY.port, "app", DBS.name, password="secret", timeout=60)
         r = b.extended(sql, ["3"], statement="after")
@@ -283,11 +280,7 @@ def named_scatter_after_ddl_is_prepared_again():
         assert r.rows == [["1", "1", "5"], ["2", "2", "5"]], r.rows
         b.close()
     finally:
-        for i in range(2):
-            d = DBS.shard(i)
-            d.autocommit = True
-            d.cursor().execute("ALTER TABLE t DROP COLUMN x")
-            d.close()
+        on_each_shard("ALTER TABLE t DROP COLUMN x")
     a.close()
 
 
