@@ -277,7 +277,7 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
   } else if (!shard_stmt_.extended) {
     proto::Query{hidden ? *hidden : plan_->shard_sql}.encode(out);
   } else {
-    proto::Parse parse{"", hidden ? *hidden : plan_->shard_sql, req_.param_types};
+    const std::string& sql = hidden ? *hidden : plan_->shard_sql;
     auto bind = req_.bind(shard_stmt_.formats);
     std::string name;
     if (req_.named_since) {
@@ -286,9 +286,7 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
       // client's Parse is made again: a DDL since may have changed what the text means,
       // and PostgreSQL runs a new statement where the old one fails (0A000, "cached plan
       // must not change result type").
-      std::string unnamed;
-      parse.encode(unnamed);
-      const std::string_view rest = std::string_view(unnamed).substr(6);  // (type, length, the empty name)
+      const std::string rest = parse_rest_of(sql, req_.param_types);
       name = statement_name_for(rest);
       const bool held = b->prepared.count(name) > 0;
       auto at = b->prepared_at.find(name);
@@ -302,7 +300,7 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
       }
       bind.statement = name;
     } else {
-      parse.encode(out);
+      proto::Parse{"", sql, req_.param_types}.encode(out);
     }
     bind.encode(out);
     proto::Describe{'P', ""}.encode(out);

@@ -838,10 +838,8 @@ awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::
 // and Execute follow it there.
 awaitable<bool> Session::bind_rewritten(const routing::Route& route, std::size_t target, const proto::Bind& bind,
                                         std::string_view sql, const std::vector<std::int32_t>& types) {
-  std::string parse;
-  proto::Parse{"", sql, types}.encode(parse);
   Prepared p;
-  p.parse_rest = parse.substr(6);  // (type, length, the empty name)
+  p.parse_rest = parse_rest_of(sql, types);
   p.server_name = statement_name_for(p.parse_rest);
   p.param_types = types;
   proto::Bind named = bind;

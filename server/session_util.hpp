@@ -109,6 +109,14 @@ inline std::vector<std::int32_t> parameter_types_for(std::string_view sql, std::
   return types;
 }
 
+// A Parse body after the statement name (the query and its parameter types): what a
+// server-side name is made from and what a named Parse of it carries.
+inline std::string parse_rest_of(std::string_view sql, const std::vector<std::int32_t>& types) {
+  std::string parse;
+  protocol::Parse{"", sql, types}.encode(parse);
+  return parse.substr(6);  // (type, length, the empty name)
+}
+
 // Equal query text and parameter types share one server-side statement name.
 inline std::string statement_name_for(std::string_view parse_rest) {
   auto h = std::hash<std::string_view>{}(parse_rest);

@@ -32,6 +32,7 @@ source "$ROOT/tests/bench/targets.sh"
 rm -rf "$TEST_TMP" && mkdir -p "$TEST_TMP"
 bench_autogroup
 
+PARTITIONS=8
 start_same_instance "$TEST_TMP/pg"
 pg=$PG_PORT
 for db in direct sp_s0 sp_s1; do
@@ -41,12 +42,12 @@ done
 # read the whole range, twice direct's work.
 for i in 0 1; do
   PGPASSWORD=secret psql -q -h 127.0.0.1 -p "$pg" -U app "sp_s$i" >/dev/null \
-    <<<"$(trim_sql pgbench_accounts aid int 8 "$i" 2)"
+    <<<"$(trim_sql pgbench_accounts aid int "$PARTITIONS" "$i" 2)"
 done
 
 sp=$(free_port)
 same_instance_config "$TEST_TMP/splitpoint.yaml" "$sp" "$pg" 4 \
-  "{ name: acc, method: hash, partitions: 8, tables: { pgbench_accounts: aid } }"
+  "{ name: acc, method: hash, partitions: $PARTITIONS, tables: { pgbench_accounts: aid } }"
 printf '\\set a random(1, 99000)\nSELECT sum(abalance) FROM pgbench_accounts WHERE aid BETWEEN :a AND :a + 99;\n' \
   >"$TEST_TMP/scatter.sql"
 printf '\\set a random(1, 99000)\nSELECT abalance FROM pgbench_accounts WHERE aid = :a;\n' >"$TEST_TMP/point.sql"
