@@ -703,6 +703,8 @@ void Loader::load_frontend(const Fields& f) {
   if (const Entry* e = f.get("max_message_size"))
     assign(cfg_.max_message_size, size(*e, kMinMessageSize, kMaxMessageSize));
   if (const Entry* e = f.get("workers")) assign(cfg_.workers, integer(*e, 0, kMaxWorkers));
+  if (const Entry* e = f.get("max_prepared_statements"))
+    assign(cfg_.max_prepared_statements, integer(*e, 0, std::numeric_limits<std::int64_t>::max()));
   if (const Entry* e = f.get("scheduling"))
     assign(cfg_.scheduling,
            choice<Scheduling>(*e, {{"normal", Scheduling::normal}, {"batch", Scheduling::batch}}));
@@ -1140,7 +1142,8 @@ LoadResult Loader::run(const YAML::Node& root) {
     top = mapping(whole, {"listen", "metrics_listen", "pool_mode", "auth", "tls", "users", "shards",
                           "distributions", "reference_tables", "unlisted_tables", "scatter", "transactions",
                           "timeouts", "catalog", "moves", "reads", "max_replica_lag", "health",
-                          "max_client_connections", "max_message_size", "workers", "scheduling", "log_level"});
+                          "max_client_connections", "max_message_size", "workers", "scheduling", "log_level",
+                          "max_prepared_statements"});
   } else {
     error(whole.line(), "the configuration must be a mapping of keys, got " + describe(root));
   }

@@ -196,6 +196,9 @@ struct Config {
   std::size_t max_client_connections = 1000;
   std::size_t max_message_size = std::size_t{1} << 30;
   int workers = 0;  // 0 = one per hardware thread
+  // Named statements one backend connection holds at most (0: no limit); the least
+  // recently used are closed to make room.
+  std::size_t max_prepared_statements = 200;
   Scheduling scheduling = Scheduling::normal;  // the Linux scheduling policy of the proxy's threads
   std::string log_level = "info";
 

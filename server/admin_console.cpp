@@ -166,6 +166,7 @@ void show_config(const config::Config& c, std::string& out) {
   t.row({"timeouts.deadlock", dur(c.timeouts.deadlock)});
   t.row({"max_client_connections", std::to_string(c.max_client_connections)});
   t.row({"max_message_size", std::to_string(c.max_message_size)});
+  t.row({"max_prepared_statements", std::to_string(c.max_prepared_statements)});
   t.encode(out, "SHOW");
 }
 

@@ -10,10 +10,43 @@ namespace splitpoint::server {
 
 using routing::SessionCommand;
 
+std::optional<ServerStatements::Clock::time_point> ServerStatements::made_at(const std::string& name) const {
+  auto it = held_.find(name);
+  if (it == held_.end()) return std::nullopt;
+  return it->second.made;
+}
+
+bool ServerStatements::use(const std::string& name) {
+  auto it = held_.find(name);
+  if (it == held_.end()) return false;
+  it->second.last = ++tick_;
+  return true;
+}
+
+void ServerStatements::made(const std::string& name) {
+  held_[name] = Use{++tick_, Clock::now()};
+}
+
+std::vector<std::string> ServerStatements::make_room(std::size_t limit) {
+  std::vector<std::string> names;
+  if (limit == 0 || held_.size() < limit) return names;
+  std::vector<std::pair<std::uint64_t, const std::string*>> by_use;
+  for (const auto& [name, u] : held_) by_use.emplace_back(u.last, &name);
+  const std::size_t n = held_.size() - limit + 1;
+  std::partial_sort(by_use.begin(), by_use.begin() + static_cast<std::ptrdiff_t>(n), by_use.end());
+  for (std::size_t i = 0; i < n; ++i) names.push_back(*by_use[i].second);
+  for (const auto& name : names) held_.erase(name);
+  return names;
+}
+
 void Frontend::drop_until_sync(bool error, BackendState& b) {
+  // A Close skipped leaves its statement held, even where a Parse of the same name
+  // after it was skipped too (the proxy re-creates a statement with Close + Parse).
+  std::vector<std::string> kept;
   while (!expect.empty() && (expect.front().type != 'Z' || (error && expect.front().query_in_batch))) {
     const Expect& e = expect.front();
     if (e.type == '1' && !e.name.empty()) b.prepared.erase(e.name);
+    if (e.type == '3' && !e.name.empty()) kept.push_back(e.name);
     if (e.type == '1' && !e.swallow) {
       // Only if the client has not parsed that name again since.
       auto it = prepared.find(e.text);
@@ -21,13 +54,13 @@ void Frontend::drop_until_sync(bool error, BackendState& b) {
     }
     expect.pop_front();
   }
+  for (const auto& name : kept) b.prepared.kept(name);
 }
 
 void Frontend::forget_prepared(BackendState& b) {
   prepared.clear();
   sql_prepared.clear();
   b.prepared.clear();
-  b.prepared_at.clear();
   b.sql_prepared.clear();
   b.unnamed_owner = {0, 0};
 }

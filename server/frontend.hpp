@@ -20,7 +20,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -35,6 +34,41 @@ namespace splitpoint::server {
 inline constexpr std::uint64_t kStateDefault = 0;
 inline constexpr std::uint64_t kStateUnknown = ~std::uint64_t{0};
 
+// The named statements one backend connection holds (server-side names), with when
+// each was made and last used. At most `max_prepared_statements` are kept: before one
+// more is made, the least recently used are closed there (make_room). A portal made
+// from a closed statement goes on (PostgreSQL 15 keeps its plan, whatever the protocol
+// documentation says), and a Bind sent before the Close runs before it.
+class ServerStatements {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  bool has(const std::string& name) const { return held_.count(name) > 0; }
+  std::size_t size() const { return held_.size(); }
+  // When the proxy made it here; nullopt when it is not held.
+  std::optional<Clock::time_point> made_at(const std::string& name) const;
+  // A Bind or Describe of it sent now; false (and nothing noted) when it is not held.
+  bool use(const std::string& name);
+  // Its Parse sent now.
+  void made(const std::string& name);
+  void erase(const std::string& name) { held_.erase(name); }
+  void clear() { held_.clear(); }
+  // Names to Close before one more statement is made, so that at most `limit` are held
+  // (0: no limit), least recently used first; forgotten here.
+  std::vector<std::string> make_room(std::size_t limit);
+  // A Close of it that the connection skipped (an error earlier in its batch): still
+  // held, as if unused since it was made.
+  void kept(const std::string& name) { held_.try_emplace(name); }
+
+ private:
+  struct Use {
+    std::uint64_t last = 0;  // tick_ of its last use
+    Clock::time_point made{};
+  };
+  std::unordered_map<std::string, Use> held_;
+  std::uint64_t tick_ = 0;
+};
+
 // A backend connection's protocol state, as the bookkeeping sees it (Backend adds the
 // socket and its buffers).
 struct BackendState {
@@ -46,10 +80,8 @@ struct BackendState {
   std::uint64_t applied_state = 0;
   // Set when a session-mode client left it: the next user runs DISCARD ALL first.
   bool needs_discard = false;
-  // Server-side names of the prepared statements this connection holds.
-  std::unordered_set<std::string> prepared;
-  // When a multi-shard read prepared one of them here (ScatterRead::send_statement).
-  std::unordered_map<std::string, std::chrono::steady_clock::time_point> prepared_at;
+  // The prepared statements this connection holds, under their server-side names.
+  ServerStatements prepared;
   // SQL-level prepared statements here (PREPARE name): name -> which PREPARE it was
   // (SqlPrepared::token), so another session's statement of the same name is replaced.
   std::unordered_map<std::string, std::uint64_t> sql_prepared;
@@ -98,7 +130,7 @@ struct Expect {
   char type = 'Z';
   bool swallow = false;  // injected by the proxy: the client never sees the response
   bool failed = false;   // an ErrorResponse arrived for this Sync/Query
-  std::string name;      // Parse: server statement name
+  std::string name;      // Parse, Close: server statement name
   std::string text;      // client's Parse: its name
   std::vector<SessionCmd> commands;  // Query: the SET/RESET/DISCARD... statements in it
   // 'Z' of a Query sent while an extended batch was open (no Sync yet): PostgreSQL

@@ -288,15 +288,20 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
       // must not change result type").
       const std::string rest = parse_rest_of(sql, req_.param_types);
       name = statement_name_for(rest);
-      const bool held = b->prepared.count(name) > 0;
-      auto at = b->prepared_at.find(name);
-      if (!held || at == b->prepared_at.end() || at->second < *req_.named_since) {
-        if (held) proto::Close{'S', name}.encode(out);
+      const auto made = b->prepared.made_at(name);
+      if (!made || *made < *req_.named_since) {
+        // (The first extended message since the backend's last Sync: no Close here
+        // is skipped after an error.)
+        if (made) proto::Close{'S', name}.encode(out);
+        b->prepared.erase(name);
+        for (const auto& old : b->prepared.make_room(s_.runtime_->config.max_prepared_statements))
+          proto::Close{'S', old}.encode(out);
         proto::Writer w(out, 'P');
         w.cstr(name).bytes(rest).finish();
-        b->prepared.insert(name);
-        b->prepared_at[name] = Clock::now();
+        b->prepared.made(name);
         sh.parsing = name;
+      } else {
+        b->prepared.use(name);
       }
       bind.statement = name;
     } else {
@@ -725,10 +730,7 @@ awaitable<void> ScatterRead::clean_up() {
   for (auto& sh : shards_) {
     bool reusable = sh.b != nullptr;
     if (sh.b && !sh.finished) co_await drain_shard(sh, reusable);
-    if (sh.b && !sh.parsing.empty()) {  // its Parse failed
-      sh.b->prepared.erase(sh.parsing);
-      sh.b->prepared_at.erase(sh.parsing);
-    }
+    if (sh.b && !sh.parsing.empty()) sh.b->prepared.erase(sh.parsing);  // its Parse failed
     if (sh.state == Shard::State::missing && !sh.b) reusable = false;
     if (sh.b && sh.b->status != 'I' && !s_.held_[sh.index] && s_.fe_.client_txn == 'I') reusable = false;
     auto elapsed = (sh.done_at == Clock::time_point{} ? Clock::now() : sh.done_at) - started_;

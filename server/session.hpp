@@ -166,6 +166,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // nullopt: `sql` as it is.
   std::optional<std::string> hide_foreign_rows(std::size_t shard, const routing::Route& route, std::string_view sql) const;
   void ensure_prepared(const Prepared& p);
+  void make_room(Backend& b);
   // Appends the Queries that bring backend `b` to this client's state before its
   // statement; returns how many (each owes a ReadyForQuery the client never sees).
   int sync_backend_state(Backend& b, std::string& out, bool join_transaction);

@@ -220,7 +220,9 @@ awaitable<bool> Session::handle_close(const proto::Frame& f) {
   } else {
     proto::Close{'S', it->second.server_name}.encode(bout_);
     cur()->prepared.erase(it->second.server_name);
-    fe_.expect.push_back(Expect{'3'});
+    Expect e{'3'};
+    e.name = it->second.server_name;
+    fe_.expect.push_back(std::move(e));
     fe_.sent_after_sync = true;
     fe_.prepared.erase(it);
   }
@@ -408,15 +410,27 @@ void Session::ensure_prepared(const Prepared& p) {
     w.cstr("").bytes(p.parse_rest).finish();
     b->unnamed_owner = mine;
   } else {
-    if (b->prepared.count(p.server_name)) return;
+    if (b->prepared.use(p.server_name)) return;
+    make_room(*b);
     proto::Writer w(bout_, 'P');
     w.cstr(p.server_name).bytes(p.parse_rest).finish();
-    b->prepared.insert(p.server_name);
+    b->prepared.made(p.server_name);
   }
   Expect e{'1', true};
   e.name = p.server_name;
   fe_.expect.push_back(std::move(e));
   fe_.sent_after_sync = true;
+}
+
+// Closes what the current backend gives up before it makes one more named statement
+// (max_prepared_statements).
+void Session::make_room(Backend& b) {
+  for (auto& name : b.prepared.make_room(runtime_->config.max_prepared_statements)) {
+    proto::Close{'S', name}.encode(bout_);
+    Expect e{'3', true};
+    e.name = std::move(name);
+    fe_.expect.push_back(std::move(e));
+  }
 }
 
 // The settings the proxy's own reading of SQL depends on, as the server reports them.

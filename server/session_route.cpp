@@ -639,12 +639,16 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
     fe_.expect.push_back(Expect{'1'});  // text "" = the unnamed statement
     fe_.expect.back().parse_seq = slot.parse_seq;
   } else {
-    if (b->prepared.count(slot.server_name)) {
+    if (b->prepared.has(slot.server_name)) {
       // Same text already prepared here: re-create it so the client's Parse gets its
       // own ParseComplete in order.
       proto::Close{'S', slot.server_name}.encode(bout_);
-      fe_.expect.push_back(Expect{'3', true});
+      Expect close{'3', true};
+      close.name = slot.server_name;
+      fe_.expect.push_back(std::move(close));
+      b->prepared.erase(slot.server_name);
     }
+    make_room(*b);
     proto::Writer w(bout_, 'P');
     w.cstr(slot.server_name).bytes(slot.parse_rest).finish();
     Expect e{'1'};
@@ -652,7 +656,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
     e.text = std::string(name);
     e.parse_seq = slot.parse_seq;
     fe_.expect.push_back(std::move(e));
-    b->prepared.insert(slot.server_name);
+    b->prepared.made(slot.server_name);
   }
   fe_.sent_after_sync = true;
   co_return true;

@@ -229,6 +229,7 @@ TEST_CASE("the SPEC example loads with every field as written", "[config]") {
   CHECK(c.max_message_size == std::size_t{1} << 30);
   CHECK(c.workers == 0);
   CHECK(c.scheduling == Scheduling::normal);
+  CHECK(c.max_prepared_statements == 200);
   CHECK(c.log_level == "info");
 
   REQUIRE(c.find_user("admin") == &c.users[1]);
@@ -273,6 +274,7 @@ max_client_connections: 5000
 max_message_size: 64MB
 workers: 4
 scheduling: batch
+max_prepared_statements: 0
 log_level: debug
 shards:
   - name: a
@@ -316,6 +318,7 @@ timeouts: { client_login: 1500, client_idle: 1h, server_connect: 1s, shutdown: 0
   CHECK(c.max_message_size == 64u << 20);
   CHECK(c.workers == 4);
   CHECK(c.scheduling == Scheduling::batch);
+  CHECK(c.max_prepared_statements == 0);
   CHECK(c.log_level == "debug");
   CHECK(c.shards[0].host == "db-a.internal");
   CHECK_FALSE(c.users.at(0).admin);

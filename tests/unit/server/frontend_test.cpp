@@ -34,7 +34,7 @@ void client_parse(Frontend& fe, BackendState& b, const std::string& name, const 
   p.server_name = server_name;
   p.parse_seq = ++fe.parse_seq;
   fe.prepared[name] = p;
-  b.prepared.insert(server_name);
+  b.prepared.made(server_name);
   Expect e = expect('1');
   e.name = server_name;
   e.text = name;
@@ -73,7 +73,7 @@ TEST_CASE("an extended pipeline is answered in order, over several reads", "[fro
   CHECK(v.back().idle);
   CHECK(fe.expect.empty());
   CHECK(fe.prepared.count("s1") == 1);
-  CHECK(b.prepared.count("sp_1") == 1);
+  CHECK(b.prepared.has("sp_1"));
 }
 
 TEST_CASE("an error mid-batch skips to the Sync and forgets the skipped Parse", "[frontend]") {
@@ -90,7 +90,7 @@ TEST_CASE("an error mid-batch skips to the Sync and forgets the skipped Parse", 
   CHECK(fe.expect.size() == 1);  // only the Sync's ReadyForQuery is still owed
   CHECK(fe.expect.front().failed);
   CHECK(fe.prepared.count("s2") == 0);  // never created on the backend
-  CHECK(b.prepared.count("sp_2") == 0);
+  CHECK(!b.prepared.has("sp_2"));
   CHECK(feed(fe, b, "Z", &v) == "Z");
   CHECK(v.back().finished);
   CHECK_FALSE(fe.batch_failed);
@@ -267,4 +267,39 @@ TEST_CASE("a write portal's rows are counted at its CommandComplete", "[frontend
   CHECK(v.count_tag);
   fe.on_backend('Z', "I", b);
   CHECK(fe.portal_rows.empty());
+}
+
+TEST_CASE("a backend keeps at most max_prepared_statements, closing the least recently used", "[frontend]") {
+  ServerStatements s;
+  for (const char* n : {"a", "b", "c"}) s.made(n);
+  CHECK(s.make_room(0).empty());  // no limit
+  CHECK(s.make_room(4).empty());  // room for one more
+  s.use("a");
+  CHECK(s.make_room(3) == std::vector<std::string>{"b"});
+  CHECK(s.size() == 2);
+  CHECK(!s.has("b"));
+  s.made("d");
+  CHECK(s.make_room(1) == std::vector<std::string>{"c", "a", "d"});
+  CHECK(s.size() == 0);
+}
+
+TEST_CASE("a Close skipped after an error keeps its statement", "[frontend]") {
+  Frontend fe;
+  BackendState b;
+  b.prepared.made("sp_old");
+  fe.expect.push_back(expect('2'));  // an earlier Bind that fails
+  Expect close = expect('3', true);  // sp_old closed to make room ...
+  close.name = "sp_old";
+  b.prepared.erase("sp_old");
+  fe.expect.push_back(close);
+  client_parse(fe, b, "s", "sp_new");  // ... for this one
+  Expect again = expect('3', true);  // and a statement re-created with Close + Parse
+  again.name = "sp_same";
+  fe.expect.push_back(again);
+  client_parse(fe, b, "t", "sp_same");
+  fe.expect.push_back(owed_sync());
+  CHECK(feed(fe, b, "EZ") == "EZ");
+  CHECK(b.prepared.has("sp_old"));
+  CHECK(b.prepared.has("sp_same"));
+  CHECK(!b.prepared.has("sp_new"));
 }
