@@ -16,7 +16,9 @@ a shard hint) and max_prepared_statements: 3. Checks:
   - six named multi-shard statements (no key) in rotation: the same;
   - a batch whose first Bind fails: PostgreSQL skips the rest, the Close the proxy put
     before the batch's Parse included; every statement held before is still bound by
-    name afterwards (a statement the proxy thought closed would be Parsed again: 42P05).
+    name afterwards (a statement the proxy thought closed would be Parsed again: 42P05);
+  - the same for a statement re-created (Close + Parse) for a client's Parse of a text
+    the backend holds, in a batch skipped after an error.
 Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
 # test-timeout: 180
@@ -163,8 +165,25 @@ def skipped_close_keeps_statement():
     c.close()
 
 
+def skipped_recreate_keeps_statement():
+    # A client Parses a text a backend already holds (another name of the client's, or
+    # another client's statement): the proxy re-creates it there with Close + Parse. In a
+    # batch PostgreSQL skips after an error, both are skipped and the old one stays.
+    c = connect()
+    parse(c, "first", "SELECT v * $2::int + 1000 FROM t WHERE id = $1")
+    execute(c, "first", [9, 1]).raise_error()
+    c.send([pgwire.bind_msg([9, "x"], "", "first"), pgwire.execute_msg(),
+            pgwire.parse_msg("SELECT v * $2::int + 1000 FROM t WHERE id = $1", "second"), pgwire.sync_msg()])
+    r = c.query_collect()
+    assert r.sqlstate == "22P02", (r.sqlstate, r.error)
+    r = execute(c, "first", [9, 2])
+    assert r.error is None, r.error
+    assert r.rows == [["1180"]], r.rows
+    c.close()
+
+
 TESTS = [open_portal_survives_new_statements, one_shard_statements_rotate, scatter_statements_rotate,
-         skipped_close_keeps_statement]
+         skipped_close_keeps_statement, skipped_recreate_keeps_statement]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS, setup, teardown))
