@@ -6,9 +6,9 @@ only a shard still running (a LIMIT reached before it finished).
 Shards: a fresh database on each shared instance; table t (id bigint, v int) hash-sharded
 on id with rows on both. With log_connections on (ALTER SYSTEM on both instances, reset
 at the end), PostgreSQL logs "connection received" for every connection, CancelRequests
-included, and "connection authorized" only for sessions: their difference over a run of
-statements is the number of CancelRequests (and failed logins, of which there are none
-here). Checks, after the proxy's pools are warm:
+included, and "connection authorized" only for sessions: the backends (by PID) received
+over a run of statements that never logged an authorization are the CancelRequests (and
+failed logins, of which there are none here). Checks, after the proxy's pools are warm:
 
   - 40 finished scatter reads (count(*), sum, ORDER BY over every row, in the simple and
     the extended protocol): zero CancelRequests, and every answer right;
@@ -59,15 +59,26 @@ def log_sizes():
 
 
 def cancel_requests_since(sizes):
-    """Connections received minus sessions authorized on both instances since `sizes`."""
+    """Connections received on both instances since `sizes` whose backend never logged
+    "connection authorized" (matched by PID: a session received just before `sizes`
+    and authorized after it, or received just before the count and not yet authorized,
+    is no CancelRequest)."""
+    def scan():
+        received, authorized = set(), set()
+        for path, start in zip(LOGS, sizes):
+            with open(path, errors="replace") as f:
+                f.seek(start)
+                text = f.read()
+            for m in re.finditer(r"\[(\d+)\] [^\n]*?connection (received|authorized):", text):
+                (received if m.group(2) == "received" else authorized).add((path, m.group(1)))
+        return received, authorized
+
     time.sleep(0.5)  # a cancel still on its way is logged by then
-    n = 0
-    for path, start in zip(LOGS, sizes):
-        with open(path, errors="replace") as f:
-            f.seek(start)
-            text = f.read()
-        n += text.count("connection received:") - text.count("connection authorized:")
-    return n
+    received, authorized = scan()
+    if received - authorized:
+        time.sleep(1.0)  # a login in progress is authorized by then
+        authorized = scan()[1]
+    return len(received - authorized)
 
 
 def setup():
