@@ -192,7 +192,9 @@ void MultiShardWrite::fail(std::string& out) const {
     return;
   }
   std::string message = "statement failed on shard(s) " + failed_;
-  message += applied_.empty() ? "; it was applied on no shard" : "; it was applied on shard(s) " + applied_;
+  // (In the proxy's own block or a batch's implicit one it is rolled back everywhere.)
+  message += applied_.empty() || s_.txn_.own || s_.txn_.implicit ? "; it was applied on no shard"
+                                                                 : "; it was applied on shard(s) " + applied_;
   if (original && route_.key_guard() && original->get('M').find(routing::kKeyGuardMarker) != std::string_view::npos) {
     const auto& g = *route_.key_guard();
     message = "cannot update the distribution key \"" + g.column + "\" of table \"" + g.table +

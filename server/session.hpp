@@ -332,6 +332,14 @@ class Session : public std::enable_shared_from_this<Session> {
   // one statement at a time when PostgreSQL's answer is the same; nullopt: not so.
   bool several_statements_apart(const routing::Route& route, std::string_view sql) const;
   awaitable<std::optional<bool>> run_statements_apart(std::string_view sql, bool everywhere);
+  // A write outside a block on several shards, each able to prepare transactions: one
+  // statement is one transaction in PostgreSQL, so it runs in a block of the proxy's
+  // own and commits with two-phase commit (SPEC §5).
+  bool writes_shards_alone(const routing::Route& route) const;
+  void begin_implicit_block();
+  // `parts` one after the other, each answered, then one ReadyForQuery; inside a block
+  // of the proxy's own when `own_block` (COMMIT after the last, ROLLBACK after an error).
+  awaitable<bool> run_parts(const std::vector<std::string_view>& parts, bool own_block);
   awaitable<bool> run_one(std::string_view statement);
   awaitable<bool> run_unseen(std::string_view verb);
   // An Execute with a row limit of a portal that reads several shards (the extended
@@ -471,6 +479,9 @@ class Session : public std::enable_shared_from_this<Session> {
     // That batch moved on to another shard: the proxy turned it into a transaction
     // block on every shard it touches (BEGIN after the write), finished at the Sync.
     bool implicit = false;
+    // The proxy's own block around a client's statements (run_parts): a write that
+    // fails in it is rolled back.
+    bool own = false;
     bool ddl = false;  // ran DDL: table shapes are forgotten again when it ends (committed by then)
   };
   // timeouts.query (session_timeout.cpp): one timer per session, made on first use and

@@ -481,10 +481,10 @@ awaitable<void> CopyIn::answer() {
     auto original = proto::ErrorFields::decode(first_error);
     std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
     std::string message = original ? std::string(original->get('M')) : std::string("connection lost");
-    if (shards_.size() > 1)
+    if (shards_.size() > 1)  // (in the proxy's own block it is rolled back everywhere)
       message = "COPY failed on shard(s) " + failed +
-                (applied.empty() ? "; no shard applied it" : "; it was applied on shard(s) " + applied) + ": " +
-                message;
+                (applied.empty() || s_.txn_.own ? "; no shard applied it" : "; it was applied on shard(s) " + applied) +
+                ": " + message;
     proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
   } else if (!fail_reason_.empty()) {
     proto::ErrorFields::make("ERROR", sqlstate::protocol_violation, fail_reason_).encode(out, 'E');

@@ -287,8 +287,11 @@ awaitable<bool> Session::handle_execute(const proto::Frame& f) {
       auto portal = std::move(scatter_.portal->first);
       scatter_.portal.reset();
       take_moves();  // (a named portal may outlive its Sync: then nothing marks it running)
-      if (scatter_.route->cls != routing::StatementClass::read || scatter_.route->explain != routing::Route::Explain::none)
+      if (scatter_.route->cls != routing::StatementClass::read || scatter_.route->explain != routing::Route::Explain::none) {
+        // One transaction on several shards, as the Sync ends it (SPEC §5).
+        if (writes_shards_alone(*scatter_.route)) begin_implicit_block();
         co_return co_await run_on_shards(*scatter_.route, req.sql, &req);
+      }
       if (e->max_rows > 0 && req.emit_rows)
         co_return co_await execute_in_pieces(std::move(portal), std::move(req), e->max_rows);
       co_return co_await scatter_read(*scatter_.route, std::move(req));
@@ -335,11 +338,17 @@ void Session::leave_batch_shard(std::size_t shard) {
   e.query_in_batch = true;
   fe_.expect.push_back(std::move(e));
   cur()->unnamed_owner = {0, 0};  // a Query drops the unnamed statement
-  txn_.begin_sql = "BEGIN";
-  txn_.implicit = true;
+  begin_implicit_block();
   txn_.write_shard = cur_;
   note_written(cur_);
   txn_.batch_wrote = false;
+}
+
+// The batch is one transaction from here to its Sync (end_implicit_transaction): the
+// shards it goes to next get BEGIN.
+void Session::begin_implicit_block() {
+  txn_.begin_sql = "BEGIN";
+  txn_.implicit = true;
 }
 
 // A backend another session-mode client left is reset first (DISCARD ALL refuses to

@@ -286,6 +286,10 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     auto done = co_await run_statements_apart(sql, route.kind == RouteKind::all_shards);
     if (done) co_return *done;
   }
+  if (writes_shards_alone(route) && !routing::may_hold_several_statements(sql)) {
+    const std::vector<std::string_view> whole{sql};
+    co_return co_await run_parts(whole, true);
+  }
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
   if (pools_.size() > 1 && route.kind == RouteKind::all_shards && route.cls == StatementClass::write &&
@@ -1098,6 +1102,7 @@ void Session::reset_transaction() {
   txn_.deadlock_detail.clear();
   txn_.savepoints.clear();
   txn_.implicit = false;
+  txn_.own = false;
   fe_.client_txn = 'I';
   fe_.proxy_failed_txn = false;
   txn_.begin_sql.clear();

@@ -17,6 +17,8 @@
 // COPY, cursors, PREPARE/EXECUTE, and a write outside a block in a text that also has
 // its own BEGIN/COMMIT; a syntax error anywhere fails the whole text before any of it
 // runs, as in PostgreSQL (a shard answers it).
+// One statement that writes on several shards outside a block runs the same way, in a
+// block of the proxy's own (writes_shards_alone): it too is one transaction.
 #include "protocol/messages.hpp"
 #include "routing/session_command.hpp"
 #include "server/session.hpp"
@@ -72,13 +74,38 @@ awaitable<std::optional<bool>> Session::run_statements_apart(std::string_view sq
     }
   }
   if ((writes_outside && own_block_verbs) || (everywhere && !reads)) co_return std::nullopt;
+  co_return co_await run_parts(parts, writes_outside);
+}
+
+bool Session::writes_shards_alone(const routing::Route& route) const {
+  if (pools_.size() < 2 || in_transaction() || !two_phase() || route.cls != StatementClass::write ||
+      route.txn != TxnCommand::none || route.syntax_error || route.key_guard() || route.generate_keys ||
+      route.pull_insert || route.explain != routing::Route::Explain::none)
+    return false;
+  std::vector<std::size_t> targets = route.shards;
+  if (route.kind == RouteKind::all_shards) {
+    targets.clear();
+    for (std::size_t s = 0; s < pools_.size(); ++s) targets.push_back(s);
+  } else if (route.kind != RouteKind::shards) {
+    return false;
+  }
+  // A shard not known to prepare transactions (max_prepared_transactions = 0, or not
+  // read yet): shard by shard, as before, rather than an error at COMMIT.
+  return targets.size() > 1 && std::all_of(targets.begin(), targets.end(), [&](std::size_t s) {
+           auto n = pools_[s]->max_prepared_transactions();
+           return n && *n > 0;
+         });
+}
+
+awaitable<bool> Session::run_parts(const std::vector<std::string_view>& parts, bool own_block) {
   ClientStream::Quiet quiet;
   stream_.quiet(&quiet);
-  bool go_on = !writes_outside || co_await run_unseen("BEGIN");
+  bool go_on = !own_block || co_await run_unseen("BEGIN");
+  txn_.own = own_block;
   for (std::size_t i = 0; go_on && i < parts.size() && quiet.errors == 0; ++i) {
     go_on = co_await run_one(parts[i]);
   }
-  if (go_on && writes_outside) go_on = co_await run_unseen(quiet.errors == 0 ? "COMMIT" : "ROLLBACK");
+  if (go_on && own_block) go_on = co_await run_unseen(quiet.errors == 0 ? "COMMIT" : "ROLLBACK");
   stream_.quiet(nullptr);
   if (!go_on) co_return false;
   co_await send_ready();

@@ -14,6 +14,9 @@ Two shards (fresh databases tp_<random> on the shared instances), a hash distrib
 - the shards prepare at once (both PREPAREs running together), not one by one;
 - COPY FROM STDIN split over both shards inside a transaction follows its COMMIT or
   ROLLBACK;
+- outside a block, one statement writing both shards (a multi-row INSERT split by key
+  in the simple and the extended protocol, a reference-table INSERT, COPY FROM STDIN)
+  is committed on both with two-phase commit, or on neither when one shard fails;
 - after every commit no prepared transaction is left, and no decision row after the
   proxy's next batch of deletions (within 15 s);
 - recovery: prepared transactions named like splitpoint's (with and without a
@@ -405,17 +408,51 @@ def recovery_resolves_prepared_transactions():
 
 
 @test
+def write_outside_a_block_is_one_transaction():
+    """A statement outside a block that writes both shards is one transaction, as in
+    PostgreSQL: committed on both (two-phase) or, when one shard fails, on neither. A
+    multi-row INSERT split by key (simple and extended protocol), a reference-table
+    INSERT and a COPY FROM STDIN split by key."""
+    a, b = keys(0, 6, 1050), keys(1, 6, 1050)
+    on_shard(1, f"INSERT INTO items (id, label) VALUES ({b[0]}, 'there')")  # a duplicate on s1 only
+    on_shard(1, "INSERT INTO ref VALUES ('taken')")
+    with pgwire.connect(sptest.HOST, PROXY.port, "app", DBS.name, password="secret", timeout=20) as w:
+        def fails(r, what):
+            assert r.sqlstate == "23505" and "applied on no shard" in r.error["M"], (what, r.error)
+            assert r.status == "I", (what, r.status)
+
+        fails(w.query(f"INSERT INTO items (id, label) VALUES ({a[0]}, 'x'), ({b[0]}, 'x')"), "simple INSERT")
+        fails(w.extended("INSERT INTO items (id, label) VALUES ($1, 'x'), ($2, 'x')", [a[1], b[0]]), "extended INSERT")
+        fails(w.query("INSERT INTO ref VALUES ('taken')"), "reference INSERT")
+        data = "".join(f"{k}\tcopy\t0\n" for k in (a[2], b[0])).encode()
+        r = w.query("COPY items (id, label, n) FROM STDIN", copy_in=data)
+        assert r.sqlstate == "23505" and "no shard applied it" in r.error["M"], r.error
+        assert not set(a) & set(ids_on(0)), f"rows of failed statements left on s0: {set(a) & set(ids_on(0))}"
+        assert on_shard(0, "SELECT count(*) FROM ref WHERE code = 'taken'") == [(0,)]
+        r = w.query(f"INSERT INTO items (id, label) VALUES ({a[0]}, 'x'), ({b[1]}, 'x')").raise_error()
+        assert r.tag == "INSERT 0 2", r.tag
+        r = w.extended("INSERT INTO items (id, label) VALUES ($1, 'x'), ($2, 'x')", [a[1], b[2]]).raise_error()
+        assert r.results[0].tag == "INSERT 0 2", r.results
+        data = "".join(f"{k}\tcopy\t0\n" for k in (a[2], b[3])).encode()
+        r = w.query("COPY items (id, label, n) FROM STDIN", copy_in=data).raise_error()
+        assert r.tag == "COPY 2", r.tag
+    assert set(a[:3]) <= set(ids_on(0)) and set(b[1:4]) <= set(ids_on(1)), (ids_on(0), ids_on(1))
+    assert_clean("writes outside a block")
+
+
+@test
 def metrics_count_outcomes():
-    """splitpoint_two_phase_total after the tests above: fourteen two-phase commits
+    """splitpoint_two_phase_total after the tests above: seventeen two-phase commits
     (eight at once, simple, extended, psycopg2, the pipelined batch, the slow PREPAREs,
-    COPY), one rolled back by a failed PREPARE; recovery committed three prepared transactions and rolled back one."""
+    COPY, three writes outside a block), one rolled back by a failed PREPARE; recovery
+    committed three prepared transactions and rolled back one."""
     text = urllib.request.urlopen(f"http://{sptest.HOST}:{PROXY.metrics_port}/metrics", timeout=10).read().decode()
     got = {}
     for line in text.splitlines():
         if line.startswith("splitpoint_two_phase_total{"):
             outcome = line.split('outcome="')[1].split('"')[0]
             got[outcome] = float(line.rsplit(" ", 1)[1])
-    want = {"committed": 14, "rolled_back": 1, "unknown": 0, "recovered_committed": 3, "recovered_rolled_back": 1}
+    want = {"committed": 17, "rolled_back": 1, "unknown": 0, "recovered_committed": 3, "recovered_rolled_back": 1}
     assert got == want, f"splitpoint_two_phase_total: {got}, expected {want}"
 
 
