@@ -83,7 +83,9 @@ awaitable<bool> MultiShardWrite::run() {
   co_return true;
 }
 
-// two_phase (or one shard): every target joins the transaction, committed together.
+// two_phase (or one shard): every target joins the transaction, committed together. Its
+// backend is held now and gets BEGIN with the statement (run_on), but where a guarded
+// shard's failure may stop the statement before it reaches the others: BEGIN now.
 awaitable<bool> MultiShardWrite::join_block(bool& ok) {
   // (Transactions that write one shard only: a guarded UPDATE writes its value's shard.)
   const auto* guard = route_.key_guard();
@@ -94,7 +96,10 @@ awaitable<bool> MultiShardWrite::join_block(bool& ok) {
     co_return false;
   }
   for (auto s : targets_) {
-    if (!co_await s_.join_transaction(s)) {
+    bool joined = false;
+    if (guard) joined = co_await s_.join_transaction(s);
+    else joined = co_await s_.hold_backend(s);
+    if (!joined) {
       s_.fe_.fail_block();
       ok = co_await s_.reject(sqlstate::connection_failure,
                               "shard \"" + s_.pools_[s]->target().shard + "\" could not join the transaction",
@@ -115,7 +120,10 @@ awaitable<void> MultiShardWrite::run_on(std::size_t shard) {
   auto hidden = s_.hide_foreign_rows(shard, route_, stmt);
   if (hidden) stmt = *hidden;
   const auto started = std::chrono::steady_clock::now();
-  auto reply = co_await s_.run_on(shard, stmt, ext_, true);
+  // In a block, a shard that has not joined it gets BEGIN with the statement (one round
+  // trip, join_block held its backend).
+  auto sent = co_await s_.send_on(shard, stmt, ext_, true, in_block_);
+  auto reply = co_await s_.read_reply(sent, true, ~std::size_t{0});
   if (shard < kMaxShards) {
     s_.metrics_.shards[shard].query.observe_since(started);
     if (!reply.error.empty() || reply.lost) {

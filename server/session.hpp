@@ -332,10 +332,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // one statement at a time when PostgreSQL's answer is the same; nullopt: not so.
   bool several_statements_apart(const routing::Route& route, std::string_view sql) const;
   awaitable<std::optional<bool>> run_statements_apart(std::string_view sql, bool everywhere);
-  // A write outside a block on several shards, each able to prepare transactions: one
-  // statement is one transaction in PostgreSQL, so it runs in a block of the proxy's
-  // own and commits with two-phase commit (SPEC §5).
-  bool writes_shards_alone(const routing::Route& route) const;
+  // A write outside a block on several shards, each able to prepare transactions (a
+  // pool that has not read max_prepared_transactions yet opens a connection to read
+  // it): one statement is one transaction in PostgreSQL, so it runs in a block of the
+  // proxy's own and commits with two-phase commit (SPEC §5).
+  awaitable<bool> writes_shards_alone(const routing::Route& route);
   void begin_implicit_block();
   // `parts` one after the other, each answered, then one ReadyForQuery; inside a block
   // of the proxy's own when `own_block` (COMMIT after the last, ROLLBACK after an error).
@@ -391,6 +392,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void note_written(std::size_t shard);
   // Makes `shard` part of the open transaction (held, BEGIN sent). False on failure.
   awaitable<bool> join_transaction(std::size_t shard);
+  // A backend of `shard` held by the session (BEGIN not sent: send_on's `join` sends it
+  // with the statement). False: none could be had.
+  awaitable<bool> hold_backend(std::size_t shard);
   // Commits a transaction that wrote to several shards; "" or the ErrorResponse body.
   // Notices the shards raised while committing are appended to `notices`.
   awaitable<std::string> commit_two_phase(std::string* notices = nullptr);
@@ -422,7 +426,9 @@ class Session : public std::enable_shared_from_this<Session> {
     int queries = 0;  // Query messages sent: session-state replays, then the statement
     Reply reply;      // lost (or the acquire error) when nothing can be read
   };
-  awaitable<Sent> send_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext, bool metered);
+  // `join`: a held backend not yet in the open transaction gets BEGIN before `sql`.
+  awaitable<Sent> send_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext, bool metered,
+                          bool join = false);
   awaitable<Reply> read_reply(Sent& sent, bool metered, std::size_t max_rows);
   awaitable<bool> refused_in_failed_transaction(const routing::Route& route, bool extended);
   awaitable<bool> reject(std::string_view sqlstate, std::string message, bool extended, int position = 0);

@@ -289,7 +289,8 @@ awaitable<bool> Session::handle_execute(const proto::Frame& f) {
       take_moves();  // (a named portal may outlive its Sync: then nothing marks it running)
       if (scatter_.route->cls != routing::StatementClass::read || scatter_.route->explain != routing::Route::Explain::none) {
         // One transaction on several shards, as the Sync ends it (SPEC §5).
-        if (writes_shards_alone(*scatter_.route)) begin_implicit_block();
+        const bool alone = co_await writes_shards_alone(*scatter_.route);
+        if (alone) begin_implicit_block();
         co_return co_await run_on_shards(*scatter_.route, req.sql, &req);
       }
       if (e->max_rows > 0 && req.emit_rows)

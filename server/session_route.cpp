@@ -286,9 +286,12 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
     auto done = co_await run_statements_apart(sql, route.kind == RouteKind::all_shards);
     if (done) co_return *done;
   }
-  if (writes_shards_alone(route) && !routing::may_hold_several_statements(sql)) {
-    const std::vector<std::string_view> whole{sql};
-    co_return co_await run_parts(whole, true);
+  if (route.cls == StatementClass::write && !in_transaction() && !routing::may_hold_several_statements(sql)) {
+    const bool alone = co_await writes_shards_alone(route);
+    if (alone) {
+      const std::vector<std::string_view> whole{sql};
+      co_return co_await run_parts(whole, true);
+    }
   }
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
@@ -1143,7 +1146,7 @@ awaitable<std::vector<std::pair<std::size_t, Session::Reply>>> Session::run_on_e
 }
 
 awaitable<Session::Sent> Session::send_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext,
-                                          bool metered) {
+                                          bool metered, bool join) {
   Sent sent;
   sent.shard = shard;
   may_write_on(shard);  // (the proxy's own statements too: BEGIN, COMMIT, a write on every shard)
@@ -1164,7 +1167,7 @@ awaitable<Session::Sent> Session::send_on(std::size_t shard, std::string_view sq
   }
   Backend& b = *sent.backend;
   std::string out;
-  sent.queries = 1 + sync_backend_state(b, out, false);
+  sent.queries = 1 + sync_backend_state(b, out, join);
   if (!ext) {
     proto::Query{sql}.encode(out);
   } else {

@@ -77,24 +77,31 @@ awaitable<std::optional<bool>> Session::run_statements_apart(std::string_view sq
   co_return co_await run_parts(parts, writes_outside);
 }
 
-bool Session::writes_shards_alone(const routing::Route& route) const {
+awaitable<bool> Session::writes_shards_alone(const routing::Route& route) {
   if (pools_.size() < 2 || in_transaction() || !two_phase() || route.cls != StatementClass::write ||
       route.txn != TxnCommand::none || route.syntax_error || route.key_guard() || route.generate_keys ||
       route.pull_insert || route.explain != routing::Route::Explain::none)
-    return false;
+    co_return false;
   std::vector<std::size_t> targets = route.shards;
   if (route.kind == RouteKind::all_shards) {
     targets.clear();
     for (std::size_t s = 0; s < pools_.size(); ++s) targets.push_back(s);
   } else if (route.kind != RouteKind::shards) {
-    return false;
+    co_return false;
   }
-  // A shard not known to prepare transactions (max_prepared_transactions = 0, or not
-  // read yet): shard by shard, as before, rather than an error at COMMIT.
-  return targets.size() > 1 && std::all_of(targets.begin(), targets.end(), [&](std::size_t s) {
-           auto n = pools_[s]->max_prepared_transactions();
-           return n && *n > 0;
-         });
+  if (targets.size() < 2) co_return false;
+  for (auto s : targets) {
+    if (pools_[s]->max_prepared_transactions() || held_[s]) continue;
+    // Not read yet: a new connection of the pool reads it (Pool::connect_for).
+    const bool held = co_await hold_backend(s);
+    if (held) release_shard(s, true);
+  }
+  // A shard that cannot prepare transactions (or whose setting is still unknown): shard
+  // by shard, as before, rather than an error at COMMIT.
+  co_return std::all_of(targets.begin(), targets.end(), [&](std::size_t s) {
+    auto n = pools_[s]->max_prepared_transactions();
+    return n && *n > 0;
+  });
 }
 
 awaitable<bool> Session::run_parts(const std::vector<std::string_view>& parts, bool own_block) {

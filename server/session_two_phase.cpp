@@ -21,19 +21,23 @@ void Session::note_written(std::size_t shard) {
   if (std::find(txn_.written.begin(), txn_.written.end(), shard) == txn_.written.end()) txn_.written.push_back(shard);
 }
 
+awaitable<bool> Session::hold_backend(std::size_t shard) {
+  if (held_[shard]) co_return true;  // (in session mode it may be held since an earlier transaction)
+  const auto waited_from = std::chrono::steady_clock::now();
+  std::optional<std::size_t> primary;
+  auto r = co_await acquire_backend(shard, primary);
+  if (shard < kMaxShards) {  // (as for the backend of a statement: send_on)
+    metrics_.shards[shard].pool_wait.observe_since(waited_from);
+    if (!r.backend) metrics_.shards[shard].connect_errors.add();
+  }
+  if (!r.backend) co_return false;
+  held_[shard] = std::move(r.backend);
+  co_return true;
+}
+
 awaitable<bool> Session::join_transaction(std::size_t shard) {
   if (in_transaction_on(shard)) co_return true;
-  if (!held_[shard]) {  // (in session mode it may be held since an earlier transaction)
-    const auto waited_from = std::chrono::steady_clock::now();
-    std::optional<std::size_t> primary;
-    auto r = co_await acquire_backend(shard, primary);
-    if (shard < kMaxShards) {  // (as for the backend of a statement: send_on)
-      metrics_.shards[shard].pool_wait.observe_since(waited_from);
-      if (!r.backend) metrics_.shards[shard].connect_errors.add();
-    }
-    if (!r.backend) co_return false;
-    held_[shard] = std::move(r.backend);
-  }
+  if (!co_await hold_backend(shard)) co_return false;
   auto reply = co_await run_on(shard, txn_.begin_sql.empty() ? std::string_view("BEGIN") : std::string_view(txn_.begin_sql));
   if (reply.lost || !reply.error.empty()) {
     release_shard(shard, false);

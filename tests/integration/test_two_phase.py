@@ -411,16 +411,25 @@ def recovery_resolves_prepared_transactions():
 def write_outside_a_block_is_one_transaction():
     """A statement outside a block that writes both shards is one transaction, as in
     PostgreSQL: committed on both (two-phase) or, when one shard fails, on neither. A
-    multi-row INSERT split by key (simple and extended protocol), a reference-table
-    INSERT and a COPY FROM STDIN split by key."""
+    multi-row INSERT split by key (simple and extended protocol; also as the first
+    statement of a new proxy), a reference-table INSERT and a COPY FROM STDIN split by
+    key."""
     a, b = keys(0, 6, 1050), keys(1, 6, 1050)
     on_shard(1, f"INSERT INTO items (id, label) VALUES ({b[0]}, 'there')")  # a duplicate on s1 only
     on_shard(1, "INSERT INTO ref VALUES ('taken')")
-    with pgwire.connect(sptest.HOST, PROXY.port, "app", DBS.name, password="secret", timeout=20) as w:
-        def fails(r, what):
-            assert r.sqlstate == "23505" and "applied on no shard" in r.error["M"], (what, r.error)
-            assert r.status == "I", (what, r.status)
 
+    def fails(r, what):
+        assert r.sqlstate == "23505" and "applied on no shard" in r.error["M"], (what, r.error)
+        assert r.status == "I", (what, r.status)
+
+    # The first statement of a new proxy whose pools have not read
+    # max_prepared_transactions yet (without a shard user, nothing connects before the
+    # client: neither recovery nor, for this table, the client's login).
+    cold_config = config(DBS.name).replace(", user: app, password: secret", "")
+    with sptest.Proxy("tp-cold", cold_config, WORKDIR) as cold:
+        with pgwire.connect(sptest.HOST, cold.port, "app", DBS.name, password="secret", timeout=20) as w:
+            fails(w.query(f"INSERT INTO items (id, label) VALUES ({a[0]}, 'x'), ({b[0]}, 'x')"), "first statement")
+    with pgwire.connect(sptest.HOST, PROXY.port, "app", DBS.name, password="secret", timeout=20) as w:
         fails(w.query(f"INSERT INTO items (id, label) VALUES ({a[0]}, 'x'), ({b[0]}, 'x')"), "simple INSERT")
         fails(w.extended("INSERT INTO items (id, label) VALUES ($1, 'x'), ($2, 'x')", [a[1], b[0]]), "extended INSERT")
         fails(w.query("INSERT INTO ref VALUES ('taken')"), "reference INSERT")
