@@ -332,6 +332,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // one statement at a time when PostgreSQL's answer is the same; nullopt: not so.
   bool several_statements_apart(const routing::Route& route, std::string_view sql) const;
   awaitable<std::optional<bool>> run_statements_apart(std::string_view sql, bool everywhere);
+  // Either of them (run_statements_apart, or writes_shards_alone's one statement in
+  // the proxy's own block); nullopt: neither, the statement goes on as any other.
+  awaitable<std::optional<bool>> run_apart(const routing::Route& route, std::string_view sql);
   // A write outside a block on several shards, each able to prepare transactions (a
   // pool that has not read max_prepared_transactions yet opens a connection to read
   // it): one statement is one transaction in PostgreSQL, so it runs in a block of the

@@ -282,16 +282,10 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   if (moves_.view && !co_await wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, settings_.routing, lookup); }))
     co_return !closing_;
 
-  if (several_statements_apart(route, sql)) {  // (a text no one shard runs whole: session_texts.cpp)
-    auto done = co_await run_statements_apart(sql, route.kind == RouteKind::all_shards);
+  const bool spread = route.kind == RouteKind::all_shards || route.shards.size() > 1;
+  if (several_statements_apart(route, sql) || (route.cls == StatementClass::write && spread && !in_transaction())) {
+    auto done = co_await run_apart(route, sql);  // (session_texts.cpp)
     if (done) co_return *done;
-  }
-  if (route.cls == StatementClass::write && !in_transaction() && !routing::may_hold_several_statements(sql)) {
-    const bool alone = co_await writes_shards_alone(route);
-    if (alone) {
-      const std::vector<std::string_view> whole{sql};
-      co_return co_await run_parts(whole, true);
-    }
   }
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;

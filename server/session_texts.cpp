@@ -77,6 +77,19 @@ awaitable<std::optional<bool>> Session::run_statements_apart(std::string_view sq
   co_return co_await run_parts(parts, writes_outside);
 }
 
+awaitable<std::optional<bool>> Session::run_apart(const routing::Route& route, std::string_view sql) {
+  if (several_statements_apart(route, sql)) {
+    auto done = co_await run_statements_apart(sql, route.kind == RouteKind::all_shards);
+    if (done) co_return done;
+  }
+  if (route.cls != StatementClass::write || in_transaction() || routing::may_hold_several_statements(sql))
+    co_return std::nullopt;
+  const bool alone = co_await writes_shards_alone(route);
+  if (!alone) co_return std::nullopt;
+  const std::vector<std::string_view> whole{sql};
+  co_return co_await run_parts(whole, true);
+}
+
 awaitable<bool> Session::writes_shards_alone(const routing::Route& route) {
   if (pools_.size() < 2 || in_transaction() || !two_phase() || route.cls != StatementClass::write ||
       route.txn != TxnCommand::none || route.syntax_error || route.key_guard() || route.generate_keys ||
