@@ -343,7 +343,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void begin_implicit_block();
   // `parts` one after the other, each answered, then one ReadyForQuery; inside a block
   // of the proxy's own when `own_block` (COMMIT after the last, ROLLBACK after an error).
-  awaitable<bool> run_parts(const std::vector<std::string_view>& parts, bool own_block);
+  // `routed`: the one part is a write the proxy rewrote, already routed so.
+  awaitable<bool> run_parts(const std::vector<std::string_view>& parts, bool own_block,
+                            const routing::Route* routed = nullptr);
   awaitable<bool> run_one(std::string_view statement);
   awaitable<bool> run_unseen(std::string_view verb);
   // An Execute with a row limit of a portal that reads several shards (the extended

@@ -196,7 +196,18 @@ awaitable<bool> Session::run_rewritten_insert(routing::Route& route, KeptShapes&
   std::string error;
   if (auto target = single_target(route); target && !check_write(route, *target, error))
     co_return co_await reject(sqlstate::cross_shard_write, std::move(error), extended);
-  if (!extended) co_return co_await run_on_shards(route, text);
+  if (!extended) {
+    // Rows on several shards outside a block: one transaction, as the client's statement
+    // (the extended protocol's is made one at its Execute).
+    if (!in_transaction() && (route.kind == RouteKind::all_shards || route.shards.size() > 1)) {
+      const bool alone = co_await writes_shards_alone(route);
+      if (alone) {
+        const std::vector<std::string_view> whole{text};
+        co_return co_await run_parts(whole, true, &route);
+      }
+    }
+    co_return co_await run_on_shards(route, text);
+  }
   if (auto target = single_target(route)) co_return co_await bind_rewritten(route, *target, *bind, text, types);
   co_return co_await bind_scatter(route, *bind, std::move(text), types);
 }

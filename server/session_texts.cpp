@@ -91,6 +91,8 @@ awaitable<std::optional<bool>> Session::run_apart(const routing::Route& route, s
 }
 
 awaitable<bool> Session::writes_shards_alone(const routing::Route& route) {
+  // (An INSERT whose keys the proxy draws or whose rows it pulls is asked about again
+  // once rewritten, with its keys: run_rewritten_insert.)
   if (pools_.size() < 2 || in_transaction() || !two_phase() || route.cls != StatementClass::write ||
       route.txn != TxnCommand::none || route.syntax_error || route.key_guard() || route.generate_keys ||
       route.pull_insert || route.explain != routing::Route::Explain::none)
@@ -117,13 +119,19 @@ awaitable<bool> Session::writes_shards_alone(const routing::Route& route) {
   });
 }
 
-awaitable<bool> Session::run_parts(const std::vector<std::string_view>& parts, bool own_block) {
+awaitable<bool> Session::run_parts(const std::vector<std::string_view>& parts, bool own_block,
+                                   const routing::Route* routed) {
   ClientStream::Quiet quiet;
   stream_.quiet(&quiet);
   bool go_on = !own_block || co_await run_unseen("BEGIN");
   txn_.own = own_block;
   for (std::size_t i = 0; go_on && i < parts.size() && quiet.errors == 0; ++i) {
-    go_on = co_await run_one(parts[i]);
+    if (routed) {
+      go_on = co_await run_on_shards(*routed, parts[i]);
+      go_on = go_on && !closing_;
+    } else {
+      go_on = co_await run_one(parts[i]);
+    }
   }
   if (go_on && own_block) go_on = co_await run_unseen(quiet.errors == 0 ? "COMMIT" : "ROLLBACK");
   stream_.quiet(nullptr);

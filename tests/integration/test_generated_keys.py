@@ -571,8 +571,49 @@ def rows_once_on_their_shard():
             assert owner_of(table, key) == (db, port), f"{table} key {key} stored on s{shard}, routed elsewhere"
 
 
+def drawn_keys_over_shards_are_one_transaction():
+    # A multi-row INSERT whose ids the proxy draws, rows landing on every shard, outside
+    # a block: one transaction, as the client's one statement. One shard refuses its
+    # rows (a CHECK only it has): no shard keeps any, in either protocol, and without
+    # the CHECK all 30 rows are there.
+    on_shard(1, "ALTER TABLE orders ADD CONSTRAINT gk_only_here CHECK (amount < 1000000)")
+    values = ", ".join(["('atomic', %s)"] * 30)
+    try:
+        c = proxy_conn()
+        cur = c.cursor()
+        try:
+            cur.execute(f"INSERT INTO orders (customer, amount) VALUES {values}", [1000000] * 30)
+            raise AssertionError("rows refused by a CHECK on s1 accepted")
+        except psycopg2.Error as e:
+            assert e.pgcode == "23514" and "applied on no shard" in e.pgerror, (e.pgcode, e.pgerror)
+        c.close()
+
+        async def extended():
+            a = await asyncpg.connect(host=sptest.HOST, port=PROXY.port, user="app", password="secret",
+                                      database=DBS.name)
+            try:
+                await a.execute("INSERT INTO orders (customer, amount) VALUES " +
+                                ", ".join(f"('atomic', ${i + 1})" for i in range(30)), *([1000000] * 30))
+                raise AssertionError("rows refused by a CHECK on s1 accepted (extended)")
+            except asyncpg.PostgresError as e:
+                assert e.sqlstate == "23514" and "applied on no shard" in str(e), (e.sqlstate, str(e))
+            finally:
+                await a.close()
+
+        asyncio.run(extended())
+        left = [r for r in all_rows("orders", "id, customer") if r[2] == "atomic"]
+        assert not left, f"rows of failed INSERTs left: {left}"
+    finally:
+        on_shard(1, "ALTER TABLE orders DROP CONSTRAINT gk_only_here")
+    c = proxy_conn()
+    c.cursor().execute(f"INSERT INTO orders (customer, amount) VALUES {values}", [5] * 30)
+    c.close()
+    shards = {r[0] for r in all_rows("orders", "id, customer") if r[2] == "atomic"}
+    assert len([r for r in all_rows("orders", "id, customer") if r[2] == "atomic"]) == 30 and len(shards) == 3, shards
+
+
 TESTS = [simple_protocol, in_transaction, sequence_columns_besides_the_key, sequence_calls_on_one_shard, refuse_mode_one_write_shard, extended_protocol, extended_inserts_parse_once, last_insert_id, two_proxies, ddl_in_other_sessions,
-         rows_once_on_their_shard]
+         drawn_keys_over_shards_are_one_transaction, rows_once_on_their_shard]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS + [sptest.clean_shutdown], setup, teardown))
