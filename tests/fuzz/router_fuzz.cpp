@@ -51,6 +51,9 @@ std::optional<std::string> canonical(const std::string& sql) {
 
 void same_statement(const std::string& cut, const std::string& deparsed, const char* what) {
   auto a = canonical(cut), b = canonical(deparsed);
+  // No reference when the deparser's spelling does not parse again (libpg_query 15
+  // writes `(ARRAY['c'])[0]` as `ARRAY['c'][0]`): the edit must still parse.
+  if (!b && a) return;
   if (!a || !b || *a != *b) fuzz::fail("router_fuzz", std::string(what) + ": the text's edit is another statement: " + cut);
 }
 
