@@ -431,6 +431,9 @@ class Session : public std::enable_shared_from_this<Session> {
     int queries = 0;  // Query messages sent: session-state replays, then the statement
     Reply reply;      // lost (or the acquire error) when nothing can be read
   };
+  // A backend of `shard` from its pools (acquire_backend); `metered`: the wait and a
+  // failure count in the shard's metrics, as for a client's statement.
+  awaitable<AcquireResult> acquire_counted(std::size_t shard, bool metered);
   // `join`: a held backend not yet in the open transaction gets BEGIN before `sql`.
   awaitable<Sent> send_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext, bool metered,
                           bool join = false);

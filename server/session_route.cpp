@@ -1139,6 +1139,17 @@ awaitable<std::vector<std::pair<std::size_t, Session::Reply>>> Session::run_on_e
   co_return replies;
 }
 
+awaitable<AcquireResult> Session::acquire_counted(std::size_t shard, bool metered) {
+  const auto waited_from = std::chrono::steady_clock::now();
+  std::optional<std::size_t> primary;
+  auto r = co_await acquire_backend(shard, primary);
+  if (metered && shard < kMaxShards) {
+    metrics_.shards[shard].pool_wait.observe_since(waited_from);
+    if (!r.backend) metrics_.shards[shard].connect_errors.add();
+  }
+  co_return r;
+}
+
 awaitable<Session::Sent> Session::send_on(std::size_t shard, std::string_view sql, const ScatterRequest* ext,
                                           bool metered, bool join) {
   Sent sent;
@@ -1146,12 +1157,8 @@ awaitable<Session::Sent> Session::send_on(std::size_t shard, std::string_view sq
   may_write_on(shard);  // (the proxy's own statements too: BEGIN, COMMIT, a write on every shard)
   sent.backend = held_[shard].get();
   if (!sent.backend) {
-    auto waited_from = std::chrono::steady_clock::now();
-    std::optional<std::size_t> primary;
-    auto r = co_await acquire_backend(shard, primary);
-    if (metered && shard < kMaxShards) metrics_.shards[shard].pool_wait.observe_since(waited_from);
+    auto r = co_await acquire_counted(shard, metered);
     if (!r.backend) {
-      if (metered && shard < kMaxShards) metrics_.shards[shard].connect_errors.add();
       sent.reply.lost = true;
       sent.reply.error = error_body(r.sqlstate, r.message);
       co_return sent;

@@ -23,13 +23,7 @@ void Session::note_written(std::size_t shard) {
 
 awaitable<bool> Session::hold_backend(std::size_t shard) {
   if (held_[shard]) co_return true;  // (in session mode it may be held since an earlier transaction)
-  const auto waited_from = std::chrono::steady_clock::now();
-  std::optional<std::size_t> primary;
-  auto r = co_await acquire_backend(shard, primary);
-  if (shard < kMaxShards) {  // (as for the backend of a statement: send_on)
-    metrics_.shards[shard].pool_wait.observe_since(waited_from);
-    if (!r.backend) metrics_.shards[shard].connect_errors.add();
-  }
+  auto r = co_await acquire_counted(shard, true);
   if (!r.backend) co_return false;
   held_[shard] = std::move(r.backend);
   co_return true;
