@@ -640,7 +640,7 @@ def cmd_report(d):
                 "pgbench_user_us", "pgbench_sys_us"]
     count_cols = ["proxy_syscalls", "proxy_context_switches"]
     cpu_rows = []
-    for t in ["direct", "pgbouncer", "splitpoint", "splitpoint_one_pg"]:
+    for t in ["direct", "pgbouncer", "splitpoint", "splitpoint_one_pg", "relay"]:
         ok = [r for r in crows if r["target"] == t and r["status"] == "ok"]
         if not ok:
             continue
@@ -781,7 +781,9 @@ def cmd_report(d):
                   "target; CPU time (microseconds per transaction, user and system) of the proxy, of all "
                   "processes of the PostgreSQL instances behind it, and of pgbench; median of rounds. "
                   "`splitpoint_one_pg` is splitpoint with both shards on the direct instance: the same "
-                  "proxy work against one PostgreSQL instead of two. The last two columns are the proxy's "
+                  "proxy work against one PostgreSQL instead of two; `relay` (tests/bench/relay.cpp) only moves bytes "
+                  "between each client and a connection of its own to the direct instance, the floor of a proxy's "
+                  "cost. The last two columns are the proxy's "
                   "system calls and context switches per transaction (`perf stat`; empty without perf).", "",
                   md_table(cpu_header, cpu_rows), ""]
     if sb_rows:
