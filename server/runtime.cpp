@@ -1,5 +1,6 @@
 #include "server/runtime.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 
@@ -20,6 +21,11 @@ std::shared_ptr<Pool> ShardPools::get(const std::string& client_user, const std:
   t.connect_timeout = connect_timeout_;
   t.tls = shard_.tls;
   std::lock_guard lock(mu_);
+  if (shard_.user.empty() && identities_.size() < kMaxIdentities) {
+    Identity who{client_user, client_password, client_database};
+    if (std::find(identities_.begin(), identities_.end(), who) == identities_.end())
+      identities_.push_back(std::move(who));
+  }
   auto& pool = pools_[{t.host_index, t.user, t.database}];
   if (!pool) {
     pool = std::make_shared<Pool>(std::move(t), shard_.pool_size);
@@ -37,6 +43,11 @@ void ShardPools::set_paused(bool paused) {
 bool ShardPools::paused() const {
   std::lock_guard lock(mu_);
   return paused_;
+}
+
+std::vector<ShardPools::Identity> ShardPools::identities() const {
+  std::lock_guard lock(mu_);
+  return identities_;
 }
 
 std::vector<std::shared_ptr<Pool>> ShardPools::all() const {

@@ -55,6 +55,15 @@ class ShardPools {
   // Same server, credentials and size: pools can be kept across a reload.
   bool same_definition(const config::Shard& other, std::chrono::milliseconds connect_timeout,
                        const config::Health& health) const;
+  // The clients that took pools here (as `get`'s arguments) while the shard has no
+  // configured user, up to kMaxIdentities: two-phase recovery connects as them
+  // (server/two_phase.cpp), as only a transaction's owner may finish it.
+  struct Identity {
+    std::string user, password, database;
+    bool operator==(const Identity&) const = default;
+  };
+  static constexpr std::size_t kMaxIdentities = 64;
+  std::vector<Identity> identities() const;
 
  private:
   config::Shard shard_;
@@ -62,6 +71,7 @@ class ShardPools {
   std::shared_ptr<ShardHosts> hosts_;
   mutable std::mutex mu_;
   std::map<std::tuple<std::size_t, std::string, std::string>, std::shared_ptr<Pool>> pools_;
+  std::vector<Identity> identities_;
   bool paused_ = false;
 };
 

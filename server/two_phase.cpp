@@ -56,35 +56,50 @@ std::vector<std::string> shards_without_prepared_transactions(const Runtime& rt)
 
 namespace {
 
-// A connection of the shard's configured backend user (recovery needs no client).
-awaitable<std::unique_ptr<Backend>> connect(const Runtime& rt, std::size_t shard, std::shared_ptr<Pool>& pool) {
+using Identity = ShardPools::Identity;
+
+// A connection to the shard as `who` (a client's identity, the shard's configured user
+// standing in for it as in a session), or without `who` as the shard's configured user.
+awaitable<std::unique_ptr<Backend>> connect(const Runtime& rt, std::size_t shard, const Identity* who,
+                                            std::shared_ptr<Pool>& pool) {
   const auto& def = rt.shards[shard]->shard();
-  if (def.user.empty()) co_return nullptr;
-  pool = rt.shards[shard]->get(def.user, def.password, def.database);
+  if (!who && def.user.empty()) co_return nullptr;
+  pool = who ? rt.shards[shard]->get(who->user, who->password, who->database)
+             : rt.shards[shard]->get(def.user, def.password, def.database);
   auto r = co_await pool->acquire(rt.config.timeouts.server_connect);
   co_return std::move(r.backend);
 }
 
-}  // namespace
+// Every client identity some shard without a configured user has seen.
+std::vector<Identity> client_identities(const Runtime& rt) {
+  std::vector<Identity> out;
+  for (auto& shard : rt.shards)
+    for (auto& who : shard->identities())
+      if (std::find(out.begin(), out.end(), who) == out.end()) out.push_back(who);
+  return out;
+}
 
-awaitable<int> recover_once(const Runtime& rt, Metrics& metrics) {
+// One pass over every shard, connected as `who` (see connect).
+awaitable<int> recover_as(const Runtime& rt, Metrics& metrics, const Identity* who) {
   const auto timeout = rt.config.timeouts.server_connect;
   std::shared_ptr<Pool> rec_pool;
-  auto rec = co_await connect(rt, 0, rec_pool);
+  auto rec = co_await connect(rt, 0, who, rec_pool);
   if (!rec) {
-    spdlog::warn("two-phase recovery: no connection to the recorder shard \"{}\" (it needs a configured user)",
-                 rt.shards[0]->shard().name);
+    spdlog::warn("two-phase recovery: no connection to the recorder shard \"{}\"{}", rt.shards[0]->shard().name,
+                 who ? " as user \"" + who->user + "\"" : std::string());
     co_return 0;
   }
   int resolved = 0;
-  bool rec_ok = (co_await simple_query(*rec, kCreateTable, timeout)).ok();
+  // (A client may lack CREATE where the table is: its pass goes on, as the table exists
+  // once its own transactions have been decided.)
+  bool rec_ok = (co_await simple_query(*rec, kCreateTable, timeout)).ok() || who;
   // Transactions still prepared somewhere keep their record; `listed` stays true only if
   // every shard's list was read (see the DELETE below).
   std::set<std::string> still_prepared;
   bool listed = rec_ok;
   for (std::size_t s = 0; s < rt.shards.size() && rec_ok; ++s) {
     std::shared_ptr<Pool> pool;
-    auto b = co_await connect(rt, s, pool);
+    auto b = co_await connect(rt, s, who, pool);
     if (!b) {
       listed = false;
       continue;
@@ -92,15 +107,17 @@ awaitable<int> recover_once(const Runtime& rt, Metrics& metrics) {
     auto list = co_await simple_query(
         *b,
         "SELECT gid, prepared < now() - interval '" + std::to_string(kRecoverAfter.count()) +
-            " seconds' FROM pg_catalog.pg_prepared_xacts WHERE gid LIKE 'splitpoint:%' AND database = "
-            "current_database()",
+            " seconds', owner = current_user FROM pg_catalog.pg_prepared_xacts WHERE gid LIKE 'splitpoint:%' AND "
+            "database = current_database()",
         timeout);
     bool ok = list.ok();
     for (auto& row : list.rows) {
-      if (!ok || row.size() < 2 || !row[0]) break;
+      if (!ok || row.size() < 3 || !row[0]) break;
       auto txid = txid_of(*row[0]);
       if (!txid) continue;
-      if (row[1] != "t") {  // too recent: its coordinator may still be at work
+      // Too recent (its coordinator may still be at work), or, as a client, another
+      // user's (its owner's pass finishes it).
+      if (row[1] != "t" || (who && row[2] != "t")) {
         still_prepared.insert(*txid);
         continue;
       }
@@ -142,6 +159,20 @@ awaitable<int> recover_once(const Runtime& rt, Metrics& metrics) {
   }
   bool reusable = rec_ok && rec->status == 'I';
   rec_pool->release(std::move(rec), reusable);
+  co_return resolved;
+}
+
+}  // namespace
+
+// As the shards' configured users when the recorder has one, then as each client that
+// used a shard without one: a prepared transaction can be finished only by the user
+// that prepared it (or a superuser), and a proxy without shard users knows no other
+// credentials that log in. After a restart such transactions wait for their owner's
+// first login.
+awaitable<int> recover_once(const Runtime& rt, Metrics& metrics) {
+  int resolved = 0;
+  if (!rt.shards[0]->shard().user.empty()) resolved += co_await recover_as(rt, metrics, nullptr);
+  for (const Identity& who : client_identities(rt)) resolved += co_await recover_as(rt, metrics, &who);
   co_return resolved;
 }
 

@@ -22,9 +22,10 @@ Two shards (fresh databases tp_<random> on the shared instances), a hash distrib
 - recovery: prepared transactions named like splitpoint's (with and without a
   'commit' decision row) are committed / rolled back within seconds; a prepared
   transaction of someone else is left alone; a decision row older than the hour is
-  kept while its transaction is still prepared.
+  kept while its transaction is still prepared; without shard users, recovery runs as
+  the clients that logged in.
 """
-# test-timeout: 120
+# test-timeout: 180
 
 import os
 import sys
@@ -405,6 +406,59 @@ def recovery_resolves_prepared_transactions():
     assert decision == [("abort",)], decision
     on_shard(0, "ROLLBACK PREPARED 'not-ours'")
     on_shard(0, "DELETE FROM splitpoint_2pc")
+
+
+@test
+def recovery_without_a_shard_user():
+    """Shards without a configured user: recovery connects as the clients that used
+    them, as only a prepared transaction's owner (or a superuser) may finish it. Left
+    by a dead coordinator: one transaction decided 'commit' (prepared on both shards),
+    one undecided. Nothing is resolved before a client logged in (the proxy knows no
+    credentials); after a login, the first is committed on both shards and the second
+    rolled back within seconds."""
+    dbs = sptest.Databases("tpn")
+
+    def on(i, sql):
+        c = dbs.shard(i)
+        cur = c.cursor()
+        cur.execute(sql)
+        rows = cur.fetchall() if cur.description else None
+        c.close()
+        return rows
+
+    def prepared():
+        return sorted(r[0] for i in range(2) for r in
+                      on(i, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"))
+
+    try:
+        for i in range(2):
+            on(i, "CREATE TABLE items (id bigint PRIMARY KEY, label text, n int NOT NULL DEFAULT 0)")
+        on(0, "CREATE TABLE splitpoint_2pc (txid text PRIMARY KEY, decision text NOT NULL, "
+              "decided_at timestamptz NOT NULL DEFAULT now())")
+        for i, key, gid in [(0, 1, "splitpoint:feed01:0"), (1, 2, "splitpoint:feed01:1"),
+                            (1, 3, "splitpoint:feed02:1")]:
+            on(i, f"BEGIN; INSERT INTO items (id) VALUES ({key}); PREPARE TRANSACTION '{gid}'")
+        on(0, "INSERT INTO splitpoint_2pc (txid, decision) VALUES ('feed01', 'commit')")
+        orphans = ["splitpoint:feed01:0", "splitpoint:feed01:1", "splitpoint:feed02:1"]
+        no_user = config(dbs.name).replace(", user: app, password: secret", "")
+        with sptest.Proxy("tp-no-user", no_user, WORKDIR) as proxy:
+            time.sleep(12)  # past kRecoverAfter and two passes of the recovery loop
+            assert prepared() == orphans, f"resolved before any login: {prepared()}"
+            with pgwire.connect(sptest.HOST, proxy.port, "app", dbs.name, password="secret", timeout=20) as w:
+                w.query("SELECT 1").raise_error()
+            deadline = time.monotonic() + 30
+            while prepared() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert not prepared(), f"prepared transactions 30 s after a client's login: {prepared()}"
+        assert [r[0] for r in on(0, "SELECT id FROM items")] == [1], on(0, "SELECT id FROM items")
+        assert [r[0] for r in on(1, "SELECT id FROM items")] == [2], on(1, "SELECT id FROM items")
+        assert on(0, "SELECT txid, decision FROM splitpoint_2pc ORDER BY txid") == [
+            ("feed01", "commit"), ("feed02", "abort")]
+    finally:
+        for i in range(2):
+            for (gid,) in on(i, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"):
+                on(i, f"ROLLBACK PREPARED '{gid}'")
+        dbs.drop()
 
 
 @test
