@@ -172,6 +172,14 @@ struct Route {
   };
   std::shared_ptr<const Names> names;
   const KeyGuard* key_guard() const { return names && names->key_guard ? &*names->key_guard : nullptr; }
+  // The shards a statement of kind `shards` or `all_shards` runs on, out of
+  // `shard_count`: every one for all_shards (or an empty list, or `every`), else `shards`.
+  std::vector<std::size_t> target_shards(std::size_t shard_count, bool every = false) const {
+    if (!every && kind != RouteKind::all_shards && !shards.empty()) return shards;
+    std::vector<std::size_t> all(shard_count);
+    for (std::size_t s = 0; s < shard_count; ++s) all[s] = s;
+    return all;
+  }
   // kind == error (SPR01) for an INSERT whose keys the proxy may generate.
   std::shared_ptr<const KeyRequest> generate_keys;
   // kind == error (SPR01) for an INSERT ... SELECT into a sharded table whose rows the

@@ -259,8 +259,7 @@ awaitable<void> AdminConsole::show_route(std::string_view sql, std::string& out)
   }
   std::vector<std::string> shards, parts;
   std::vector<std::size_t> ids = route.shards;
-  if (route.kind == routing::RouteKind::all_shards)
-    for (std::size_t s = 0; s < rt->config.shards.size(); ++s) ids.push_back(s);
+  if (route.kind == routing::RouteKind::all_shards) ids = route.target_shards(rt->config.shards.size());
   for (auto s : ids) shards.push_back(rt->config.shards[s].name);
   for (auto& p : route.partitions)
     parts.push_back(rt->config.distributions[p.distribution].name + ":" + std::to_string(p.partition));

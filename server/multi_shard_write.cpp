@@ -37,11 +37,7 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
 
 MultiShardWrite::MultiShardWrite(Session& session, const routing::Route& route, std::string_view sql,
                                  const Session::ScatterRequest* ext)
-    : s_(session), route_(route), sql_(sql), ext_(ext), targets_(route.shards) {
-  if (route.kind == RouteKind::all_shards || targets_.empty()) {
-    targets_.clear();
-    for (std::size_t s = 0; s < s_.pools_.size(); ++s) targets_.push_back(s);
-  }
+    : s_(session), route_(route), sql_(sql), ext_(ext), targets_(route.target_shards(session.pools_.size())) {
   // SET key = <value>: the guarded shards first, so that a row that would move stops
   // the statement before the value's own shard applies it.
   if (route.key_guard())

@@ -159,11 +159,7 @@ awaitable<bool> ScatterRead::plan() {
 // one that cannot be reached is missing at once, one still waiting at the deadline is
 // missing as timed out.
 awaitable<bool> ScatterRead::acquire() {
-  std::vector<std::size_t> targets = route_.shards;
-  if (route_.kind == routing::RouteKind::all_shards || targets.empty() || (combine_ && combine_->all_shards)) {
-    targets.clear();
-    for (std::size_t i = 0; i < s_.pools_.size(); ++i) targets.push_back(i);
-  }
+  const std::vector<std::size_t> targets = route_.target_shards(s_.pools_.size(), combine_ && combine_->all_shards);
   deadline_ = started_ + s_.scatter_deadline(route_);
   allow_partial_ = s_.scatter_allows_partial(route_);
   shards_.resize(targets.size());

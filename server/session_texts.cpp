@@ -97,13 +97,8 @@ awaitable<bool> Session::writes_shards_alone(const routing::Route& route) {
       route.txn != TxnCommand::none || route.syntax_error || route.key_guard() || route.generate_keys ||
       route.pull_insert || route.explain != routing::Route::Explain::none)
     co_return false;
-  std::vector<std::size_t> targets = route.shards;
-  if (route.kind == RouteKind::all_shards) {
-    targets.clear();
-    for (std::size_t s = 0; s < pools_.size(); ++s) targets.push_back(s);
-  } else if (route.kind != RouteKind::shards) {
-    co_return false;
-  }
+  if (route.kind != RouteKind::shards && route.kind != RouteKind::all_shards) co_return false;
+  const std::vector<std::size_t> targets = route.target_shards(pools_.size());
   if (targets.size() < 2) co_return false;
   for (auto s : targets) {
     if (pools_[s]->max_prepared_transactions() || held_[s]) continue;
