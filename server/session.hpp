@@ -409,7 +409,6 @@ class Session : public std::enable_shared_from_this<Session> {
   // The client's Sync ends an txn_.implicit: commit (or roll back) on every shard,
   // then one ReadyForQuery 'I'.
   awaitable<bool> end_implicit_transaction();
-  struct ScatterRequest;
   // A write on several shards: its executor, MultiShardWrite (multi_shard_write.hpp). With
   // `ext`, the statement runs in the extended protocol with its parameters.
   awaitable<bool> run_on_shards(const routing::Route& route, std::string_view sql,
