@@ -167,6 +167,10 @@ bool ClientSettings::apply(std::vector<SessionCmd>& commands) {
         break;
       case SessionCommand::reset:
         if (it != sets.end()) sets.erase(it);
+        // PostgreSQL puts a startup packet's parameter back to that value; the backend
+        // (another client's startup) put it to its own default.
+        if (std::any_of(startup.begin(), startup.end(), [&](auto& p) { return p.first == c.name; }))
+          backend_reset = true;
         break;
       case SessionCommand::discard_all:
         drawn = {};

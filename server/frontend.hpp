@@ -235,7 +235,8 @@ struct ClientSettings {
   DrawnValues drawn;                // currval/lastval of the values the proxy drew
 
   // The commands of a finished transaction; true if one reset the backend (RESET ALL,
-  // DISCARD ALL), which then has its own defaults, not the client's.
+  // DISCARD ALL, RESET of a startup parameter), which then has its own defaults, not
+  // the client's: it gets the session's script again before its next statement.
   bool apply(std::vector<SessionCmd>& commands);
   void rebuild_script();
 };

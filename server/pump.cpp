@@ -14,8 +14,13 @@ namespace proto = splitpoint::protocol;
 
 awaitable<bool> Pump::use_shard(std::size_t shard, std::optional<std::size_t> standby) {
   Session& s = s_;
-  if (s.cur_ == shard && active() && s.cur()->host == (standby ? *standby : s.pools_[shard]->target().host_index))
+  if (s.cur_ == shard && active() && s.cur()->host == (standby ? *standby : s.pools_[shard]->target().host_index)) {
+    // A RESET ALL, DISCARD ALL or RESET of a startup parameter left the backend with its
+    // own defaults (ClientSettings::apply): the session's script first (not inside an
+    // extended batch).
+    if (s.cur()->applied_state != s.settings_.hash && !s.fe_.sent_after_sync) sync_state(*s.cur());
     co_return true;
+  }
   bool mid_batch = s.fe_.sent_after_sync;
   s.leave_batch_shard(shard);
   if (active()) co_await drain();
@@ -27,6 +32,10 @@ awaitable<bool> Pump::use_shard(std::size_t shard, std::optional<std::size_t> st
     co_return false;
   }
   co_return co_await attach(shard, standby);
+}
+
+void Pump::sync_state(Backend& b) {
+  for (int n = s_.sync_backend_state(b, s_.bout_, true); n > 0; --n) s_.fe_.expect.push_back(Expect{'Z', true});
 }
 
 awaitable<bool> Pump::attach(std::size_t shard, std::optional<std::size_t> standby) {
@@ -55,7 +64,7 @@ awaitable<bool> Pump::attach(std::size_t shard, std::optional<std::size_t> stand
   Backend* b = s.held_[shard].get();
   s.cur_ = shard;
   s.set_cancel_target(b, shard);
-  for (int n = s.sync_backend_state(*b, s.bout_, true); n > 0; --n) s.fe_.expect.push_back(Expect{'Z', true});
+  sync_state(*b);
   active_.store(true, std::memory_order_relaxed);
   s.metrics_.clients_active.add(1);
   stop_ = false;

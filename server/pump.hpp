@@ -57,6 +57,9 @@ class Pump {
 
  private:
   awaitable<bool> attach(std::size_t shard, std::optional<std::size_t> standby);
+  // The session's state on `b` (Session::sync_backend_state) ahead of what comes next,
+  // its answers swallowed.
+  void sync_state(Backend& b);
   awaitable<void> run();
   // The whole messages of `in` from the current backend: those the client is owed
   // go to `out` (a view into `in` when none was held back or replaced). Returns how

@@ -514,7 +514,11 @@ awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& ro
   std::string restore = route.session_commands ? note_session_commands(*route.session_commands, e.commands) : std::string();
   const bool in_batch = e.query_in_batch;
   fe_.expect.push_back(std::move(e));
-  if (!restore.empty()) {
+  // Inside a block the RESET's value is needed at once (the session's settings follow
+  // at COMMIT). Outside one the backend gets the session's script again before its next
+  // statement, once the text succeeded (ClientSettings::apply): a failed text undoes
+  // its RESET.
+  if (!restore.empty() && in_transaction()) {
     proto::Query{restore}.encode(bout_);
     Expect injected{'Z', true};
     injected.query_in_batch = in_batch;

@@ -12,8 +12,9 @@ are sharded over two shards.
     (routine, file, position), in both protocols; in a block the proxy failed itself the
     block stays failed after it;
   - COMMIT/ROLLBACK outside a transaction: PostgreSQL's WARNING (25P01), extended too;
-  - RESET of a parameter from the startup packet goes back to the client's value; a
-    bad startup value fails the login with PostgreSQL's error (FATAL 22023);
+  - RESET of a parameter from the startup packet goes back to the client's value (in
+    both protocols; a text that fails undoes its RESET); a bad startup value fails the
+    login with PostgreSQL's error (FATAL 22023);
   - over two shards with a hash-sharded table: SQL-level PREPARE/EXECUTE inserts land on
     the shard that owns each key (the same shard a plain INSERT picks), in both pool
     modes; EXECUTE with a non-constant argument, and PREPARE or EXECUTE among other
@@ -180,6 +181,17 @@ def reset_goes_back_to_the_startup_value():
         assert c.scalar("SHOW work_mem") == "5MB", name
         c.query("RESET ALL").raise_error()
         assert c.scalar("SHOW statement_timeout") == "7s", name
+        # The same through the extended protocol (Parse/Bind/Execute/Sync).
+        c.query("SET DateStyle = ISO").raise_error()
+        c.extended("RESET DateStyle").raise_error()
+        assert c.scalar("SHOW DateStyle") == "SQL, DMY", f"{name}: extended RESET"
+        c.query("SET work_mem = '1MB'").raise_error()
+        c.extended("RESET ALL").raise_error()
+        assert c.scalar("SHOW work_mem") == "5MB", f"{name}: extended RESET ALL"
+        # A text that fails undoes its RESET, as any SET in it.
+        c.query("SET DateStyle = ISO").raise_error()
+        assert c.query("RESET DateStyle; SELECT 1/0").sqlstate == "22012"
+        assert c.scalar("SHOW DateStyle") == "ISO, DMY", f"{name}: RESET of a failed text kept"
         c.close()
 
 
