@@ -193,6 +193,14 @@ def reset_goes_back_to_the_startup_value():
         assert c.query("RESET DateStyle; SELECT 1/0").sqlstate == "22012"
         assert c.scalar("SHOW DateStyle") == "ISO, DMY", f"{name}: RESET of a failed text kept"
         c.close()
+    # In transaction pooling the backend of an extended RESET reaches the next client
+    # with the same settings with them again, not with the server's default.
+    a, b = (raw(PROXIES["one-transaction"], DateStyle="SQL, DMY") for _ in range(2))
+    a.extended("RESET DateStyle").raise_error()
+    seen = {b.scalar("SHOW DateStyle") for _ in range(6)}
+    assert seen == {"SQL, DMY"}, f"another client's RESET reached this one: {seen}"
+    a.close()
+    b.close()
 
 
 def shard_of(key):
