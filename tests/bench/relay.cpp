@@ -5,7 +5,7 @@
 // write each way, and its share of epoll_wait). What it costs is what PgBouncer or
 // splitpoint could cost at best on this machine.
 //
-//   relay LISTEN_PORT BACKEND_PORT     (both on 127.0.0.1; prints "ready" when listening)
+//   relay LISTEN_PORT BACKEND_PORT     (both on 127.0.0.1)
 //
 // Bench tool only: writes block (the sockets stay blocking; epoll only says when a read
 // will not), a failed connect or a short read ends the pair.
@@ -70,8 +70,6 @@ int main(int argc, char** argv) {
   lev.events = EPOLLIN;
   lev.data.fd = lfd;
   epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &lev);
-  std::printf("ready\n");
-  std::fflush(stdout);
 
   std::vector<int> peer(1 << 16, -1);  // fd -> the other end of its pair
   std::vector<char> buf(1 << 16);
