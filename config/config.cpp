@@ -887,7 +887,8 @@ void Loader::check_trust_exposure(const Fields& top) {
 }
 
 void Loader::load_timeouts(const Entry& e) {
-  auto f = mapping(e, {"client_login", "client_idle", "server_connect", "shutdown", "query", "deadlock"});
+  auto f = mapping(e, {"client_login", "client_idle", "server_connect", "shard_unavailable", "shutdown", "query",
+                       "deadlock"});
   if (!f) return;
   Timeouts& t = cfg_.timeouts;
   // Login and connect must end (every wait has a deadline); idle 0 means never,
@@ -895,6 +896,7 @@ void Loader::load_timeouts(const Entry& e) {
   if (const Entry* v = f->get("client_login")) assign(t.client_login, duration(*v, false));
   if (const Entry* v = f->get("client_idle")) assign(t.client_idle, duration(*v, true));
   if (const Entry* v = f->get("server_connect")) assign(t.server_connect, duration(*v, false));
+  if (const Entry* v = f->get("shard_unavailable")) assign(t.shard_unavailable, duration(*v, true));
   if (const Entry* v = f->get("shutdown")) assign(t.shutdown, duration(*v, true));
   // query and deadlock 0 are off.
   if (const Entry* v = f->get("query")) assign(t.query, duration(*v, true));

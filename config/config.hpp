@@ -137,6 +137,11 @@ struct Timeouts {
   Duration client_login{10000};
   Duration client_idle{0};  // 0 = never
   Duration server_connect{3000};
+  // Extension: how long a statement waits for a shard that refuses connections the way
+  // a restarting PostgreSQL does (refused, 57P03, closed during start-up), connecting
+  // again with backoff, before its client gets the error. Not for a shard with standbys
+  // to fail over to. 0 = fail at once.
+  Duration shard_unavailable{10000};
   Duration shutdown{30000};
   // Extension (as PgBouncer's query_timeout): a statement on one shard unanswered this
   // long is cancelled there, and its connection dropped if the cancel does not answer

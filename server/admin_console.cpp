@@ -161,6 +161,7 @@ void show_config(const config::Config& c, std::string& out) {
   t.row({"timeouts.client_login", dur(c.timeouts.client_login)});
   t.row({"timeouts.client_idle", dur(c.timeouts.client_idle)});
   t.row({"timeouts.server_connect", dur(c.timeouts.server_connect)});
+  t.row({"timeouts.shard_unavailable", dur(c.timeouts.shard_unavailable)});
   t.row({"timeouts.shutdown", dur(c.timeouts.shutdown)});
   t.row({"timeouts.query", dur(c.timeouts.query)});
   t.row({"timeouts.deadlock", dur(c.timeouts.deadlock)});

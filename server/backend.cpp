@@ -214,9 +214,12 @@ awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
   if (rec) co_return failure(sqlstate::cannot_connect, "could not resolve \"" + t.host + "\": " + rec.message());
   tcp::socket socket(ex);
   auto [cec, ep] = co_await asio::async_connect(socket, endpoints, use_nothrow);
-  if (cec)
-    co_return failure(sqlstate::cannot_connect, "could not connect to shard \"" + t.shard + "\" at " +
-                                                    t.host + ":" + std::to_string(t.port) + ": " + cec.message());
+  if (cec) {
+    auto r = failure(sqlstate::cannot_connect, "could not connect to shard \"" + t.shard + "\" at " + t.host + ":" +
+                                                   std::to_string(t.port) + ": " + cec.message());
+    r.restarting = cec == asio::error::connection_refused;
+    co_return r;
+  }
   socket.set_option(tcp::no_delay(true));
   set_keepalive(socket);
   auto protocol = ep.protocol();
@@ -237,9 +240,11 @@ awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
   char type = 0;
   std::string body;
   for (;;) {
-    if (!co_await read_frame(conn->socket, conn->read_buf, type, body))
-      co_return failure(sqlstate::connection_failure,
-                        "shard \"" + t.shard + "\" closed the connection during start-up");
+    if (!co_await read_frame(conn->socket, conn->read_buf, type, body)) {
+      auto r = failure(sqlstate::connection_failure, "shard \"" + t.shard + "\" closed the connection during start-up");
+      r.restarting = true;
+      co_return r;
+    }
     out.clear();
     switch (type) {
       case 'R': {
@@ -292,7 +297,9 @@ awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
         auto fields = proto::ErrorFields::decode(body);
         std::string code = fields ? std::string(fields->get('C')) : sqlstate::connection_failure;
         std::string msg = fields ? std::string(fields->get('M')) : "error during start-up";
-        co_return failure(code, "shard \"" + t.shard + "\": " + msg);
+        auto r = failure(code, "shard \"" + t.shard + "\": " + msg);
+        r.restarting = code == "57P03" || code == "57P01";
+        co_return r;
       }
       case 'Z':
         conn->host = t.host_index;

@@ -73,6 +73,9 @@ struct ConnectResult {
   std::unique_ptr<Backend> backend;
   std::string sqlstate;  // set on failure
   std::string message;
+  // Refused as a restarting PostgreSQL refuses (nothing listening, 57P03, 57P01, closed
+  // during start-up): worth connecting again soon (Session::acquire_backend).
+  bool restarting = false;
 };
 
 // Connects (with TLS per target.tls), authenticates (trust, cleartext, md5,

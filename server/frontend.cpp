@@ -121,6 +121,8 @@ Frontend::Verdict Frontend::on_backend(char type, std::string_view body, Backend
       return v;
     case 'E': {
       const bool injected = in_injected_query();
+      if (!injected && std::none_of(expect.begin(), expect.end(), [](const Expect& e) { return e.type == 'Z' && !e.swallow; }))
+        open_batch_failed = true;
       drop_until_sync(true, b);
       portal_rows.clear();
       if (!expect.empty()) expect.front().failed = true;

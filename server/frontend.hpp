@@ -194,14 +194,25 @@ class Frontend {
   bool proxy_failed_txn = false;
   bool skip_until_sync = false;  // after an error found by the proxy in an extended batch
   bool batch_failed = false;     // an error went to the client since its last Sync
+  // An error of the batch the client is still sending (no Sync of it seen yet): as
+  // PostgreSQL, what it sends until its Sync is skipped (Session::handle_frame).
+  bool open_batch_failed = false;
   bool copy_in = false;          // an extended-protocol COPY FROM STDIN is running
   bool sent_after_sync = false;  // messages sent since the last Sync/Query
   bool last_tag_rollback = false;
   RowShares portal_rows;  // the write portal whose BindComplete came last
   std::vector<SessionCmd> pending_commands;  // completed inside a transaction
   std::vector<SessionCmd> batch_commands;    // Bound in this extended batch, for its Sync
-  // An extended-protocol COMMIT/ROLLBACK the proxy answers itself: (portal, tag).
-  std::optional<std::pair<std::string, std::string>> local_portal;
+  // A portal the proxy answers itself (an extended-protocol COMMIT/ROLLBACK, SET / RESET
+  // / SHOW splitpoint.*): what its Describe (empty: NoData) and Execute answer.
+  struct LocalPortal {
+    std::string name;
+    std::string description;  // a RowDescription message, or empty
+    std::string rows;         // DataRow (and NoticeResponse) messages before the tag
+    std::string tag;
+    std::string error;  // an ErrorResponse body: Execute answers it instead of the tag
+  };
+  std::optional<LocalPortal> local_portal;
 
  private:
   Verdict on_ready_for_query(std::string_view body, BackendState& b);

@@ -176,7 +176,7 @@ awaitable<void> Pool::connect_for(std::shared_ptr<Pool> self, std::shared_ptr<Wa
                  target_.shard, r.message);
     co_return;
   }
-  AcquireResult failed{nullptr, r.sqlstate, r.message};
+  AcquireResult failed{nullptr, r.sqlstate, r.message, r.restarting};
   // Refused for want of connections (53300: max_connections, or its user's connection
   // limit) while the pool's other connections are in use: it waits for one of them up to
   // its deadline, as in a full pool, and gets that error only if none comes.
@@ -202,7 +202,9 @@ void Pool::release(std::unique_ptr<Backend> backend, bool reusable) {
   std::shared_ptr<Waiter> connect_for_waiter;
   {
     std::lock_guard lock(mu_);
-    if (reusable && backend && !backend->cancel_sent) {
+    // (Never one inside a transaction or with answers unread: its next user would run
+    // in another client's transaction.)
+    if (reusable && backend && !backend->cancel_sent && backend->status == 'I' && backend->read_buf.empty()) {
       put_back(std::move(backend));
       return;
     }

@@ -19,6 +19,7 @@ struct AcquireResult {
   std::unique_ptr<Backend> backend;
   std::string sqlstate;  // set on failure
   std::string message;
+  bool restarting = false;  // its connect was refused as by a restarting server (ConnectResult)
 };
 
 struct PoolStats {

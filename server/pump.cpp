@@ -26,7 +26,7 @@ awaitable<bool> Pump::use_shard(std::size_t shard, std::optional<std::size_t> st
   if (active()) co_await drain();
   else s.bout_.clear();  // what drain() does then, without a coroutine frame
   if (s.closing_) co_return false;
-  if (mid_batch && s.fe_.batch_failed) {
+  if ((mid_batch && s.fe_.batch_failed) || s.fe_.open_batch_failed) {
     // The previous shard failed inside this extended batch: discard until Sync.
     s.fe_.skip_until_sync = true;
     co_return false;
@@ -45,6 +45,7 @@ awaitable<bool> Pump::attach(std::size_t shard, std::optional<std::size_t> stand
   if (s.runtime_->standbys && s.held_[shard] && s.held_[shard]->status == 'I' && !s.pinned_ &&
       s.held_[shard]->host != (standby ? *standby : s.pools_[shard]->target().host_index))
     s.release_shard(shard, true);
+  s.drop_if_closed(shard);
   if (!s.held_[shard]) {
     const auto waited_from = std::chrono::steady_clock::now();
     AcquireResult r;
@@ -80,7 +81,10 @@ awaitable<void> Pump::drain() {
     co_return;
   }
   if (s.fe_.sent_after_sync) {
-    // Close the implicit transaction of an unfinished extended batch so it completes.
+    // Close the implicit transaction of an unfinished extended batch so it completes;
+    // one that wrote becomes a block first, which the client's Sync ends on every shard
+    // the batch reached (PostgreSQL runs the whole batch as one transaction).
+    s.leave_batch_shard(Session::kNoShard);
     proto::encode_sync(s.bout_);
     Expect e{'Z', true};
     e.is_sync = true;  // only its ReadyForQuery is ours: the batch's answers go to the client
@@ -171,7 +175,15 @@ std::optional<std::size_t> Pump::forward_frames(std::string_view in, std::string
     auto r = proto::decode_frame(in.substr(pos), proto::Direction::backend, s_.limits_);
     if (r.status == proto::FrameStatus::need_more) break;
     if (r.status == proto::FrameStatus::error) return std::nullopt;
-    bool keep = process_backend_frame(r.frame.type, r.frame.body);
+    bool keep;
+    if (r.frame.type == 'E' && owes_nothing() && is_fatal(r.frame.body)) {
+      // The server ends an idle connection (shutdown, pg_terminate_backend): not the
+      // client's to hear, unless losing it loses the client's state (run()).
+      closed_idle_ = proto::ErrorFields::decode(r.frame.body).value_or(proto::ErrorFields{});
+      keep = false;
+    } else {
+      keep = process_backend_frame(r.frame.type, r.frame.body);
+    }
     if (keep && !filtered) {
       plain_end = pos + r.frame.size;
     } else if (keep) {
@@ -233,7 +245,30 @@ awaitable<void> Pump::run() {
     if (s.server_.shutting_down() && owes_nothing && s.fe_.client_txn == 'I') s.on_shutdown();
   }
   detach();
-  if (lost && !s.closing_) co_await report_lost(shard, b);
+  if (lost && !s.closing_) {
+    if (owes_nothing() && s.fe_.client_txn == 'I' && !s.unreplayable_) {
+      // Closed between transactions: the next statement takes another backend.
+      spdlog::info("[{}] shard {} closed the session's idle connection ({}); a new one takes its place", s.id_,
+                   s.pools_[shard]->target().shard, closed_idle_ ? std::string(closed_idle_->get('M')) : "EOF");
+      s.release_shard(shard, false);
+    } else {
+      if (closed_idle_) {
+        // Its FATAL is the client's after all (the transaction it was in is gone).
+        std::string out;
+        closed_idle_->encode(out, 'E');
+        co_await s.stream_.write(out);
+      }
+      co_await report_lost(shard, b);
+    }
+  }
+  closed_idle_.reset();
+}
+
+bool Pump::owes_nothing() const { return s_.fe_.expect.empty() && !s_.fe_.sent_after_sync; }
+
+bool Pump::is_fatal(std::string_view error_body) {
+  auto fields = proto::ErrorFields::decode(error_body);
+  return fields && (fields->get('V') == "FATAL" || fields->get('S') == "FATAL" || fields->get('V') == "PANIC");
 }
 
 void Pump::detach() {

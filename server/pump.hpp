@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 
+#include "protocol/messages.hpp"
 #include "server/asio.hpp"
 
 namespace splitpoint::server {
@@ -71,6 +72,9 @@ class Pump {
   void detach();  // no backend is current any more
   // The current backend's connection broke: the client's session ends with 08006.
   awaitable<void> report_lost(std::size_t shard, Backend* b);
+  bool owes_nothing() const;  // the client waits for no answer of the current backend
+  static bool is_fatal(std::string_view error_body);
+  std::optional<protocol::ErrorFields> closed_idle_;  // a FATAL the server sent while owed nothing
 
   Session& s_;
   std::atomic<bool> active_{false};

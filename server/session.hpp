@@ -139,7 +139,15 @@ class Session : public std::enable_shared_from_this<Session> {
   bool should_release() const;
   // Transaction pooling: the session keeps its backend to the end (LISTEN, temp tables:
   // state that lives on that backend). Session pooling keeps it anyway.
-  void pin_backend() { pinned_ = pinned_ || runtime_->config.pool_mode == config::PoolMode::transaction; }
+  void pin_backend() {
+    pinned_ = pinned_ || runtime_->config.pool_mode == config::PoolMode::transaction;
+    unreplayable_ = true;
+  }
+  // A backend held between transactions that the server closed meanwhile (restart,
+  // pg_terminate_backend) goes back as broken, unless it held what cannot be replayed on
+  // another; true when it did (session_forward.cpp).
+  bool drop_if_closed(std::size_t shard);
+  std::size_t shard_to_prepare(const Prepared& p);
   void release_all(bool reusable);
   void release_shard(std::size_t shard, bool reusable);
   // A shard's transaction ended: back to the pool in transaction pooling (or when
@@ -372,8 +380,10 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<std::string> answer_from_drawn(const routing::Route& route, std::string_view sql);
   awaitable<std::optional<KeyCache::Source>> key_source(const routing::KeyRequest& request, const std::string& cache_key,
                                                         std::string& error);
-  awaitable<bool> run_local(const routing::LocalCommand& c);
-  void show_last_scatter(std::string& out) const;
+  awaitable<bool> run_local(const routing::LocalCommand& c, std::string_view portal, bool extended);
+  std::optional<std::pair<std::string, std::string>> local_answer(const routing::LocalCommand& c,
+                                                                  Frontend::LocalPortal& answer);
+  void show_last_scatter(std::string& description, std::string& rows) const;
   awaitable<bool> finish_transaction(const routing::Route& route, std::string_view sql);
   awaitable<void> answer(std::string messages, std::string_view error, std::string_view tag);
   awaitable<bool> prepare_transaction(std::string_view sql);
@@ -613,6 +623,10 @@ class Session : public std::enable_shared_from_this<Session> {
   Pump pump_{*this};   // the single-shard forward (pump.hpp)
   QueryClock query_clock_;
   bool pinned_ = false;  // LISTEN: keeps its backend until the end
+  // A statement left state on a backend that the proxy cannot replay on another
+  // (temporary tables, LISTEN, advisory locks: route.pins_session), in either pool mode:
+  // losing that backend is the client's error, as losing its server would be.
+  bool unreplayable_ = false;
   std::size_t next_any_ = 0;
   ReadYourWrites ryw_;
   CancelTargets cancel_;

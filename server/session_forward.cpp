@@ -107,12 +107,20 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     // discard until Sync, then one ReadyForQuery.
     if (f.type == 'S') {
       fe_.skip_until_sync = false;
+      fe_.open_batch_failed = false;
       txn_.batch_wrote = false;
       fe_.batch_commands.clear();  // the batch failed: its SETs did not happen
       if (txn_.implicit) co_return co_await end_implicit_transaction();
       co_await send_ready();
     }
     co_return true;
+  }
+  if (fe_.open_batch_failed) {
+    // A shard's error ended this batch while the client went on sending it: PostgreSQL
+    // skips the rest up to Sync (the shard skips what it already has; the Sync ends it).
+    if (f.type == 'P' || f.type == 'B' || f.type == 'D' || f.type == 'E' || f.type == 'C' || f.type == 'H')
+      co_return true;
+    fe_.open_batch_failed = false;
   }
   if (server_.runtime_generation() != generation_ && (f.type == 'Q' || f.type == 'P' || f.type == 'B'))
     follow_runtime();  // (a new catalog epoch, taken between transactions)
@@ -168,9 +176,9 @@ awaitable<bool> Session::protocol_violation(char type) {
 awaitable<bool> Session::handle_describe(const proto::Frame& f) {
   auto d = proto::Describe::decode(f.body);
   if (!d) co_return co_await protocol_violation(f.type);
-  if (d->kind == 'P' && fe_.local_portal && fe_.local_portal->first == d->name) {
-    std::string out;
-    proto::encode_no_data(out);
+  if (d->kind == 'P' && fe_.local_portal && fe_.local_portal->name == d->name) {
+    std::string out = fe_.local_portal->description;
+    if (out.empty()) proto::encode_no_data(out);
     co_await stream_.write(out);
     co_return true;
   }
@@ -186,11 +194,12 @@ awaitable<bool> Session::handle_describe(const proto::Frame& f) {
       co_return true;
     }
   }
-  if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
+  auto it = d->kind == 'S' ? fe_.prepared.find(std::string(d->name)) : fe_.prepared.end();
+  if (!cur() && !co_await pump_.use_shard(it == fe_.prepared.end() ? pick_any_shard() : shard_to_prepare(it->second))) {
     fe_.skip_until_sync = true;
     co_return !closing_;
   }
-  auto it = d->kind == 'S' ? fe_.prepared.find(std::string(d->name)) : fe_.prepared.end();
+  it = d->kind == 'S' ? fe_.prepared.find(std::string(d->name)) : fe_.prepared.end();  // (the await may change it)
   if (it == fe_.prepared.end()) {
     forward_raw(f, 0);
   } else {
@@ -249,6 +258,7 @@ awaitable<bool> Session::handle_sync(const proto::Frame& f) {
   }
   if (!cur()) {
     fe_.batch_commands.clear();
+    fe_.batch_failed = false;
     co_await send_ready();
     co_return true;
   }
@@ -272,9 +282,15 @@ awaitable<bool> Session::handle_sync(const proto::Frame& f) {
 awaitable<bool> Session::handle_execute(const proto::Frame& f) {
   if (fe_.local_portal) {
     auto e = proto::Execute::decode(f.body);
-    if (e && e->portal == fe_.local_portal->first) {
-      std::string out;
-      proto::CommandComplete{fe_.local_portal->second}.encode(out);
+    if (e && e->portal == fe_.local_portal->name) {
+      std::string out = std::move(fe_.local_portal->rows);
+      if (!fe_.local_portal->error.empty()) {
+        proto::Writer w(out, 'E');
+        w.bytes(fe_.local_portal->error).finish();
+        fe_.skip_until_sync = true;  // (as after any error in a batch)
+      } else {
+        proto::CommandComplete{fe_.local_portal->tag}.encode(out);
+      }
       fe_.local_portal.reset();
       co_await stream_.write(out);
       co_return true;
@@ -477,6 +493,16 @@ void Session::release_shard(std::size_t shard, bool reusable) {
   if (!b) return;
   if (!b->read_buf.empty() || b->status != 'I') reusable = false;
   give_back(shard, std::move(b), reusable);
+}
+
+// (Session pooling keeps a backend between transactions; a transaction's other shards
+// are held too. The pump watches only the current one, and drops it itself: Pump::run.)
+bool Session::drop_if_closed(std::size_t shard) {
+  Backend* b = held_[shard].get();
+  if (!b || b->status != 'I' || unreplayable_ || (cur_ == shard && pump_.active()) || b->looks_healthy()) return false;
+  spdlog::info("[{}] shard {} closed an idle connection; a new one takes its place", id_, pools_[shard]->target().shard);
+  release_shard(shard, false);
+  return true;
 }
 
 void Session::end_shard(std::size_t shard, bool ok) {

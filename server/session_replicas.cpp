@@ -133,6 +133,8 @@ awaitable<AcquireResult> Session::acquire_backend(std::size_t shard, std::option
       standby.reset();
     }
   }
+  std::chrono::milliseconds backoff{50};
+  const auto unavailable_until = std::chrono::steady_clock::now() + runtime_->config.timeouts.shard_unavailable;
   for (int attempt = 0; !r.backend && attempt < 2; ++attempt) {
     if (runtime_->standbys && hosts.candidates() > 1 &&
         (hosts.primary_state() != ShardHosts::PrimaryState::known || pools_[shard]->target().host_index != hosts.primary()) &&
@@ -142,6 +144,16 @@ awaitable<AcquireResult> Session::acquire_backend(std::size_t shard, std::option
     }
     r.backend = pools_[shard]->take_idle(stream_.socket().get_executor());
     if (!r.backend) r = co_await pools_[shard]->acquire(wait);
+    if (!r.backend && r.restarting && (!runtime_->standbys || hosts.candidates() == 1) &&
+        std::chrono::steady_clock::now() + backoff < unavailable_until) {
+      // A shard restarting (or switched over by hand) comes back: wait for it, as
+      // PgBouncer's clients wait, instead of failing every statement meanwhile.
+      asio::steady_timer pause(co_await asio::this_coro::executor, backoff);
+      co_await pause.async_wait(use_nothrow);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds{1000});
+      attempt = -1;
+      continue;
+    }
     if (r.backend || !runtime_->standbys || hosts.candidates() == 1 || !host_unreachable(r.sqlstate)) break;
     host_failed(shard, pools_[shard]->target().host_index, BanReason::connect);  // then wait for another
   }

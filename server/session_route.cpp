@@ -320,7 +320,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
       co_return co_await reject(route.sqlstate, route.message, false, route.position);
     case RouteKind::local:
       co_await pump_.drain();
-      co_return co_await run_local(*route.local);
+      co_return co_await run_local(*route.local, {}, false);
     default:
       break;
   }
@@ -597,7 +597,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
   // overtake earlier ones). (On that backend, the Parse would also fail the transaction
   // there, so that the statement's own error came back as 25P02.)
   if (!cur() || (fe_.expect.empty() && bout_.empty())) {
-    std::size_t shard = pick_any_shard();
+    std::size_t shard = kNoShard;
     std::optional<std::size_t> standby;
     std::size_t pos = cpos_ + f.size;
     bool answer_here = false;
@@ -624,6 +624,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
       }
       pos += next.frame.size;
     }
+    if (shard == kNoShard) shard = shard_to_prepare(slot);
     if (answer_here) {
       // Preparing it on one shard first would be a round trip for nothing (a later
       // one-shard Bind prepares it where it runs, as after pooling).
@@ -665,6 +666,17 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
   }
   fe_.sent_after_sync = true;
   co_return true;
+}
+
+// Where a statement prepared ahead of its Bind (PQprepare, a driver's statement cache)
+// is parsed: where a Bind without values would send it (a hint, SET splitpoint.shard,
+// constant keys), so that the shard that prepares it is one where it can run; else any.
+std::size_t Session::shard_to_prepare(const Prepared& p) {
+  KeptShapes keep;
+  const routing::BoundParams none{{}, {}, p.param_types};
+  auto route = runtime_->router->route(*p.plan, none, settings_.routing, shape_lookup(keep));
+  if (auto t = single_target(route)) return *t;
+  return pick_any_shard();
 }
 
 awaitable<bool> Session::handle_bind(const proto::Frame& f) {
@@ -738,8 +750,13 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
       }
       co_return co_await reject(route.sqlstate, route.message, true, route.position);
     case RouteKind::local:
-      co_return co_await reject(sqlstate::feature_not_supported,
-                                "SET/SHOW splitpoint.* is only available in the simple query protocol", true);
+      co_await pump_.drain();
+      if (closing_) co_return false;
+      if (fe_.open_batch_failed) {
+        fe_.skip_until_sync = true;
+        co_return true;
+      }
+      co_return co_await run_local(*route.local, bind->portal, true);
     default:
       break;
   }
@@ -763,15 +780,10 @@ awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& rou
     if (error.empty()) apply_session_commands();
     else fe_.pending_commands.clear();
     reset_transaction();
+    // As PostgreSQL, which fails a COMMIT at its Execute: BindComplete, then the error.
+    fe_.local_portal.emplace(Frontend::LocalPortal{std::string(portal), {}, {}, "COMMIT", std::move(error)});
     std::string out;
-    if (error.empty()) {
-      fe_.local_portal.emplace(std::string(portal), "COMMIT");
-      proto::encode_bind_complete(out);
-    } else {
-      proto::Writer w(out, 'E');
-      w.bytes(error).finish();
-      fe_.skip_until_sync = true;
-    }
+    proto::encode_bind_complete(out);
     co_await stream_.write(out);
     co_return true;
   }
@@ -790,7 +802,7 @@ awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& rou
     if (fe_.proxy_failed_txn) {
       // Every shard rolled back; the client's COMMIT/ROLLBACK is answered here.
       reset_transaction();
-      fe_.local_portal.emplace(std::string(portal), "ROLLBACK");
+      fe_.local_portal.emplace(Frontend::LocalPortal{std::string(portal), {}, {}, "ROLLBACK"});
       std::string out;
       proto::encode_bind_complete(out);
       co_await stream_.write(out);
@@ -828,6 +840,10 @@ awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::
                               true);
   co_await pump_.drain();
   if (closing_) co_return false;
+  if (fe_.open_batch_failed) {  // (an earlier statement of the batch failed meanwhile)
+    fe_.skip_until_sync = true;
+    co_return true;
+  }
   ScatterRequest req = request_of(bind, std::move(sql), types);
   if (!bind.statement.empty())
     if (auto p = fe_.prepared.find(std::string(bind.statement)); p != fe_.prepared.end())
@@ -1159,6 +1175,16 @@ awaitable<Session::Sent> Session::send_on(std::size_t shard, std::string_view sq
   Sent sent;
   sent.shard = shard;
   may_write_on(shard);  // (the proxy's own statements too: BEGIN, COMMIT, a write on every shard)
+  if (drop_if_closed(shard)) {
+    // Held for the transaction (its BEGIN goes with this statement): its replacement is too.
+    auto r = co_await acquire_counted(shard, metered);
+    if (!r.backend) {
+      sent.reply.lost = true;
+      sent.reply.error = error_body(r.sqlstate, r.message);
+      co_return sent;
+    }
+    held_[shard] = std::move(r.backend);
+  }
   sent.backend = held_[shard].get();
   if (!sent.backend) {
     auto r = co_await acquire_counted(shard, metered);
@@ -1227,15 +1253,37 @@ awaitable<Session::Reply> Session::read_reply(Sent& sent, bool metered, std::siz
   co_return std::move(reply);
 }
 
-// SET / RESET / SHOW splitpoint.<name>: the proxy's own session settings.
-awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
+// SET / RESET / SHOW splitpoint.<name>: the proxy's own session settings, in the simple
+// protocol (answered now) and the extended one (run at Bind, answered by the portal's
+// Describe and Execute, as PostgreSQL runs a SET at Execute: the batch cannot observe
+// the difference).
+awaitable<bool> Session::run_local(const routing::LocalCommand& c, std::string_view portal, bool extended) {
+  Frontend::LocalPortal answer;
+  answer.name = portal;
+  if (auto error = local_answer(c, answer))
+    co_return co_await reject(error->first, error->second, extended);
+  std::string out;
+  if (extended) {
+    proto::encode_bind_complete(out);
+    fe_.local_portal = std::move(answer);
+  } else {
+    out = answer.description + answer.rows;
+    proto::CommandComplete{answer.tag}.encode(out);
+    proto::ReadyForQuery{fe_.client_txn}.encode(out);
+  }
+  co_await stream_.write(out);
+  co_return true;
+}
+
+// Applies `c` and fills `answer`; (SQLSTATE, message) when it is refused.
+std::optional<std::pair<std::string, std::string>> Session::local_answer(const routing::LocalCommand& c,
+                                                                          Frontend::LocalPortal& answer) {
   using Kind = routing::LocalCommand::Kind;
   static const std::vector<std::string> known = {"shard", "deadline", "partial_results", "reads", "last_scatter"};
-  std::string out;
+  using Refusal = std::pair<std::string, std::string>;
   if (c.kind != Kind::show || c.name != "all") {
     if (std::find(known.begin(), known.end(), c.name) == known.end())
-      co_return co_await reject(sqlstate::invalid_parameter_value,
-                                "unrecognized configuration parameter \"splitpoint." + c.name + "\"", false);
+      return Refusal{sqlstate::invalid_parameter_value, "unrecognized configuration parameter \"splitpoint." + c.name + "\""};
   }
   auto find = [&](const std::string& n) {
     return std::find_if(settings_.local.begin(), settings_.local.end(), [&](auto& p) { return p.first == n; });
@@ -1243,75 +1291,69 @@ awaitable<bool> Session::run_local(const routing::LocalCommand& c) {
   switch (c.kind) {
     case Kind::set:
     case Kind::set_local: {
-      if (c.name == "last_scatter")
-        co_return co_await reject("55P02", "parameter \"splitpoint.last_scatter\" cannot be changed", false);
+      if (c.name == "last_scatter") return Refusal{"55P02", "parameter \"splitpoint.last_scatter\" cannot be changed"};
       if (c.name == "shard") {
         auto s = runtime_->config.find_shard(c.value);
-        if (!s)
-          co_return co_await reject(sqlstate::no_partition, "unknown shard \"" + c.value + "\"", false);
+        if (!s) return Refusal{sqlstate::no_partition, "unknown shard \"" + c.value + "\""};
         settings_.routing.shard = *s;
       }
       if ((c.name == "deadline" && !config::parse_duration(c.value)) ||
           (c.name == "partial_results" && c.value != "allow" && c.value != "deny") ||
           (c.name == "reads" && c.value != "primary" && c.value != "replica"))
-        co_return co_await reject(sqlstate::invalid_parameter_value,
-                                  "invalid value for parameter \"splitpoint." + c.name + "\": \"" + c.value + "\"",
-                                  false);
+        return Refusal{sqlstate::invalid_parameter_value,
+                       "invalid value for parameter \"splitpoint." + c.name + "\": \"" + c.value + "\""};
       auto& settings = c.kind == Kind::set_local ? settings_.local_txn : settings_.local;
       if (c.kind == Kind::set_local && fe_.client_txn == 'I') {
         // As PostgreSQL: SET LOCAL outside a transaction block has no effect.
         proto::ErrorFields::make("WARNING", "25P01", "SET LOCAL can only be used in transaction blocks")
-            .encode(out, 'N');
+            .encode(answer.rows, 'N');
       } else {
         auto it = std::find_if(settings.begin(), settings.end(), [&](auto& p) { return p.first == c.name; });
         if (it != settings.end()) it->second = c.value;
         else settings.emplace_back(c.name, c.value);
       }
-      proto::CommandComplete{"SET"}.encode(out);
-      break;
+      answer.tag = "SET";
+      return std::nullopt;
     }
     case Kind::reset:
       if (c.name == "shard" || c.name == "all") settings_.routing.shard.reset();
       if (c.name == "all") settings_.local.clear();
       else if (auto it = find(c.name); it != settings_.local.end()) settings_.local.erase(it);
-      proto::CommandComplete{"RESET"}.encode(out);
+      answer.tag = "RESET";
+      return std::nullopt;
+    case Kind::show:
       break;
-    case Kind::show: {
-      if (c.name == "last_scatter") {
-        show_last_scatter(out);
-        break;
-      }
-      auto current = local_setting(c.name);
-      std::string value = current ? *current : "";
-      if (!current) {
-        if (c.name == "deadline") value = std::to_string(runtime_->config.scatter.deadline.count()) + "ms";
-        if (c.name == "partial_results")
-          value = runtime_->config.scatter.partial_results == config::PartialResults::allow ? "allow" : "deny";
-        if (c.name == "reads") value = runtime_->config.reads == config::Reads::replica ? "replica" : "primary";
-      }
-      proto::RowDescription rd;
-      proto::FieldDescription fd;
-      std::string column = "splitpoint." + c.name;
-      fd.name = column;
-      fd.type_oid = 25;  // text
-      fd.type_size = -1;
-      fd.type_modifier = -1;
-      rd.fields.push_back(fd);
-      rd.encode(out);
-      proto::DataRow row;
-      row.values.emplace_back(value);
-      row.encode(out);
-      proto::CommandComplete{"SHOW"}.encode(out);
-      break;
-    }
   }
-  proto::ReadyForQuery{fe_.client_txn}.encode(out);
-  co_await stream_.write(out);
-  co_return true;
+  answer.tag = "SHOW";
+  if (c.name == "last_scatter") {
+    show_last_scatter(answer.description, answer.rows);
+    return std::nullopt;
+  }
+  auto current = local_setting(c.name);
+  std::string value = current ? *current : "";
+  if (!current) {
+    if (c.name == "deadline") value = std::to_string(runtime_->config.scatter.deadline.count()) + "ms";
+    if (c.name == "partial_results")
+      value = runtime_->config.scatter.partial_results == config::PartialResults::allow ? "allow" : "deny";
+    if (c.name == "reads") value = runtime_->config.reads == config::Reads::replica ? "replica" : "primary";
+  }
+  proto::RowDescription rd;
+  proto::FieldDescription fd;
+  std::string column = "splitpoint." + c.name;
+  fd.name = column;
+  fd.type_oid = 25;  // text
+  fd.type_size = -1;
+  fd.type_modifier = -1;
+  rd.fields.push_back(fd);
+  rd.encode(answer.description);
+  proto::DataRow row;
+  row.values.emplace_back(value);
+  row.encode(answer.rows);
+  return std::nullopt;
 }
 
 // SHOW splitpoint.last_scatter: one row per shard of the last multi-shard statement.
-void Session::show_last_scatter(std::string& out) const {
+void Session::show_last_scatter(std::string& description, std::string& out) const {
   proto::RowDescription rd;
   const char* names[] = {"shard", "status", "rows", "elapsed_ms", "error", "host"};
   const std::int32_t types[] = {25, 25, 20, 701, 25, 25};  // text, text, int8, float8, text, text
@@ -1323,7 +1365,7 @@ void Session::show_last_scatter(std::string& out) const {
     fd.type_modifier = -1;
     rd.fields.push_back(fd);
   }
-  rd.encode(out);
+  rd.encode(description);
   for (auto& s : scatter_.last) {
     char ms[32];
     std::snprintf(ms, sizeof ms, "%.3f", s.elapsed_ms);
@@ -1334,7 +1376,6 @@ void Session::show_last_scatter(std::string& out) const {
                   s.host.empty() ? std::nullopt : std::optional<std::string_view>(s.host)};
     row.encode(out);
   }
-  proto::CommandComplete{"SHOW"}.encode(out);
 }
 
 }  // namespace splitpoint::server

@@ -22,6 +22,7 @@ void Session::note_written(std::size_t shard) {
 }
 
 awaitable<bool> Session::hold_backend(std::size_t shard) {
+  drop_if_closed(shard);
   if (held_[shard]) co_return true;  // (in session mode it may be held since an earlier transaction)
   auto r = co_await acquire_counted(shard, true);
   if (!r.backend) co_return false;
