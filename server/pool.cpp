@@ -59,6 +59,10 @@ std::unique_ptr<Backend> Pool::take_idle(const asio::any_io_executor& ex) {
     auto b = std::move(*it);
     idle_.erase(it);
     lock.unlock();
+    if (b->runs_on(ex)) {
+      error_code ignored;
+      b->socket.cancel(ignored);  // its watch (watch_idle); move_to's release cancels it too
+    }
     if ((now - b->released_at < kPeekAfter || b->looks_healthy()) && b->move_to(ex)) return b;
     b.reset();  // closed by the server (restart, idle timeout): drop it
     lock.lock();
@@ -230,7 +234,36 @@ void Pool::put_back(std::unique_ptr<Backend> backend) {
     return;
   }
   backend->released_at = std::chrono::steady_clock::now();
+  watch_idle(*backend);
   idle_.push_back(std::move(backend));
+}
+
+// An idle connection the server closes (restart, pg_terminate_backend, idle timeout) or
+// writes to (its FATAL before closing) is dropped then, not found later by a client (as
+// PgBouncer watches its idle server sockets). The wait costs no system call: the socket
+// is in the reactor's epoll set already. take_idle cancels it.
+void Pool::watch_idle(Backend& b) {
+  b.socket.async_wait(tcp::socket::wait_read, [weak = weak_from_this(), p = &b](error_code ec) {
+    if (ec == asio::error::operation_aborted) return;
+    if (auto self = weak.lock()) self->drop_idle(p);
+  });
+}
+
+void Pool::drop_idle(const Backend* b) {
+  std::unique_ptr<Backend> closed;
+  {
+    std::lock_guard lock(mu_);
+    auto it = std::find_if(idle_.begin(), idle_.end(), [&](const auto& i) { return i.get() == b; });
+    if (it == idle_.end()) return;  // taken meanwhile (by address: at worst another one is peeked)
+    if ((*it)->looks_healthy()) {
+      watch_idle(**it);
+      return;
+    }
+    closed = std::move(*it);
+    idle_.erase(it);
+    --open_;
+  }
+  spdlog::debug("pool of shard \"{}\": the server closed an idle connection; dropped", target_.shard);
 }
 
 void Pool::set_paused(bool paused) {

@@ -74,6 +74,8 @@ class Pool : public std::enable_shared_from_this<Pool> {
   struct Waiter;
   void hand_over(std::shared_ptr<Waiter> w, std::unique_ptr<Backend> backend);
   void put_back(std::unique_ptr<Backend> backend);  // to a waiter, else idle
+  void watch_idle(Backend& b);        // (with mu_ held)
+  void drop_idle(const Backend* b);
   void count_connect(Waiter& w);
   void start_connect(std::shared_ptr<Waiter> origin);
   awaitable<void> connect_for(std::shared_ptr<Pool> self, std::shared_ptr<Waiter> origin);

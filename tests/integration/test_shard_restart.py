@@ -17,7 +17,9 @@ Asserted:
   (on all shards of a reference row or on none);
 - errors only for statements in flight when the shard went down: at most one per writer
   per restart, none once the writers have run a second past the restart;
-- the proxy stays up.
+- the proxy stays up;
+- (transaction pooling, after the writers) the pool's idle connections to s1 are dropped
+  when s1 restarts with no client asking (SHOW POOLS), not found later by one.
 
 Run by tests/run (PG0_PORT, PG1_PORT, PG0_DIR, PG1_DIR, SP_BIN, SP_ROOT, TEST_WORKDIR).
 """
@@ -70,6 +72,7 @@ def config(mode):
     auth: scram-sha-256
     users:
       - {{ name: app, password: secret }}
+      - {{ name: admin, password: adminpw, admin: true }}
     shards:
       - {{ name: s0, host: 127.0.0.1, port: {p[0]}, database: {DBS.name}, user: app, password: secret, pool_size: 10 }}
       - {{ name: s1, host: 127.0.0.1, port: {p[1]}, database: {DBS.name}, user: app, password: secret, pool_size: 10 }}
@@ -226,6 +229,26 @@ def run_mode(mode):
             outside = [e for e in w.errors if not any(t0 - 0.5 <= e[0] <= t1 + 1.0 for _, t0, t1 in windows)]
             check(not outside, f"{mode}: errors outside restarts", f"writer {w.n}: {[(e[1], e[2]) for e in outside]}")
         verify(writers, mode)
+        if mode == "transaction":
+            idle_pool_dropped(proxy)
+
+
+def s1_idle(proxy):
+    return sum(int(r[3]) for r in sptest.admin(proxy.port, "SHOW POOLS") if r[0] == "s1")
+
+
+def idle_pool_dropped(proxy):
+    """The pool's idle connections to a shard that restarts are dropped when the server
+    closes them, with no client asking (SHOW POOLS), not found later by one."""
+    before = s1_idle(proxy)
+    check(before > 0, "transaction: idle connections to s1 before", f"SHOW POOLS idle for s1: {before}")
+    restart_fast()
+    deadline = time.monotonic() + 5
+    while s1_idle(proxy) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = s1_idle(proxy)
+    print(f"transaction: idle connections to s1 {before} -> {after} after a restart with no client")
+    check(after == 0, "transaction: idle connections dropped", f"still {after} idle after 5 s")
 
 
 def test_restart_transaction_pooling():

@@ -349,6 +349,43 @@ public class ClientTest {
         }
         ok("10 single-row INSERTs (executions 6..10 use the named server-side statement)");
 
+        // -- a shard hint past prepareThreshold (issue #44): ledger exists on s0 only ------
+        try (Connection direct = DriverManager.getConnection(
+                "jdbc:postgresql://127.0.0.1:" + pg0 + "/" + db + "?user=app&password=secret");
+             Statement st = direct.createStatement()) {
+            st.execute("DROP TABLE IF EXISTS ledger");
+            st.execute("CREATE TABLE ledger (id int, note text)");
+        }
+        try (PreparedStatement ins = conn.prepareStatement("/* splitpoint: shard=s0 */ INSERT INTO ledger VALUES (?, ?)");
+             PreparedStatement cnt = conn.prepareStatement("/* splitpoint: shard=s0 */ SELECT count(*) FROM ledger")) {
+            for (int i = 1; i <= 8; i++) {
+                final int n = i;
+                ins.setInt(1, i);
+                ins.setString(2, "jdbc");
+                eqq("hinted INSERT, execution " + i, ins::executeUpdate, 1);
+                eqq("hinted SELECT count(*), execution " + i, () -> {
+                    try (ResultSet rs = cnt.executeQuery()) {
+                        rs.next();
+                        return rs.getInt(1);
+                    }
+                }, n);
+            }
+            check("hinted statements switched to server-side prepared statements",
+                    ins.unwrap(org.postgresql.PGStatement.class).isUseServerPrepare(), "");
+        }
+        exec(conn, "SET splitpoint.shard = s0");
+        try (PreparedStatement cnt = conn.prepareStatement("SELECT count(*) FROM ledger")) {
+            for (int i = 1; i <= 7; i++)
+                eqq("SELECT count(*) FROM ledger after SET splitpoint.shard, execution " + i, () -> {
+                    try (ResultSet rs = cnt.executeQuery()) {
+                        rs.next();
+                        return rs.getInt(1);
+                    }
+                }, 8);
+        }
+        exec(conn, "RESET splitpoint.shard");
+        ok("shard hints and SET splitpoint.shard past prepareThreshold (8 + 7 executions on s0)");
+
         // -- multi-row insert across shards -------------------------------------------------
         StringBuilder sb = new StringBuilder("INSERT INTO accounts (id, owner, balance) VALUES ");
         for (long i = 11; i <= 40; i++) sb.append(i > 11 ? ", " : "").append("(?, ?, ?)");
