@@ -219,6 +219,40 @@ bool standby_can_answer(const PgQuery__Node* stmt, bool& sequences) {
   return ok;
 }
 
+// A statement that reads the system catalogs (SPEC §14): a catalog table or view
+// (pg_catalog, information_schema, an unqualified pg_*), a function that looks objects up
+// (pg_get_*, format_type, obj_description, to_regclass, ...), or a cast to an OID type.
+// OIDs differ from shard to shard, so such reads all go to one shard (Evaluator::run): an
+// OID one statement found is valid for the next, as psql's \d expects.
+bool reads_catalog(const PgQuery__Node* stmt) {
+  static constexpr std::string_view kLookups[] = {
+      "format_type", "obj_description", "col_description", "shobj_description", "to_regclass", "to_regtype",
+      "to_regproc", "to_regprocedure", "to_regnamespace", "to_regrole", "to_regoper", "to_regoperator"};
+  static constexpr std::string_view kOidTypes[] = {"oid", "regclass", "regtype", "regproc", "regprocedure",
+                                                   "regnamespace", "regrole", "regoper", "regoperator",
+                                                   "regconfig", "regdictionary", "regcollation"};
+  bool found = false;
+  for_each_range_var(&stmt->base, [&](const PgQuery__RangeVar* rv) {
+    const std::string_view schema = sv(rv->schemaname), name = sv(rv->relname);
+    found = found || schema == "pg_catalog" || schema == "information_schema" ||
+            (schema.empty() && name.starts_with("pg_"));
+  });
+  walk_nodes(&stmt->base, [&](const PgQuery__Node* n) {
+    if (found) return false;
+    if (n->node_case == PG_QUERY__NODE__NODE_FUNC_CALL) {
+      const std::string_view name = last_name(n->func_call->funcname, n->func_call->n_funcname);
+      found = name.starts_with("pg_get_") || name.ends_with("_is_visible") ||
+              std::find(std::begin(kLookups), std::end(kLookups), name) != std::end(kLookups);
+    } else if (n->node_case == PG_QUERY__NODE__NODE_TYPE_CAST && n->type_cast->type_name != nullptr) {
+      const auto* t = n->type_cast->type_name;
+      const std::string_view name = last_name(t->names, t->n_names);
+      found = std::find(std::begin(kOidTypes), std::end(kOidTypes), name) != std::end(kOidTypes);
+    }
+    return !found;
+  });
+  return found;
+}
+
 }  // namespace
 
 void Analyzer::fixed(Route route) { fixed_routes_.push_back(std::move(route)); }
@@ -553,13 +587,43 @@ std::size_t plan_bytes(const Plan& p) {
   return n;
 }
 
-// The SET/RESET/DISCARD/DEALLOCATE/LISTEN statements of a text that holds some.
+// `SELECT [pg_catalog.]set_config('name', 'value', false | true)` (pg_dump's and many
+// drivers' way to set a parameter): a SET or SET LOCAL of `name`, carried as SET is
+// (SPEC §14), so that the session's next statements see it on any backend.
+SessionCommandInfo set_config_call(const PgQuery__Node* stmt) {
+  if (!is(stmt, PG_QUERY__NODE__NODE_SELECT_STMT)) return {};
+  const auto* sel = stmt->select_stmt;
+  if (sel->n_target_list != 1 || sel->n_from_clause != 0 || sel->where_clause != nullptr || sel->larg != nullptr ||
+      !is(sel->target_list[0], PG_QUERY__NODE__NODE_RES_TARGET))
+    return {};
+  const PgQuery__Node* v = sel->target_list[0]->res_target->val;
+  if (!is(v, PG_QUERY__NODE__NODE_FUNC_CALL) || v->func_call->n_args != 3 ||
+      last_name(v->func_call->funcname, v->func_call->n_funcname) != "set_config")
+    return {};
+  auto text = [](const PgQuery__Node* a) -> std::optional<std::string_view> {
+    if (!is(a, PG_QUERY__NODE__NODE_A_CONST) || a->a_const->val_case != PG_QUERY__A__CONST__VAL_SVAL) return std::nullopt;
+    return sv(a->a_const->sval->sval);
+  };
+  const PgQuery__Node* local = v->func_call->args[2];
+  auto name = text(v->func_call->args[0]);
+  if (!name || !text(v->func_call->args[1]) || !is(local, PG_QUERY__NODE__NODE_A_CONST) ||
+      local->a_const->val_case != PG_QUERY__A__CONST__VAL_BOOLVAL)
+    return {};
+  std::string lower(*name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return {local->a_const->boolval->boolval ? SessionCommand::set_local : SessionCommand::set, std::move(lower)};
+}
+
+// The SET/RESET/DISCARD/DEALLOCATE/LISTEN statements (and set_config calls) of a text that
+// holds some.
 std::shared_ptr<const std::vector<SessionCommandInfo>> find_session_commands(std::string_view sql,
-                                                                             bool standard_strings) {
+                                                                             bool standard_strings,
+                                                                             const PgQuery__ParseResult& tree) {
   auto out = std::make_shared<std::vector<SessionCommandInfo>>();
   std::size_t i = 0;
   for (std::string_view stmt : split_statements(sql, standard_strings)) {
     SessionCommandInfo cmd = classify_session_command(stmt);
+    if (cmd.kind == SessionCommand::none && i < tree.n_stmts) cmd = set_config_call(tree.stmts[i]->stmt);
     cmd.text = stmt;
     cmd.statement = i++;
     if (cmd.kind != SessionCommand::none) out->push_back(std::move(cmd));
@@ -604,6 +668,7 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
         session_commands = true;
         break;
       default:
+        session_commands = session_commands || set_config_call(stmt).kind != SessionCommand::none;
         break;
     }
     if (creates_lasting_temp(stmt)) plan->pins_session = true;
@@ -618,7 +683,7 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
     plan->fixed.names = std::move(cursor);
   }
   if (session_commands) {
-    plan->session_commands = find_session_commands(sql, standard_strings);
+    plan->session_commands = find_session_commands(sql, standard_strings, *tree.tree());
     plan->cacheable = false;  // their texts hold literals, replayed on other backends
   }
   if (n > 0 && is(tree.tree()->stmts[0]->stmt, PG_QUERY__NODE__NODE_COPY_STMT) &&
@@ -636,6 +701,7 @@ std::shared_ptr<Plan> analyze(std::string_view sql, std::span<const std::int32_t
   for (std::size_t i = 0; i < n && reads_only; ++i)
     reads_only = standby_can_answer(tree.tree()->stmts[i]->stmt, sequences);
   if (reads_only) plan->reads = sequences ? Route::Reads::sequences : Route::Reads::standby_safe;
+  for (std::size_t i = 0; i < n && !plan->reads_catalog; ++i) plan->reads_catalog = reads_catalog(tree.tree()->stmts[i]->stmt);
   for (const InsertRows& rows : plan->inserts) {
     if (!rows.splittable || rows.rows.size() < 2) continue;
     plan->packed_tree = tree.packed();

@@ -253,6 +253,18 @@ TEST_CASE("the route carries the text's session commands and BEGIN's tag", "[rou
     CHECK((*r.session_commands)[1].kind == SessionCommand::reset);
     CHECK((*r.session_commands)[1].statement == 2);
   }
+  // set_config as pg_dump sends it: a SET (or SET LOCAL) of that parameter (SPEC 14).
+  Route sc = f.simple("SELECT pg_catalog.set_config('search_path', '', false);");
+  REQUIRE(sc.session_commands);
+  REQUIRE(sc.session_commands->size() == 1);
+  CHECK((*sc.session_commands)[0].kind == SessionCommand::set);
+  CHECK((*sc.session_commands)[0].name == "search_path");
+  Route scl = f.simple("SELECT set_config('Work_Mem', '8MB', true)");
+  REQUIRE(scl.session_commands);
+  CHECK((*scl.session_commands)[0].kind == SessionCommand::set_local);
+  CHECK((*scl.session_commands)[0].name == "work_mem");
+  CHECK_FALSE(f.simple("SELECT set_config('work_mem', current_setting('work_mem'), false)").session_commands);
+  CHECK_FALSE(f.simple("SELECT set_config('a.b', 'c', false), 1").session_commands);
   Route d = f.simple("SELECT 1; DEALLOCATE q");  // not a text that starts with DEALLOCATE
   REQUIRE(d.session_commands);
   CHECK(d.session_commands->front().statement == 1);

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Issue #45 (SPEC §14): tools that read the catalogs see one PostgreSQL.
+
+Two shards (a fresh database on each shared instance), transaction pooling. s1 gets a
+table of its own first, so the same table has another OID on each shard (as on the
+demo, where `\\d users` answered "Did not find any relation with OID 16403").
+- psql's `\\d users`, `\\d+ orders` and `\\d order_totals` through the proxy, ten times
+  each: every one describes the table (its statements read the catalogs of one shard);
+- `SELECT pg_catalog.set_config('search_path', '', false)` holds for the session's next
+  statements on whichever backend they run (another client holds the backends the first
+  ran on); pg_dump --schema-only through the proxy writes the view as
+  `FROM public.orders`, as pg_dump against PostgreSQL does.
+
+Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_WORKDIR).
+"""
+# test-timeout: 120
+
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import sptest  # noqa: E402
+
+WORK = sptest.workdir("test_tools_catalog")
+PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
+DBS = None
+PROXY = None
+
+
+def config():
+    p = sptest.PG_PORTS
+    return f"""
+    pool_mode: transaction
+    auth: scram-sha-256
+    users:
+      - {{ name: app, password: secret }}
+    shards:
+      - {{ name: s0, host: 127.0.0.1, port: {p[0]}, database: {DBS.name}, user: app, password: secret, pool_size: 4 }}
+      - {{ name: s1, host: 127.0.0.1, port: {p[1]}, database: {DBS.name}, user: app, password: secret, pool_size: 4 }}
+    distributions:
+      - name: by_user
+        method: hash
+        partitions: 4
+        tables: {{ users: id, orders: user_id }}
+    """
+
+
+def env():
+    return dict(os.environ, PGPASSWORD="secret", PGCONNECT_TIMEOUT="10")
+
+
+def psql(*args):
+    r = subprocess.run(["psql", "-X", "-h", "127.0.0.1", "-p", str(PROXY.port), "-U", "app", "-d", DBS.name, *args],
+                       capture_output=True, text=True, env=env(), timeout=30)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_describe_tables():
+    oids = []
+    for i in range(2):
+        c = DBS.shard(i)
+        cur = c.cursor()
+        cur.execute("SELECT 'users'::regclass::oid")
+        oids.append(cur.fetchone()[0])
+        c.close()
+    assert oids[0] != oids[1], f"the shards should number users differently: {oids}"
+    for cmd, words in (("\\d users", ["email", "users_pkey"]), ("\\d+ orders", ["amount", "user_id"]),
+                       ("\\d order_totals", ["total", "View"])):
+        for i in range(10):
+            rc, out = psql("-c", cmd)
+            assert rc == 0 and all(w in out for w in words), f"{cmd} (run {i + 1}): exit {rc}\n{out}"
+    rc, out = psql("-c", "\\dt")
+    assert rc == 0 and "users" in out and "orders" in out, out
+
+
+def test_set_config_holds():
+    a = PROXY.connect(DBS.name)
+    b = PROXY.connect(DBS.name)
+    try:
+        a.cursor().execute("SELECT pg_catalog.set_config('search_path', '', false)")
+        # b holds the backends a used (one per shard, in a transaction): a's next
+        # statements run on others, which must get the setting too.
+        b.autocommit = False
+        for shard in ("s0", "s1"):
+            b.cursor().execute(f"/* splitpoint: shard={shard} */ SELECT 1")
+        for _ in range(3):
+            cur = a.cursor()
+            cur.execute("SELECT current_setting('search_path')")
+            got = cur.fetchone()[0]
+            # (Empty, as PostgreSQL shows it after set_config; the default is "$user", public.)
+            assert got == "", f"search_path after set_config, on another backend: {got!r}"
+        b.rollback()
+    finally:
+        a.close()
+        b.close()
+    r = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "--schema-only", "-h", "127.0.0.1", "-p", str(PROXY.port),
+                        "-U", "app", DBS.name], capture_output=True, text=True, env=env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    view = r.stdout[r.stdout.index("CREATE VIEW public.order_totals"):]
+    view = view[:view.index(";")]
+    assert "FROM public.orders" in view, f"pg_dump wrote the view without its schema:\n{view}"
+
+
+def setup():
+    global DBS, PROXY
+    DBS = sptest.Databases("tools")
+    c = DBS.shard(1)
+    c.cursor().execute("CREATE TABLE shifts_oids (a int)")
+    c.close()
+    PROXY = sptest.Proxy("tools", config(), WORK).start()
+    c = PROXY.connect(DBS.name)
+    for ddl in ("CREATE TABLE users (id int PRIMARY KEY, email text)",
+                "CREATE TABLE orders (user_id int, amount numeric)",
+                "CREATE VIEW order_totals AS SELECT user_id, sum(amount) AS total FROM orders GROUP BY user_id"):
+        c.cursor().execute(ddl)
+    c.close()
+
+
+def teardown():
+    if PROXY is not None:
+        PROXY.stop()
+    if DBS is not None:
+        DBS.drop()
+
+
+if __name__ == "__main__":
+    sys.exit(sptest.run_tests([test_describe_tables, test_set_config_holds], setup, teardown, watch=lambda: [PROXY]))
