@@ -218,21 +218,14 @@ awaitable<void> AdminConsole::serve() {
     if (f.type == 'Q') {
       auto q = proto::Query::decode(f.body);
       std::string sql = q ? std::string(q->sql) : std::string();
-      s_.metrics_.queries[static_cast<std::size_t>(RouteLabel::admin)].add();
-      // SPEC §11: every admin action, once, with who and from where.
-      spdlog::info("[{}] admin command user={} address={}: {}", s_.id_, s_.who_.user, s_.who_.peer,
-                   config::redact_passwords(sql));
-      if (!co_await command(sql, out)) co_return;
+      if (!co_await run_logged(sql, out)) co_return;
       proto::ReadyForQuery{'I'}.encode(out);
     } else if (f.type == 'S') {
+      skip_until_sync_ = false;
+      portals_.clear();  // (the batch's implicit transaction ends, and its portals)
       proto::ReadyForQuery{'I'}.encode(out);
     } else if (f.type == 'P' || f.type == 'B' || f.type == 'D' || f.type == 'E' || f.type == 'H' || f.type == 'C') {
-      // Answer once per batch; the rest of the batch is skipped until Sync.
-      if (f.type == 'P') {
-        proto::ErrorFields::make("ERROR", sqlstate::feature_not_supported,
-                                 "the admin console only supports the simple query protocol")
-            .encode(out, 'E');
-      }
+      if (!co_await extended(f, out)) co_return;
     } else {
       co_await s_.send_error("FATAL", sqlstate::protocol_violation,
                           "invalid frontend message type " + std::to_string(static_cast<unsigned char>(f.type)),
@@ -242,6 +235,14 @@ awaitable<void> AdminConsole::serve() {
     s_.cpos_ += f.size;
     if (!out.empty() && co_await s_.stream_.write(out)) co_return;
   }
+}
+
+awaitable<bool> AdminConsole::run_logged(std::string_view sql, std::string& out) {
+  s_.metrics_.queries[static_cast<std::size_t>(RouteLabel::admin)].add();
+  // SPEC §11: every admin action, once, with who and from where.
+  spdlog::info("[{}] admin command user={} address={}: {}", s_.id_, s_.who_.user, s_.who_.peer,
+               config::redact_passwords(sql));
+  co_return co_await command(sql, out);
 }
 
 // SHOW ROUTE <statement>: how it would be routed and answered, without running it.

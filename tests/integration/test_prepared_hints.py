@@ -40,6 +40,7 @@ def config():
     auth: scram-sha-256
     users:
       - {{ name: app, password: secret }}
+      - {{ name: admin, password: adminpw, admin: true }}
     shards:
       - {{ name: s0, host: 127.0.0.1, port: {p[0]}, database: {DBS.name}, user: app, password: secret, pool_size: 4 }}
       - {{ name: s1, host: 127.0.0.1, port: {p[1]}, database: {DBS.name}, user: app, password: secret, pool_size: 4 }}
@@ -121,6 +122,36 @@ def test_asyncpg_hint():
     assert [i for i in ledger_ids() if 300 <= i < 400] == want
 
 
+def test_admin_console_prepared():
+    """The admin console answers the extended protocol (issue #45): psycopg 3 prepares
+    SHOW POOLS at its sixth run, asyncpg prepares every statement."""
+    admin = f"host=127.0.0.1 port={PROXY.port} user=admin password=adminpw dbname=splitpoint"
+    with psycopg.connect(admin, autocommit=True) as c:
+        for i in range(8):
+            rows = c.execute("SHOW SHARDS").fetchall()
+            assert [r[0] for r in rows] == ["s0", "s1"], f"run {i + 1}: {rows}"
+        cur = c.execute("SHOW POOLS", prepare=True)
+        assert cur.description[0].name == "shard", cur.description
+        try:
+            c.execute("SHOW NONSENSE", prepare=True)
+            raise AssertionError("SHOW NONSENSE succeeded")
+        except psycopg.Error as e:
+            assert e.sqlstate is not None, e
+        assert c.execute("SHOW SHARDS").fetchall()[0][0] == "s0"  # usable after the error
+
+    async def run():
+        c = await asyncpg.connect(host="127.0.0.1", port=PROXY.port, user="admin", password="adminpw",
+                                  database="splitpoint")
+        try:
+            for _ in range(3):
+                rows = await c.fetch("SHOW SHARDS")
+                assert [r[0] for r in rows] == ["s0", "s1"], rows
+        finally:
+            await c.close()
+
+    asyncio.run(run())
+
+
 def setup():
     global DBS, PROXY
     DBS = sptest.Databases("hints")
@@ -138,5 +169,6 @@ def teardown():
 
 
 if __name__ == "__main__":
-    sys.exit(sptest.run_tests([test_psycopg3_hint, test_psycopg3_set_shard, test_asyncpg_hint], setup, teardown,
+    sys.exit(sptest.run_tests([test_psycopg3_hint, test_psycopg3_set_shard, test_asyncpg_hint,
+                               test_admin_console_prepared], setup, teardown,
                               watch=lambda: [PROXY]))
