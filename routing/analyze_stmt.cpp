@@ -221,7 +221,8 @@ bool standby_can_answer(const PgQuery__Node* stmt, bool& sequences) {
 
 // A statement that reads the system catalogs (SPEC §14): a catalog table or view
 // (pg_catalog, information_schema, an unqualified pg_*), a function that looks objects up
-// (pg_get_*, format_type, obj_description, to_regclass, ...), or a cast to an OID type.
+// (pg_get_*, format_type, obj_description, to_regclass, ...), a large-object function,
+// or a cast to an OID type.
 // OIDs differ from shard to shard, so such reads all go to one shard (Evaluator::run): an
 // OID one statement found is valid for the next, as psql's \d expects.
 bool reads_catalog(const PgQuery__Node* stmt) {
@@ -241,7 +242,8 @@ bool reads_catalog(const PgQuery__Node* stmt) {
     if (found) return false;
     if (n->node_case == PG_QUERY__NODE__NODE_FUNC_CALL) {
       const std::string_view name = last_name(n->func_call->funcname, n->func_call->n_funcname);
-      found = name.starts_with("pg_get_") || name.ends_with("_is_visible") ||
+      // (lo_*: large objects live in the catalog, pg_largeobject, on that one shard.)
+      found = name.starts_with("pg_get_") || name.ends_with("_is_visible") || name.starts_with("lo_") ||
               std::find(std::begin(kLookups), std::end(kLookups), name) != std::end(kLookups);
     } else if (n->node_case == PG_QUERY__NODE__NODE_TYPE_CAST && n->type_cast->type_name != nullptr) {
       const auto* t = n->type_cast->type_name;

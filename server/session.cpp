@@ -183,7 +183,7 @@ awaitable<std::optional<proto::StartupMessage>> Session::read_startup() {
     }
     if (*code == proto::kCancelRequestCode) {
       if (auto c = proto::CancelRequest::decode(frame->body))
-        if (auto target = server_.cancels().find(c->process_id)) target->request_cancel(c->secret_key);
+        if (auto target = server_.cancels().find(c->process_id)) co_await target->forward_cancel(c->secret_key);
       co_return std::nullopt;  // the server closes a cancel connection without a reply
     }
     std::uint32_t major = static_cast<std::uint32_t>(*code) >> 16, minor = *code & 0xffff;
@@ -568,25 +568,39 @@ void Session::clear_scatter_cancel_targets() {
   cancel_.scatter.clear();
 }
 
-void Session::request_cancel(std::int32_t secret) {
+std::vector<Session::CancelTo> Session::cancel_targets(std::int32_t secret) {
   // The backend the pump reads from, or every backend of a multi-shard statement.
-  std::vector<std::tuple<std::string, std::uint16_t, std::int32_t, std::int32_t>> to;
-  {
-    std::lock_guard lock(cancel_.mu);
-    if (secret != who_.cancel_secret) return;
-    auto add = [&](Backend* b, const std::string& host, std::uint16_t port) {
-      // From now on this backend is never handed to another client.
-      b->cancel_sent = true;
-      to.emplace_back(host, port, b->process_id, b->secret_key);
-    };
-    if (cancel_.backend) add(cancel_.backend, cancel_.host, cancel_.port);
-    for (auto& t : cancel_.scatter) add(t.backend, t.host, t.port);
-  }
+  std::vector<CancelTo> to;
+  std::lock_guard lock(cancel_.mu);
+  if (secret != who_.cancel_secret) return to;
+  auto add = [&](Backend* b, const std::string& host, std::uint16_t port) {
+    // From now on this backend is never handed to another client.
+    b->cancel_sent = true;
+    to.push_back({host, port, b->process_id, b->secret_key});
+  };
+  if (cancel_.backend) add(cancel_.backend, cancel_.host, cancel_.port);
+  for (auto& t : cancel_.scatter) add(t.backend, t.host, t.port);
+  return to;
+}
+
+void Session::request_cancel(std::int32_t secret) {
+  auto to = cancel_targets(secret);
   if (to.empty()) return;
   spdlog::info("[{}] forwarding cancel request to {} backend(s)", id_, to.size());
-  for (auto& [host, port, pid, key] : to)
+  for (auto& t : to)
     asio::co_spawn(stream_.socket().get_executor(),
-                   send_cancel(host, port, pid, key, runtime_->config.timeouts.server_connect), asio::detached);
+                   send_cancel(t.host, t.port, t.pid, t.key, runtime_->config.timeouts.server_connect), asio::detached);
+}
+
+// A client's CancelRequest: its connection closes only once every shard it concerns has
+// processed the cancel (each bounded by timeouts.server_connect), as PostgreSQL closes it
+// only after signalling the backend, so a client that waits for that close (asyncpg)
+// never sees its cancel land on its next statement.
+awaitable<void> Session::forward_cancel(std::int32_t secret) {
+  auto to = cancel_targets(secret);
+  if (to.empty()) co_return;
+  spdlog::info("[{}] forwarding cancel request to {} backend(s)", id_, to.size());
+  for (auto& t : to) co_await send_cancel(t.host, t.port, t.pid, t.key, runtime_->config.timeouts.server_connect);
 }
 
 void Session::on_shutdown() {

@@ -75,7 +75,8 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<void> run();
 
   // From any thread: a CancelRequest carrying this session's key arrived.
-  void request_cancel(std::int32_t secret);
+  void request_cancel(std::int32_t secret);        // sent in the background
+  awaitable<void> forward_cancel(std::int32_t secret);  // sent, and answered by each shard
   // On this session's thread: the server is shutting down.
   void on_shutdown();
 
@@ -147,6 +148,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // pg_terminate_backend) goes back as broken, unless it held what cannot be replayed on
   // another; true when it did (session_forward.cpp).
   bool drop_if_closed(std::size_t shard);
+  struct CancelTo {
+    std::string host;
+    std::uint16_t port = 0;
+    std::int32_t pid = 0, key = 0;
+  };
+  std::vector<CancelTo> cancel_targets(std::int32_t secret);
   std::size_t shard_to_prepare(const Prepared& p);
   void release_all(bool reusable);
   void release_shard(std::size_t shard, bool reusable);

@@ -147,6 +147,13 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       }
       forward_raw(f, 0);
       co_return true;
+    case 'F':
+      // A fast-path function call (libpq's lo_* functions, psql's \lo_*, JDBC's large
+      // objects): on the one shard that holds the large objects, the catalog shard, as
+      // any statement on pg_largeobject goes; answered like a Query (its ReadyForQuery).
+      if (!co_await pump_.use_shard(runtime_->config.combine_shard())) co_return !closing_;
+      forward_raw(f, 'Z');
+      co_return true;
     case 'd':
     case 'c':
     case 'f':

@@ -9,7 +9,8 @@ demo, where `\\d users` answered "Did not find any relation with OID 16403").
 - `SELECT pg_catalog.set_config('search_path', '', false)` holds for the session's next
   statements on whichever backend they run (another client holds the backends the first
   ran on); pg_dump --schema-only through the proxy writes the view as
-  `FROM public.orders`, as pg_dump against PostgreSQL does.
+  `FROM public.orders`, as pg_dump against PostgreSQL does;
+- psql's \\lo_import, \\lo_export and \\lo_unlink (fast-path function calls) and lo_get.
 
 Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_WORKDIR).
 """
@@ -102,6 +103,27 @@ def test_set_config_holds():
     assert "FROM public.orders" in view, f"pg_dump wrote the view without its schema:\n{view}"
 
 
+def test_large_objects():
+    """psql's \\lo_import / \\lo_export / \\lo_unlink (fast-path function calls, which ended
+    the session before) and the lo_* functions, all on one shard."""
+    src = os.path.join(WORK, "lo_in.bin")
+    dst = os.path.join(WORK, "lo_out.bin")
+    data = bytes(range(256)) * 64
+    with open(src, "wb") as f:
+        f.write(data)
+    rc, out = psql("-A", "-t", "-c", f"\\lo_import {src}")
+    assert rc == 0 and out.startswith("lo_import "), f"exit {rc}: {out}"
+    oid = out.split()[1]
+    rc, out = psql("-A", "-t", "-c", f"SELECT length(lo_get({oid}))")
+    assert rc == 0 and out.strip() == str(len(data)), out
+    rc, out = psql("-c", f"\\lo_export {oid} {dst}")
+    assert rc == 0, out
+    with open(dst, "rb") as f:
+        assert f.read() == data, "the exported large object differs"
+    rc, out = psql("-c", f"\\lo_unlink {oid}")
+    assert rc == 0 and "lo_unlink" in out, out
+
+
 def setup():
     global DBS, PROXY
     DBS = sptest.Databases("tools")
@@ -125,4 +147,5 @@ def teardown():
 
 
 if __name__ == "__main__":
-    sys.exit(sptest.run_tests([test_describe_tables, test_set_config_holds], setup, teardown, watch=lambda: [PROXY]))
+    sys.exit(sptest.run_tests([test_describe_tables, test_set_config_holds, test_large_objects], setup, teardown,
+                              watch=lambda: [PROXY]))
