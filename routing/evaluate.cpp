@@ -143,9 +143,8 @@ Route Evaluator::run(bool* needs_exact_plan) {
   r.copy_from = plan_.copy_from;
   r.pins_session = plan_.pins_session;
   r.reads = r.kind == RouteKind::error ? Route::Reads::writes : plan_.reads;
-  // Sequences, and the system catalogs (their OIDs differ between shards): always the
-  // same shard, the combine shard.
-  if ((r.reads == Route::Reads::sequences || plan_.reads_catalog) && r.kind == RouteKind::any_shard) {
+  r.catalog = plan_.reads_catalog && r.kind == RouteKind::any_shard;
+  if (r.reads == Route::Reads::sequences && r.kind == RouteKind::any_shard) {
     r.kind = RouteKind::shards;
     r.shards = {in_.topo.config().combine_shard()};
   }

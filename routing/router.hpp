@@ -134,6 +134,10 @@ struct Route {
   enum class Reads : std::uint8_t { writes, standby_safe, sequences };
   Reads reads = Reads::writes;
   bool replica_safe() const { return reads == Reads::standby_safe; }
+  // An any_shard read of the system catalogs (SPEC §14): the session sends it to one
+  // designated shard, the combine shard, so that OIDs stay valid from one statement to
+  // the next, unless its transaction block already runs on another (Session::single_target).
+  bool catalog = false;
   // A read of sharded tables that are not co-located (joined, or united, other than on
   // one distribution's key): only the combine step answers it, never a merge.
   bool needs_combine = false;

@@ -266,6 +266,15 @@ void Pool::drop_idle(const Backend* b) {
   spdlog::debug("pool of shard \"{}\": the server closed an idle connection; dropped", target_.shard);
 }
 
+void Pool::close_idle() {
+  std::vector<std::unique_ptr<Backend>> closed;
+  {
+    std::lock_guard lock(mu_);
+    closed.swap(idle_);
+    open_ -= static_cast<int>(closed.size());
+  }
+}
+
 void Pool::set_paused(bool paused) {
   std::lock_guard lock(mu_);
   paused_ = paused;

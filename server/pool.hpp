@@ -61,6 +61,10 @@ class Pool : public std::enable_shared_from_this<Pool> {
   std::optional<int> max_prepared_transactions() const;
   void set_max_prepared_transactions(int value);
 
+  // Closes every idle connection (a client's DROP DATABASE of the pool's database must
+  // not find them in its way).
+  void close_idle();
+
   // PAUSE: no connection is handed out until resumed; acquirers wait (with their
   // deadline), statements already running finish.
   void set_paused(bool paused);

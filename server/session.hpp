@@ -154,6 +154,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::int32_t pid = 0, key = 0;
   };
   std::vector<CancelTo> cancel_targets(std::int32_t secret);
+  void close_idle_connections_to(const std::string& database);
   std::size_t shard_to_prepare(const Prepared& p);
   void release_all(bool reusable);
   void release_shard(std::size_t shard, bool reusable);
@@ -463,6 +464,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool check_write(const routing::Route& route, std::size_t shard, std::string& error);
   routing::ShapeLookup shape_lookup(KeptShapes& keep);
   std::optional<std::size_t> single_target(const routing::Route& route);
+  std::size_t catalog_shard();
 
   // Output.
   // A shard's error that reaches the client: splitpoint_errors_total, and SPM01 from a

@@ -135,8 +135,11 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       co_return co_await handle_describe(f);
     case 'C':
       co_return co_await handle_close(f);
-    case 'S':
-      co_return co_await handle_sync(f);
+    case 'S': {
+      const bool go_on = co_await handle_sync(f);
+      fe_.open_batch_failed = false;  // (an error the proxy's own Sync drew in ended that batch)
+      co_return go_on;
+    }
     case 'E':
       if (fe_.local_portal || scatter_.portal || !fe_.portals.empty()) co_return co_await handle_execute(f);
       [[fallthrough]];

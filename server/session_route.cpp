@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <cctype>
 #include <charconv>
 
 #include "protocol/buffer.hpp"
@@ -78,10 +79,21 @@ std::size_t Session::pick_any_shard() {
   return next_any_++ % pools_.size();
 }
 
+// Where a catalog read goes: the combine shard, the same for every statement of every
+// session, unless the session's transaction block runs on other shards only (pg_dump's
+// REPEATABLE READ transaction reads every catalog there, from one snapshot).
+std::size_t Session::catalog_shard() {
+  const std::size_t c = runtime_->config.combine_shard();
+  if (!in_transaction() || (c < held_.size() && held_[c] && held_[c]->status != 'I')) return c;
+  for (std::size_t s = 0; s < held_.size(); ++s)
+    if (in_transaction_on(s)) return s;
+  return c;
+}
+
 std::optional<std::size_t> Session::single_target(const routing::Route& route) {
   switch (route.kind) {
     case RouteKind::any_shard:
-      return pick_any_shard();
+      return route.catalog ? catalog_shard() : pick_any_shard();
     case RouteKind::shards:
       if (route.shards.size() == 1 && route.per_shard_sql.empty()) return route.shards.front();
       return std::nullopt;
@@ -262,6 +274,46 @@ awaitable<bool> Session::reject_with(const proto::ErrorFields& fields, bool exte
   co_return true;
 }
 
+namespace {
+
+// The database a statement needs no other session in: DROP DATABASE x, ALTER DATABASE x
+// RENAME, CREATE DATABASE ... TEMPLATE x. PostgreSQL refuses them while any connection
+// to x is open, the pool's idle ones too.
+std::optional<std::string> database_it_needs_alone(std::string_view sql) {
+  std::vector<std::string> w;
+  std::size_t i = 0;
+  while (i < sql.size() && w.size() < 64) {
+    while (i < sql.size() && (std::isspace(static_cast<unsigned char>(sql[i])) || sql[i] == '=' || sql[i] == ';')) ++i;
+    std::size_t j = i;
+    std::string word;
+    if (j < sql.size() && sql[j] == '"') {
+      for (++j; j < sql.size() && sql[j] != '"'; ++j) word += sql[j];
+      ++j;
+    } else {
+      for (; j < sql.size() && !std::isspace(static_cast<unsigned char>(sql[j])) && sql[j] != '=' && sql[j] != ';'; ++j)
+        word += static_cast<char>(std::tolower(static_cast<unsigned char>(sql[j])));
+    }
+    if (j == i) break;
+    w.push_back(std::move(word));
+    i = j;
+  }
+  if (w.size() < 3 || w[1] != "database") return std::nullopt;
+  if (w[0] == "drop") return w[2] == "if" && w.size() > 4 ? w[4] : w[2];
+  if (w[0] == "alter" && w.size() > 3 && w[3] == "rename") return w[2];
+  if (w[0] == "create")
+    for (std::size_t k = 3; k + 1 < w.size(); ++k)
+      if (w[k] == "template") return w[k + 1];
+  return std::nullopt;
+}
+
+}  // namespace
+
+void Session::close_idle_connections_to(const std::string& database) {
+  for (auto& shard : runtime_->shards)
+    for (auto& pool : shard->all())
+      if (pool->target().database == database) pool->close_idle();
+}
+
 awaitable<bool> Session::handle_query(const proto::Frame& f) {
   lookahead_.reset();  // (a Query may change how the next Bind routes: SET splitpoint.*)
   auto q = proto::Query::decode(f.body);
@@ -282,6 +334,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   if (moves_.view && !co_await wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, settings_.routing, lookup); }))
     co_return !closing_;
 
+  if (route.cls == StatementClass::utility || route.cls == StatementClass::ddl)
+    if (auto db = database_it_needs_alone(sql)) close_idle_connections_to(*db);
   const bool spread = route.kind == RouteKind::all_shards || route.shards.size() > 1;
   if (several_statements_apart(route, sql) || (route.cls == StatementClass::write && spread && !in_transaction())) {
     auto done = co_await run_apart(route, sql);  // (session_texts.cpp)

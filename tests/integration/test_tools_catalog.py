@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Issue #45 (SPEC §14): tools that read the catalogs see one PostgreSQL.
 
-Two shards (a fresh database on each shared instance), transaction pooling. s1 gets a
-table of its own first, so the same table has another OID on each shard (as on the
+Two shards (a fresh database on each shared instance), transaction pooling. s1 makes and
+drops a table of its own first, so the same table has another OID on each shard (as on the
 demo, where `\\d users` answered "Did not find any relation with OID 16403").
 - psql's `\\d users`, `\\d+ orders` and `\\d order_totals` through the proxy, ten times
   each: every one describes the table (its statements read the catalogs of one shard);
@@ -10,7 +10,9 @@ demo, where `\\d users` answered "Did not find any relation with OID 16403").
   statements on whichever backend they run (another client holds the backends the first
   ran on); pg_dump --schema-only through the proxy writes the view as
   `FROM public.orders`, as pg_dump against PostgreSQL does;
-- psql's \\lo_import, \\lo_export and \\lo_unlink (fast-path function calls) and lo_get.
+- psql's \\lo_import, \\lo_export and \\lo_unlink (fast-path function calls) and lo_get;
+- DROP DATABASE of a database whose last client just left (the pool's idle connections
+  to it closed first).
 
 Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_WORKDIR).
 """
@@ -124,11 +126,41 @@ def test_large_objects():
     assert rc == 0 and "lo_unlink" in out, out
 
 
+def test_drop_database_after_its_clients_left():
+    """DROP DATABASE right after the last client of it left (Django's and asyncpg's test
+    runners): the pools' idle connections to it are closed first."""
+    victim = sptest.Databases("tools_victim")
+    body = f"""
+    pool_mode: transaction
+    auth: scram-sha-256
+    users:
+      - {{ name: app, password: secret }}
+    shards:
+      - {{ name: s0, host: 127.0.0.1, port: {sptest.PG_PORTS[0]}, user: app, password: secret, pool_size: 4 }}
+      - {{ name: s1, host: 127.0.0.1, port: {sptest.PG_PORTS[1]}, user: app, password: secret, pool_size: 4 }}
+    """
+    dropped = False
+    with sptest.Proxy("tools_drop", body, WORK) as proxy:
+        c = proxy.connect(victim.name)
+        for shard in ("s0", "s1"):
+            c.cursor().execute(f"/* splitpoint: shard={shard} */ SELECT 1")
+        c.close()
+        c = proxy.connect(DBS.name)  # another database, as a test runner's own connection
+        try:
+            c.cursor().execute(f"DROP DATABASE {victim.name}")
+            dropped = True
+        finally:
+            c.close()
+            if not dropped:
+                victim.drop()
+
+
 def setup():
     global DBS, PROXY
     DBS = sptest.Databases("tools")
     c = DBS.shard(1)
-    c.cursor().execute("CREATE TABLE shifts_oids (a int)")
+    c.cursor().execute("CREATE TABLE shifts_oids (a int)")  # (its OIDs stay used)
+    c.cursor().execute("DROP TABLE shifts_oids")
     c.close()
     PROXY = sptest.Proxy("tools", config(), WORK).start()
     c = PROXY.connect(DBS.name)
@@ -147,5 +179,6 @@ def teardown():
 
 
 if __name__ == "__main__":
-    sys.exit(sptest.run_tests([test_describe_tables, test_set_config_holds, test_large_objects], setup, teardown,
+    sys.exit(sptest.run_tests([test_describe_tables, test_set_config_holds, test_large_objects,
+                               test_drop_database_after_its_clients_left], setup, teardown,
                               watch=lambda: [PROXY]))
