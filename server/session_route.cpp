@@ -75,7 +75,10 @@ std::size_t Session::pick_any_shard() {
   for (std::size_t s = 0; s < held_.size(); ++s)
     if (held_[s]) return s;
   if (settings_.routing.shard) return *settings_.routing.shard;
-  // Spread keyless reads (reference tables, catalog) over the shards.
+  // A transaction block's first keyless read: where its catalog reads and sequences go,
+  // so that a block that reads all three (pg_dump's snapshot) stays on one shard.
+  if (in_transaction()) return runtime_->config.combine_shard();
+  // Spread keyless reads (reference tables) over the shards.
   return next_any_++ % pools_.size();
 }
 
@@ -140,7 +143,10 @@ awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables, Ke
       "coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid) LIKE 'nextval(%', false) "
       "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
       "LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
-      "WHERE c.relname IN (" + list + ") AND pg_catalog.pg_table_is_visible(c.oid) "
+      "WHERE c.relname IN (" + list + ") AND (pg_catalog.pg_table_is_visible(c.oid) "
+      // (A session whose search_path is empty, as pg_dump's set_config makes it: its
+      // statements name schema public's tables with the schema.)
+      "OR (pg_catalog.current_schemas(false) = '{}' AND c.relnamespace = 'public'::pg_catalog.regnamespace)) "
       "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY c.relname, a.attnum";
   co_await pump_.drain();
   auto reply = co_await run_on(pick_any_shard(), sql);
@@ -1255,6 +1261,7 @@ awaitable<Session::Sent> Session::send_on(std::size_t shard, std::string_view sq
   sent.queries = 1 + sync_backend_state(b, out, join);
   if (!ext) {
     proto::Query{sql}.encode(out);
+    b.unnamed_owner = {0, 0};  // a Query drops the unnamed statement (ensure_prepared parses it again)
   } else {
     // A split INSERT keeps the client's parameter numbers but uses only some of them.
     proto::Parse{"", sql, parameter_types_for(sql, ext->param_types, ext->param_formats, ext->params.size())}

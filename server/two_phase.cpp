@@ -123,8 +123,8 @@ awaitable<int> recover_as(const Runtime& rt, Metrics& metrics, const Identity* w
       }
       auto decided = co_await simple_query(
           *rec,
-          "INSERT INTO splitpoint_2pc (txid, decision) VALUES (" + quote_literal(*txid) +
-              ", 'abort') ON CONFLICT (txid) DO NOTHING; SELECT decision FROM splitpoint_2pc WHERE txid = " +
+          "INSERT INTO public.splitpoint_2pc (txid, decision) VALUES (" + quote_literal(*txid) +
+              ", 'abort') ON CONFLICT (txid) DO NOTHING; SELECT decision FROM public.splitpoint_2pc WHERE txid = " +
               quote_literal(*txid),
           timeout);
       if (!decided.ok() || decided.rows.empty() || !decided.rows[0][0]) {
@@ -153,7 +153,7 @@ awaitable<int> recover_as(const Runtime& rt, Metrics& metrics, const Identity* w
   // and roll back what the others committed), nor any while a shard could not be listed.
   // A row older than the hour was written after its PREPAREs, so they were listed above.
   if (rec_ok && listed) {
-    std::string sql = "DELETE FROM splitpoint_2pc WHERE decided_at < now() - interval '1 hour'";
+    std::string sql = "DELETE FROM public.splitpoint_2pc WHERE decided_at < now() - interval '1 hour'";
     for (auto& txid : still_prepared) sql += " AND txid <> " + quote_literal(txid);
     rec_ok = (co_await simple_query(*rec, sql, timeout)).ok();
   }
@@ -207,7 +207,7 @@ awaitable<void> delete_deferred(std::chrono::milliseconds timeout) {
   std::stable_sort(batch.begin(), batch.end(), [](auto& a, auto& b) { return a.first.owner_before(b.first); });
   for (std::size_t i = 0; i < batch.size();) {
     const std::size_t first = i;
-    std::string sql = "DELETE FROM splitpoint_2pc WHERE txid IN (";
+    std::string sql = "DELETE FROM public.splitpoint_2pc WHERE txid IN (";
     for (; i < batch.size() && same_pool(batch[i].first, batch[first].first) && i - first < 1000; ++i)
       sql += (i > first ? ", " : "") + quote_literal(batch[i].second);
     sql += ")";

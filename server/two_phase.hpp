@@ -2,8 +2,9 @@
 // (transactions.cross_shard_writes: two_phase, SPEC §5).
 //
 // COMMIT runs PREPARE TRANSACTION '<gid>' on every written shard, then records the
-// decision as a row of the table splitpoint_2pc on the first shard of the config (the
-// recorder), then COMMIT PREPARED everywhere; the row is deleted later, in a batch
+// decision as a row of the table public.splitpoint_2pc on the first shard of the config
+// (the recorder; named with its schema, so that a session's search_path, such as the
+// empty one pg_dump's set_config leaves, does not lose it), then COMMIT PREPARED everywhere; the row is deleted later, in a batch
 // (defer_delete). The row is the durable decision record: it lives in PostgreSQL, so it
 // survives the proxy's container being replaced.
 //
@@ -36,7 +37,7 @@ inline constexpr std::string_view kGidPrefix = "splitpoint:";
 inline constexpr std::chrono::seconds kRecoverAfter{5};
 inline constexpr std::chrono::seconds kRecoverEvery{5};
 inline constexpr const char* kCreateTable =
-    "CREATE TABLE IF NOT EXISTS splitpoint_2pc (txid text PRIMARY KEY, decision text NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS public.splitpoint_2pc (txid text PRIMARY KEY, decision text NOT NULL, "
     "decided_at timestamptz NOT NULL DEFAULT now())";
 
 // A fresh transaction id (random, unique across proxy processes).
