@@ -223,7 +223,7 @@ bool standby_can_answer(const PgQuery__Node* stmt, bool& sequences) {
 // (pg_catalog, information_schema, an unqualified pg_*), a function that looks objects up
 // (pg_get_*, format_type, obj_description, to_regclass, ...), a large-object function,
 // or a cast to an OID type.
-// OIDs differ from shard to shard, so such reads all go to one shard (Route::catalog): an
+// OIDs differ from shard to shard, so such reads all go to one shard (Route::Reads::catalog): an
 // OID one statement found is valid for the next, as psql's \d expects.
 bool reads_catalog(const PgQuery__Node* stmt) {
   static constexpr std::string_view kLookups[] = {

@@ -143,8 +143,12 @@ Route Evaluator::run(bool* needs_exact_plan) {
   r.copy_from = plan_.copy_from;
   r.pins_session = plan_.pins_session;
   r.reads = r.kind == RouteKind::error ? Route::Reads::writes : plan_.reads;
-  r.catalog = plan_.reads_catalog && r.kind == RouteKind::any_shard;
-  if (r.reads == Route::Reads::sequences && r.kind == RouteKind::any_shard) {
+  // A catalog read the session places (Reads::catalog); one that writes (lo_create & co)
+  // goes to the combine shard here, as sequences do.
+  if (plan_.reads_catalog && r.kind == RouteKind::any_shard && r.reads == Route::Reads::standby_safe)
+    r.reads = Route::Reads::catalog;
+  if ((r.reads == Route::Reads::sequences || (plan_.reads_catalog && r.reads == Route::Reads::writes)) &&
+      r.kind == RouteKind::any_shard) {
     r.kind = RouteKind::shards;
     r.shards = {in_.topo.config().combine_shard()};
   }

@@ -136,7 +136,7 @@ class Plan {
   std::shared_ptr<const CopyFrom> copy_from;                                 // Route::copy_from
   bool pins_session = false;            // Route::pins_session
   Route::Reads reads = Route::Reads::writes;  // Route::reads
-  bool reads_catalog = false;           // Route::catalog
+  bool reads_catalog = false;           // Route::Reads::catalog
   bool cacheable = true;                // may be shared by texts differing only in literals
   bool uses_slots = false;              // constants were turned into literal slots
   std::vector<int> slots_used;          // the literal indices those slots read

@@ -131,13 +131,13 @@ struct Route {
   // one whose sequences the proxy draws keys from (SPEC §3: `scatter.combine`'s shard),
   // so that the values are unique across shards; it does not make later reads of that
   // shard wait for a standby to catch up (read-your-writes, SPEC §10).
-  enum class Reads : std::uint8_t { writes, standby_safe, sequences };
+  // catalog: an any_shard read of the system catalogs (SPEC §14), standby-safe, that the
+  // session sends to one designated shard, the combine shard, so that OIDs stay valid
+  // from one statement to the next, unless its transaction block already runs on
+  // another (Session::single_target).
+  enum class Reads : std::uint8_t { writes, standby_safe, sequences, catalog };
   Reads reads = Reads::writes;
-  bool replica_safe() const { return reads == Reads::standby_safe; }
-  // An any_shard read of the system catalogs (SPEC §14): the session sends it to one
-  // designated shard, the combine shard, so that OIDs stay valid from one statement to
-  // the next, unless its transaction block already runs on another (Session::single_target).
-  bool catalog = false;
+  bool replica_safe() const { return reads == Reads::standby_safe || reads == Reads::catalog; }
   // A read of sharded tables that are not co-located (joined, or united, other than on
   // one distribution's key): only the combine step answers it, never a merge.
   bool needs_combine = false;

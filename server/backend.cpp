@@ -64,6 +64,12 @@ ConnectResult failure(std::string_view sqlstate, std::string message) {
   return r;
 }
 
+// `r`, marked as refused the way a restarting server refuses (ConnectResult::restarting).
+ConnectResult restarting(ConnectResult r, bool yes) {
+  r.restarting = yes;
+  return r;
+}
+
 // Reads one backend frame into `frame` (body copied into `body`).
 awaitable<bool> read_frame(tcp::socket& s, InputBuffer& buf, char& type, std::string& body) {
   proto::FrameLimits limits;
@@ -214,12 +220,10 @@ awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
   if (rec) co_return failure(sqlstate::cannot_connect, "could not resolve \"" + t.host + "\": " + rec.message());
   tcp::socket socket(ex);
   auto [cec, ep] = co_await asio::async_connect(socket, endpoints, use_nothrow);
-  if (cec) {
-    auto r = failure(sqlstate::cannot_connect, "could not connect to shard \"" + t.shard + "\" at " + t.host + ":" +
-                                                   std::to_string(t.port) + ": " + cec.message());
-    r.restarting = cec == asio::error::connection_refused;
-    co_return r;
-  }
+  if (cec)
+    co_return restarting(failure(sqlstate::cannot_connect, "could not connect to shard \"" + t.shard + "\" at " +
+                                                               t.host + ":" + std::to_string(t.port) + ": " + cec.message()),
+                         cec == asio::error::connection_refused);
   socket.set_option(tcp::no_delay(true));
   set_keepalive(socket);
   auto protocol = ep.protocol();
@@ -240,11 +244,9 @@ awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
   char type = 0;
   std::string body;
   for (;;) {
-    if (!co_await read_frame(conn->socket, conn->read_buf, type, body)) {
-      auto r = failure(sqlstate::connection_failure, "shard \"" + t.shard + "\" closed the connection during start-up");
-      r.restarting = true;
-      co_return r;
-    }
+    if (!co_await read_frame(conn->socket, conn->read_buf, type, body))
+      co_return restarting(failure(sqlstate::connection_failure, "shard \"" + t.shard + "\" closed the connection during start-up"),
+                           true);
     out.clear();
     switch (type) {
       case 'R': {
@@ -297,9 +299,7 @@ awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
         auto fields = proto::ErrorFields::decode(body);
         std::string code = fields ? std::string(fields->get('C')) : sqlstate::connection_failure;
         std::string msg = fields ? std::string(fields->get('M')) : "error during start-up";
-        auto r = failure(code, "shard \"" + t.shard + "\": " + msg);
-        r.restarting = code == "57P03" || code == "57P01";
-        co_return r;
+        co_return restarting(failure(code, "shard \"" + t.shard + "\": " + msg), code == "57P03" || code == "57P01");
       }
       case 'Z':
         conn->host = t.host_index;

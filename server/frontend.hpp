@@ -244,6 +244,10 @@ struct ClientSettings {
   std::vector<std::pair<std::string, std::string>> local_txn;  // SET LOCAL splitpoint.*
   routing::SessionRouting routing;  // what the proxy's own reading of SQL depends on
   DrawnValues drawn;                // currval/lastval of the values the proxy drew
+  // A statement left state on a backend that cannot be replayed on another (temporary
+  // tables, LISTEN, advisory locks: route.pins_session), in either pool mode: losing
+  // that backend is the client's error, as losing its server would be.
+  bool unreplayable = false;
 
   // The commands of a finished transaction; true if one reset the backend (RESET ALL,
   // DISCARD ALL, RESET of a startup parameter), which then has its own defaults, not

@@ -246,7 +246,7 @@ awaitable<void> Pump::run() {
   }
   detach();
   if (lost && !s.closing_) {
-    if (owes_nothing() && s.fe_.client_txn == 'I' && !s.unreplayable_) {
+    if (owes_nothing() && s.fe_.client_txn == 'I' && !s.settings_.unreplayable) {
       // Closed between transactions: the next statement takes another backend.
       spdlog::info("[{}] shard {} closed the session's idle connection ({}); a new one takes its place", s.id_,
                    s.pools_[shard]->target().shard, closed_idle_ ? std::string(closed_idle_->get('M')) : "EOF");

@@ -142,7 +142,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // state that lives on that backend). Session pooling keeps it anyway.
   void pin_backend() {
     pinned_ = pinned_ || runtime_->config.pool_mode == config::PoolMode::transaction;
-    unreplayable_ = true;
+    settings_.unreplayable = true;
   }
   // A backend held between transactions that the server closed meanwhile (restart,
   // pg_terminate_backend) goes back as broken, unless it held what cannot be replayed on
@@ -632,10 +632,6 @@ class Session : public std::enable_shared_from_this<Session> {
   Pump pump_{*this};   // the single-shard forward (pump.hpp)
   QueryClock query_clock_;
   bool pinned_ = false;  // LISTEN: keeps its backend until the end
-  // A statement left state on a backend that the proxy cannot replay on another
-  // (temporary tables, LISTEN, advisory locks: route.pins_session), in either pool mode:
-  // losing that backend is the client's error, as losing its server would be.
-  bool unreplayable_ = false;
   std::size_t next_any_ = 0;
   ReadYourWrites ryw_;
   CancelTargets cancel_;

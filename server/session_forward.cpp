@@ -509,7 +509,7 @@ void Session::release_shard(std::size_t shard, bool reusable) {
 // are held too. The pump watches only the current one, and drops it itself: Pump::run.)
 bool Session::drop_if_closed(std::size_t shard) {
   Backend* b = held_[shard].get();
-  if (!b || b->status != 'I' || unreplayable_ || (cur_ == shard && pump_.active()) || b->looks_healthy()) return false;
+  if (!b || b->status != 'I' || settings_.unreplayable || (cur_ == shard && pump_.active()) || b->looks_healthy()) return false;
   spdlog::info("[{}] shard {} closed an idle connection; a new one takes its place", id_, pools_[shard]->target().shard);
   release_shard(shard, false);
   return true;

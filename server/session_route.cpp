@@ -96,7 +96,7 @@ std::size_t Session::catalog_shard() {
 std::optional<std::size_t> Session::single_target(const routing::Route& route) {
   switch (route.kind) {
     case RouteKind::any_shard:
-      return route.catalog ? catalog_shard() : pick_any_shard();
+      return route.reads == routing::Route::Reads::catalog ? catalog_shard() : pick_any_shard();
     case RouteKind::shards:
       if (route.shards.size() == 1 && route.per_shard_sql.empty()) return route.shards.front();
       return std::nullopt;

@@ -403,11 +403,13 @@ TEST_CASE("catalog reads are marked for one shard (SPEC 14)", "[router]") {
     for (int i = 0; i < 3; ++i) {  // (the session sends it to the combine shard: Session::catalog_shard)
       Route r = f.both(sql);
       CHECK(r.kind == RouteKind::any_shard);
-      CHECK(r.catalog);
+      CHECK(r.reads == Route::Reads::catalog);
     }
   }
   // Not a catalog read: any shard.
-  CHECK_FALSE(f.both("SELECT name FROM countries").catalog);
+  CHECK(f.both("SELECT name FROM countries").reads == Route::Reads::standby_safe);
+  // One that writes (a large object made): the combine shard, from the router.
+  CHECK(f.both("SELECT lo_create(0)").shards == std::vector<std::size_t>{0});
   // A sharded table's rows still decide.
   CHECK(f.both("SELECT u.* FROM users u JOIN pg_class c ON c.relname = 'users' WHERE u.id = 7").shards ==
         std::vector<std::size_t>{user_shard("7")});
