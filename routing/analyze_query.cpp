@@ -356,7 +356,7 @@ void Analyzer::insert(const PgQuery__InsertStmt* s, Scope& scope, bool alone) {
 // INSERT ... SELECT into a sharded table. Where each row's key is a co-located
 // table's key, passed through unchanged, every shard inserts the rows it holds (the
 // statement runs where those rows are). Otherwise the proxy reads the rows and
-// inserts them itself (Route::pull_insert, server/session_insert_select.cpp).
+// inserts them itself (Route::pull_insert, server/session/execute/insert_select.cpp).
 void Analyzer::insert_select(const PgQuery__InsertStmt* s, const Scope& child, int occ, bool alone,
                              const std::string& what) {
   const int source = alone ? pushdown_source(s, child, occ) : -1;

@@ -332,7 +332,7 @@ void Analyzer::statement(const PgQuery__Node* stmt, bool alone) {
     case PG_QUERY__NODE__NODE_CONSTRAINTS_SET_STMT:
       return fixed(make_route(RouteKind::any_shard, SC::utility));
     // Cursors: any backend (the one that declared it, in a block), unless the cursor is
-    // the proxy's own (server/session_cursor.cpp).
+    // the proxy's own (server/session/execute/cursor.cpp).
     case PG_QUERY__NODE__NODE_FETCH_STMT:
     case PG_QUERY__NODE__NODE_CLOSE_PORTAL_STMT:
       if (!alone) return fixed(make_route(RouteKind::any_shard, SC::utility));

@@ -22,7 +22,7 @@ Route error_route(const Plan& plan, std::string sqlstate, std::string message) {
 }
 
 // A text of several statements that cannot run whole on the shards it reaches (the
-// session then runs it statement by statement: server/session_texts.cpp).
+// session then runs it statement by statement: server/session/texts.cpp).
 Route apart_error(const Plan& plan) {
   return error_route(plan, "SPC01",
                      "cannot be answered exactly across shards: the statements of this text reach different shards "

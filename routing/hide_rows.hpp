@@ -1,7 +1,7 @@
 // Rows a shard holds but does not own (SPEC §9): while a partition moves, its rows are
 // on both the source and the target; after the cutover the source keeps them until
 // cleanup. A statement that is not confined to partitions the shard owns reads the
-// distribution's tables through views that leave those rows out (server/mover.cpp
+// distribution's tables through views that leave those rows out (server/cluster/mover.cpp
 // creates them, one schema per move).
 #pragma once
 

@@ -148,7 +148,7 @@ struct Route {
   enum class SqlPrepared : std::uint8_t { none, prepare, execute };
   SqlPrepared sql_prepared = SqlPrepared::none;
   // A cursor command alone in its text (names->cursor and what goes with it): the
-  // proxy answers those of a cursor over several shards itself (server/session_cursor.cpp).
+  // proxy answers those of a cursor over several shards itself (server/session/execute/cursor.cpp).
   enum class Cursor : std::uint8_t { none, declare, fetch, close };
   Cursor cursor = Cursor::none;
   // EXPLAIN alone in its text: over several shards each shard's plan is shown (a header

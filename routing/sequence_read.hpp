@@ -1,6 +1,6 @@
 // `SELECT lastval()` or `SELECT currval(<argument>)` alone in its text: how drivers ask for
 // the id an INSERT got (PDO's lastInsertId, Doctrine DBAL, Perl DBI's last_insert_id).
-// When the proxy drew that id itself (SPEC §3, server/session_keys.cpp), no shard's
+// When the proxy drew that id itself (SPEC §3, server/session/keys.cpp), no shard's
 // session has it; the proxy answers such a read from the values it drew.
 #pragma once
 

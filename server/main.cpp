@@ -6,8 +6,8 @@
 #include <string>
 
 #include "config/config.hpp"
-#include "server/admin_cli.hpp"
-#include "server/runtime.hpp"
+#include "server/ops/admin_cli.hpp"
+#include "server/cluster/runtime.hpp"
 #include "server/server.hpp"
 
 namespace {

@@ -10,7 +10,7 @@
 // a PostgreSQL of its own, reference tables are pulled from one shard as well. Types,
 // collations, functions and NULL rules are PostgreSQL's by construction.
 //
-// Life of a combined SELECT (server/scatter_combine.cpp runs it):
+// Life of a combined SELECT (server/session/execute/scatter_combine.cpp runs it):
 //   1. on the combine database: BEGIN, then each pull's `create_sql` (ON COMMIT DROP);
 //   2. on every shard concerned: each pull's `pull_sql` (the client's parameters), its
 //      rows streamed as COPY text into `COPY <temp_name> FROM STDIN`;

@@ -1,5 +1,5 @@
 // How a read that runs on several shards is answered: one decision per statement text,
-// parsed once and cached, merges also by shape (scatter_shape.hpp; server/scatter_read.cpp
+// parsed once and cached, merges also by shape (scatter_shape.hpp; server/session/execute/scatter_read.cpp
 // asks ScatterPlanner for it at every execution). The decision is, in order of preference:
 //   merge    the streaming merger (merge_plan.hpp): exact, fast, memory O(shards)
 //   combine  the combine step (combine_plan.hpp): what the merger cannot combine is

@@ -2,7 +2,7 @@
 # INSERT ... SELECT through splitpoint (two shards, two PostgreSQL instances) against
 # PostgreSQL direct, by hand (figures in docs/performance.md, "INSERT ... SELECT"):
 #   pulled   INSERT INTO t (id, v) SELECT x, ... FROM generate_series(1, ROWS) x — the
-#            rows go through the proxy (server/session_insert_select.cpp)
+#            rows go through the proxy (server/session/execute/insert_select.cpp)
 #   on the shards  INSERT INTO t2 (id, v) SELECT id, v FROM t — the key is a co-located
 #            table's key: each shard inserts its own rows
 # Each statement ROUNDS times (median of wall-clock ms, psql over TCP), and the proxy's

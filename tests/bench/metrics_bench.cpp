@@ -14,7 +14,7 @@
 
 #include "config/config.hpp"
 #include "routing/router.hpp"
-#include "server/metrics.hpp"
+#include "server/state/metrics.hpp"
 
 using namespace splitpoint;
 

@@ -506,7 +506,7 @@ void login(std::string_view buf, bool use_md5) {
   check(!resp || !exchange.handle_client_final(resp->data), "login: authenticated without the password");
 }
 
-// The backend login's steps (server/backend.cpp) over a shard's 'R' messages.
+// The backend login's steps (server/net/backend.cpp) over a shard's 'R' messages.
 void backend(std::string_view buf) {
   std::optional<sc::ClientExchange> scram;
   for (;;) {

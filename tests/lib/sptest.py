@@ -294,7 +294,7 @@ def metric_value(text, name, labels):
 def decision_rows_left(port, db, within=15):
     """The two-phase decision rows still on the recorder (port, db) after waiting up to
     `within` seconds for them to go: the proxy deletes the records of committed
-    transactions in batches, every 5 s (server/two_phase.hpp, defer_delete)."""
+    transactions in batches, every 5 s (server/txn/two_phase.hpp, defer_delete)."""
     deadline = time.monotonic() + within
     while True:
         if not query(port, db, "SELECT to_regclass('splitpoint_2pc') IS NOT NULL")[0][0]:

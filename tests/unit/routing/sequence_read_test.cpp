@@ -1,5 +1,5 @@
 // SELECT lastval() / currval(...) alone in a text: read for the proxy to answer from the
-// values it drew (server/session_keys.cpp, answer_from_drawn).
+// values it drew (server/session/keys.cpp, answer_from_drawn).
 #include <catch2/catch.hpp>
 
 #include "routing/sequence_read.hpp"

@@ -1,4 +1,4 @@
-// server/frontend.hpp: the frontend bookkeeping without sockets — what each backend
+// server/net/frontend.hpp: the frontend bookkeeping without sockets — what each backend
 // message means for the client, given what the session sent (the expected-answer
 // queue): pipelines answered over several reads, errors mid-batch (PostgreSQL skips to
 // the Sync), statements the proxy injected, COPY IN, the transaction status the client
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "server/frontend.hpp"
+#include "server/net/frontend.hpp"
 
 using namespace splitpoint::server;
 using splitpoint::routing::SessionCommand;

@@ -1,11 +1,11 @@
-// server/hosts.hpp: what the health checks and the data path make of a shard's hosts —
+// server/state/hosts.hpp: what the health checks and the data path make of a shard's hosts —
 // LSNs, lag against the primary, the standby a read may use, bans with backoff, the
 // primary found among several candidates (SPEC §10).
 #include <catch2/catch.hpp>
 
 #include <set>
 
-#include "server/hosts.hpp"
+#include "server/state/hosts.hpp"
 
 using splitpoint::config::Endpoint;
 using splitpoint::config::Health;

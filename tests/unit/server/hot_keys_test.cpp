@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "server/metrics.hpp"
+#include "server/state/metrics.hpp"
 
 using splitpoint::server::HotKeys;
 

@@ -1,10 +1,10 @@
-// server/input_buffer.hpp: reads go into uninitialised space after the data, bytes
+// server/net/input_buffer.hpp: reads go into uninitialised space after the data, bytes
 // are consumed from the front, an empty buffer gives its memory back.
 #include <catch2/catch.hpp>
 
 #include <string>
 
-#include "server/input_buffer.hpp"
+#include "server/net/input_buffer.hpp"
 
 using splitpoint::server::InputBuffer;
 
@@ -52,7 +52,7 @@ TEST_CASE("an input buffer erases in the middle and converts like a string", "[i
   b.erase(1);
   CHECK(std::string_view(b) == "b");
   b.append("xyz");
-  std::string s(b, 1, 2);  // as session_copy.cpp copies a frame
+  std::string s(b, 1, 2);  // as server/session/execute/copy.cpp copies a frame
   CHECK(s == "xy");
   std::string out;
   out.append(b, 2, 2);

@@ -6,7 +6,7 @@
 
 #include "config/config.hpp"
 #include "routing/topology.hpp"
-#include "server/partition_slots.hpp"
+#include "server/state/partition_slots.hpp"
 
 using splitpoint::config::Config;
 using splitpoint::routing::merge_hash_partition;

@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "config/config.hpp"
-#include "server/split_advice.hpp"
+#include "server/state/split_advice.hpp"
 
 using splitpoint::server::Metrics;
 using splitpoint::server::split_advice;

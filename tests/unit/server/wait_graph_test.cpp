@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "server/wait_graph.hpp"
+#include "server/txn/wait_graph.hpp"
 
 using namespace splitpoint::server::wait_graph;
 

@@ -1,0 +1,239 @@
+// `distributions:` (partitioning, placement, ranges, lists, tables), `reference_tables`
+// and `unlisted_tables`: every table owned once (config/loader.hpp).
+#include "config/loader.hpp"
+
+namespace splitpoint::config::detail {
+
+void Loader::load_distributions(const Fields& top) {
+  const Entry* e = top.get("distributions");
+  if (!e) return;
+  if (auto items = sequence(*e))
+    for (const Entry& item : *items) load_distribution(item);
+}
+
+void Loader::load_distribution(const Entry& item) {
+  auto f =
+      mapping(item, {"name", "method", "partitions", "placement", "ranges", "lists", "default", "tables"});
+  if (!f) return;
+  Distribution d;
+  d.line = item.key_line;
+  if (const Entry* n = required(*f, item.path, "name")) {
+    if (auto v = name(*n)) {
+      if (auto [pos, fresh] = distribution_names_.emplace(*v, n->line()); !fresh)
+        error(*n, "duplicate distribution name " + quote(*v) + " (first at line " +
+                      std::to_string(pos->second) + ")");
+      d.name = *v;
+    }
+  }
+  load_partitioning(d, *f, item.path);
+  if (const Entry* t = f->get("tables")) load_tables(d, *t);
+  cfg_.distributions.push_back(std::move(d));
+}
+
+// The method and the keys that belong to it: how keys map to logical partitions, and
+// those to shards.
+void Loader::load_partitioning(Distribution& d, const Fields& f, const std::string& path) {
+  if (const Entry* m = f.get("method")) {
+    auto method =
+        choice<Method>(*m, {{"hash", Method::hash}, {"range", Method::range}, {"list", Method::list}});
+    if (!method) return;  // the other keys cannot be judged without it
+    d.method = *method;
+  }
+  static constexpr std::pair<std::string_view, Method> kOnly[] = {{"partitions", Method::hash},
+                                                                  {"placement", Method::hash},
+                                                                  {"ranges", Method::range},
+                                                                  {"lists", Method::list},
+                                                                  {"default", Method::list}};
+  static constexpr std::string_view kMethodName[] = {"hash", "range", "list"};
+  for (const auto& [key, only] : kOnly)
+    if (const Entry* e = f.get(key); e && only != d.method)
+      error(e->key_line, e->path + ": only allowed with method: " + std::string(kMethodName[int(only)]));
+  if (d.method == Method::hash) {
+    if (const Entry* p = required(f, path, "partitions"))
+      assign(d.partitions, integer(*p, 1, kMaxPartitions));
+    if (const Entry* p = f.get("placement")) {
+      load_placement(d, *p);
+    } else if (d.partitions > 0 && !cfg_.shards.empty()) {
+      // Shard i of N gets [floor(i*P/N), floor((i+1)*P/N)).
+      const std::size_t n = cfg_.shards.size(), parts = static_cast<std::size_t>(d.partitions);
+      d.placement.resize(parts);
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t p = i * parts / n; p < (i + 1) * parts / n; ++p) d.placement[p] = i;
+    }
+  } else if (d.method == Method::range) {
+    if (const Entry* r = required(f, path, "ranges")) load_ranges(d, *r);
+  } else {
+    if (const Entry* l = required(f, path, "lists")) load_lists(d, *l);
+    if (const Entry* def = f.get("default")) d.default_shard = shard_ref(*def);
+  }
+}
+
+void Loader::load_placement(Distribution& d, const Entry& e) {
+  auto f = mapping(e, {});
+  if (!f) return;
+  const std::size_t errors_before = errors_.size();
+  const std::int64_t parts = d.partitions;  // 0 when invalid: check the syntax only
+  std::vector<std::optional<std::size_t>> owner(static_cast<std::size_t>(parts));
+  for (const auto& [shard_name, entry] : f->entries) {
+    auto shard = shard_named(shard_name, entry.key_line, entry.path);
+    std::vector<Entry> specs{entry};
+    if (entry.value.IsSequence()) specs = sequence(entry).value_or(std::vector<Entry>{});
+    for (const Entry& spec : specs) {
+      auto s = text(spec);
+      if (!s) continue;
+      auto span = parse_partition_span(*s);
+      if (!span) {
+        error(spec, "expected a partition number or a range such as 0-31, got " + quote(*s));
+        continue;
+      }
+      auto [first, last] = *span;
+      if (first > last) {
+        error(spec, "range " + quote(*s) + " is reversed");
+        continue;
+      }
+      if (parts == 0 || !shard) continue;
+      if (last >= parts) {
+        error(spec, "partition " + std::to_string(last) + " is out of range: partitions are 0-" +
+                        std::to_string(parts - 1));
+        // The part in range is still placed, so an overlap in it is reported too.
+        if (first >= parts) continue;
+        last = parts - 1;
+      }
+      std::vector<std::int64_t> clash;
+      std::string owners;
+      for (std::int64_t p = first; p <= last; ++p) {
+        auto& o = owner[static_cast<std::size_t>(p)];
+        if (!o) {
+          o = *shard;
+          continue;
+        }
+        clash.push_back(p);
+        if (owners.find(quote(cfg_.shards[*o].name)) == std::string::npos)
+          owners += (owners.empty() ? "" : ", ") + quote(cfg_.shards[*o].name);
+      }
+      if (!clash.empty()) error(spec, partitions_are(clash) + " already placed on " + owners);
+    }
+  }
+  if (parts == 0 || errors_.size() != errors_before) return;  // a gap would only echo them
+  std::vector<std::int64_t> missing;
+  for (std::int64_t p = 0; p < parts; ++p)
+    if (!owner[static_cast<std::size_t>(p)]) missing.push_back(p);
+  if (!missing.empty()) {
+    error(e.key_line, e.path + ": " + partitions_are(missing) + " not placed on any shard");
+    return;
+  }
+  d.placement.clear();
+  for (const auto& o : owner) d.placement.push_back(*o);
+}
+
+void Loader::load_ranges(Distribution& d, const Entry& e) {
+  auto items = sequence(e);
+  if (!items) return;
+  if (items->empty()) error(e.key_line, e.path + ": at least one range is required");
+  struct Bound {
+    std::string value;
+    int line;
+    std::string path;
+  };
+  std::vector<Bound> bounds;
+  for (std::size_t i = 0; i < items->size(); ++i) {
+    const Entry& item = (*items)[i];
+    auto f = mapping(item, {"upto", "shard"});
+    if (!f) continue;
+    Range r;
+    if (const Entry* s = required(*f, item.path, "shard")) assign(r.shard, shard_ref(*s));
+    if (const Entry* u = f->get("upto")) {
+      r.upto = text(*u);
+      if (r.upto) bounds.push_back({*r.upto, u->line(), u->path});
+    } else if (i + 1 != items->size()) {
+      error(f->line, item.path + ": only the last range may omit upto");
+    }
+    d.ranges.push_back(std::move(r));
+  }
+  // Integers compare as numbers; anything else (ISO dates, timestamps, text) as strings.
+  const bool numeric =
+      std::all_of(bounds.begin(), bounds.end(), [](const Bound& b) { return is_integer(b.value); });
+  for (std::size_t i = 1; i < bounds.size(); ++i) {
+    const Bound &prev = bounds[i - 1], &cur = bounds[i];
+    const int c = numeric ? compare_integers(prev.value, cur.value) : prev.value.compare(cur.value);
+    if (c >= 0)
+      error(cur.line, cur.path + ": ranges must be in increasing order of upto: " + quote(cur.value) +
+                          " is not above " + quote(prev.value) + " (line " + std::to_string(prev.line) + ")");
+  }
+}
+
+void Loader::load_lists(Distribution& d, const Entry& e) {
+  auto f = mapping(e, {});
+  if (!f) return;
+  if (f->entries.empty()) error(e.key_line, e.path + ": at least one shard with its values is required");
+  std::map<std::string, std::pair<std::string, int>, std::less<>> seen;  // value -> (shard, line)
+  for (const auto& [shard_name, entry] : f->entries) {
+    ListPartition lp;
+    lp.shard = shard_named(shard_name, entry.key_line, entry.path).value_or(0);
+    auto values = sequence(entry);
+    if (!values) continue;
+    for (const Entry& v : *values) {
+      auto s = text(v);
+      if (!s) continue;
+      if (auto [pos, fresh] = seen.emplace(*s, std::pair{shard_name, v.line()}); !fresh) {
+        error(v, "value " + quote(*s) + " is already listed for shard " + quote(pos->second.first) +
+                     " (line " + std::to_string(pos->second.second) + ")");
+        continue;
+      }
+      lp.values.push_back(*s);
+    }
+    d.lists.push_back(std::move(lp));
+  }
+}
+
+void Loader::load_tables(Distribution& d, const Entry& e) {
+  auto f = mapping(e, {});
+  if (!f) return;
+  for (const auto& [table, entry] : f->entries) {
+    auto column = text(entry);
+    if (table.empty()) {
+      error(entry.key_line, entry.path + ": a table name must not be empty");
+      continue;
+    }
+    claim_table(table, "distribution " + quote(d.name), entry.key_line, entry.path);
+    if (column) d.tables.emplace_back(table, *column);
+  }
+}
+
+void Loader::claim_table(const std::string& table, const std::string& owner, int line,
+                         const std::string& path) {
+  auto [pos, fresh] = table_owner_.emplace(table, std::pair{owner, line});
+  if (!fresh)
+    error(line, path + ": table " + quote(table) + " is already in " + pos->second.first + " (line " +
+                    std::to_string(pos->second.second) + ")");
+}
+
+void Loader::load_reference_tables(const Fields& top) {
+  const Entry* e = top.get("reference_tables");
+  if (!e) return;
+  auto items = sequence(*e);
+  if (!items) return;
+  for (const Entry& item : *items) {
+    auto table = text(item);
+    if (!table) continue;
+    claim_table(*table, "reference_tables", item.line(), item.path);
+    cfg_.reference_tables.push_back(*table);
+  }
+}
+
+void Loader::load_unlisted_tables(const Entry& e) {
+  auto s = text(e);
+  if (!s) return;
+  if (*s == "reference") {
+    cfg_.unlisted_tables = UnlistedPolicy::reference;
+  } else if (*s == "reject") {
+    cfg_.unlisted_tables = UnlistedPolicy::reject;
+  } else if (s->starts_with("shard:")) {
+    cfg_.unlisted_tables = UnlistedPolicy::shard;
+    cfg_.unlisted_shard = shard_named(trim(std::string_view(*s).substr(6)), e.line(), e.path).value_or(0);
+  } else {
+    error(e, "expected reference, reject or shard:<name>, got " + quote(*s));
+  }
+}
+
+}  // namespace splitpoint::config::detail

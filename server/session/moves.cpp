@@ -1,0 +1,165 @@
+// What a session does about the catalog (SPEC §9): it moves to a new topology epoch
+// between transactions, holds statements for a partition in cutover, and reads the
+// distribution's tables through views on shards that hold rows they do not own.
+#include <spdlog/spdlog.h>
+
+#include "protocol/sqlstate.hpp"
+#include "routing/hide_rows.hpp"
+#include "server/cluster/catalog.hpp"
+#include "server/cluster/proxy.hpp"
+#include "server/session/session.hpp"
+
+namespace splitpoint::server {
+
+using routing::RouteKind;
+
+void Session::follow_runtime() {
+  if (in_transaction() || pump_.active() || txn_.implicit) return;  // (asked again at the next frame)
+  const auto generation = server_.runtime_generation();
+  auto rt = server_.runtime();
+  generation_ = generation;
+  // A reload starts another lineage: the session keeps its runtime, but follows its
+  // shards' primaries (a failover, SPEC §10, also bumps the generation).
+  if (rt && rt != runtime_ && rt->lineage == runtime_->lineage) {
+    renumber_shards(*rt);
+    runtime_ = std::move(rt);
+  }
+  // A new epoch may have given a shard new pools; a backend the session holds (session
+  // pooling, LISTEN) goes back to the pool it came from, so those stay.
+  for (std::size_t i = 0; i < runtime_->shards.size(); ++i) {
+    auto pool = runtime_->shards[i]->get(who_.user, who_.password, who_.database);
+    if (i == pools_.size()) pools_.push_back(std::move(pool));
+    else if (!held_[i]) pools_[i] = std::move(pool);
+  }
+  held_.resize(pools_.size());
+  ryw_.resize(pools_.size());
+}
+
+// DROP SHARD renumbers the shards after the dropped one: the session's per-shard state
+// follows the names. A backend kept on the dropped shard (session pooling, LISTEN) is
+// closed; SET splitpoint.shard naming it is forgotten.
+void Session::renumber_shards(const Runtime& next) {
+  const auto& was = runtime_->config.shards;
+  const auto& now = next.config.shards;
+  bool same = now.size() >= was.size();
+  for (std::size_t i = 0; same && i < was.size(); ++i) same = was[i].name == now[i].name;
+  if (same) return;  // (shards added at the end, or none changed)
+  std::vector<std::shared_ptr<Pool>> pools(now.size());
+  std::vector<std::unique_ptr<Backend>> held(now.size());
+  ReadYourWrites ryw;
+  ryw.resize(now.size());
+  std::size_t cur = kNoShard;
+  for (std::size_t i = 0; i < was.size() && i < pools_.size(); ++i) {
+    const auto to = next.config.find_shard(was[i].name);
+    if (!to) {
+      if (i < held_.size()) release_shard(i, false);
+      continue;
+    }
+    pools[*to] = std::move(pools_[i]);
+    if (i < held_.size()) held[*to] = std::move(held_[i]);
+    if (i < ryw_.lsn.size()) ryw.lsn[*to] = ryw_.lsn[i], ryw.unknown[*to] = ryw_.unknown[i];
+    if (cur_ == i) cur = *to;
+  }
+  if (settings_.routing.shard) {
+    const auto to = *settings_.routing.shard < was.size() ? next.config.find_shard(was[*settings_.routing.shard].name) : std::nullopt;
+    if (to) settings_.routing.shard = *to;
+    else settings_.routing.shard.reset();
+  }
+  // (Shards new to the session stay null here: follow_runtime fills them in.)
+  pools_ = std::move(pools);
+  held_ = std::move(held);
+  ryw_ = std::move(ryw);
+  cur_ = cur;
+}
+
+namespace {
+
+bool touches(const MoveView& v, const routing::Route& r) {
+  if (r.kind == RouteKind::local || r.kind == RouteKind::error || !r.distribution) return false;
+  if (v.fenced) return true;
+  for (const auto& h : v.held) {
+    if (*r.distribution != h.distribution && r.partitions.empty()) continue;
+    if (r.partitions.empty()) return true;  // every partition of the distribution
+    for (const auto& p : r.partitions)
+      if (p.distribution == h.distribution && p.partition == h.partition) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void Session::take_moves() {
+  if (server_.catalog()) {
+    // Marked before the moves are read: the catalog thread reads the mark after storing
+    // a new epoch's runtime, so one of the two sees the other (Proxy::epoch_in_use).
+    moves_.epoch.store(server_.epoch(), std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  moves_.view.reset();
+  if (!server_.moves_active()) return;
+  moves_.view = server_.runtime()->moves;  // (the newest epoch's: the session's may predate a cutover)
+  if (!moves_.view->active()) moves_.view.reset();
+}
+
+awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
+                                        const std::function<routing::Route()>& again) {
+  const auto& moves = moves_.view;
+  if (route.cls == routing::StatementClass::ddl && route.kind == RouteKind::all_shards && moves->moving) {
+    co_await reject("SPA01", "a partition move is in progress (SHOW MOVES); DDL on the shards waits until it ends",
+                    extended);
+    co_return false;
+  }
+  if (!touches(*moves, route)) co_return true;
+  const auto until = std::chrono::steady_clock::now() + runtime_->config.moves.max_hold;
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  // Counted while held (splitpoint_held_statements), and once (…_total).
+  struct Held {
+    MoveMetrics* m;
+    explicit Held(MoveMetrics* metrics) : m(metrics) {
+      if (!m) return;
+      m->held_statements.fetch_add(1, std::memory_order_relaxed);
+      m->holding.fetch_add(1, std::memory_order_relaxed);
+    }
+    ~Held() {
+      if (m) m->holding.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } held(server_.catalog() ? &server_.catalog()->metrics() : nullptr);
+  while (moves && touches(*moves, route)) {
+    if (std::chrono::steady_clock::now() >= until || closing_) {
+      co_await reject("SPM01",
+                      moves->fenced ? "this proxy lost its catalog lease; retry when it is back"
+                                    : "the partition is moving and its hold expired before the move finished; retry",
+                      extended);
+      co_return false;
+    }
+    timer.expires_after(std::chrono::milliseconds(2));
+    co_await timer.async_wait(use_nothrow);
+    take_moves();  // (a held statement has sent nothing: it runs under the newest epoch)
+  }
+  follow_runtime();  // outside a transaction the statement routes with the new placement
+  route = again();
+  co_return true;
+}
+
+std::optional<std::string> Session::hide_foreign_rows(std::size_t shard, const routing::Route& route,
+                                                      std::string_view sql) const {
+  const auto& moves = moves_.view;
+  if (!moves || shard >= moves->views.size() || moves->views[shard].empty()) return std::nullopt;
+  if (!route.partitions.empty()) {
+    // Keys confine the statement to their partitions: only those hidden here matter.
+    bool any = false;
+    for (const auto& h : moves->hidden)
+      for (const auto& p : route.partitions)
+        any |= h.shard == shard && p.distribution == h.distribution && p.partition == h.partition;
+    if (!any) return std::nullopt;
+  }
+  return routing::read_through_views(sql, moves->views[shard], settings_.routing.standard_conforming_strings);
+}
+
+void Session::count_shard_error(std::string_view sqlstate) {
+  metrics_.error(sqlstate);
+  if (sqlstate == "SPM01")
+    if (auto* c = server_.catalog()) c->metrics().fence_rejections.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace splitpoint::server
