@@ -4,7 +4,9 @@ routing/, config/ or protocol/ longer than MAX_FUNCTION lines (from its signatur
 its closing brace), no class or struct there with more than MAX_MEMBERS data members
 (static ones aside). It reads the code through universal-ctags (Debian's
 universal-ctags), which knows where each function ends and which members belong to
-which class.
+which class. And no folder of server/ with more than MAX_FOLDER_FILES .cpp files (issue
+#46: a folder is a subsystem a newcomer can name; routing/ and routing/merge/, at 17
+and 18, are not held to it yet).
 
   tests/lint/code_shape.py [ROOT]     prints one line per offender, exit 1 if any
 """
@@ -16,6 +18,7 @@ import sys
 
 MAX_FUNCTION = 100
 MAX_MEMBERS = 30
+MAX_FOLDER_FILES = 15
 DIRS = ("server", "routing", "config", "protocol")
 
 
@@ -51,6 +54,10 @@ def main():
     for (scope, path), names in sorted(members.items()):
         if len(set(names)) > MAX_MEMBERS:
             bad.append(f"{path}: {scope} has {len(set(names))} data members (max {MAX_MEMBERS})")
+    for dirpath, _, names in os.walk(os.path.join(root, "server")):
+        n = sum(1 for name in names if name.endswith(".cpp"))
+        if n > MAX_FOLDER_FILES:
+            bad.append(f"{os.path.relpath(dirpath, root)}: {n} .cpp files (max {MAX_FOLDER_FILES})")
     for b in bad:
         print(b)
     return 1 if bad else 0
