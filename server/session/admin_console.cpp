@@ -7,6 +7,7 @@
 #include "config/redact.hpp"
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
+#include "routing/dispatch.hpp"
 #include "routing/merge/merge_plan.hpp"
 #include <future>
 
@@ -280,13 +281,18 @@ awaitable<void> AdminConsole::show_route(std::string_view sql, std::string& out)
             : route.per_shard_sql.empty() ? "same statement on each shard; results combined"
                                           : "rows split into one statement per shard; results combined";
   }
-  Table t({"route", "shards", "partitions", "keys", "merge", "error"});
+  // The executors the session would try, in order (routing/dispatch.hpp).
+  std::vector<std::string> steps;
+  for (auto step : routing::dispatch(route, rt->config.shards.size(), routing::Protocol::simple))
+    steps.emplace_back(routing::executor_name(step));
+  Table t({"route", "shards", "partitions", "keys", "merge", "error", "steps"});
   t.row({kind_name(route.kind), join(shards), join(parts), join(route.key_values), merge,
          route.kind == routing::RouteKind::error ? std::optional<std::string>(route.sqlstate + " " + route.message)
          : route.kind == routing::RouteKind::need_shapes
              ? std::optional<std::string>("the columns of " + join(route.missing_tables) +
                                           " are not known to this proxy yet: a client's statement on them reads them")
-             : std::nullopt});
+             : std::nullopt,
+         route.kind == routing::RouteKind::need_shapes ? std::nullopt : std::optional<std::string>(join(steps))});
   t.encode(out, "SHOW");
 }
 

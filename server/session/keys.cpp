@@ -239,12 +239,14 @@ std::optional<std::string> Session::answer_from_drawn(const routing::Route& rout
       return text + " ELSE pg_catalog.currval(" + read->argument + ") END AS " + read->column;
     }
     drawn = {};  // the client's own nextval or setval: the shard's session state from now on
-    return std::nullopt;
   }
+  return std::nullopt;
+}
+
+void Session::forget_drawn_lastval(const routing::Route& route) {
   // A write the proxy does not fill may call nextval on its shard.
   if (route.cls == routing::StatementClass::write && !route.generate_keys && !route.copy_from && !route.pull_insert)
-    drawn.lastval.reset();
-  return std::nullopt;
+    settings_.drawn.lastval.reset();
 }
 
 }  // namespace splitpoint::server

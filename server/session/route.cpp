@@ -9,6 +9,7 @@
 #include "protocol/buffer.hpp"
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
+#include "routing/dispatch.hpp"
 #include "server/cluster/proxy.hpp"
 #include "server/session/session.hpp"
 #include "server/net/wire.hpp"
@@ -17,6 +18,7 @@
 namespace splitpoint::server {
 
 namespace proto = splitpoint::protocol;
+using routing::Executor;
 using routing::RouteKind;
 using routing::SessionCommand;
 using routing::StatementClass;
@@ -349,58 +351,82 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   }
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
-  if (pools_.size() > 1 && route.kind == RouteKind::all_shards && route.cls == StatementClass::write &&
-      (route.distribution || route.reference_write) && route.copy_from) {
-    // COPY FROM STDIN into a sharded table is split by key; into a reference table it
-    // goes to every shard. Any other COPY goes to one shard, where PostgreSQL answers it.
-    const auto& cs = route.copy_from->statement;
-    if (!cs) co_return co_await reject(sqlstate::feature_not_supported, route.copy_from->error, false);
-    if (cs->from_stdin) co_return co_await handle_copy_in(f, std::string(sql), *cs);
-  }
-  if (route.txn != TxnCommand::none) {
-    auto done = co_await transaction_control(route, sql);
-    if (done) co_return *done;
-  }
-  if (route.syntax_error) {
-    // PostgreSQL parses the whole text before running any of it: on a shard it fails
-    // at once, with PostgreSQL's own error and every field of it (HINT, DETAIL, ...).
-    route.kind = RouteKind::any_shard;
-    route.cls = StatementClass::utility;
-  }
-  if (auto text = answer_from_drawn(route, sql)) co_return co_await run_on_shards(route, *text);
-  if (route.generate_keys) co_return co_await insert_with_generated_keys(route, keep, sql);
-  if (route.pull_insert) co_return co_await pull_insert_select(route, keep, sql);
-  if (route.cursor != routing::Route::Cursor::none && pools_.size() > 1) {
-    auto done = co_await cursor_command(route);
-    if (done) co_return *done;
-  }
-  switch (route.kind) {
-    case RouteKind::error:
-      if (postgres_may_reject(route)) co_return co_await reject_unless_invalid(route.sqlstate, route.message, sql, nullptr);
-      co_return co_await reject(route.sqlstate, route.message, false, route.position);
-    case RouteKind::local:
-      co_await pump_.drain();
-      co_return co_await run_local(*route.local, {}, false);
-    default:
-      break;
-  }
-  if (route.cls == StatementClass::ddl) forget_table_definitions();
-  if (route.pins_session) pin_backend();
-  if (route.sql_prepared == routing::Route::SqlPrepared::execute && !co_await route_execute(route))
-    co_return !closing_;
-  if (route.session_commands && !route.session_commands->empty()) {
-    const auto& cmd = route.session_commands->front();
-    if (cmd.kind == SessionCommand::deallocate && cmd.statement == 0) {  // (a text that starts with it)
-      auto done = co_await deallocate(route, cmd.name);
-      if (done) co_return *done;
+  forget_drawn_lastval(route);
+  bool before_done = false;  // before_shards, once
+  auto ready = [&] {
+    if (!before_done) before_shards(route);
+    before_done = true;
+  };
+  // The order of the proxy's special cases is the router's (routing/dispatch.hpp); a
+  // step that passes on lets the next one try.
+  for (Executor step : routing::dispatch(route, pools_.size(), routing::Protocol::simple)) {
+    switch (step) {
+      case Executor::copy_in: {
+        const auto& cs = route.copy_from->statement;
+        if (!cs) co_return co_await reject(sqlstate::feature_not_supported, route.copy_from->error, false);
+        co_return co_await handle_copy_in(f, std::string(sql), *cs);
+      }
+      case Executor::transaction:
+        if (auto done = co_await transaction_control(route, sql)) co_return *done;
+        break;
+      case Executor::shard_error:
+        route.kind = RouteKind::any_shard;
+        route.cls = StatementClass::utility;
+        break;
+      case Executor::sequence_read:
+        if (auto text = answer_from_drawn(route, sql)) co_return co_await run_on_shards(route, *text);
+        break;
+      case Executor::generate_keys:
+        co_return co_await insert_with_generated_keys(route, keep, sql);
+      case Executor::pull_insert:
+        co_return co_await pull_insert_select(route, keep, sql);
+      case Executor::cursor:
+        if (auto done = co_await cursor_command(route)) co_return *done;
+        break;
+      case Executor::reject:
+        if (postgres_may_reject(route)) co_return co_await reject_unless_invalid(route.sqlstate, route.message, sql, nullptr);
+        co_return co_await reject(route.sqlstate, route.message, false, route.position);
+      case Executor::local:
+        co_await pump_.drain();
+        co_return co_await run_local(*route.local, {}, false);
+      case Executor::sql_execute:
+        ready();
+        if (!co_await route_execute(route)) co_return !closing_;
+        break;
+      case Executor::deallocate:
+        ready();
+        if (auto done = co_await deallocate(route, route.session_commands->front().name)) co_return *done;
+        break;
+      case Executor::sql_prepare: {
+        ready();
+        // PostgreSQL's answer where the backend has it; the proxy's where it does not.
+        if (!fe_.sql_prepared.count(route.names->prepared_name)) break;
+        auto target = single_target(route);
+        if (!target || !held_[*target] || !held_[*target]->sql_prepared.count(route.names->prepared_name))
+          co_return co_await reject("42P05", "prepared statement \"" + route.names->prepared_name + "\" already exists",
+                                    false);
+        break;
+      }
+      case Executor::one_shard:
+      case Executor::scatter_read:
+      case Executor::several_shards:
+        ready();
+        co_return co_await run_query_on_shards(f, route, sql);
     }
   }
-  if (route.sql_prepared == routing::Route::SqlPrepared::prepare && fe_.sql_prepared.count(route.names->prepared_name)) {
-    // PostgreSQL's answer where the backend has it; the proxy's where it does not.
-    auto target = single_target(route);
-    if (!target || !held_[*target] || !held_[*target]->sql_prepared.count(route.names->prepared_name))
-      co_return co_await reject("42P05", "prepared statement \"" + route.names->prepared_name + "\" already exists", false);
-  }
+  co_return true;  // (the last step always answers)
+}
+
+// What a statement about to run on shards does to the session first: DDL forgets the
+// table shapes; temporary objects and WITH HOLD cursors pin the backend.
+void Session::before_shards(const routing::Route& route) {
+  if (route.cls == StatementClass::ddl) forget_table_definitions();
+  if (route.pins_session) pin_backend();
+}
+
+// The simple Query's way onto shards: the one target's backend (the pump), a scatter
+// read, or every shard named (the route as the steps before may have changed it).
+awaitable<bool> Session::run_query_on_shards(const proto::Frame& f, routing::Route& route, std::string_view sql) {
   auto target = single_target(route);
   if (!target) {
     if (route.cls == StatementClass::read && route.explain == routing::Route::Explain::none) {
@@ -781,53 +807,62 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
 
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, true))
     co_return !closing_;
-  if (route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback) {
-    auto done = co_await bind_transaction_end(route, bind->portal);
-    if (done) co_return *done;
-  } else if ((route.txn == TxnCommand::prepare || route.txn == TxnCommand::finish_prepared) &&
-             (two_phase::txid_of(route.names->gid) || pools_.size() > 1)) {
-    // The extended protocol takes a client's two-phase commit with one shard only.
-    co_return co_await reject(sqlstate::feature_not_supported,
-                              "PREPARE TRANSACTION / COMMIT PREPARED through splitpoint over several shards need the "
-                              "simple query protocol",
-                              true);
-  }
-  if (auto text = answer_from_drawn(route, p.query()))
-    if (auto target = single_target(route)) co_return co_await bind_rewritten(route, *target, *bind, *text, types);
-  if (route.generate_keys) co_return co_await insert_with_generated_keys(route, keep, p.query(), &*bind, &types);
-  if (route.pull_insert) co_return co_await pull_insert_select(route, keep, p.query(), &*bind, &types);
-  switch (route.kind) {
-    case RouteKind::error:
-      if (route.syntax_error && cur()) {
-        // The Parse went to this backend and fails there too: PostgreSQL reports it
-        // once and skips this Bind.
-        forward_raw(f, '2');
-        co_return true;
+  forget_drawn_lastval(route);
+  // As handle_query: the router's order of the special cases.
+  for (Executor step : routing::dispatch(route, pools_.size(), routing::Protocol::extended)) {
+    switch (step) {
+      case Executor::transaction:
+        if (route.txn == TxnCommand::commit || route.txn == TxnCommand::rollback) {
+          if (auto done = co_await bind_transaction_end(route, bind->portal)) co_return *done;
+        } else if (two_phase::txid_of(route.names->gid) || pools_.size() > 1) {
+          // The extended protocol takes a client's two-phase commit with one shard only.
+          co_return co_await reject(sqlstate::feature_not_supported,
+                                    "PREPARE TRANSACTION / COMMIT PREPARED through splitpoint over several shards "
+                                    "need the simple query protocol",
+                                    true);
+        }
+        break;
+      case Executor::sequence_read:
+        if (auto text = answer_from_drawn(route, p.query()))
+          if (auto target = single_target(route)) co_return co_await bind_rewritten(route, *target, *bind, *text, types);
+        break;
+      case Executor::generate_keys:
+        co_return co_await insert_with_generated_keys(route, keep, p.query(), &*bind, &types);
+      case Executor::pull_insert:
+        co_return co_await pull_insert_select(route, keep, p.query(), &*bind, &types);
+      case Executor::reject:
+        if (route.syntax_error && cur()) {
+          // The Parse went to this backend and fails there too: PostgreSQL reports it
+          // once and skips this Bind.
+          forward_raw(f, '2');
+          co_return true;
+        }
+        if (postgres_may_reject(route)) {
+          const ScatterRequest req = request_of(*bind, std::string(p.query()), types);
+          co_return co_await reject_unless_invalid(route.sqlstate, route.message, req.sql, &req);
+        }
+        co_return co_await reject(route.sqlstate, route.message, true, route.position);
+      case Executor::local:
+        co_await pump_.drain();
+        if (closing_) co_return false;
+        if (fe_.open_batch_failed) {
+          fe_.skip_until_sync = true;
+          co_return true;
+        }
+        co_return co_await run_local(*route.local, bind->portal, true);
+      case Executor::one_shard:
+      case Executor::scatter_read:
+      case Executor::several_shards: {
+        before_shards(route);
+        auto target = single_target(route);
+        if (!target) co_return co_await bind_scatter(route, *bind, std::string(p.query()), types);
+        co_return co_await bind_forward(f, route, *target, p);
       }
-      if (postgres_may_reject(route)) {
-        const ScatterRequest req = request_of(*bind, std::string(p.query()), types);
-        co_return co_await reject_unless_invalid(route.sqlstate, route.message, req.sql, &req);
-      }
-      co_return co_await reject(route.sqlstate, route.message, true, route.position);
-    case RouteKind::local:
-      co_await pump_.drain();
-      if (closing_) co_return false;
-      if (fe_.open_batch_failed) {
-        fe_.skip_until_sync = true;
-        co_return true;
-      }
-      co_return co_await run_local(*route.local, bind->portal, true);
-    default:
-      break;
+      default:  // (steps of the simple protocol only)
+        break;
+    }
   }
-  if (route.cls == StatementClass::ddl) forget_table_definitions();
-  if (route.pins_session) pin_backend();
-  auto target = single_target(route);
-  if (!target) {
-    std::string query(p.query());
-    co_return co_await bind_scatter(route, *bind, std::move(query), types);
-  }
-  co_return co_await bind_forward(f, route, *target, p);
+  co_return true;  // (the last step always answers)
 }
 
 // An extended-protocol COMMIT/ROLLBACK of a transaction block: answered here (set:

@@ -6,7 +6,7 @@
 // guarded by cancel_mu_.
 //
 //   session.cpp            life cycle, login and authentication, startup parameters
-//   route.cpp              routing decisions, transactions, multi-shard writes,
+//   route.cpp              the dispatch over routing::dispatch's steps, transactions,
 //                          local commands (SET/SHOW splitpoint.*)
 //   keys.cpp, moves.cpp    generated keys; statements during a partition's move
 //   replicas.cpp           which host runs a statement: standbys for reads, the
@@ -259,7 +259,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- route.cpp
   void count_route(const routing::Route& route, RouteLabel label);
   static RouteLabel label_of(const routing::Route& route, bool multi);
+  // handle_query and handle_bind: one dispatch each over routing::dispatch's steps.
   awaitable<bool> handle_query(const protocol::Frame& f);
+  void before_shards(const routing::Route& route);
+  awaitable<bool> run_query_on_shards(const protocol::Frame& f, routing::Route& route, std::string_view sql);
   awaitable<std::optional<bool>> transaction_control(const routing::Route& route, std::string_view sql);
   awaitable<bool> hold_begin(std::string_view sql, bool start);
   // ROLLBACK TO / RELEASE SAVEPOINT on every shard that has the savepoint; nullopt: not
@@ -393,6 +396,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // nextval calls (answer_from_drawn).
   void note_drawn(const std::string& sequence, const std::string& value);
   std::optional<std::string> answer_from_drawn(const routing::Route& route, std::string_view sql);
+  void forget_drawn_lastval(const routing::Route& route);
   awaitable<std::optional<KeyCache::Source>> key_source(const routing::KeyRequest& request, const std::string& cache_key,
                                                         std::string& error);
   awaitable<bool> run_local(const routing::LocalCommand& c, std::string_view portal, bool extended);

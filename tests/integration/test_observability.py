@@ -868,6 +868,7 @@ def show_route_each_case():
     assert r["keys"] == str(k), r
     assert r["error"] is None, r
     assert "none" in r["merge"], r
+    assert r["steps"] == "one_shard", r  # the executors the session tries (routing/dispatch.hpp)
 
     # IN list over two shards
     a, b = key_on("s0"), key_on("s1")
@@ -880,6 +881,7 @@ def show_route_each_case():
     # keyless SELECT: all shards with a merge description
     r = route("SELECT count(*) FROM users")
     assert r["shard_list"] == ["s0", "s1"], f"keyless count(*): shards {r['shards']!r} (each shard once)"
+    assert r["steps"] == "scatter_read", r
     assert r["merge"] and not r["merge"].startswith("none") and "refused" not in r["merge"], r
     assert r["error"] is None, r
     r = route("SELECT id, v FROM users ORDER BY v DESC LIMIT 5")
@@ -904,6 +906,7 @@ def show_route_each_case():
     # UPDATE without key: all shards
     r = route("UPDATE users SET v = v + 1")
     assert r["route"] == "all shards" and r["shard_list"] == ["s0", "s1"], r
+    assert r["steps"] == "several_shards", r
     r = route("DELETE FROM users WHERE v > 100")
     assert r["route"] == "all shards" and r["shard_list"] == ["s0", "s1"], r
 
@@ -926,6 +929,9 @@ def show_route_each_case():
     r = route("SELEC * FROM users")
     assert r["route"] == "error", r
     assert (r["error"] or "").startswith("42601"), r
+    assert r["steps"] == "shard_error, one_shard", r  # PostgreSQL's own error, from a shard
+    r = route("BEGIN")
+    assert r["steps"] == "transaction, one_shard", r
 
     # nothing was executed
     for s in ("s0", "s1"):
