@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# PostgreSQL's own regression schedule (src/test/regress/parallel_schedule, 200+ files)
+# through splitpoint and directly, compared file by file (issue #45). splitpoint runs
+# in session pooling over one shard (the shared instance pg0) as the superuser
+# postgres; pg_regress --use-existing runs the schedule against database `regression`
+# on pg0 once directly and once through the proxy, each time in a fresh database and
+# into the same output path, so that paths in the outputs match. What pg_regress says
+# against its expected files is not the point (a distribution's server differs from
+# the source's expectations in places); the proxy must give the outputs PostgreSQL
+# gives, except the files listed below, each with the reason (docs/compatibility.md).
+#
+# Needs PostgreSQL's regression sources and regress.c built against the server's
+# headers (postgresql-server-dev-15, from deploy/install-deps): the sources come from
+# PG_REGRESS_SRC (a src/test/regress directory), else from a cache
+# (~/.cache/splitpoint/pg-regress), else `apt-get source postgresql-15` (deb-src
+# entries needed). Without them the test says SKIP and why, and passes.
+# test-timeout: 900
+set -euo pipefail
+# shellcheck source=tests/lib/pg.sh
+source "$SP_ROOT/tests/lib/pg.sh"
+
+WORK=${TEST_WORKDIR:-$(test_dir test_pg_regress)}
+mkdir -p "$WORK"
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/splitpoint/pg-regress
+
+# Files whose outputs through the proxy differ from PostgreSQL's (or may: guc depends on
+# which pooled backend a client gets), and why. Each is a pooling artefact: in session
+# pooling a client's connection is a pooled backend that earlier clients used
+# (PgBouncer's session pooling shows the same).
+declare -A EXPECTED_DIFFERENCES=(
+  [guc]="LOAD 'plpgsql' on a pooled backend that earlier clients' PL/pgSQL had loaded: no WARNING about the placeholder it removes, and the SET after it fails instead"
+  [stats]="pg_stat_database.sessions does not grow at \\c: the reconnect reuses a pooled backend"
+  [temp]="PREPARE TRANSACTION after \\c and current_schema() under search_path pg_temp: the pooled backend's temporary schema exists already, so the transaction did not create it and PostgreSQL does not refuse it (the test's cleanup rolls that prepared transaction back)"
+)
+
+# Files PostgreSQL itself does not answer the same way twice, compared as sorted lines.
+declare -A ANY_ROW_ORDER=(
+  [largeobject]="SELECT pageno, data FROM pg_largeobject without ORDER BY: its rows come in the table's physical order, which two direct runs already give differently"
+)
+
+skip() {
+  echo "SKIP test_pg_regress: $*"
+  exit 0
+}
+
+# A src/test/regress directory with its schedule, sql/, expected/, data/ and regress.c.
+regress_sources() {
+  if [[ -n ${PG_REGRESS_SRC:-} ]]; then
+    echo "$PG_REGRESS_SRC"
+    return
+  fi
+  local dir
+  dir=$(find "$CACHE" -maxdepth 5 -path '*/src/test/regress' -type d 2>/dev/null | head -n 1)
+  if [[ -n $dir && -f $dir/parallel_schedule ]]; then
+    echo "$dir"
+    return
+  fi
+  command -v apt-get >/dev/null || return 1
+  mkdir -p "$CACHE/download"
+  local v
+  # The installed server's version first, then the others apt knows (newest first):
+  # a security update's source is not always in the mirror.
+  for v in $(dpkg-query -W -f='${Version}' postgresql-15 2>/dev/null) \
+    $(apt-cache showsrc postgresql-15 2>/dev/null | sed -n 's/^Version: //p' | sort -rV); do
+    (cd "$CACHE/download" && timeout 300 apt-get source -qq --download-only "postgresql-15=$v") >/dev/null 2>&1 ||
+      continue
+    local tarball
+    tarball=$(ls "$CACHE"/download/postgresql-15_*.orig.tar.* 2>/dev/null | head -n 1)
+    [[ -n $tarball ]] || continue
+    tar -C "$CACHE" -xf "$tarball" --wildcards '*/src/test/regress/*' >&2
+    rm -rf "$CACHE/download"
+    dir=$(find "$CACHE" -maxdepth 5 -path '*/src/test/regress' -type d | head -n 1)
+    [[ -n $dir ]] && echo "$dir" && return
+  done
+  return 1
+}
+
+REGRESS=$(regress_sources) ||
+  skip "no PostgreSQL regression sources (set PG_REGRESS_SRC, or add deb-src entries for apt-get source postgresql-15)"
+PG_REGRESS=$("$PG_BIN/pg_config" --pkglibdir)/pgxs/src/test/regress/pg_regress
+[[ -x $PG_REGRESS ]] || skip "no pg_regress at $PG_REGRESS (postgresql-client-15)"
+INCLUDE=$("$PG_BIN/pg_config" --includedir-server)
+[[ -f $INCLUDE/postgres.h ]] || skip "no server headers in $INCLUDE (postgresql-server-dev-15) to build regress.so"
+echo "regression sources: $REGRESS"
+# A copy the server can read (COPY ... FROM its data files runs as the server's user).
+rm -rf "$WORK/regress" && cp -r "$REGRESS" "$WORK/regress" && chmod -R a+rX "$WORK"
+REGRESS=$WORK/regress
+mkdir -p "$WORK/lib"
+cc -O1 -fPIC -shared -I"$INCLUDE" -o "$WORK/lib/regress.so" "$REGRESS/regress.c"
+chmod -R a+rX "$WORK/lib"
+
+SP_PORT=$(free_port)
+METRICS_PORT=$(free_port)
+CONFIG=$WORK/splitpoint.yaml
+cat >"$CONFIG" <<EOF
+listen: 127.0.0.1:$SP_PORT
+metrics_listen: 127.0.0.1:$METRICS_PORT
+pool_mode: session
+auth: scram-sha-256
+users:
+  - { name: postgres, password: postgres }
+shards:
+  - { name: s0, host: 127.0.0.1, port: $PG0_PORT, database: regression, user: postgres, password: postgres, pool_size: 40 }
+EOF
+sp_start "$CONFIG" "$WORK/splitpoint.log"
+
+export PGPASSWORD=postgres
+super() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG0_PORT" -U postgres -d postgres "$@"; }
+cleanup() {
+  # (a PREPARE TRANSACTION PostgreSQL would refuse, temp's, succeeds on a pooled backend)
+  super -d regression -At -c "SELECT format('ROLLBACK PREPARED %L', gid) FROM pg_prepared_xacts WHERE database = 'regression'" \
+    2>/dev/null | while read -r stmt; do super -d regression -c "$stmt" >/dev/null 2>&1 || true; done || true
+  super -c "DROP DATABASE IF EXISTS regression WITH (FORCE)" >/dev/null 2>&1 || true
+  # (the schedule drops the roles it makes; one it left would break the next run)
+  super -At -c "SELECT format('DROP ROLE %I', rolname) FROM pg_roles WHERE rolname LIKE 'regress%'" 2>/dev/null |
+    while read -r stmt; do super -c "$stmt" >/dev/null 2>&1 || true; done || true
+}
+on_exit cleanup
+
+# One run of the schedule on PORT into $WORK/out, then moved to $WORK/NAME.
+run_schedule() { # NAME PORT
+  cleanup
+  super -c "CREATE DATABASE regression TEMPLATE template0"
+  rm -rf "$WORK/out" && mkdir -p "$WORK/out" && chmod 777 "$WORK/out"
+  local t0=$SECONDS
+  "$PG_REGRESS" --use-existing --host=127.0.0.1 --port="$2" --user=postgres --dbname=regression \
+    --inputdir="$REGRESS" --outputdir="$WORK/out" --schedule="$REGRESS/parallel_schedule" \
+    --bindir="$PG_BIN" --dlpath="$WORK/lib" --max-connections=20 >"$WORK/$1.log" 2>&1 || true
+  [[ -d $WORK/out/results ]] || { cat "$WORK/$1.log" >&2; echo "FAIL: pg_regress ran nothing ($1)" >&2; exit 1; }
+  echo "$1: $(grep -c ' \.\.\. ok\| \.\.\. FAILED' "$WORK/$1.log") files in $((SECONDS - t0)) s," \
+    "$(grep -c 'FAILED' "$WORK/$1.log" || true) of them differ from the source's expected outputs"
+  rm -rf "${WORK:?}/$1" && mv "$WORK/out" "$WORK/$1"
+}
+run_schedule direct "$PG0_PORT"
+run_schedule proxy "$SP_PORT"
+
+failed=0 listed_same=()
+for f in "$WORK"/direct/results/*.out; do
+  name=$(basename "$f" .out)
+  other=$WORK/proxy/results/$name.out
+  if [[ -f $other ]] && { cmp -s "$f" "$other" ||
+    { [[ -n ${ANY_ROW_ORDER[$name]:-} ]] && cmp -s <(LC_ALL=C sort "$f") <(LC_ALL=C sort "$other"); }; }; then
+    [[ -n ${EXPECTED_DIFFERENCES[$name]:-} ]] && listed_same+=("$name")
+    continue
+  fi
+  if [[ -n ${EXPECTED_DIFFERENCES[$name]:-} ]]; then
+    echo "differs as expected: $name (${EXPECTED_DIFFERENCES[$name]})"
+    continue
+  fi
+  echo "FAIL: $name.out differs through splitpoint:" >&2
+  diff -u "$f" "$other" 2>&1 | head -n 40 | cut -c1-200 >&2 || true
+  failed=1
+done
+((${#listed_same[@]} == 0)) || echo "note: listed but identical this run: ${listed_same[*]}"
+if ((failed)); then
+  tail -n 20 "$WORK/splitpoint.log" >&2
+  exit 1
+fi
+echo "PASS test_pg_regress: $(ls "$WORK"/direct/results/*.out | wc -l) files, the same through splitpoint but those listed"
