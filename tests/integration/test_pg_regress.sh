@@ -9,11 +9,17 @@
 # the source's expectations in places); the proxy must give the outputs PostgreSQL
 # gives, except the files listed below, each with the reason (docs/compatibility.md).
 #
-# Needs PostgreSQL's regression sources and regress.c built against the server's
-# headers (postgresql-server-dev-15, from deploy/install-deps): the sources come from
-# PG_REGRESS_SRC (a src/test/regress directory), else from a cache
-# (~/.cache/splitpoint/pg-regress), else `apt-get source postgresql-15` (deb-src
-# entries needed). Without them the test says SKIP and why, and passes.
+# Then libpq's own pipeline tests (src/test/modules/libpq_pipeline, built here against
+# libpq): each test once directly and once through the proxy, each in a fresh
+# database, with libpq's trace; they must pass both ways and the traces be identical
+# for the tests whose traces PostgreSQL's own TAP test compares (not pipelined_insert's
+# nor uniqviol's, which vary from run to run, direct too).
+#
+# Needs PostgreSQL's sources and regress.c built against the server's headers
+# (postgresql-server-dev-15, from deploy/install-deps): the sources come from PG_SOURCE
+# (a source tree), else from a cache (~/.cache/splitpoint/pg-regress), else `apt-get
+# source postgresql-15` (deb-src entries needed). Without them the test says SKIP and
+# why, and passes.
 # test-timeout: 900
 set -euo pipefail
 # shellcheck source=tests/lib/pg.sh
@@ -43,45 +49,46 @@ skip() {
   exit 0
 }
 
-# A src/test/regress directory with its schedule, sql/, expected/, data/ and regress.c.
-regress_sources() {
-  if [[ -n ${PG_REGRESS_SRC:-} ]]; then
-    echo "$PG_REGRESS_SRC"
+# A PostgreSQL source tree with src/test/regress (its schedule, sql/, expected/, data/,
+# regress.c) and src/test/modules/libpq_pipeline (the program and its traces).
+has_suites() { [[ -f $1/src/test/regress/parallel_schedule && -f $1/src/test/modules/libpq_pipeline/libpq_pipeline.c ]]; }
+postgres_sources() {
+  if [[ -n ${PG_SOURCE:-} ]]; then
+    has_suites "$PG_SOURCE" && echo "$PG_SOURCE"
     return
   fi
   local dir
-  dir=$(find "$CACHE" -maxdepth 5 -path '*/src/test/regress' -type d 2>/dev/null | head -n 1)
-  if [[ -n $dir && -f $dir/parallel_schedule ]]; then
-    echo "$dir"
-    return
-  fi
+  for dir in "$CACHE"/postgresql-15*; do
+    has_suites "$dir" && echo "$dir" && return
+  done
   command -v apt-get >/dev/null || return 1
-  mkdir -p "$CACHE/download"
-  local v
+  rm -rf "$CACHE" && mkdir -p "$CACHE/download"
+  local v tarball
   # The installed server's version first, then the others apt knows (newest first):
   # a security update's source is not always in the mirror.
   for v in $(dpkg-query -W -f='${Version}' postgresql-15 2>/dev/null) \
     $(apt-cache showsrc postgresql-15 2>/dev/null | sed -n 's/^Version: //p' | sort -rV); do
     (cd "$CACHE/download" && timeout 300 apt-get source -qq --download-only "postgresql-15=$v") >/dev/null 2>&1 ||
       continue
-    local tarball
     tarball=$(ls "$CACHE"/download/postgresql-15_*.orig.tar.* 2>/dev/null | head -n 1)
     [[ -n $tarball ]] || continue
-    tar -C "$CACHE" -xf "$tarball" --wildcards '*/src/test/regress/*' >&2
+    tar -C "$CACHE" -xf "$tarball" --wildcards '*/src/test/regress/*' '*/src/test/modules/libpq_pipeline/*' >&2
     rm -rf "$CACHE/download"
-    dir=$(find "$CACHE" -maxdepth 5 -path '*/src/test/regress' -type d | head -n 1)
-    [[ -n $dir ]] && echo "$dir" && return
+    for dir in "$CACHE"/postgresql-15*; do
+      has_suites "$dir" && echo "$dir" && return
+    done
   done
   return 1
 }
 
-REGRESS=$(regress_sources) ||
-  skip "no PostgreSQL regression sources (set PG_REGRESS_SRC, or add deb-src entries for apt-get source postgresql-15)"
+SOURCE=$(postgres_sources) ||
+  skip "no PostgreSQL sources (set PG_SOURCE, or add deb-src entries for apt-get source postgresql-15)"
+REGRESS=$SOURCE/src/test/regress
 PG_REGRESS=$("$PG_BIN/pg_config" --pkglibdir)/pgxs/src/test/regress/pg_regress
 [[ -x $PG_REGRESS ]] || skip "no pg_regress at $PG_REGRESS (postgresql-client-15)"
 INCLUDE=$("$PG_BIN/pg_config" --includedir-server)
 [[ -f $INCLUDE/postgres.h ]] || skip "no server headers in $INCLUDE (postgresql-server-dev-15) to build regress.so"
-echo "regression sources: $REGRESS"
+echo "PostgreSQL sources: $SOURCE"
 # A copy the server can read (COPY ... FROM its data files runs as the server's user).
 rm -rf "$WORK/regress" && cp -r "$REGRESS" "$WORK/regress" && chmod -R a+rX "$WORK"
 REGRESS=$WORK/regress
@@ -152,8 +159,41 @@ for f in "$WORK"/direct/results/*.out; do
   failed=1
 done
 ((${#listed_same[@]} == 0)) || echo "note: listed but identical this run: ${listed_same[*]}"
+echo "regression schedule: $(ls "$WORK"/direct/results/*.out | wc -l) files, the same through splitpoint but those listed"
+
+# ---- libpq's pipeline tests
+PIPELINE=$SOURCE/src/test/modules/libpq_pipeline
+LIBDIR=$("$PG_BIN/pg_config" --pkglibdir)
+cc -O1 -I"$INCLUDE" -I"$("$PG_BIN/pg_config" --includedir)" -I"$("$PG_BIN/pg_config" --includedir)/internal" \
+  "$PIPELINE/libpq_pipeline.c" -L"$LIBDIR" -lpgcommon -lpgport -lpq -lm -o "$WORK/libpq_pipeline"
+mkdir -p "$WORK/traces"
+TRACED="simple_pipeline nosync multi_pipelines prepared singlerow pipeline_abort pipeline_idle transaction disallowed_in_pipeline"
+for t in $("$WORK/libpq_pipeline" tests); do
+  for where in direct proxy; do
+    port=$PG0_PORT
+    [[ $where == proxy ]] && port=$SP_PORT
+    cleanup
+    super -c "CREATE DATABASE regression TEMPLATE template0"
+    if ! "$WORK/libpq_pipeline" -r 700 -t "$WORK/traces/$t.$where" "$t" \
+      "host=127.0.0.1 port=$port user=postgres password=postgres dbname=regression" >"$WORK/traces/$t.$where.out" 2>&1; then
+      echo "FAIL: libpq_pipeline $t ($where):" >&2
+      tail -n 20 "$WORK/traces/$t.$where.out" >&2
+      failed=1
+    fi
+  done
+  # (traces compared as PostgreSQL's own TAP test compares them: pipelined_insert's
+  # depends on when answers arrive while the client still sends, uniqviol's on how many
+  # rows go in before the violation)
+  [[ " $TRACED " == *" $t "* ]] || continue
+  if ! cmp -s "$WORK/traces/$t.direct" "$WORK/traces/$t.proxy"; then
+    echo "FAIL: libpq_pipeline $t: libpq's trace differs through splitpoint:" >&2
+    diff -u "$WORK/traces/$t.direct" "$WORK/traces/$t.proxy" | head -n 30 | cut -c1-200 >&2 || true
+    failed=1
+  fi
+done
+echo "libpq_pipeline: $("$WORK/libpq_pipeline" tests | wc -w) tests, compared with PostgreSQL's answers"
 if ((failed)); then
   tail -n 20 "$WORK/splitpoint.log" >&2
   exit 1
 fi
-echo "PASS test_pg_regress: $(ls "$WORK"/direct/results/*.out | wc -l) files, the same through splitpoint but those listed"
+echo "PASS test_pg_regress"
