@@ -80,10 +80,6 @@ Frontend::Verdict Frontend::on_ready_for_query(std::string_view body, BackendSta
   Expect e = std::move(expect.front());
   expect.pop_front();
   if (e.swallow) {
-    // The proxy's own Sync inside the client's batch (Pump::drain): an 'E' means a
-    // block the batch opened (BEGIN in a Bind) failed, which the client learns at its
-    // own Sync, answered by the proxy then (libpq_pipeline's `transaction`).
-    if (e.is_sync && status == 'E') client_txn = 'E';
     v.to_client = false;
     return v;
   }

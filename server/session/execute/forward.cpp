@@ -111,6 +111,11 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       txn_.batch_wrote = false;
       fe_.batch_commands.clear();  // the batch failed: its SETs did not happen
       if (txn_.implicit) co_return co_await end_implicit_transaction();
+      // A block the batch opened itself (BEGIN in a Bind) failed on a shard the proxy
+      // synced mid-batch: PostgreSQL says E at this Sync (libpq_pipeline's
+      // `transaction`, tests/integration/test_pg_regress.sh).
+      for (const auto& b : held_)
+        if (b && b->status == 'E') fe_.client_txn = 'E';
       co_await send_ready();
     }
     co_return true;

@@ -185,25 +185,6 @@ TEST_CASE("the transaction status the client is told", "[frontend]") {
   }
 }
 
-TEST_CASE("the proxy's own Sync inside a batch tells a failed block to the client", "[frontend]") {
-  // libpq_pipeline's `transaction`: BEGIN and a failing statement in one pipeline; the
-  // proxy syncs the shard mid-batch (Pump::drain) and answers the client's Sync itself.
-  Frontend fe;
-  BackendState b;
-  Expect own = expect('Z', true);
-  own.is_sync = true;
-  fe.expect.push_back(own);
-  auto v = fe.on_backend('Z', "E", b);
-  CHECK_FALSE(v.to_client);
-  CHECK(fe.client_txn == 'E');
-  SECTION("a statement the proxy injected leaves the status alone") {
-    Frontend other;
-    other.expect.push_back(expect('Z', true));
-    other.on_backend('Z', "E", b);
-    CHECK(other.client_txn == 'I');
-  }
-}
-
 TEST_CASE("session commands apply when their transaction ends, not after a rollback", "[frontend]") {
   Frontend fe;
   BackendState b;
