@@ -107,7 +107,7 @@ LoadResult Loader::run(const YAML::Node& root) {
                           "distributions", "reference_tables", "unlisted_tables", "scatter", "transactions",
                           "timeouts", "catalog", "moves", "reads", "max_replica_lag", "health",
                           "max_client_connections", "max_message_size", "workers", "scheduling", "log_level",
-                          "max_prepared_statements"});
+                          "max_prepared_statements", "indexes"});
   } else {
     error(whole.line(), "the configuration must be a mapping of keys, got " + describe(root));
   }
@@ -122,6 +122,7 @@ LoadResult Loader::run(const YAML::Node& root) {
     load_distributions(*top);
     load_reference_tables(*top);
     if (const Entry* e = top->get("unlisted_tables")) load_unlisted_tables(*e);
+    if (const Entry* e = top->get("indexes")) load_indexes(*e);
     if (const Entry* e = top->get("catalog")) check_catalog_shards(e->line());
     check_trust_exposure(*top);
   }

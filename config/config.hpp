@@ -115,6 +115,23 @@ struct Distribution {
   int line = 0;
 };
 
+// A global secondary index (SPEC §12): `indexes:`. Its entries (the indexed columns'
+// values and the row's key) are a table of the proxy's own, splitpoint.<name>_entries,
+// hash-distributed by the first indexed column over the shards (the distribution
+// `distribution`, added to `distributions` by the loader); the proxy maintains it in
+// the same transaction as the row (server/session/execute/global_index.cpp) and
+// builds it (server/cluster/indexes.cpp). docs/indexes.md.
+struct Index {
+  std::string name;                  // PostgreSQL's constraint name: users_email_key / users_email_idx
+  std::string table;                 // a sharded table, as its distribution lists it
+  std::vector<std::string> columns;  // one or more, none the table's key
+  bool unique = false;
+  std::string key_column;    // the table's distribution key (filled by the loader)
+  std::size_t distribution = 0;  // index of the entries' own distribution
+  std::string entries_table() const { return "splitpoint." + name + "_entries"; }
+  int line = 0;
+};
+
 struct Scatter {
   Duration deadline{5000};
   Duration max_deadline{60000};
@@ -181,6 +198,7 @@ struct Config {
   std::vector<Shard> shards;
   std::vector<Distribution> distributions;
   std::vector<std::string> reference_tables;
+  std::vector<Index> indexes;
   UnlistedPolicy unlisted_tables = UnlistedPolicy::reference;
   std::size_t unlisted_shard = 0;  // when unlisted_tables is shard:<name>
   Scatter scatter;

@@ -1,6 +1,9 @@
 // `distributions:` (partitioning, placement, ranges, lists, tables), `reference_tables`
-// and `unlisted_tables`: every table owned once (config/loader.hpp).
+// and `unlisted_tables`: every table owned once; `indexes:`, each with a distribution of
+// its own for its entries (config/loader.hpp).
 #include "config/loader.hpp"
+
+#include <algorithm>
 
 namespace splitpoint::config::detail {
 
@@ -234,6 +237,92 @@ void Loader::load_unlisted_tables(const Entry& e) {
   } else {
     error(e, "expected reference, reject or shard:<name>, got " + quote(*s));
   }
+}
+
+namespace {
+
+// An unquoted SQL identifier PostgreSQL keeps as written: [a-z_][a-z0-9_]*, at most `max` bytes.
+bool plain_identifier(std::string_view s, std::size_t max) {
+  if (s.empty() || s.size() > max || (s[0] >= '0' && s[0] <= '9')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+}
+
+}  // namespace
+
+void Loader::load_indexes(const Entry& e) {
+  if (auto items = sequence(e))
+    for (const Entry& item : *items) load_index(item);
+  // An index entry lives on the shard of its value, a row on the shard of its key: one
+  // transaction writes both.
+  if (!cfg_.indexes.empty() && cfg_.cross_shard_writes == CrossShardWrites::refuse)
+    error(e, "global indexes need transactions.cross_shard_writes: two_phase (an entry and its row are on different shards)");
+}
+
+// { table, columns: [...], unique, name }: the table must be a sharded one; the index's
+// entries get a hash distribution of their own, as many partitions as the table's (8 for
+// a range or list table), spread over the shards as a hash distribution's default.
+void Loader::load_index(const Entry& item) {
+  auto f = mapping(item, {"table", "columns", "unique", "name"});
+  if (!f) return;
+  Index ix;
+  ix.line = item.key_line;
+  const Distribution* owner = nullptr;
+  if (const Entry* t = required(*f, item.path, "table"))
+    if (auto table = text(*t)) {
+      ix.table = *table;
+      for (const Distribution& d : cfg_.distributions)
+        for (const auto& [name, key] : d.tables)
+          if (name == *table) {
+            owner = &d;
+            ix.key_column = key;
+          }
+      if (!owner) error(*t, quote(*table) + " is not a table of any distribution: only a sharded table needs a global index");
+    }
+  if (const Entry* c = required(*f, item.path, "columns")) {
+    std::vector<Entry> cols{*c};
+    if (c->value.IsSequence()) cols = sequence(*c).value_or(std::vector<Entry>{});
+    for (const Entry& col : cols) {
+      auto v = text(col);
+      if (!v) continue;
+      if (!plain_identifier(*v, 63)) error(col, quote(*v) + ": a column name as PostgreSQL stores it (lower case, unquoted)");
+      else if (*v == ix.key_column) error(col, quote(*v) + " is the table's distribution key: its own index finds it");
+      else if (std::find(ix.columns.begin(), ix.columns.end(), *v) != ix.columns.end()) error(col, quote(*v) + " twice");
+      else ix.columns.push_back(*v);
+    }
+    if (cols.empty()) error(*c, "at least one column");
+  }
+  if (const Entry* u = f->get("unique")) assign(ix.unique, boolean(*u));
+  if (const Entry* n = f->get("name")) {
+    if (auto v = text(*n)) {
+      if (!plain_identifier(*v, 55)) error(*n, quote(*v) + ": lower-case letters, digits and _, at most 55 bytes");
+      ix.name = *v;
+    }
+  } else if (!ix.table.empty() && !ix.columns.empty()) {
+    // PostgreSQL's own name for UNIQUE (a, b) / CREATE INDEX ON t (a, b).
+    std::string base = ix.table.substr(ix.table.rfind('.') + 1);
+    for (const auto& c : ix.columns) base += "_" + c;
+    ix.name = base.substr(0, 55 - 4) + (ix.unique ? "_key" : "_idx");
+  }
+  for (const Index& other : cfg_.indexes)
+    if (other.name == ix.name) {
+      error(item.key_line, item.path + ": index name " + quote(ix.name) + " twice (first at line " + std::to_string(other.line) + ")");
+      return;
+    }
+  if (!owner || ix.columns.empty() || ix.name.empty()) return;
+  Distribution d;
+  d.name = "splitpoint." + ix.name;
+  d.line = ix.line;
+  d.method = Method::hash;
+  d.partitions = owner->method == Method::hash ? owner->partitions : 8;
+  const std::size_t n = cfg_.shards.size(), parts = static_cast<std::size_t>(d.partitions);
+  d.placement.resize(parts);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t p = i * parts / n; p < (i + 1) * parts / n; ++p) d.placement[p] = i;
+  d.tables.emplace_back(ix.entries_table(), ix.columns.front());
+  claim_table(ix.entries_table(), "indexes", item.key_line, item.path);
+  ix.distribution = cfg_.distributions.size();
+  cfg_.distributions.push_back(std::move(d));
+  cfg_.indexes.push_back(std::move(ix));
 }
 
 }  // namespace splitpoint::config::detail

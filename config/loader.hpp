@@ -260,6 +260,8 @@ class Loader {
   void load_tables(Distribution& d, const Entry& e);
   void load_reference_tables(const Fields& top);
   void load_unlisted_tables(const Entry& e);
+  void load_indexes(const Entry& e);
+  void load_index(const Entry& item);
   void claim_table(const std::string& table, const std::string& owner, int line, const std::string& path);
 
   Config cfg_;

@@ -76,6 +76,8 @@ class Analyzer {
   // --- queries (analyze_query.cpp)
   void dml(const PgQuery__Node* stmt, Scope& scope, bool alone, KeyCols* exposed);
   void select(const PgQuery__SelectStmt* s, Scope& scope, KeyCols* exposed);
+  // Plan::lookup of a top-level SELECT of one table with a global index.
+  void index_lookup(const PgQuery__Node* where, const Scope& scope);
   void with(const PgQuery__WithClause* w, Scope& scope);
   void from_item(const PgQuery__Node* n, Scope& scope);
   void join(const PgQuery__JoinExpr* j, Scope& scope);

@@ -59,6 +59,23 @@ void Analyzer::dml(const PgQuery__Node* stmt, Scope& scope, bool alone, KeyCols*
   }
 }
 
+// The WHERE read as if the index's first column were the table's key: a set of values
+// it must have, or nothing.
+void Analyzer::index_lookup(const PgQuery__Node* where, const Scope& scope) {
+  const Rel& rel = scope.rels.front();
+  if (rel.key_cols.size() != 1) return;
+  const int occ = rel.key_cols.front().second;
+  const auto& indexes = topo_.config().indexes;
+  for (std::size_t i = 0; i < indexes.size(); ++i) {
+    if (indexes[i].table != plan_.occs[occ].table) continue;
+    Scope by_index{nullptr, {Rel{rel.name, {{indexes[i].columns.front(), occ}}}}, {}};
+    KeyCond k = cond_of(where, by_index);
+    if (k.op != KeyCond::Op::in || k.null_matches || k.occ != occ) continue;
+    plan_.lookup = Plan::IndexLookup{i, occ, std::move(k.values)};
+    return;
+  }
+}
+
 void Analyzer::select(const PgQuery__SelectStmt* s, Scope& scope, KeyCols* exposed) {
   if (s->with_clause != nullptr) with(s->with_clause, scope);
   if (s->larg != nullptr || s->rarg != nullptr) {  // UNION / INTERSECT / EXCEPT
@@ -84,6 +101,9 @@ void Analyzer::select(const PgQuery__SelectStmt* s, Scope& scope, KeyCols* expos
   scan(s->limit_offset, scope);
   where(s->where_clause, scope, EdgeRule::both);
   where(s->having_clause, scope, EdgeRule::both);  // a bare column there is a grouping column
+  if (scope.parent == nullptr && s->where_clause != nullptr && scope.rels.size() == 1 && plan_.occs.size() == 1 &&
+      !topo_.config().indexes.empty())
+    index_lookup(s->where_clause, scope);
   // Key columns this query passes through, so conditions of an enclosing query on
   // them restrict its rows. Not through LIMIT/OFFSET: which rows survive depends on
   // all of them.
@@ -322,6 +342,7 @@ void Analyzer::insert(const PgQuery__InsertStmt* s, Scope& scope, bool alone) {
   if (c.kind == TableClass::Kind::sharded) {
     occ = add_occurrence(Topology::table_name(sv(rv->schemaname), rv->relname), c);
     scope.rels.push_back(Rel{alias_or(rv->alias, rv->relname), {{c.key_column, occ}}});
+    plan_.insert_targets.push_back(occ);
   } else if (c.kind == TableClass::Kind::reference || c.kind == TableClass::Kind::catalog) {
     reference_target_ = true;
     plan_.writes_reference = true;

@@ -413,7 +413,7 @@ void Analyzer::transaction(const PgQuery__TransactionStmt* s) {
     case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_BEGIN: r.txn = TxnCommand::begin; break;
     case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_START:
       r.txn = TxnCommand::begin;
-      r.txn_start = true;
+      r.txn_options.start = true;
       break;
     case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_COMMIT: r.txn = TxnCommand::commit; break;
     case PG_QUERY__TRANSACTION_STMT_KIND__TRANS_STMT_ROLLBACK: r.txn = TxnCommand::rollback; break;
@@ -438,7 +438,7 @@ void Analyzer::transaction(const PgQuery__TransactionStmt* s) {
     names->savepoint = sv(s->savepoint_name);
     r.names = std::move(names);
   }
-  r.txn_chain = s->chain;
+  r.txn_options.chain = s->chain;
   plan_.shard_override = false;
   fixed(std::move(r));
 }

@@ -115,6 +115,7 @@ class Evaluator {
   void request_values(const InsertRows& rows, const std::string& column, bool omitted, std::size_t position,
                       std::vector<std::size_t> which, const std::string& message, const std::string& sequence = {});
   void note_key(const std::optional<std::string>& v, const ColumnType& type);
+  void index_lookup(Route& r);
 
   const Plan& plan_;
   const EvalInput& in_;
@@ -171,7 +172,11 @@ Route Evaluator::by_keys(bool* needs_exact_plan) {
   if (plan_.insert_select && leaves_out_sequence(plan_.insert_select->occ, plan_.insert_select->columns))
     return pull_route();
   if (plan_.key_assignment) key_type(plan_.key_assignment->occ);  // (its shape, even without a key in the WHERE)
+  if (plan_.lookup) key_type(plan_.lookup->occ);  // (the indexed column's type, too)
   Route r = finish();
+  if (plan_.lookup && parts_[plan_.lookup->occ].all && r.cls == StatementClass::read && !r.needs_combine &&
+      (r.kind == RouteKind::all_shards || (r.kind == RouteKind::shards && r.shards.size() > 1)))
+    index_lookup(r);
   if (plan_.key_assignment && (r.kind == RouteKind::shards || r.kind == RouteKind::all_shards)) guard_key(r);
   if (r.kind == RouteKind::shards && r.shards.size() > 1 && !row_shards_.empty()) {
     std::optional<std::vector<std::pair<std::size_t, std::string>>> sql;
@@ -339,6 +344,36 @@ PartSet Evaluator::leaf_range(const KeyCond& k) {
     bound[i] = std::move(v[0]);
   }
   return in_.topo.partitions_between(d, *type, bound[0], k.lower_inclusive, bound[1], k.upper_inclusive);
+}
+
+// Route::lookup: each value of Plan::lookup with the shard of its entries.
+void Evaluator::index_lookup(Route& r) {
+  const Plan::IndexLookup& l = *plan_.lookup;
+  const config::Index& ix = in_.topo.config().indexes[l.index];
+  const Occurrence& o = plan_.occs[l.occ];
+  const TableShape* shape = in_.shapes ? in_.shapes(o.table) : nullptr;
+  if (shape == nullptr) return;
+  std::optional<ColumnType> type;
+  auto lookup = std::make_shared<Route::Lookup>();
+  lookup->index = l.index;
+  lookup->distribution = o.distribution;
+  for (std::size_t c = 0; c < shape->columns.size() && c < shape->types.size(); ++c) {
+    if (shape->columns[c] == ix.columns.front()) type = column_type(shape->types[c]);
+    if (shape->columns[c] == o.key_column) lookup->key_type = shape->types[c];
+  }
+  if (!type || !type->hash_type || lookup->key_type.empty()) return;
+  KeyValues values;
+  for (const ValueSource& v : l.values) {
+    values.clear();
+    if (!read(v, *type, values)) return;
+    for (auto& value : values) {
+      if (!value) continue;  // (`= NULL` matches nothing)
+      PartitionOf p = in_.topo.partition_of(ix.distribution, *type, value);
+      if (p.status != PartitionOf::Status::ok) return;
+      lookup->values.emplace_back(in_.topo.shard_of(ix.distribution, p.partition), std::move(*value));
+    }
+  }
+  r.indexes.lookup = std::move(lookup);
 }
 
 const ColumnType* Evaluator::key_type(int occ) {

@@ -81,12 +81,17 @@ std::shared_ptr<Plan> with_literal_slots(const Plan& plan, std::string_view sql,
     for (auto& row : rows.rows)
       for (auto& item : row)
         if (item && !slotter.value(*item)) return nullptr;
+  if (copy->lookup)
+    for (ValueSource& v : copy->lookup->values)
+      if (!slotter.value(v)) return nullptr;
   std::vector<int> used;
   for (const KeyCond& k : copy->conds) collect(k, used);
   for (const InsertRows& rows : copy->inserts)
     for (const auto& row : rows.rows)
       for (const auto& item : row)
         if (item) collect(*item, used);
+  if (copy->lookup)
+    for (const ValueSource& v : copy->lookup->values) collect(v, used);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
   copy->slots_used = std::move(used);

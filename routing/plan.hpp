@@ -118,6 +118,15 @@ class Plan {
   std::vector<std::size_t> pinned_shards;  // unlisted tables under `unlisted_tables: shard:<name>`
   bool writes_reference = false;           // INSERT/UPDATE/DELETE of a reference table
   std::vector<int> write_targets;          // occurrences UPDATE/DELETE write
+  std::vector<int> insert_targets;         // occurrences INSERT writes (any form)
+  // A SELECT of one table with a global index whose WHERE gives the index's first
+  // column values (`=`, IN, = ANY): Route::lookup, when no key narrows it.
+  struct IndexLookup {
+    std::size_t index = 0;  // in config.indexes
+    int occ = -1;
+    std::vector<ValueSource> values;
+  };
+  std::optional<IndexLookup> lookup;
   std::vector<InsertRows> inserts;         // INSERT ... VALUES into sharded tables
   std::optional<KeyAssignment> key_assignment;
   // An INSERT ... SELECT run where its rows are (its key is a co-located table's): if

@@ -11,13 +11,31 @@
 
 namespace splitpoint::routing {
 
+namespace {
+
+// Route::indexes.writes: the statement inserts into, updates or deletes from a table
+// with a global index, or copies into one.
+Route& note_indexed_writes(const Topology& topo, const Plan& p, Route& r) {
+  if (topo.config().indexes.empty() || r.cls != StatementClass::write) return r;
+  auto indexed = [&](int occ) { return occ >= 0 && static_cast<std::size_t>(occ) < p.occs.size() && topo.indexed(p.occs[occ].table); };
+  for (int t : p.write_targets) r.indexes.writes = r.indexes.writes || indexed(t);
+  for (int t : p.insert_targets) r.indexes.writes = r.indexes.writes || indexed(t);
+  if (r.copy_from && r.copy_from->statement && r.copy_from->statement->from_stdin)
+    r.indexes.writes = r.indexes.writes || topo.indexed(Topology::table_name(r.copy_from->statement->schema,
+                                                                             r.copy_from->statement->table));
+  return r;
+}
+
+}  // namespace
+
 struct Router::Impl {
   explicit Impl(const config::Config& c) : config(c), topo(config) {}
 
   // Routes `sql` from a plan of its own (no cache).
   Route exact(std::string_view sql, const SessionRouting& session, const ShapeLookup& shapes) const {
     std::shared_ptr<Plan> p = analyze(sql, {}, topo, session.standard_conforming_strings);
-    return evaluate(*p, EvalInput{topo, nullptr, {}, p->hints, session, shapes, true}, nullptr);
+    Route r = evaluate(*p, EvalInput{topo, nullptr, {}, p->hints, session, shapes, true}, nullptr);
+    return note_indexed_writes(topo, *p, r);
   }
 
   config::Config config;  // a copy: the router must not depend on the caller keeping its config
@@ -52,7 +70,16 @@ std::shared_ptr<const Plan> Router::plan(std::string_view sql, std::span<const s
 
 Route Router::route(const Plan& plan, const BoundParams& params, const SessionRouting& session,
                     const ShapeLookup& shapes) const {
-  return evaluate(plan, EvalInput{impl_->topo, &params, {}, plan.hints, session, shapes, true}, nullptr);
+  Route r = evaluate(plan, EvalInput{impl_->topo, &params, {}, plan.hints, session, shapes, true}, nullptr);
+  if (!note_indexed_writes(impl_->topo, plan, r).indexes.writes) return r;
+  // (The extended protocol's Execute has no place yet for the entries' statements.)
+  Route refused;
+  refused.kind = RouteKind::error;
+  refused.cls = r.cls;
+  refused.sqlstate = "0A000";
+  refused.message = "a write to a table with a global index runs in the simple query protocol only, for now "
+                    "(docs/indexes.md)";
+  return refused;
 }
 
 Route Router::route_simple(std::string_view sql, const SessionRouting& session, const ShapeLookup& shapes) {
@@ -70,14 +97,15 @@ Route Router::route_simple(std::string_view sql, const SessionRouting& session, 
       bool needs_exact = false;
       Route r = evaluate(*cached, EvalInput{im.topo, nullptr, slots, scan.hints, session, shapes, false, sql},
                          &needs_exact);
-      if (!needs_exact) return r;
+      if (!needs_exact) return note_indexed_writes(im.topo, *cached, r);
     }
     return im.exact(sql, session, shapes);
   }
   std::shared_ptr<Plan> p = analyze(sql, {}, im.topo);
   if (p->cacheable)
     if (std::shared_ptr<Plan> shared = with_literal_slots(*p, sql, scan)) im.cache.insert(scan.key, hash, std::move(shared));
-  return evaluate(*p, EvalInput{im.topo, nullptr, {}, p->hints, session, shapes, true}, nullptr);
+  Route r = evaluate(*p, EvalInput{im.topo, nullptr, {}, p->hints, session, shapes, true}, nullptr);
+  return note_indexed_writes(im.topo, *p, r);
 }
 
 std::vector<std::string> Router::tables_changed_by(const Plan& plan) const { return plan.ddl_tables; }

@@ -85,8 +85,11 @@ struct Route {
   StatementClass cls = StatementClass::read;
   bool reference_write = false;  // a write to a reference table: every shard applies the same rows
   TxnCommand txn = TxnCommand::none;
-  bool txn_chain = false;  // COMMIT AND CHAIN / ROLLBACK AND CHAIN
-  bool txn_start = false;  // START TRANSACTION, not BEGIN (the CommandComplete tag)
+  struct TxnOptions {
+    bool chain = false;  // COMMIT AND CHAIN / ROLLBACK AND CHAIN
+    bool start = false;  // START TRANSACTION, not BEGIN (the CommandComplete tag)
+  };
+  TxnOptions txn_options;
   std::vector<std::size_t> shards;          // sorted, unique; set for kind == shards
   std::vector<PartitionHit> partitions;     // partitions the key(s) mapped to
   std::vector<std::string> key_values;      // key values seen (text form), for hot-key stats
@@ -189,6 +192,23 @@ struct Route {
   // kind == error (SPR01) for an INSERT ... SELECT into a sharded table whose rows the
   // proxy reads and inserts itself (routing::insert_select_parts).
   bool pull_insert = false;
+  // Global secondary indexes (SPEC §12, server/session/execute/global_index.cpp).
+  struct Lookup {
+    std::size_t index = 0;                                    // in config.indexes
+    std::vector<std::pair<std::size_t, std::string>> values;  // (entries' shard, value)
+    std::size_t distribution = 0;                             // the table's
+    std::string key_type;                                     // its key's, as format_type() names it
+  };
+  struct GlobalIndexes {
+    // It writes a table with a global index: the proxy applies the changes the shards
+    // logged to the index's entries in the same transaction.
+    bool writes = false;
+    // A read of every shard that an index narrows: each value looked up with the shard
+    // that holds its entries; the session asks those for the rows' keys and runs the
+    // statement on the keys' shards only.
+    std::shared_ptr<const Lookup> lookup;
+  };
+  GlobalIndexes indexes;
 };
 
 // Session-level routing inputs.

@@ -60,6 +60,13 @@ class Topology {
   // The name tables are known by in the config and in ShapeLookup.
   static std::string table_name(std::string_view schema, std::string_view name);
 
+  // A table with a global index (`indexes:`), by the name it is known by.
+  bool indexed(std::string_view table) const {
+    for (const auto& ix : config_.indexes)
+      if (ix.table == table) return true;
+    return false;
+  }
+
   std::uint32_t partition_count(std::size_t distribution) const;
   std::size_t shard_of(std::size_t distribution, std::uint32_t partition) const;
   // Every shard holding a partition of the distribution, sorted.

@@ -52,6 +52,7 @@ static void apply_scheduling(config::Scheduling scheduling) {
 int Server::run() {
   apply_scheduling(runtime()->config.scheduling);
   start_catalog();
+  start_indexes();
   auto rt = runtime();
   auto& main_ctx = workers_.front()->context;
   acceptor_ = std::make_unique<tcp::acceptor>(main_ctx);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "server/cluster/catalog.hpp"
+#include "server/cluster/indexes.hpp"
 
 namespace splitpoint::server {
 
@@ -58,6 +59,7 @@ std::string random_instance_id() {
 
 Proxy::Proxy(std::shared_ptr<const Runtime> runtime, std::string config_path)
     : runtime_(std::move(runtime)), config_path_(std::move(config_path)), instance_id_(random_instance_id()) {
+  indexes_ = std::make_unique<IndexKeeper>(*this);
   int n = runtime_.load()->config.workers;
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   metrics_ = std::make_unique<Metrics>(static_cast<std::size_t>(n), runtime_.load()->config, *runtime_.load()->slots);
@@ -80,8 +82,11 @@ void Proxy::start_catalog() {
   catalog_->run();
 }
 
+void Proxy::start_indexes() { indexes_->start(); }
+
 void Proxy::tear_down() {
   if (catalog_) catalog_->stop();
+  indexes_->stop();
   for (auto& w : workers_) w->context.shutdown_services();
   runtime_.store(nullptr);
   workers_.clear();

@@ -22,6 +22,7 @@ namespace splitpoint::server {
 
 class Session;
 class Catalog;
+class IndexKeeper;
 
 // Maps the cancel keys splitpoint gives clients to their sessions. Touched at login,
 // logout and cancel only; striped so no lock is global.
@@ -87,6 +88,8 @@ class Proxy {
   // transactions.
   void primary_changed() { generation_.fetch_add(1, std::memory_order_release); }
   Catalog* catalog() { return catalog_.get(); }
+  // Global secondary indexes (SPEC §12): their state, and their builder's thread.
+  IndexKeeper& indexes() { return *indexes_; }
   // The current runtime has moves in progress (or a lapsed lease): sessions check them.
   bool moves_active() const { return moves_active_.load(std::memory_order_relaxed); }
   // The catalog epoch of the current runtime (0 without a catalog); stored after it.
@@ -115,6 +118,7 @@ class Proxy {
   // With a catalog configured: its placement before the first client (a proxy never
   // routes by a YAML placement the catalog has moved on from), then its follower.
   void start_catalog();
+  void start_indexes();
   void begin_shutdown() { shutting_down_ = true; }
   // Teardown (the process's destructor): the catalog stopped, every worker's coroutines
   // ended while all contexts still exist, then the pools dropped, then the contexts.
@@ -130,6 +134,7 @@ class Proxy {
   std::atomic<bool> moves_active_{false};
   std::atomic<std::int64_t> epoch_{0};
   std::unique_ptr<Catalog> catalog_;
+  std::unique_ptr<IndexKeeper> indexes_;
   std::string config_path_;
   std::unique_ptr<Metrics> metrics_;
   std::mutex sessions_mu_;

@@ -39,6 +39,7 @@ class ClientStream {
     void take(std::string_view messages);
   };
   void capture(Capture* into) { capture_ = into; }
+  Capture* captured() const { return capture_; }  // (to put back after a capture of one's own)
   // While set, ReadyForQuery messages are not sent, and ErrorResponses are counted: the
   // statements of one client text run one by one (server/session/texts.cpp), answered
   // with one ReadyForQuery at the end.

@@ -17,6 +17,7 @@
 #include "server/session/admin_console.hpp"
 #include "server/session/session.hpp"
 #include "server/state/split_advice.hpp"
+#include "server/cluster/indexes.hpp"
 
 namespace splitpoint::server {
 
@@ -26,7 +27,8 @@ namespace {
 
 constexpr std::size_t kHotKeysShown = 10;
 constexpr const char* kAdminHelp =
-    "unknown admin command; try SHOW SHARDS | POOLS | HOSTS | CLIENTS | PARTITIONS | HOT KEYS | SPLIT ADVICE | ROUTE <statement> | "
+    "unknown admin command; try SHOW SHARDS | POOLS | HOSTS | CLIENTS | PARTITIONS | HOT KEYS | SPLIT ADVICE | INDEXES | "
+    "ROUTE <statement> | "
     "CONFIG | "
     "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., DROP SHARD name, "
     "REBALANCE dist "
@@ -696,6 +698,17 @@ bool AdminConsole::show_state(const std::vector<std::string>& w, std::string& ou
       t.row({a.distribution, a.partition ? std::optional(std::to_string(*a.partition)) : std::nullopt,
              a.shard.empty() ? std::nullopt : std::optional(a.shard), a.reason, std::string(share), std::string(even),
              a.advice});
+    }
+    t.encode(out, "SHOW");
+  } else if (is({"SHOW", "INDEXES"})) {  // SPEC §12
+    Table t({"index", "table", "columns", "unique", "state", "detail"});
+    const auto states = s_.server_.indexes().statuses();
+    for (std::size_t i = 0; i < rt->config.indexes.size() && i < states.size(); ++i) {
+      const auto& ix = rt->config.indexes[i];
+      std::string cols;
+      for (const auto& c : ix.columns) cols += (cols.empty() ? "" : ", ") + c;
+      t.row({ix.name, ix.table, cols, ix.unique ? "yes" : "no", states[i].current ? std::string(IndexKeeper::state_name(states[i].state)) : "checking",
+             states[i].detail});
     }
     t.encode(out, "SHOW");
   } else {

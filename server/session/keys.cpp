@@ -17,6 +17,7 @@
 #include "routing/sequence_read.hpp"
 #include "routing/text_scan.hpp"
 #include "server/cluster/catalog.hpp"
+#include "server/cluster/indexes.hpp"
 #include "server/cluster/proxy.hpp"
 #include "server/session/session.hpp"
 #include "server/net/wire.hpp"
@@ -63,6 +64,7 @@ void Session::forget_table_definitions() {
   runtime_->forget_table_definitions();
   if (in_transaction()) txn_.ddl = true;
   if (auto* c = server_.catalog()) c->schema_changed();
+  if (!runtime_->config.indexes.empty()) server_.indexes().recheck();  // (a table made anew: built again)
 }
 
 // How the table's key column gets its values, from the shard's catalog (once per

@@ -140,16 +140,21 @@ awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables, Ke
     if (!list.empty()) list += ",";
     list += quote_literal(t);
   }
+  // (A table of another schema is known as "schema.name": the index entries' tables.)
+  const std::string qualified = "n.nspname || '.' || c.relname";
   std::string sql =
-      "SELECT c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attidentity <> '' OR "
+      "SELECT CASE WHEN " + qualified + " IN (" + list + ") THEN " + qualified + " ELSE c.relname END, a.attname, "
+      "pg_catalog.format_type(a.atttypid, a.atttypmod), a.attidentity <> '' OR "
       "coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid) LIKE 'nextval(%', false) "
       "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+      "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
       "LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
-      "WHERE c.relname IN (" + list + ") AND (pg_catalog.pg_table_is_visible(c.oid) "
+      "WHERE a.attnum > 0 AND NOT a.attisdropped AND (" + qualified + " IN (" + list + ") OR (c.relname IN (" + list +
+      ") AND (pg_catalog.pg_table_is_visible(c.oid) "
       // (A session whose search_path is empty, as pg_dump's set_config makes it: its
       // statements name schema public's tables with the schema.)
-      "OR (pg_catalog.current_schemas(false) = '{}' AND c.relnamespace = 'public'::pg_catalog.regnamespace)) "
-      "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY c.relname, a.attnum";
+      "OR (pg_catalog.current_schemas(false) = '{}' AND c.relnamespace = 'public'::pg_catalog.regnamespace)))) "
+      "ORDER BY 1, a.attnum";
   co_await pump_.drain();
   auto reply = co_await run_on(pick_any_shard(), sql);
   if (reply.lost || !reply.error.empty()) co_return false;
@@ -344,6 +349,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
 
   if (route.cls == StatementClass::utility || route.cls == StatementClass::ddl)
     if (auto db = database_it_needs_alone(sql)) close_idle_connections_to(*db);
+  if (route.indexes.writes && !txn_.maintaining_index && fe_.client_txn != 'E') co_return co_await indexed_write(f, route);
   const bool spread = route.kind == RouteKind::all_shards || route.shards.size() > 1;
   if (several_statements_apart(route, sql) || (route.cls == StatementClass::write && spread && !in_transaction())) {
     auto done = co_await run_apart(route, sql);  // (texts.cpp)
@@ -352,6 +358,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
   forget_drawn_lastval(route);
+  if (route.indexes.lookup) co_await route_through_index(route);
   bool before_done = false;  // before_shards, once
   auto ready = [&] {
     if (!before_done) before_shards(route);
@@ -466,7 +473,7 @@ awaitable<std::optional<bool>> Session::transaction_control(const routing::Route
     // Otherwise one shard answers as PostgreSQL: the WARNING for PREPARE TRANSACTION
     // outside a block, the error for COMMIT PREPARED inside one.
   }
-  if (route.txn == TxnCommand::begin && fe_.client_txn == 'I') co_return co_await hold_begin(sql, route.txn_start);
+  if (route.txn == TxnCommand::begin && fe_.client_txn == 'I') co_return co_await hold_begin(sql, route.txn_options.start);
   if ((route.txn == TxnCommand::rollback_to_savepoint || route.txn == TxnCommand::release_savepoint) &&
       in_transaction()) {
     co_return co_await savepoint_across_shards(route, sql);
@@ -808,6 +815,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, true))
     co_return !closing_;
   forget_drawn_lastval(route);
+  if (route.indexes.lookup) co_await route_through_index(route);
   // As handle_query: the router's order of the special cases.
   for (Executor step : routing::dispatch(route, pools_.size(), routing::Protocol::extended)) {
     switch (step) {
@@ -1071,7 +1079,7 @@ awaitable<bool> Session::finish_transaction(const routing::Route& route, std::st
   // AND CHAIN: the last shard runs the client's own text, so the new transaction there
   // keeps the characteristics of the old one; shards that join later get the BEGIN.
   // All at once (run_on_each): one round trip however many shards joined.
-  const bool chain = route.txn_chain;
+  const bool chain = route.txn_options.chain;
   std::vector<std::pair<std::size_t, std::string>> statements;
   for (std::size_t i = 0; i < order.size(); ++i)
     statements.emplace_back(order[i], chain && i + 1 == order.size() ? sql : std::string_view(verb));

@@ -339,6 +339,15 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> run_rewritten_insert(routing::Route& route, KeptShapes& keep, std::string text,
                                        const protocol::Bind* bind = nullptr,
                                        std::vector<std::int32_t> types = {});
+  // ---- execute/global_index.cpp (SPEC §12): a read an index narrows runs on the shards
+  // of the keys it finds (Route::lookup); a write to a table with a global index: the
+  // statement, then the changes it logged applied to the index's entries, in one
+  // transaction (the proxy's own outside a block).
+  awaitable<void> route_through_index(routing::Route& route);
+  awaitable<bool> indexed_write(const protocol::Frame& f, const routing::Route& route);
+  // This transaction's logged changes on the shards it is in, applied; the error (an
+  // ErrorResponse body) that stopped them, or empty.
+  awaitable<std::string> apply_index_changes();
   // ---- execute/insert_select.cpp: INSERT ... SELECT whose rows are pulled (route.pull_insert)
   awaitable<bool> pull_insert_select(const routing::Route& route, KeptShapes& keep, std::string_view sql,
                                      const protocol::Bind* bind = nullptr,
@@ -526,6 +535,8 @@ class Session : public std::enable_shared_from_this<Session> {
     // fails in it is rolled back.
     bool own = false;
     bool ddl = false;  // ran DDL: table shapes are forgotten again when it ends (committed by then)
+    // Inside indexed_write (execute/global_index.cpp): the statement runs as any other.
+    bool maintaining_index = false;
   };
   // timeouts.query (timeout.cpp): one timer per session, made on first use and
   // armed only while the current backend owes answers; it fires at most once per

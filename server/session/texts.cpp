@@ -65,7 +65,7 @@ awaitable<std::optional<bool>> Session::run_statements_apart(std::string_view sq
         break;
       case TxnCommand::commit:
       case TxnCommand::rollback:
-        if (route.txn_chain) co_return std::nullopt;
+        if (route.txn_options.chain) co_return std::nullopt;
         block = false;
         own_block_verbs = true;
         break;
@@ -149,9 +149,10 @@ awaitable<bool> Session::run_one(std::string_view statement) {
 // only an error of it (a COMMIT that fails), not its tag.
 awaitable<bool> Session::run_unseen(std::string_view verb) {
   ClientStream::Capture capture;
+  auto* outer = stream_.captured();
   stream_.capture(&capture);
   const bool go_on = co_await run_one(verb);
-  stream_.capture(nullptr);
+  stream_.capture(outer);
   std::string errors;
   for_each_message(capture.data, [&](char type, std::string_view, std::string_view whole) {
     if (type == 'E' || type == 'N') errors.append(whole);

@@ -113,9 +113,10 @@ awaitable<bool> Session::read_for_insert(std::string_view select, const proto::B
   co_await pump_.drain();  // (nothing of an earlier statement may go into the capture)
   ClientStream::Capture capture;
   capture.max_rows = max_rows;
+  auto* outer = stream_.captured();  // (an indexed write's, around this statement)
   stream_.capture(&capture);
   const bool ok = co_await scatter_read(route, std::move(req));
-  stream_.capture(nullptr);
+  stream_.capture(outer);
   if (!ok) co_return false;
   answer = std::move(capture.data);
   rows = capture.rows;

@@ -993,3 +993,47 @@ TEST_CASE("tls: per shard, as libpq's sslmode", "[config][security]") {
                    "shards[0].tls.mode: expected one of disable | require | verify-ca | verify-full, got \"prefer\"");
   expect_one_error("shards:\n  - name: s0\n    tls: { ca: /x }\n", 3, "shards[0].tls: missing required key \"mode\"");
 }
+
+TEST_CASE("indexes: each with a hash distribution of its own for its entries", "[config]") {
+  const std::string base = std::string(kTwoShards) + R"(distributions:
+  - name: by_user
+    method: hash
+    partitions: 16
+    tables: { users: id, orders: user_id }
+indexes:
+)";
+  const Config c = load_ok(base + R"(  - { table: users, columns: [email], unique: true }
+  - { table: users, columns: [city, zip] }
+  - { table: orders, columns: sku, name: orders_by_sku }
+)");
+  REQUIRE(c.indexes.size() == 3);
+  CHECK(c.indexes[0].name == "users_email_key");
+  CHECK(c.indexes[0].unique);
+  CHECK(c.indexes[0].key_column == "id");
+  CHECK(c.indexes[0].entries_table() == "splitpoint.users_email_key_entries");
+  CHECK(c.indexes[1].name == "users_city_zip_idx");
+  CHECK(c.indexes[1].columns == std::vector<std::string>{"city", "zip"});
+  CHECK_FALSE(c.indexes[1].unique);
+  CHECK(c.indexes[2].name == "orders_by_sku");
+  REQUIRE(c.distributions.size() == 4);
+  const Distribution& d = c.distributions[c.indexes[0].distribution];
+  CHECK(d.name == "splitpoint.users_email_key");
+  CHECK(d.partitions == 16);
+  CHECK(d.placement.size() == 16);
+  CHECK(d.tables == std::vector<std::pair<std::string, std::string>>{{"splitpoint.users_email_key_entries", "email"}});
+
+  const LoadResult bad = load_string(base + R"(  - { table: nowhere, columns: [email] }
+  - { table: users, columns: [id] }
+  - { table: users, columns: [Email] }
+  - { table: users, columns: [email] }
+  - { table: users, columns: [email] }
+)");
+  INFO(describe(bad));
+  CHECK(has_error(bad, 10, "\"nowhere\" is not a table of any distribution"));
+  CHECK(has_error(bad, 11, "\"id\" is the table's distribution key"));
+  CHECK(has_error(bad, 12, "a column name as PostgreSQL stores it"));
+  CHECK(has_error(bad, 14, "index name \"users_email_idx\" twice"));
+  const LoadResult refuse = load_string(base + "  - { table: users, columns: [email] }\ntransactions:\n  cross_shard_writes: refuse\n");
+  INFO(describe(refuse));
+  CHECK(has_error(refuse, 9, "global indexes need transactions.cross_shard_writes: two_phase"));
+}

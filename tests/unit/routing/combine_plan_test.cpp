@@ -269,8 +269,8 @@ TEST_CASE("the route carries the text's session commands and BEGIN's tag", "[rou
   REQUIRE(d.session_commands);
   CHECK(d.session_commands->front().statement == 1);
   CHECK_FALSE(f.simple("SELECT 1").session_commands);
-  CHECK(f.simple("START TRANSACTION").txn_start);
-  CHECK_FALSE(f.simple("BEGIN").txn_start);
+  CHECK(f.simple("START TRANSACTION").txn_options.start);
+  CHECK_FALSE(f.simple("BEGIN").txn_options.start);
 }
 
 TEST_CASE("a cached route plan is not parsed again", "[router][parse]") {

@@ -23,10 +23,10 @@ TEST_CASE("a statement that does not parse is marked for a shard to report", "[r
 
 TEST_CASE("transaction verbs: chaining and the client's two-phase commit", "[router][transparency]") {
   Fixture f;
-  CHECK(f.simple("COMMIT AND CHAIN").txn_chain);
-  CHECK(f.simple("rollback and chain").txn_chain);
-  CHECK_FALSE(f.simple("COMMIT AND NO CHAIN").txn_chain);
-  CHECK_FALSE(f.simple("COMMIT").txn_chain);
+  CHECK(f.simple("COMMIT AND CHAIN").txn_options.chain);
+  CHECK(f.simple("rollback and chain").txn_options.chain);
+  CHECK_FALSE(f.simple("COMMIT AND NO CHAIN").txn_options.chain);
+  CHECK_FALSE(f.simple("COMMIT").txn_options.chain);
   Route p = f.simple("PREPARE TRANSACTION 'a1'");
   CHECK(p.txn == TxnCommand::prepare);
   CHECK(p.names->gid == "a1");
