@@ -4,7 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <set>
 #include <optional>
 #include <pqxx/pqxx>
 
@@ -357,6 +359,87 @@ void IndexKeeper::build(const config::Config& cfg, const config::Index& ix, Stat
   }
   st.state = State::ready;
   st.detail = std::to_string(copied) + " rows indexed by the build";
+}
+
+IndexKeeper::Check IndexKeeper::check(const std::string& name, bool repair) const {
+  const auto rt = proxy_.runtime();
+  const config::Config& cfg = rt->config;
+  const config::Index* found = nullptr;
+  for (const auto& ix : cfg.indexes)
+    if (ix.name == name) found = &ix;
+  if (!found) throw CatalogError("42704", "index \"" + name + "\" does not exist (SHOW INDEXES lists those of the configuration)");
+  const config::Index& ix = *found;
+  std::string values, not_null;
+  for (std::size_t i = 0; i < ix.columns.size(); ++i) {
+    values += "(" + ident(ix.columns[i]) + ")::text, ";
+    not_null += (i ? " AND " : "") + ident(ix.columns[i]) + " IS NOT NULL";
+  }
+  values += "(" + ident(ix.key_column) + ")::text";
+  Connections conns;
+  for (const auto& shard : cfg.shards) conns.push_back(std::make_unique<pqxx::connection>(shard_dsn(cfg, shard)));
+  using Tuple = std::vector<std::string>;
+  std::map<Tuple, std::size_t> entries;  // -> the shard it is on
+  std::set<Tuple> rows, misplaced;
+  for (std::size_t s = 0; s < conns.size(); ++s) {
+    pqxx::nontransaction w(*conns[s]);
+    for (const auto& r : w.exec("SELECT " + values + " FROM " + entries_sql(ix))) {
+      Tuple t;
+      for (const auto& f : r) t.push_back(f.as<std::string>());
+      entries.emplace(t, s);
+    }
+  }
+  const routing::ColumnType first = [&] {
+    std::string why;
+    auto types = column_types(*conns.front(), ix, why);
+    return routing::column_type(types ? types->front() : "");
+  }();
+  for (auto& c : conns) {
+    pqxx::nontransaction w(*c);
+    for (const auto& r : w.exec("SELECT " + values + " FROM " + table_sql(ix.table) + " WHERE " + not_null)) {
+      Tuple t;
+      for (const auto& f : r) t.push_back(f.as<std::string>());
+      rows.insert(std::move(t));
+    }
+  }
+  Check out;
+  out.rows = rows.size();
+  out.entries = entries.size();
+  auto owner = [&](const Tuple& t) {
+    auto p = rt->topology->partition_of(ix.distribution, first, t.front());
+    return rt->topology->shard_of(ix.distribution, p.partition);
+  };
+  auto show = [](const Tuple& t) {
+    std::string s;
+    for (const auto& v : t) s += (s.empty() ? "(" : ", ") + v;
+    return s + ")";
+  };
+  std::vector<std::string> fixes(conns.size());
+  for (const auto& [t, shard] : entries) {
+    const bool orphan = !rows.count(t) || shard != owner(t);
+    if (!orphan) continue;
+    ++out.orphans;
+    if (out.examples.size() < 10) out.examples.push_back("orphan " + show(t));
+    if (!repair) continue;
+    pqxx::nontransaction w(*conns[shard]);
+    std::string tuple;
+    for (const auto& v : t) tuple += (tuple.empty() ? "" : ", ") + w.quote(v);
+    w.exec("DELETE FROM " + entries_sql(ix) + " WHERE (" + entry_columns(ix) + ") = (" + tuple + ")");
+    ++out.repaired;
+  }
+  for (const auto& t : rows) {
+    auto it = entries.find(t);
+    if (it != entries.end() && it->second == owner(t)) continue;
+    ++out.missing;
+    if (out.examples.size() < 10) out.examples.push_back("missing " + show(t));
+    if (!repair) continue;
+    pqxx::nontransaction w(*conns[owner(t)]);
+    std::string tuple;
+    for (const auto& v : t) tuple += (tuple.empty() ? "" : ", ") + w.quote(v);
+    auto r = w.exec("INSERT INTO " + entries_sql(ix) + " (" + entry_columns(ix) + ") VALUES (" + tuple +
+                    ") ON CONFLICT DO NOTHING");
+    out.repaired += r.affected_rows();
+  }
+  return out;
 }
 
 }  // namespace splitpoint::server

@@ -61,6 +61,17 @@ class IndexKeeper {
   // table may have been dropped or made anew), which it does at once.
   void recheck();
   std::vector<Status> statuses() const;
+
+  // CHECK INDEX name [REPAIR]: the entries against the table's rows on every shard —
+  // entries read before rows, so a write committed in between shows as missing, never
+  // as an orphan. REPAIR inserts what is missing (ON CONFLICT DO NOTHING) and deletes
+  // the orphans (entries on no row's values, or on a shard that does not own them).
+  // Blocking (libpqxx): run off a worker thread. CatalogError for an unknown index.
+  struct Check {
+    std::size_t rows = 0, entries = 0, missing = 0, orphans = 0, repaired = 0;
+    std::vector<std::string> examples;  // a few differences, "missing (a@x, 7)" / "orphan ..."
+  };
+  Check check(const std::string& name, bool repair) const;
   static std::string_view state_name(State s);
 
  private:

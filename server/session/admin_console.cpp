@@ -28,7 +28,7 @@ namespace {
 constexpr std::size_t kHotKeysShown = 10;
 constexpr const char* kAdminHelp =
     "unknown admin command; try SHOW SHARDS | POOLS | HOSTS | CLIENTS | PARTITIONS | HOT KEYS | SPLIT ADVICE | INDEXES | "
-    "ROUTE <statement> | "
+    "ROUTE <statement> | CHECK INDEX name [REPAIR] | "
     "CONFIG | "
     "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., DROP SHARD name, "
     "REBALANCE dist "
@@ -745,6 +745,22 @@ awaitable<bool> AdminConsole::command(std::string_view sql, std::string& out) {
     show_config(rt->config, out);
   } else if (is({"SHOW", "ROUTE"})) {
     co_await show_route(sql, out);
+  } else if (is({"CHECK", "INDEX"})) {  // SPEC §12
+    auto name = shard_arg(2);
+    std::string tail(rest);
+    for (auto& c : tail) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const bool repair = tail.find("REPAIR") != std::string::npos;
+    auto* keeper = &s_.server_.indexes();
+    const std::string index = name.value_or("");
+    auto run = [keeper, index, repair] { return keeper->check(index, repair); };
+    if (auto r = co_await off_thread(run, s_.metrics_, out)) {
+      Table t({"index", "rows", "entries", "missing", "orphans", "repaired", "examples"});
+      std::string examples;
+      for (const auto& e : r->examples) examples += (examples.empty() ? "" : "; ") + e;
+      t.row({index, std::to_string(r->rows), std::to_string(r->entries), std::to_string(r->missing),
+             std::to_string(r->orphans), std::to_string(r->repaired), examples});
+      t.encode(out, "CHECK INDEX");
+    }
   } else if (co_await catalog_command(w, sql, out)) {
   } else if (is({"RELOAD"})) {
     std::string err;

@@ -18,6 +18,8 @@ protocol) through splitpoint and on plain PostgreSQL:
   shard and then the rows' shards only, never to every shard;
 - SIGKILL of the proxy under index maintenance: after restart and two-phase recovery,
   the entries are exactly the rows' values;
+- CHECK INDEX finds an entry deleted, one made up and a row written on a shard directly,
+  and REPAIR puts them right;
 - the build: a unique index over rows written on the shards directly that hold a value
   twice fails, naming it, and leaves the table writable; the table made again through
   the proxy is built from every shard's rows, and a duplicate of a built value is
@@ -313,6 +315,35 @@ def killed_mid_maintenance():
         assert time.monotonic() < deadline, "prepared transactions left after 60 s"
         time.sleep(0.2)
     entries_match_rows()
+    assert check_index("users_city_idx")["missing"] == "0"
+
+
+def check_index(name, repair=False):
+    """CHECK INDEX on the admin console: {rows, entries, missing, orphans, repaired, examples}."""
+    r = sptest.admin(PROXY.port, f"CHECK INDEX {name}{' REPAIR' if repair else ''}")[0]
+    return dict(zip(("index", "rows", "entries", "missing", "orphans", "repaired", "examples"), r))
+
+
+def check_and_repair():
+    """CHECK INDEX finds what writes behind the proxy's back did to the entries (an entry
+    deleted, one made up, a row inserted on a shard directly) and REPAIR puts it right."""
+    clean = check_index("users_email_key")
+    assert (clean["missing"], clean["orphans"]) == ("0", "0") and clean["rows"] == clean["entries"], clean
+    port, db = shard_dbs()[0]
+    victim = sptest.query(port, db, "SELECT email, id FROM splitpoint.users_email_key_entries LIMIT 1")[0]
+    sptest.query(port, db, "DELETE FROM splitpoint.users_email_key_entries WHERE email = %s", (victim[0],))
+    sptest.query(port, db, "INSERT INTO splitpoint.users_email_key_entries VALUES ('ghost@x', 999999)")
+    sptest.query(port, db, "INSERT INTO users VALUES (900001, 'bypass@x', NULL)")
+    found = check_index("users_email_key")
+    assert (found["missing"], found["orphans"]) == ("2", "1"), found
+    assert "orphan (ghost@x, 999999)" in found["examples"] and "missing (bypass@x, 900001)" in found["examples"], found
+    assert check_index("users_email_key", repair=True)["repaired"] == "3"
+    again = check_index("users_email_key")
+    assert (again["missing"], again["orphans"]) == ("0", "0"), again
+    sptest.query(port, db, "DELETE FROM users WHERE id = 900001")
+    assert check_index("users_email_key", repair=True)["repaired"] == "1"
+    entries_match_rows()
+    sptest.admin_refused(PROXY, "CHECK INDEX nope", "42704", "index \"nope\" does not exist")
 
 
 def build_from_existing_rows():
@@ -347,5 +378,5 @@ def build_from_existing_rows():
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests([differential, concurrent_claims, reads_route_through_index, extended_protocol_refused,
-                               killed_mid_maintenance, build_from_existing_rows],
+                               killed_mid_maintenance, check_and_repair, build_from_existing_rows],
                               setup=setup, teardown=teardown, watch=lambda: [PROXY]))
