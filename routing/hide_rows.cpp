@@ -12,10 +12,10 @@ namespace {
 
 using Views = std::map<std::string, std::string, std::less<>>;
 
+// (A table of another schema, as the config names it "schema.table": its view has the
+// table's own name in the move's schema.)
 const std::string* view_schema(const PgQuery__RangeVar* rv, const Views& views) {
-  auto schema = sv(rv->schemaname);
-  if (!schema.empty() && schema != "public") return nullptr;
-  auto it = views.find(Topology::table_name("", sv(rv->relname)));
+  auto it = views.find(Topology::table_name(sv(rv->schemaname), sv(rv->relname)));
   return it == views.end() ? nullptr : &it->second;
 }
 

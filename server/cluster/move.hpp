@@ -91,7 +91,13 @@ class Move {
   void drop_publication();
   void exec(pqxx::connection& c, const std::string& sql);
   void exec_locking(const std::string& table, const std::string& sql, bool until_done);
-  std::string q(pqxx::connection& c, const std::string& ident) const { return c.quote_name(ident); }
+  // A column, or a table as the config names it: "schema.table" is two names (a global
+  // index's entries, splitpoint.<index>_entries).
+  std::string q(pqxx::connection& c, const std::string& ident) const {
+    const auto dot = ident.find('.');
+    if (dot == std::string::npos) return c.quote_name(ident);
+    return c.quote_name(ident.substr(0, dot)) + "." + c.quote_name(ident.substr(dot + 1));
+  }
 
   Catalog& cat_;
   MoveRow m_;

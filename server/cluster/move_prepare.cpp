@@ -155,9 +155,11 @@ void Move::prepare() {
     w.exec("CREATE SCHEMA " + name_);
     w.exec("GRANT USAGE ON SCHEMA " + name_ + " TO PUBLIC");
     for (const auto& t : tables_) {
-      w.exec("CREATE VIEW " + name_ + "." + q(*side, t.name) + " WITH (security_invoker = true) AS SELECT * FROM " +
-             q(*side, t.name) + " WHERE NOT coalesce(" + in_partition(t, *side) + ", false)");
-      w.exec("GRANT SELECT, INSERT, UPDATE, DELETE ON " + name_ + "." + q(*side, t.name) + " TO PUBLIC");
+      // (Named as the table without its schema: routing/hide_rows.cpp reads through it.)
+      const std::string view = name_ + "." + side->quote_name(t.name.substr(t.name.find('.') + 1));
+      w.exec("CREATE VIEW " + view + " WITH (security_invoker = true) AS SELECT * FROM " + q(*side, t.name) +
+             " WHERE NOT coalesce(" + in_partition(t, *side) + ", false)");
+      w.exec("GRANT SELECT, INSERT, UPDATE, DELETE ON " + view + " TO PUBLIC");
     }
     w.commit();
   }
