@@ -121,6 +121,7 @@ struct Distribution {
 // `distribution`, added to `distributions` by the loader); the proxy maintains it in
 // the same transaction as the row (server/session/execute/global_index.cpp) and
 // builds it (server/cluster/indexes.cpp). docs/indexes.md.
+inline constexpr std::size_t kMaxIndexes = 64;  // `indexes:` entries at most
 struct Index {
   std::string name;                  // PostgreSQL's constraint name: users_email_key / users_email_idx
   std::string table;                 // a sharded table, as its distribution lists it

@@ -264,6 +264,10 @@ void Loader::load_indexes(const Entry& e) {
 void Loader::load_index(const Entry& item) {
   auto f = mapping(item, {"table", "columns", "unique", "name"});
   if (!f) return;
+  if (cfg_.indexes.size() == kMaxIndexes) {
+    error(item.key_line, item.path + ": at most " + std::to_string(kMaxIndexes) + " indexes");
+    return;
+  }
   Index ix;
   ix.line = item.key_line;
   const Distribution* owner = nullptr;

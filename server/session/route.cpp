@@ -62,6 +62,7 @@ RouteLabel Session::label_of(const routing::Route& route, bool multi) {
 
 // Counts a routed statement: by route, per partition, and its keys for hot-key stats.
 void Session::count_route(const routing::Route& route, RouteLabel label) {
+  if (txn_.applying_index) return;  // (a global index's entries: splitpoint_index_entry_writes_total)
   metrics_.queries[static_cast<std::size_t>(label)].add();
   for (auto& hit : route.partitions) {
     auto i = runtime_->slots->slot(hit.distribution, hit.partition);

@@ -535,8 +535,9 @@ class Session : public std::enable_shared_from_this<Session> {
     // fails in it is rolled back.
     bool own = false;
     bool ddl = false;  // ran DDL: table shapes are forgotten again when it ends (committed by then)
-    // Inside indexed_write (execute/global_index.cpp): the statement runs as any other.
-    bool maintaining_index = false;
+    // Inside indexed_write (execute/global_index.cpp): the statement runs as any other;
+    // then its entries' statements, not counted as the client's.
+    bool maintaining_index = false, applying_index = false;
   };
   // timeouts.query (timeout.cpp): one timer per session, made on first use and
   // armed only while the current backend owes answers; it fires at most once per

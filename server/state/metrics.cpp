@@ -192,6 +192,7 @@ std::string Metrics::render(const config::Config& config, const PartitionSlots& 
   render_statements(out, config);
   render_partitions(out, config, slots);
   render_totals(out);
+  render_indexes(out, config);
   if (moves) render_moves(out, *moves);
   std::ostringstream text;
   pm::TextSerializer().Serialize(text, out);
@@ -354,6 +355,25 @@ void Metrics::render_totals(std::vector<pm::MetricFamily>& out) const {
                           pm::MetricType::Counter);
   add_counter(deadlocks, {}, double(deadlocks_.load()));
   out.push_back(std::move(deadlocks));
+}
+
+void Metrics::render_indexes(std::vector<pm::MetricFamily>& out, const config::Config& config) const {
+  if (config.indexes.empty()) return;
+  auto lookups = family("splitpoint_index_lookups_total",
+                        "Reads routed through a global index, by index and whether the lookup found a row.",
+                        pm::MetricType::Counter);
+  auto writes = family("splitpoint_index_entry_writes_total",
+                       "Statements on global index entries (claims, inserts, deletes) made with their rows, by index.", pm::MetricType::Counter);
+  for (std::size_t i = 0; i < config.indexes.size() && i < config::kMaxIndexes; ++i) {
+    const auto& name = config.indexes[i].name;
+    add_counter(lookups, {label("index", name), label("result", "found")},
+                double(index_[i][static_cast<std::size_t>(IndexEvent::lookup_found)].load()));
+    add_counter(lookups, {label("index", name), label("result", "empty")},
+                double(index_[i][static_cast<std::size_t>(IndexEvent::lookup_empty)].load()));
+    add_counter(writes, {label("index", name)}, double(index_[i][static_cast<std::size_t>(IndexEvent::entry_write)].load()));
+  }
+  out.push_back(std::move(lookups));
+  out.push_back(std::move(writes));
 }
 
 std::vector<Metrics::PartitionRow> Metrics::partitions(const config::Config& config,

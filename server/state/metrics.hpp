@@ -165,6 +165,13 @@ class Metrics {
   void two_phase(TwoPhase o) { two_phase_[static_cast<std::size_t>(o)].fetch_add(1, std::memory_order_relaxed); }
   // A deadlock across shards broken (server/txn/deadlocks.hpp).
   void deadlock_broken() { deadlocks_.fetch_add(1, std::memory_order_relaxed); }
+  // Global indexes (SPEC §12), by the index's place in config.indexes: reads routed
+  // through a lookup (whether it found a row), and entries written or deleted.
+  enum class IndexEvent { lookup_found, lookup_empty, entry_write };
+  static constexpr std::size_t kIndexEvents = 3;
+  void index_event(std::size_t index, IndexEvent e, std::uint64_t n = 1) {
+    if (index < config::kMaxIndexes) index_[index][static_cast<std::size_t>(e)].fetch_add(n, std::memory_order_relaxed);
+  }
 
   // Prometheus text exposition; `config` names shards and distributions.
   std::string render(const config::Config& config, const PartitionSlots& slots, const std::vector<PoolGauge>& pools,
@@ -195,12 +202,14 @@ class Metrics {
   void render_partitions(std::vector<prometheus::MetricFamily>& out, const config::Config& config,
                          const PartitionSlots& slots) const;
   void render_totals(std::vector<prometheus::MetricFamily>& out) const;
+  void render_indexes(std::vector<prometheus::MetricFamily>& out, const config::Config& config) const;
   static void render_moves(std::vector<prometheus::MetricFamily>& out, const MoveMetrics& m);
 
   std::vector<std::unique_ptr<WorkerMetrics>> workers_;
   std::atomic<std::uint64_t> reloads_ok_{0}, reloads_failed_{0};
   std::atomic<std::uint64_t> two_phase_[kTwoPhaseOutcomes] = {};
   std::atomic<std::uint64_t> deadlocks_{0};
+  std::atomic<std::uint64_t> index_[config::kMaxIndexes][kIndexEvents] = {};
 };
 
 }  // namespace splitpoint::server

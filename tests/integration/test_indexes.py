@@ -240,11 +240,21 @@ def reads_route_through_index():
         return [PROXY.metric("splitpoint_queries_total", {"route": r, "target": "primary"}) or 0
                 for r in ("single", "multi")]
 
+    def lookups(result):
+        return PROXY.metric("splitpoint_index_lookups_total", {"index": "users_email_key", "result": result}) or 0
+
     single, multi = counts()
+    found, empty = lookups("found"), lookups("empty")
     for email, want in (("one@x", [(40,)]), ("two@x", [(41,)]), ("nobody@x", []), ("three@x", [(42,)])):
         cur.execute("SELECT id FROM users WHERE email = %s", (email,))
         assert cur.fetchall() == want, (email, want)
     assert counts() == [single + 4, multi], f"reads by email: {counts()} after {[single, multi]}"
+    assert (lookups("found"), lookups("empty")) == (found + 3, empty + 1)
+    # A write is one statement of the client's, its entries counted apart.
+    writes = PROXY.metric("splitpoint_index_entry_writes_total", {"index": "users_email_key"})
+    cur.execute("INSERT INTO users VALUES (43, 'four@x', NULL)")
+    assert counts() == [single + 5, multi], "an indexed INSERT counted more than once"
+    assert PROXY.metric("splitpoint_index_entry_writes_total", {"index": "users_email_key"}) == writes + 1
     cur.execute("SELECT id FROM users WHERE city = 'quito' ORDER BY id")
     assert cur.fetchall() == [(40,), (41,), (42,)]
     c.close()

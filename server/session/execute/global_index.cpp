@@ -84,6 +84,8 @@ awaitable<void> Session::route_through_index(routing::Route& route) {
       shards.insert(runtime_->topology->shard_of(l.distribution, p.partition));
     }
   }
+  server_.metrics().index_event(l.index, shards.empty() ? Metrics::IndexEvent::lookup_empty
+                                                         : Metrics::IndexEvent::lookup_found);
   route.kind = RouteKind::shards;
   route.shards.assign(shards.begin(), shards.end());
   // No row has the value: one shard answers (no rows, the statement's description).
@@ -118,7 +120,11 @@ awaitable<bool> Session::indexed_write(const proto::Frame& f, const routing::Rou
     if (type != 'Z') answer.append(whole);
   });
   std::string error;
-  if (go_on && !closing_ && !failed && fe_.client_txn != 'E') error = co_await apply_index_changes();
+  if (go_on && !closing_ && !failed && fe_.client_txn != 'E') {
+    txn_.applying_index = true;
+    error = co_await apply_index_changes();
+    txn_.applying_index = false;
+  }
   stream_.quiet(nullptr);
   if (!go_on || closing_) co_return false;
   if (!error.empty()) {
@@ -179,14 +185,20 @@ awaitable<std::string> Session::apply_index_changes() {
         tuples += (tuples.empty() ? "" : ", ") + tuple(c.vals);
       }
     }
-    if (!tuples.empty())
+    if (!tuples.empty()) {
+      // The entry of an UPDATE committed just before on the row's shard may not be
+      // committed yet on its own (two-phase commit ends shard by shard): claiming it
+      // first waits for that transaction, so the DELETE then sees it.
+      statements.push_back("INSERT INTO " + entries + " (" + cols + ") VALUES " + tuples + " ON CONFLICT DO NOTHING");
       statements.push_back("DELETE FROM " + entries + " WHERE " + ident(ix.columns.front()) + " IN (" + firsts +
                            ") AND (" + cols + ") IN (" + tuples + ")");
+    }
     for (const Change& c : it->second) {
       const bool indexed = c.vals.size() == ix.columns.size() + 1 &&
                            std::all_of(c.vals.begin(), c.vals.end(), [](const auto& v) { return v.has_value(); });
       if (indexed && c.op == 'i') statements.push_back("INSERT INTO " + entries + " (" + cols + ") VALUES " + tuple(c.vals));
     }
+    const auto index_no = static_cast<std::size_t>(&ix - cfg.indexes.data());
     for (const auto& sql : statements) {
       ClientStream::Capture capture;
       stream_.capture(&capture);
@@ -198,7 +210,10 @@ awaitable<std::string> Session::apply_index_changes() {
       stream_.capture(nullptr);
       if (!go_on || closing_) co_return error_body(sqlstate::connection_failure, "the session ended");
       std::string error = first_error(capture.data);
-      if (error.empty()) continue;
+      if (error.empty()) {
+        server_.metrics().index_event(index_no, Metrics::IndexEvent::entry_write);
+        continue;
+      }
       // The index is the table's, as the client sees it: its schema and name, not the entries'.
       if (auto fields = proto::ErrorFields::decode(error)) {
         const auto dot = ix.table.find('.');
