@@ -691,7 +691,8 @@ bool AdminConsole::show_state(const std::vector<std::string>& w, std::string& ou
   } else if (is({"SHOW", "SPLIT", "ADVICE"})) {
     Table t({"distribution", "partition", "shard", "reason", "share", "times_even", "advice"});
     auto& m = s_.server_.metrics();
-    for (auto& a : split_advice(rt->config, m.partitions(rt->config, *rt->slots), m.hot_keys(rt->config, kHotKeysShown))) {
+    for (auto& a : split_advice(rt->config, m.partitions(rt->config, *rt->slots), m.hot_keys(rt->config, kHotKeysShown),
+                                m.key_trends(rt->config))) {
       char share[32], even[32];
       std::snprintf(share, sizeof share, "%.2f", a.share);
       std::snprintf(even, sizeof even, "%.1f", a.even);
