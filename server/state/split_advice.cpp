@@ -79,6 +79,18 @@ void hot_key_advice(const DistributionView& v, const std::vector<Metrics::HotKey
   }
 }
 
+// Whether the key trend speaks for the rows written to range p: the keys it saw there
+// (its offers times the sampled keys' share in p) are at least half those rows. Bulk
+// statements give 64 keys at most (routing's cap), COPY none: their rows it cannot judge.
+bool trend_speaks(const DistributionView& v, std::uint32_t p, std::uint64_t rows_written) {
+  const auto* t = v.trend;
+  if (!t || t->offers == 0 || t->sample.empty()) return false;
+  std::size_t in = 0;
+  for (const auto& k : t->sample) in += range_of(v.d, k) == p ? 1 : 0;
+  const double keys = static_cast<double>(t->offers) * static_cast<double>(in) / static_cast<double>(t->sample.size());
+  return 2 * keys >= static_cast<double>(rows_written);
+}
+
 // Advice on one partition by its share of writes, else of queries; false: none.
 bool load_advice(const DistributionView& v, const Metrics::PartitionRow& r, std::vector<SplitAdvice>& out) {
   const auto& d = v.d;
@@ -93,9 +105,9 @@ bool load_advice(const DistributionView& v, const Metrics::PartitionRow& r, std:
     if (share < split_advice_threshold(parts)) return false;
     const std::string part = part_name(d.name, r.partition);
     const std::string move = "MOVE PARTITION " + part + " TO " + quietest_shard(v.rows, v.config, r.shard);
-    // Without a key trend, writes piling onto the last range are guessed to be keys that
-    // only increase; with one, monotonic_range has ruled that out.
-    const bool guess_monotonic = last_range && what == "rows_written" && (!v.trend || v.trend->offers == 0);
+    // Writes piling onto the last range are guessed to be keys that only increase unless
+    // the key trend speaks for them (monotonic_range has then ruled that out).
+    const bool guess_monotonic = last_range && what == "rows_written" && !trend_speaks(v, r.partition, r.writes);
     std::string advice;
     if (guess_monotonic) {
       advice = "writes pile onto the last range, as with keys that only increase (ids, timestamps); if they do, "

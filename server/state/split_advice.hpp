@@ -42,8 +42,9 @@ inline double split_advice_threshold(double parts) {
 // go to the top of the key space, whatever share of the load that is.
 inline constexpr double kMonotonicShare = 0.5;
 
-// `trends`: the distributions' key trends (none: monotonic keys are only guessed from
-// writes piling onto the last range, "last_range").
+// `trends`: the distributions' key trends (without one, or for rows it saw too few keys
+// of, monotonic keys are only guessed from writes piling onto the last range,
+// "last_range").
 std::vector<SplitAdvice> split_advice(const config::Config& config, const std::vector<Metrics::PartitionRow>& partitions,
                                       const std::vector<Metrics::HotKeyRow>& hot_keys,
                                       const std::vector<Metrics::KeyTrendRow>& trends = {});

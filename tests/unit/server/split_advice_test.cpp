@@ -193,6 +193,11 @@ TEST_CASE("monotonic needs rising keys: random inserts into the last range are l
   CHECK(a[0].partition == 1u);
   CHECK(a[0].reason == "rows_written");  // not last_range: the trend rules increasing keys out
   CHECK(a[0].advice.find("SPLIT RANGE by_id AT") != std::string::npos);
+  // Rows the trend saw few keys of (a bulk INSERT gives 64 keys at most): still the guess.
+  auto bulk = split_advice(config, two(100, 100, 100, 5000), {}, {trend(200, 64)});
+  REQUIRE(bulk.size() == 1);
+  CHECK(bulk[0].reason == "last_range");
+  CHECK(bulk[0].advice.find("hash or salt") != std::string::npos);
   // Too few rising keys: no verdict.
   auto few = split_advice(config, two(500, 500, 50, 50), {}, {trend(500, 50)});
   REQUIRE(few.size() == 1);
