@@ -4,6 +4,8 @@
 #include <charconv>
 #include <climits>
 
+#include "routing/presplit.hpp"
+
 namespace splitpoint::routing {
 
 namespace {
@@ -321,6 +323,50 @@ RangeChange split_range(const std::vector<config::Range>& ranges, std::string_vi
     return out;
   }
   out.error = quoted(value) + " is above every range's upper bound: no partition holds it";
+  return out;
+}
+
+Presplit presplit_ranges(const std::vector<config::Range>& ranges, std::vector<std::string> keys, std::uint32_t n) {
+  Presplit out;
+  if (n < 2) {
+    out.error = "INTO needs at least 2 ranges";
+    return out;
+  }
+  bool numeric = !keys.empty();
+  for (const auto& k : keys) {
+    long long v = 0;
+    numeric = numeric && parse_int(k, v);
+  }
+  auto less = [numeric](const std::string& a, const std::string& b) {
+    if (!numeric) return a < b;
+    long long x = 0, y = 0;
+    parse_int(a, x);
+    parse_int(b, y);
+    return x < y;
+  };
+  std::sort(keys.begin(), keys.end(), less);
+  std::size_t distinct = keys.empty() ? 0 : 1;
+  for (std::size_t i = 1; i < keys.size(); ++i) distinct += less(keys[i - 1], keys[i]) ? 1 : 0;
+  if (distinct < n) {
+    out.error = "the keys have " + std::to_string(distinct) + " distinct value" + (distinct == 1 ? "" : "s") +
+                ", fewer than the " + std::to_string(n) + " ranges asked for (load some rows, or give FROM SAMPLE)";
+    return out;
+  }
+  out.ranges = ranges;
+  for (std::uint32_t i = 1; i < n; ++i) {
+    const std::string& q = keys[keys.size() * i / n];
+    if (!out.bounds.empty() && !less(out.bounds.back(), q)) continue;
+    if (less(q, keys.front()) || !less(keys.front(), q)) continue;  // the smallest key: nothing below it
+    auto split = split_range(out.ranges, q);
+    if (!split.error.empty()) {
+      if (split.error.find("already the bound") != std::string::npos) continue;
+      out.error = split.error;
+      return out;
+    }
+    out.ranges = std::move(split.ranges);
+    out.bounds.push_back(q);
+  }
+  if (out.bounds.empty()) out.error = "the keys' quantiles are the ranges' bounds already: nothing to split";
   return out;
 }
 

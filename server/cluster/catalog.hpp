@@ -142,6 +142,17 @@ class Catalog {
   // bound already (split) or not one (merge), or (merge) ranges on two shards. Returns the
   // partitions made, once every live proxy runs them (or a lease passed).
   std::vector<RangeRow> change_range(const std::string& distribution, const std::string& value, bool split);
+  // PRESPLIT dist INTO n [FROM SAMPLE query] (#48): reads the keys (every table of the
+  // distribution on every shard, key column as text; or the first column of `sample`,
+  // run on the first shard), adds bounds at their n - 1 quantiles
+  // (routing::presplit_ranges) in one compare-and-set transaction as SPLIT RANGE does,
+  // then queues REBALANCE's moves so that the shards hold the ranges evenly. Refused
+  // (SPA01) as SPLIT RANGE, and when the keys have fewer than n distinct values.
+  struct PresplitResult {
+    std::vector<RangeRow> ranges;  // every range afterwards
+    std::vector<MoveRow> moves;    // queued
+  };
+  PresplitResult presplit(const std::string& distribution, std::uint32_t n, const std::string& sample);
   // SPLIT PARTITION dist:part: partition `partition` (modulus m, remainder r) of a hash
   // distribution becomes (2m, r) and a new partition, numbered next, (2m, r + m), both on
   // its shard; one compare-and-set transaction on splitpoint.hash_partitions and the

@@ -1,4 +1,4 @@
-// ADD SHARD, REBALANCE, DROP SHARD, SPLIT RANGE, MERGE RANGE, SPLIT and MERGE PARTITION (SPEC §9):
+// ADD SHARD, REBALANCE, DROP SHARD, SPLIT RANGE, MERGE RANGE, PRESPLIT, SPLIT and MERGE PARTITION (SPEC §9):
 // changes of the catalog that the admin console asks for. Blocking; the console runs them
 // off the Asio threads.
 #include <spdlog/spdlog.h>
@@ -11,6 +11,7 @@
 #include <pqxx/pqxx>
 #include <sstream>
 
+#include "routing/presplit.hpp"
 #include "routing/topology.hpp"
 #include "server/cluster/catalog.hpp"
 
@@ -326,6 +327,61 @@ std::vector<RangeRow> Catalog::change_range(const std::string& distribution, con
   spdlog::info("catalog: {} {} AT {}: partition {} {}, topology epoch {}", what, distribution, value,
                made[0].partition, split ? "split in two" : "merged with the next", epoch);
   return made;
+}
+
+namespace {
+
+// PRESPLIT's keys: the first column of `sample` on the first shard, else the key column
+// of every table of the distribution on every shard (those the shard has).
+std::vector<std::string> presplit_keys(const config::Config& config, const config::Distribution& d,
+                                       const std::string& sample) {
+  std::vector<std::string> keys;
+  auto read = [&](pqxx::nontransaction& w, const std::string& sql) {
+    for (const auto& row : w.exec(sql))
+      if (!row[0].is_null()) keys.push_back(row[0].as<std::string>());
+  };
+  for (const auto& s : config.shards) {
+    pqxx::connection c(shard_dsn(config, s));
+    pqxx::nontransaction w(c);
+    if (!sample.empty()) {
+      try {
+        read(w, sample);
+      } catch (const pqxx::sql_error& e) {
+        throw CatalogError(e.sqlstate().empty() ? "SPA01" : e.sqlstate(), "PRESPLIT's sample: " + std::string(e.what()));
+      }
+      return keys;
+    }
+    for (const auto& [table, column] : d.tables) {
+      if (w.exec_params("SELECT to_regclass($1)", table)[0][0].is_null()) continue;
+      read(w, "SELECT " + w.quote_name(column) + "::text FROM " + table);
+    }
+  }
+  return keys;
+}
+
+}  // namespace
+
+Catalog::PresplitResult Catalog::presplit(const std::string& distribution, std::uint32_t n, const std::string& sample) {
+  const config::Distribution& file = changeable(distribution, config::Method::range, "PRESPLIT");
+  if (n < 2) throw CatalogError("22023", "PRESPLIT " + distribution + " INTO " + std::to_string(n) + ": at least 2");
+  const auto keys = presplit_keys(effective_config(), file, sample);
+  PresplitResult out;
+  std::vector<std::string> bounds;
+  const auto epoch = change_partitions(distribution, "PRESPLIT", [&](pqxx::transaction_base& w) {
+    std::vector<std::string> shards;
+    const auto ranges = catalog_ranges(w, file, shards);
+    auto split = routing::presplit_ranges(ranges, keys, n);
+    if (!split.error.empty()) throw CatalogError("SPA01", "PRESPLIT " + distribution + ": " + split.error);
+    write_ranges(w, distribution, split.ranges, shards);
+    for (std::uint32_t p = 0; p < split.ranges.size(); ++p) out.ranges.push_back(range_row(split.ranges, p, shards));
+    bounds = split.bounds;
+  });
+  std::string at;
+  for (const auto& b : bounds) at += (at.empty() ? "" : ", ") + b;
+  spdlog::info("catalog: PRESPLIT {} INTO {}: new bounds {} from {} keys, topology epoch {}", distribution, n, at,
+               keys.size(), epoch);
+  out.moves = rebalance(distribution, false);
+  return out;
 }
 
 namespace {

@@ -33,7 +33,7 @@ constexpr const char* kAdminHelp =
     "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., DROP SHARD name, "
     "REBALANCE dist "
     "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id, SPLIT RANGE dist AT value, MERGE RANGE dist AT value, "
-    "SPLIT PARTITION dist:part, MERGE PARTITION dist:part";
+    "SPLIT PARTITION dist:part, MERGE PARTITION dist:part, PRESPLIT dist INTO n [FROM SAMPLE query]";
 
 // Upper-cased words of a command, without a trailing semicolon.
 std::vector<std::string> words_of(std::string_view sql, std::size_t max_words, std::string_view& rest) {
@@ -375,13 +375,15 @@ std::optional<std::string> opt(const std::optional<std::int64_t>& v) {
 
 }  // namespace
 
+awaitable<void> presplit_command(std::string_view sql, Catalog& c, WorkerMetrics& metrics, std::string& out);
+
 // SHOW TOPOLOGY, SHOW MOVES [ALL], ADD SHARD, REBALANCE dist [DRY RUN], MOVE PARTITION
-// dist:part TO shard, CANCEL MOVE id (SPEC §9). False: not one of them.
+// dist:part TO shard, CANCEL MOVE id, SPLIT/MERGE RANGE, PRESPLIT (SPEC §9). False: not one of them.
 awaitable<bool> AdminConsole::catalog_command(const std::vector<std::string>& w, std::string_view sql, std::string& out) {
   auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
   if (!is({"SHOW", "TOPOLOGY"}) && !is({"SHOW", "MOVES"}) && !is({"MOVE", "PARTITION"}) && !is({"CANCEL", "MOVE"}) &&
       !is({"ADD", "SHARD"}) && !is({"DROP", "SHARD"}) && !is({"REBALANCE"}) && !is({"SPLIT", "RANGE"}) &&
-      !is({"MERGE", "RANGE"}) && !is({"SPLIT", "PARTITION"}) && !is({"MERGE", "PARTITION"}))
+      !is({"MERGE", "RANGE"}) && !is({"SPLIT", "PARTITION"}) && !is({"MERGE", "PARTITION"}) && !is({"PRESPLIT"}))
     co_return false;
   Catalog* catalog = s_.server_.catalog();
   auto error = [&](std::string_view code, const std::string& msg) { admin_error(s_.metrics_, out, code, msg); };
@@ -416,6 +418,8 @@ awaitable<bool> AdminConsole::catalog_command(const std::vector<std::string>& w,
     t.encode(out, "SHOW");
   } else if (is({"SPLIT"}) || is({"MERGE"})) {
     co_await range_change(w, sql, *catalog, out);
+  } else if (is({"PRESPLIT"})) {
+    co_await presplit_command(sql, *catalog, s_.metrics_, out);
   } else {
     co_await topology_change(w, words, *catalog, out);
   }
@@ -475,6 +479,48 @@ awaitable<void> AdminConsole::range_change(const std::vector<std::string>& w, st
   Table t({"distribution", "partition", "lower", "upper", "shard"});
   for (const auto& row : *r) t.row({raw[2], std::to_string(row.partition), row.lower, row.upper, row.shard});
   t.encode(out, tag);
+}
+
+// PRESPLIT dist INTO n [FROM SAMPLE query]: every range afterwards, with the move queued
+// for it (REBALANCE's), if any.
+awaitable<void> presplit_command(std::string_view sql, Catalog& c, WorkerMetrics& metrics, std::string& out) {
+  const char* usage = "usage: PRESPLIT distribution INTO n [FROM SAMPLE query]";
+  std::string_view rest;
+  auto upper = words_of(sql, 4, rest);
+  const auto raw = raw_words(sql);
+  std::string sample;
+  bool ok = upper.size() == 4 && upper[2] == "INTO" && !upper[3].empty() && upper[3].size() <= 9 &&
+            upper[3].find_first_not_of("0123456789") == std::string::npos;
+  while (!rest.empty() && (std::isspace(static_cast<unsigned char>(rest.back())) || rest.back() == ';'))
+    rest.remove_suffix(1);
+  if (ok && !rest.empty()) {
+    std::string_view query;
+    auto from = words_of(rest, 2, query);
+    ok = from.size() == 2 && from[0] == "FROM" && from[1] == "SAMPLE" && !query.empty();
+    sample = std::string(query);
+  }
+  if (!ok) {
+    admin_error(metrics, out, sqlstate::syntax_error, usage);
+    co_return;
+  }
+  const auto n = static_cast<std::uint32_t>(std::stoul(upper[3]));
+  if (n < 2) {
+    admin_error(metrics, out, sqlstate::invalid_parameter_value, "PRESPLIT " + raw[1] + " INTO " + upper[3] +
+                                                                         ": INTO needs at least 2 ranges");
+    co_return;
+  }
+  Catalog* catalog = &c;
+  auto run = [catalog, dist = raw[1], n, sample] { return catalog->presplit(dist, n, sample); };
+  auto r = co_await off_thread(run, metrics, out);
+  if (!r) co_return;
+  Table t({"distribution", "partition", "lower", "upper", "shard", "move", "target"});
+  for (const auto& row : r->ranges) {
+    std::optional<std::string> move, target;
+    for (const auto& m : r->moves)
+      if (m.partition == row.partition) move = std::to_string(m.id), target = m.target;
+    t.row({raw[1], std::to_string(row.partition), row.lower, row.upper, row.shard, move, target});
+  }
+  t.encode(out, "PRESPLIT");
 }
 
 namespace {
@@ -691,7 +737,8 @@ bool AdminConsole::show_state(const std::vector<std::string>& w, std::string& ou
   } else if (is({"SHOW", "SPLIT", "ADVICE"})) {
     Table t({"distribution", "partition", "shard", "reason", "share", "times_even", "advice"});
     auto& m = s_.server_.metrics();
-    for (auto& a : split_advice(rt->config, m.partitions(rt->config, *rt->slots), m.hot_keys(rt->config, kHotKeysShown))) {
+    for (auto& a : split_advice(rt->config, m.partitions(rt->config, *rt->slots), m.hot_keys(rt->config, kHotKeysShown),
+                                m.key_trends(rt->config))) {
       char share[32], even[32];
       std::snprintf(share, sizeof share, "%.2f", a.share);
       std::snprintf(even, sizeof even, "%.1f", a.even);

@@ -36,6 +36,7 @@ void WorkerMetrics::error(std::string_view sqlstate) {
 void WorkerMetrics::hot_key(std::size_t distribution, std::string_view key) {
   std::lock_guard lock(hot_mu);
   if (distribution < hot.size()) hot[distribution].add(key);
+  if (distribution < trend.size()) trend[distribution].add(key);
 }
 
 std::uint64_t rows_written_by(std::string_view tag) {
@@ -414,6 +415,24 @@ std::vector<Metrics::HotKeyRow> Metrics::hot_keys(const config::Config& config, 
     std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.count > b.count || (a.count == b.count && a.key < b.key); });
     for (std::size_t i = 0; i < v.size() && i < per_distribution; ++i)
       rows.push_back({config.distributions[d].name, v[i].key, v[i].count, v[i].error});
+  }
+  return rows;
+}
+
+std::vector<Metrics::KeyTrendRow> Metrics::key_trends(const config::Config& config) const {
+  std::vector<KeyTrendRow> rows;
+  for (std::size_t d = 0; d < config.distributions.size(); ++d) {
+    KeyTrendRow row{config.distributions[d].name};
+    for (auto& w : workers_) {
+      std::lock_guard lock(w->hot_mu);
+      if (d >= w->trend.size() || w->trend[d].offers() == 0) continue;
+      const KeyTrend& t = w->trend[d];
+      if (row.offers == 0 || compare_keys(t.top(), row.top) > 0) row.top = t.top();
+      row.offers += t.offers();
+      row.rising += t.rising();
+      row.sample.insert(row.sample.end(), t.sample().begin(), t.sample().end());
+    }
+    rows.push_back(std::move(row));
   }
   return rows;
 }

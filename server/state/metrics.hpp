@@ -20,6 +20,7 @@
 #include "routing/topology.hpp"
 #include "server/state/hosts.hpp"
 #include "server/state/hot_keys.hpp"
+#include "server/state/key_trend.hpp"
 #include "server/state/partition_slots.hpp"
 
 namespace prometheus {
@@ -91,7 +92,7 @@ std::uint64_t rows_written_by(std::string_view tag);
 
 struct WorkerMetrics {
   explicit WorkerMetrics(std::size_t partitions, std::size_t distributions)
-      : partition_queries(partitions), partition_writes(partitions), hot(distributions) {}
+      : partition_queries(partitions), partition_writes(partitions), hot(distributions), trend(distributions) {}
 
   std::array<LocalCounter, kRouteLabels> queries;
   std::array<LocalCounter, kRouteLabels> replica_queries;  // of `queries`, those a standby answered
@@ -114,6 +115,7 @@ struct WorkerMetrics {
   std::unordered_map<std::string, std::uint64_t> errors;
   mutable std::mutex hot_mu;
   std::vector<HotKeys> hot;  // per distribution
+  std::vector<KeyTrend> trend;  // per distribution, under hot_mu too
 };
 
 // The catalog's and the mover's figures (SPEC §9), written by their threads.
@@ -190,6 +192,15 @@ class Metrics {
     std::uint64_t count = 0, error = 0;
   };
   std::vector<HotKeyRow> hot_keys(const config::Config& config, std::size_t per_distribution) const;
+  // Each distribution's key trend (KeyTrend), summed over the workers: offers and rising
+  // keys added, the largest key, the samples put together.
+  struct KeyTrendRow {
+    std::string distribution;
+    std::uint64_t offers = 0, rising = 0;
+    std::string top;
+    std::vector<std::string> sample;
+  };
+  std::vector<KeyTrendRow> key_trends(const config::Config& config) const;
   // Busiest partition's share of queries divided by an even share (1/partitions):
   // 1 = perfectly even, `partitions` = everything on one partition. 0 without traffic.
   double skew(const config::Config& config, const PartitionSlots& slots, std::size_t distribution) const;
