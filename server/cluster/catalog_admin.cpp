@@ -336,21 +336,23 @@ namespace {
 std::vector<std::string> presplit_keys(const config::Config& config, const config::Distribution& d,
                                        const std::string& sample) {
   std::vector<std::string> keys;
-  auto read = [&](pqxx::nontransaction& w, const std::string& sql) {
+  auto read = [&](pqxx::transaction_base& w, const std::string& sql) {
     for (const auto& row : w.exec(sql))
       if (!row[0].is_null()) keys.push_back(row[0].as<std::string>());
   };
   for (const auto& s : config.shards) {
     pqxx::connection c(shard_dsn(config, s));
-    pqxx::nontransaction w(c);
     if (!sample.empty()) {
+      // (The console's admin types it; it runs as the shard's user: read only.)
       try {
-        read(w, sample);
+        pqxx::read_transaction r(c);
+        read(r, sample);
       } catch (const pqxx::sql_error& e) {
         throw CatalogError(e.sqlstate().empty() ? "SPA01" : e.sqlstate(), "PRESPLIT's sample: " + std::string(e.what()));
       }
       return keys;
     }
+    pqxx::nontransaction w(c);
     for (const auto& [table, column] : d.tables) {
       if (w.exec_params("SELECT to_regclass($1)", table)[0][0].is_null()) continue;
       read(w, "SELECT " + w.quote_name(column) + "::text FROM " + table);
