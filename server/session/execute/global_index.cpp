@@ -173,13 +173,16 @@ awaitable<std::string> Session::apply_index_changes() {
     for (const auto& c : ix.columns) cols += ident(c) + ", ";
     cols += ident(ix.key_column);
     std::vector<std::string> statements;
+    // (A NULL is in no index, as in PostgreSQL's.)
+    auto indexed = [&](const Change& c) {
+      return c.vals.size() == ix.columns.size() + 1 &&
+             std::all_of(c.vals.begin(), c.vals.end(), [](const auto& v) { return v.has_value(); });
+    };
     // What went away first (an UPDATE's old values), then each claim on its own, so a
     // unique index's refusal is PostgreSQL's error from the one shard that owns the value.
     std::string firsts, tuples;
     for (const Change& c : it->second) {
-      const bool indexed = c.vals.size() == ix.columns.size() + 1 &&
-                           std::all_of(c.vals.begin(), c.vals.end(), [](const auto& v) { return v.has_value(); });
-      if (!indexed) continue;  // (a NULL is in no index, as in PostgreSQL's)
+      if (!indexed(c)) continue;
       if (c.op == 'd') {
         firsts += (firsts.empty() ? "" : ", ") + quote_literal(*c.vals.front());
         tuples += (tuples.empty() ? "" : ", ") + tuple(c.vals);
@@ -194,19 +197,13 @@ awaitable<std::string> Session::apply_index_changes() {
                            ") AND (" + cols + ") IN (" + tuples + ")");
     }
     for (const Change& c : it->second) {
-      const bool indexed = c.vals.size() == ix.columns.size() + 1 &&
-                           std::all_of(c.vals.begin(), c.vals.end(), [](const auto& v) { return v.has_value(); });
-      if (indexed && c.op == 'i') statements.push_back("INSERT INTO " + entries + " (" + cols + ") VALUES " + tuple(c.vals));
+      if (indexed(c) && c.op == 'i') statements.push_back("INSERT INTO " + entries + " (" + cols + ") VALUES " + tuple(c.vals));
     }
     const auto index_no = static_cast<std::size_t>(&ix - cfg.indexes.data());
     for (const auto& sql : statements) {
       ClientStream::Capture capture;
       stream_.capture(&capture);
-      std::string frame;
-      proto::Query{sql}.encode(frame);
-      auto decoded = proto::decode_frame(frame, proto::Direction::frontend, limits_);
-      const bool go_on = co_await handle_query(decoded.frame);
-      if (go_on && !closing_) co_await pump_.drain();
+      const bool go_on = co_await run_one(sql);
       stream_.capture(nullptr);
       if (!go_on || closing_) co_return error_body(sqlstate::connection_failure, "the session ended");
       std::string error = first_error(capture.data);
