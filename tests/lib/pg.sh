@@ -123,14 +123,18 @@ free_port() {
   local registry="$TEST_TMP/.ports" port tries
   mkdir -p "$TEST_TMP" || return 1
   touch "$registry" || return 1
-  for ((tries = 0; tries < 500; tries++)); do
-    port=$((20000 + (RANDOM * 32768 + RANDOM) % 12000))
-    grep -qx "$port" "$registry" && continue
-    _sp_port_in_use "$port" && continue
-    echo "$port" >>"$registry"
-    echo "$port"
-    return 0
-  done
+  # (tests/run's lanes call this at the same time: one at a time through the lock)
+  {
+    flock 8
+    for ((tries = 0; tries < 500; tries++)); do
+      port=$((20000 + (RANDOM * 32768 + RANDOM) % 12000))
+      grep -qx "$port" "$registry" && continue
+      _sp_port_in_use "$port" && continue
+      echo "$port" >>"$registry"
+      echo "$port"
+      return 0
+    done
+  } 8>>"$registry.lock"
   _sp_log "free_port: no free port found"
   return 1
 }
