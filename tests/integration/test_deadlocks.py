@@ -570,8 +570,11 @@ def random_workload_never_hangs():
         other.stop()
     assert all(code == "40P01" for code, _ in stats["errors"]), stats["errors"]
     # (PostgreSQL's own detail begins "Process 1234 waits for ShareLock ...")
+    # A cycle the proxy breaks may at the same moment be found by PostgreSQL on one of
+    # its shards (under load its deadlock_timeout can come first): then the client sees
+    # PostgreSQL's error for it, never two errors and never none.
     proxy_errors = sum(1 for _, detail in stats["errors"] if not detail.startswith("Process "))
-    assert broken >= 1 and proxy_errors == broken, (broken, proxy_errors, stats)
+    assert 1 <= broken and proxy_errors <= broken <= len(stats["errors"]), (broken, proxy_errors, stats)
     end_sum = sum(values(*ks).values())
     assert end_sum - start_sum == 3 * stats["commits"], (start_sum, end_sum, stats["commits"])
     print(f"     {stats['commits']} commits, {len(stats['errors'])} deadlocks ({int(broken)} across shards)", flush=True)
