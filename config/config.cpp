@@ -107,7 +107,7 @@ LoadResult Loader::run(const YAML::Node& root) {
                           "distributions", "reference_tables", "unlisted_tables", "scatter", "transactions",
                           "timeouts", "catalog", "moves", "reads", "max_replica_lag", "health",
                           "max_client_connections", "max_message_size", "workers", "scheduling", "log_level",
-                          "max_prepared_statements", "indexes"});
+                          "max_prepared_statements", "indexes", "auth_query"});
   } else {
     error(whole.line(), "the configuration must be a mapping of keys, got " + describe(root));
   }
@@ -115,6 +115,7 @@ LoadResult Loader::run(const YAML::Node& root) {
     load_shards(*top);  // first: everything else refers to shards by name
     load_users(*top);
     load_frontend(*top);
+    load_auth_query(*top);
     if (const Entry* e = top->get("scatter")) load_scatter(*e);
     if (const Entry* e = top->get("timeouts")) load_timeouts(*e);
     if (const Entry* e = top->get("catalog")) load_catalog(*e);

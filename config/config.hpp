@@ -19,7 +19,9 @@ namespace splitpoint::config {
 using Duration = std::chrono::milliseconds;
 
 enum class PoolMode { transaction, session };
-enum class AuthMethod { trust, password, md5, scram_sha_256 };
+// passthrough (SPEC §14): as md5 (SCRAM for a user whose secret is a SCRAM verifier),
+// and a user not under `users:` is looked up with `auth_query`.
+enum class AuthMethod { trust, password, md5, scram_sha_256, passthrough };
 enum class Method { hash, range, list };
 enum class UnlistedPolicy { reference, reject, shard };
 enum class PartialResults { deny, allow };
@@ -189,11 +191,28 @@ struct Health {
   Duration ban{2000};
 };
 
+// `auth_query:` (SPEC §14, with `auth: passthrough`): where and how a client's password
+// verifier is read from PostgreSQL itself, as PgBouncer's auth_query. `$1` in the query
+// is the user name (a quoted literal); its first column of its first row is the
+// verifier (SCRAM-SHA-256$... or md5...); no row or NULL: no such user.
+inline constexpr const char* kDefaultAuthQuery =
+    "SELECT rolpassword FROM pg_catalog.pg_authid WHERE rolname = $1 AND rolcanlogin "
+    "AND (rolvaliduntil IS NULL OR rolvaliduntil > now())";
+struct AuthQuery {
+  std::string user;
+  std::string password;
+  std::string database = "postgres";
+  std::string query = kDefaultAuthQuery;
+  std::size_t shard = 0;  // its primary answers
+  int line = 0;
+};
+
 struct Config {
   Endpoint listen{"127.0.0.1", 6432};
   Endpoint metrics_listen{"127.0.0.1", 9930};
   PoolMode pool_mode = PoolMode::transaction;
   AuthMethod auth = AuthMethod::trust;
+  std::optional<AuthQuery> auth_query;  // with auth: passthrough, and only then
   std::optional<Tls> tls;
   std::vector<User> users;
   std::vector<Shard> shards;

@@ -41,7 +41,8 @@ void Loader::load_frontend(const Fields& f) {
     assign(cfg_.auth, choice<AuthMethod>(*e, {{"trust", AuthMethod::trust},
                                               {"password", AuthMethod::password},
                                               {"md5", AuthMethod::md5},
-                                              {"scram-sha-256", AuthMethod::scram_sha_256}}));
+                                              {"scram-sha-256", AuthMethod::scram_sha_256},
+                                              {"passthrough", AuthMethod::passthrough}}));
   if (const Entry* e = f.get("tls")) {
     if (auto t = mapping(*e, {"cert", "key"})) {
       const Entry* cert = required(*t, e->path, "cert");
@@ -85,6 +86,33 @@ void Loader::load_frontend(const Fields& f) {
                choice<CrossShardWrites>(
                    *c, {{"two_phase", CrossShardWrites::two_phase}, {"refuse", CrossShardWrites::refuse}}));
   }
+}
+
+// `auth_query:` (SPEC §14): required by `auth: passthrough`, refused without it.
+void Loader::load_auth_query(const Fields& top) {
+  const Entry* e = top.get("auth_query");
+  if (cfg_.auth != AuthMethod::passthrough) {
+    if (e) error(*e, "auth_query is used only with auth: passthrough");
+    return;
+  }
+  if (!e) {
+    const Entry* auth = top.get("auth");
+    error(auth ? auth->line() : 0, "auth: passthrough needs auth_query (at least its user and password)");
+    return;
+  }
+  auto f = mapping(*e, {"user", "password", "password_file", "password_env", "database", "query", "shard"});
+  if (!f) return;
+  AuthQuery q;
+  q.line = e->line();
+  if (const Entry* u = required(*f, e->path, "user")) assign(q.user, text(*u));
+  assign(q.password, secret(*f, e->path, true));
+  if (const Entry* d = f->get("database")) assign(q.database, text(*d));
+  if (const Entry* v = f->get("query")) {
+    assign(q.query, text(*v));
+    if (q.query.find("$1") == std::string::npos) error(*v, e->path + ".query: needs $1 (the user name)");
+  }
+  if (const Entry* s = f->get("shard")) assign(q.shard, shard_ref(*s));
+  cfg_.auth_query = std::move(q);
 }
 
 // SPEC §11: anyone who can reach a non-loopback listener could log in as any user,

@@ -245,6 +245,7 @@ class Loader {
   void load_shard_tls(ShardTls& tls, const Entry& e);
   void load_users(const Fields& top);
   void load_frontend(const Fields& top);
+  void load_auth_query(const Fields& top);
   void load_scatter(const Entry& e);
   void load_timeouts(const Entry& e);
   void load_moves(const Entry& e);

@@ -302,6 +302,30 @@ std::string format_verifier(const Verifier& v) {
          base64_encode(v.server_key);
 }
 
+namespace {
+constexpr std::string_view kClientKeyPrefix = "SCRAM-SHA-256-CLIENT-KEY$";
+}  // namespace
+
+std::string format_client_key(const Verifier& v, std::string_view client_key) {
+  return std::string(kClientKeyPrefix) + std::to_string(v.iterations) + ":" + base64_encode(v.salt) + "$" +
+         base64_encode(client_key) + ":" + base64_encode(v.server_key);
+}
+
+// A client key's keys, when `text` is one (format_client_key) and was checked against
+// a verifier of this salt and iteration count; `mismatch` when it is one but they differ.
+static std::optional<Keys> keys_of_client_key(std::string_view text, std::string_view salt, int iterations,
+                                              bool& mismatch) {
+  mismatch = false;
+  if (!text.starts_with(kClientKeyPrefix)) return std::nullopt;
+  // The same layout as a verifier's, ClientKey in the StoredKey's place.
+  auto v = parse_verifier(std::string(kMechanism) + "$" + std::string(text.substr(kClientKeyPrefix.size())));
+  if (!v || v->iterations != iterations || v->salt != salt) {
+    mismatch = true;
+    return std::nullopt;
+  }
+  return Keys{v->stored_key, sha256(v->stored_key), v->server_key};
+}
+
 std::uint64_t key_derivations() { return g_derivations.load(std::memory_order_relaxed); }
 
 Verifier make_verifier(std::string_view password, std::string_view salt, int iterations) {
@@ -416,6 +440,7 @@ std::optional<std::string> ServerExchange::handle_client_final(std::string_view 
   bool proof_ok = equal_secret(sha256(client_key), effective_.stored_key);
   // Same work whether or not the user exists; only then does a fake verifier fail.
   if (!proof_ok || !verifier_) return refuse("password authentication failed");
+  client_key_ = format_client_key(effective_, client_key);
   return "v=" + base64_encode(hmac(effective_.server_key, auth_message));
 }
 
@@ -449,7 +474,13 @@ std::optional<std::string> ClientExchange::handle_server_first(std::string_view 
   auto iterations = parse_iterations((*attrs)[2].value);
   if (!salt || salt->empty() || !iterations) return std::nullopt;
 
-  Keys keys = client_keys(password_, *salt, *iterations);
+  bool mismatch = false;
+  auto passed = keys_of_client_key(password_, *salt, *iterations, mismatch);
+  if (mismatch) {
+    error_ = "the server's SCRAM verifier differs from the one the client was authenticated with";
+    return std::nullopt;
+  }
+  Keys keys = passed ? *passed : client_keys(password_, *salt, *iterations);
   std::string without_proof =
       "c=" + std::string(kNoBindingCbind) + ",r=" + std::string(nonce);
   std::string auth_message =

@@ -30,6 +30,15 @@ struct Verifier {
 
 std::optional<Verifier> parse_verifier(std::string_view text);
 std::string format_verifier(const Verifier& v);
+
+// A client's SCRAM key, recovered from its proof by a server exchange that accepted it,
+// with the verifier it was checked against: enough to log in as that client to a server
+// that stores the same verifier (same salt and iterations), without the password
+// (`auth: passthrough`, SPEC §14). Its text form, which ClientExchange takes in place of
+// a password: SCRAM-SHA-256-CLIENT-KEY$<iterations>:<salt>$<ClientKey>:<ServerKey>
+// (PostgreSQL takes a password that looks like a verifier as a verifier, so no real
+// password has this shape).
+std::string format_client_key(const Verifier& v, std::string_view client_key);
 Verifier make_verifier(std::string_view password, std::string_view salt,
                        int iterations = kDefaultIterations);
 // A verifier with a random 16-byte salt.
@@ -65,6 +74,8 @@ class ServerExchange {
   std::optional<std::string> handle_client_final(std::string_view message);
   // Why the last handle_* refused, in PostgreSQL's words; static text.
   const char* error() const { return error_; }
+  // After handle_client_final succeeded: the client's key, in format_client_key's form.
+  const std::string& client_key() const { return client_key_; }
 
  private:
   bool accept_gs2_header(std::string_view message, std::string_view mechanism);
@@ -78,6 +89,7 @@ class ServerExchange {
   std::string nonce_;  // client nonce + server nonce
   std::string gs2_header_;
   const char* error_ = "";
+  std::string client_key_;
 };
 
 // Client side, for authenticating to a backend. The keys derived from the password
@@ -85,13 +97,17 @@ class ServerExchange {
 // wide: a pool's next connect to the same shard and role does not derive them again.
 class ClientExchange {
  public:
+  // `password`: the password, or a client key in format_client_key's form.
   explicit ClientExchange(std::string password);
   std::string client_first();  // "n,,n=,r=<nonce>"
-  // server-first-message -> client-final-message; nullopt if malformed/unsafe.
+  // server-first-message -> client-final-message; nullopt if malformed/unsafe, or if
+  // a client key's salt or iterations differ from the server's (error() says so).
   std::optional<std::string> handle_server_first(std::string_view message);
   bool verify_server_final(std::string_view message) const;
+  const char* error() const { return error_; }
 
  private:
+  const char* error_ = "SCRAM exchange failed";
   std::string password_;
   std::string client_nonce_;
   std::string client_first_bare_;

@@ -213,6 +213,12 @@ void set_keepalive(tcp::socket& socket) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &kUserTimeoutMs, sizeof kUserTimeoutMs);
 }
 
+// A password that is an md5 verifier is used as the verifier (auth: passthrough).
+std::string md5_response(const BackendTarget& t, std::string_view salt) {
+  return proto::md5::response(proto::md5::is_verifier(t.password) ? t.password : proto::md5::verifier(t.user, t.password),
+                              salt);
+}
+
 awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
   auto ex = co_await asio::this_coro::executor;
   tcp::resolver resolver(ex);
@@ -259,8 +265,7 @@ awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
             proto::PasswordMessage{t.password}.encode(out);
             break;
           case proto::AuthCode::md5_password:
-            proto::PasswordMessage{proto::md5::response(proto::md5::verifier(t.user, t.password), auth->md5_salt)}
-                .encode(out);
+            proto::PasswordMessage{md5_response(t, auth->md5_salt)}.encode(out);
             break;
           case proto::AuthCode::sasl: {
             scram = std::make_unique<proto::scram::ClientExchange>(t.password);
@@ -270,7 +275,9 @@ awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
           }
           case proto::AuthCode::sasl_continue: {
             auto final_msg = scram ? scram->handle_server_first(auth->data) : std::nullopt;
-            if (!final_msg) co_return failure(sqlstate::invalid_password, "SCRAM exchange with shard failed");
+            if (!final_msg)
+              co_return failure(sqlstate::invalid_password,
+                                "SCRAM exchange with shard \"" + t.shard + "\" failed: " + scram->error());
             proto::SASLResponse{*final_msg}.encode(out);
             break;
           }

@@ -120,7 +120,7 @@ void show_config(const config::Config& c, std::string& out) {
   t.row({"listen", c.listen.host + ":" + std::to_string(c.listen.port)});
   t.row({"metrics_listen", c.metrics_listen.host + ":" + std::to_string(c.metrics_listen.port)});
   t.row({"pool_mode", c.pool_mode == config::PoolMode::transaction ? "transaction" : "session"});
-  const char* auths[] = {"trust", "password", "md5", "scram-sha-256"};
+  const char* auths[] = {"trust", "password", "md5", "scram-sha-256", "passthrough"};
   t.row({"auth", auths[static_cast<int>(c.auth)]});
   t.row({"tls", c.tls ? "on" : "off"});
   t.row({"users", std::to_string(c.users.size())});

@@ -12,6 +12,7 @@
 #include "protocol/md5.hpp"
 #include "protocol/messages.hpp"
 #include "protocol/scram.hpp"
+#include "server/session/auth_query.hpp"
 #include "protocol/sqlstate.hpp"
 #include "server/cluster/proxy.hpp"
 #include "server/net/wire.hpp"
@@ -430,10 +431,27 @@ awaitable<bool> Session::authentication_failed() {
 awaitable<bool> Session::authenticate() {
   const auto& cfg = runtime_->config;
   const UserAuth* user = runtime_->find_user(who_.user);
-  if (user) who_.password = user->plaintext;
+  std::optional<UserAuth> looked_up;  // auth: passthrough, a user not in the file
+  auto method = cfg.auth;
+  if (method == config::AuthMethod::passthrough) {
+    if (!user) {
+      auto found = co_await look_up_verifier(*runtime_, who_.user);
+      if (!found.error.empty()) {
+        spdlog::warn("[{}] auth_query for user {} failed: {}", id_, who_.user, found.error);
+        co_await send_error("FATAL", sqlstate::connection_failure,
+                            "could not look up the password of user \"" + who_.user + "\" (see the proxy's log)",
+                            false);
+        co_return false;
+      }
+      if (found.verifier) looked_up = passthrough_user(who_.user, *found.verifier);
+      if (looked_up) user = &*looked_up;
+    }
+    // An unknown user goes through a SCRAM exchange that fails at its end, as PostgreSQL's.
+    method = user && !user->md5.empty() ? config::AuthMethod::md5 : config::AuthMethod::scram_sha_256;
+  }
+  if (user) who_.password = user->plaintext.empty() ? user->md5 : user->plaintext;
   auto fail = [this] { return authentication_failed(); };
   std::string out;
-  auto method = cfg.auth;
   // As PostgreSQL: md5 with only a SCRAM verifier stored authenticates with SCRAM.
   if (method == config::AuthMethod::md5 && user && user->md5.empty() && user->scram)
     method = config::AuthMethod::scram_sha_256;
@@ -525,6 +543,9 @@ awaitable<bool> Session::authenticate_scram(const UserAuth* user) {
     spdlog::debug("[{}] SCRAM refused: {}", id_, exchange.error());
     co_return co_await authentication_failed();
   }
+  // Without the password, the shards are logged in to with the client's key (they must
+  // store the same verifier).
+  if (user->plaintext.empty()) who_.password = exchange.client_key();
   out.clear();
   proto::Authentication fin{proto::AuthCode::sasl_final};
   fin.data = *final_msg;

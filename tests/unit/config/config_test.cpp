@@ -975,6 +975,29 @@ TEST_CASE("auth: trust beyond loopback without tls refuses to load", "[config][s
   load_ok("listen: 0.0.0.0:6432\nauth: trust\ntls: { cert: /c.pem, key: /k.pem }\n" + shards);
 }
 
+TEST_CASE("auth: passthrough and auth_query (SPEC 14)", "[config][security]") {
+  const std::string shards = "shards:\n  - name: s0\n  - name: s1\n";
+  auto c = load_ok("auth: passthrough\nauth_query: { user: look, password_env: HOME }\n" + shards);
+  REQUIRE(c.auth_query);
+  CHECK(c.auth == AuthMethod::passthrough);
+  CHECK(c.auth_query->user == "look");
+  CHECK(c.auth_query->database == "postgres");
+  CHECK(c.auth_query->shard == 0);
+  CHECK_THAT(c.auth_query->query, Catch::Matchers::Contains("pg_authid WHERE rolname = $1"));
+  c = load_ok("auth: passthrough\nauth_query: { user: look, password: x, database: d, shard: s1, "
+              "query: 'SELECT f($1)' }\n" + shards);
+  CHECK(c.auth_query->shard == 1);
+  CHECK(c.auth_query->database == "d");
+  CHECK(c.auth_query->query == "SELECT f($1)");
+  expect_one_error("auth: passthrough\n" + shards, 1, "auth: passthrough needs auth_query");
+  expect_one_error("auth: md5\nauth_query: { user: look, password: x }\n" + shards, 2,
+                   "auth_query is used only with auth: passthrough");
+  expect_one_error("auth: passthrough\nauth_query: { user: look }\n" + shards, 2, "missing required key \"password\"");
+  expect_one_error("auth: passthrough\nauth_query: { user: look, password: x, query: SELECT 1 }\n" + shards, 2,
+                   "needs $1");
+  expect_one_error("auth: passthrough\nauth_query: { user: look, password: x, shard: s9 }\n" + shards, 2, "s9");
+}
+
 TEST_CASE("tls: per shard, as libpq's sslmode", "[config][security]") {
   TempFile ca("-----BEGIN CERTIFICATE-----\n", "ca");
   const Config c = load_ok("shards:\n  - name: s0\n    tls: { mode: verify-full, ca: " + ca.path.string() +

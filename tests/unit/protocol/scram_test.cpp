@@ -242,6 +242,36 @@ TEST_CASE("full exchange: right password, wrong password", "[scram]") {
   }
 }
 
+TEST_CASE("passthrough: the client key a server recovered logs in where the same verifier is stored", "[scram]") {
+  Verifier v = make_verifier("secret");
+  ServerExchange front(v, "seed", "alice");
+  ClientExchange client("secret");
+  REQUIRE(run_exchange(front, client).server_accepted);
+  const std::string key = front.client_key();
+  REQUIRE(key.starts_with("SCRAM-SHA-256-CLIENT-KEY$4096:"));
+  {
+    ServerExchange shard(v, "other seed", "alice");  // another server, same verifier
+    ClientExchange proxy(key);
+    Outcome out = run_exchange(shard, proxy);
+    CHECK(out.server_accepted);
+    CHECK(out.client_verified);
+  }
+  {
+    // The same password stored with another salt: the key does not fit; said so.
+    ServerExchange shard(make_verifier("secret"), "seed", "alice");
+    ClientExchange proxy(key);
+    auto first = shard.handle_client_first(proxy.client_first());
+    REQUIRE(first);
+    CHECK_FALSE(proxy.handle_server_first(*first));
+    CHECK(std::string_view(proxy.error()).find("differs") != std::string_view::npos);
+  }
+  // A refused exchange recovers nothing.
+  ServerExchange refused(v, "seed", "alice");
+  ClientExchange wrong("wrong");
+  CHECK_FALSE(run_exchange(refused, wrong).server_accepted);
+  CHECK(refused.client_key().empty());
+}
+
 TEST_CASE("unknown user: looks real until the final step, then fails", "[scram]") {
   auto server_first_for = [](std::optional<Verifier> v, std::string_view user) {
     ServerExchange server(std::move(v), "server secret", user);
