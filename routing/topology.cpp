@@ -135,9 +135,12 @@ TableClass Topology::classify(std::string_view schema, std::string_view name) co
     return TableClass{TableClass::Kind::catalog};
   if (auto it = tables_.find(table_name(schema, name)); it != tables_.end()) return it->second;
   // The proxy's own tables live on one shard: the two-phase decisions and the sessions
-  // of cross-shard deadlock detection on the first, the catalog (schema splitpoint) on
-  // its shard. A statement on them (pg_dump's LOCK TABLE and COPY, say) goes there.
-  if ((schema.empty() || schema == "public") && (name == "splitpoint_2pc" || name == "splitpoint_spanning_sessions"))
+  // of cross-shard deadlock detection on the first (server/txn/own_tables.hpp; in schema
+  // public before, as splitpoint_2pc and splitpoint_spanning_sessions), the catalog
+  // (schema splitpoint) on its shard. A statement on them (pg_dump's LOCK TABLE and
+  // COPY, say) goes there.
+  if ((schema == "splitpoint" && (name == "two_phase_decisions" || name == "spanning_sessions")) ||
+      ((schema.empty() || schema == "public") && (name == "splitpoint_2pc" || name == "splitpoint_spanning_sessions")))
     return TableClass{TableClass::Kind::pinned, 0, {}, 0};
   if (schema == "splitpoint" && config_.catalog_shard)
     return TableClass{TableClass::Kind::pinned, 0, {}, *config_.catalog_shard};

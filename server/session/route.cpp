@@ -10,6 +10,7 @@
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
 #include "routing/dispatch.hpp"
+#include "routing/text_scan.hpp"
 #include "server/cluster/proxy.hpp"
 #include "server/session/session.hpp"
 #include "server/net/wire.hpp"
@@ -289,6 +290,53 @@ awaitable<bool> Session::reject_with(const proto::ErrorFields& fields, bool exte
 }
 
 namespace {
+
+// What follows the statement's name in `EXECUTE name ...` ("(1, 'x')", or ""), from the
+// client's own text (its arguments as written); nullopt if the text does not read so
+// (a Unicode-escaped name, say).
+std::optional<std::string_view> after_execute_name(std::string_view sql) {
+  std::size_t i = 0;
+  const auto skip = [&] {
+    for (;;) {
+      while (i < sql.size() && std::isspace(static_cast<unsigned char>(sql[i]))) ++i;
+      if (sql.substr(i, 2) == "--") {
+        i = sql.find('\n', i);
+        if (i == std::string_view::npos) i = sql.size();
+      } else if (sql.substr(i, 2) == "/*") {
+        int depth = 0;
+        do {
+          if (sql.substr(i, 2) == "/*") ++depth, i += 2;
+          else if (sql.substr(i, 2) == "*/") --depth, i += 2;
+          else ++i;
+        } while (depth > 0 && i < sql.size());
+      } else {
+        return;
+      }
+    }
+  };
+  skip();
+  static constexpr std::string_view kExecute = "execute";
+  if (sql.size() - i < kExecute.size()) return std::nullopt;
+  for (std::size_t k = 0; k < kExecute.size(); ++k)
+    if (std::tolower(static_cast<unsigned char>(sql[i + k])) != kExecute[k]) return std::nullopt;
+  i += kExecute.size();
+  if (i < sql.size() && routing::is_identifier_char(sql[i])) return std::nullopt;
+  skip();
+  if (i < sql.size() && sql[i] == '"') {
+    for (++i; i < sql.size(); ++i) {
+      if (sql[i] != '"') continue;
+      if (i + 1 < sql.size() && sql[i + 1] == '"') ++i;
+      else break;
+    }
+    if (i >= sql.size()) return std::nullopt;
+    ++i;
+  } else {
+    const std::size_t from = i;
+    while (i < sql.size() && routing::is_identifier_char(sql[i])) ++i;
+    if (i == from || sql.substr(from, 2) == "U&" || sql.substr(from, 2) == "u&") return std::nullopt;
+  }
+  return sql.substr(i);
+}
 
 // The database a statement needs no other session in: DROP DATABASE x, ALTER DATABASE x
 // RENAME, CREATE DATABASE ... TEMPLATE x. PostgreSQL refuses them while any connection
@@ -589,7 +637,28 @@ awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& ro
   }
   count_target(label);
   if (route.sql_prepared != routing::Route::SqlPrepared::none) sync_sql_prepared(route);
-  proto::Writer(bout_, 'Q').bytes(f.body).finish();  // (f may be one statement of a text: texts.cpp)
+  // SQL EXECUTE of a statement the client prepared with the protocol (in PostgreSQL both
+  // kinds share one namespace): on the backend it has the proxy's name for it, and is
+  // made sure of there first, with a Sync of its own so that an error in that Parse
+  // cannot have the backend skip the Query.
+  const Prepared* parsed = nullptr;
+  std::optional<std::string_view> args;
+  if (route.sql_prepared == routing::Route::SqlPrepared::execute && !fe_.sql_prepared.count(route.names->prepared_name))
+    if (auto it = fe_.prepared.find(route.names->prepared_name); it != fe_.prepared.end() && !it->second.server_name.empty())
+      if ((args = after_execute_name(sql))) parsed = &it->second;
+  if (parsed) {
+    const std::size_t owed = fe_.expect.size();
+    ensure_prepared(*parsed);
+    if (fe_.expect.size() != owed) {
+      proto::encode_sync(bout_);
+      Expect sync{'Z', true};
+      sync.is_sync = true;
+      fe_.expect.push_back(std::move(sync));
+    }
+    proto::Query{"EXECUTE " + routing::quote_ident(parsed->server_name) + std::string(*args)}.encode(bout_);
+  } else {
+    proto::Writer(bout_, 'Q').bytes(f.body).finish();  // (f may be one statement of a text: texts.cpp)
+  }
   Expect e{'Z'};
   e.started = started;
   if (route.sql_prepared == routing::Route::SqlPrepared::prepare) {
@@ -1020,8 +1089,17 @@ awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Rout
 }
 
 awaitable<bool> Session::route_execute(routing::Route& route) {
-  auto it = fe_.sql_prepared.find(route.names->prepared_name);
-  if (it == fe_.sql_prepared.end()) {
+  // The statement: one of SQL PREPARE, or one prepared with the protocol (in PostgreSQL
+  // both share one namespace; forward_query gives the latter the backend's name).
+  std::shared_ptr<const routing::Plan> plan;
+  std::vector<std::int32_t> types;
+  if (auto it = fe_.sql_prepared.find(route.names->prepared_name); it != fe_.sql_prepared.end()) {
+    plan = it->second.plan;
+  } else if (auto p = fe_.prepared.find(route.names->prepared_name);
+             p != fe_.prepared.end() && !p->second.server_name.empty()) {
+    plan = p->second.plan;
+    types = p->second.param_types;
+  } else {
     // In session pooling the backend is the session's own: PostgreSQL answers. In
     // transaction pooling a pooled backend may hold another session's statement of
     // that name, which must never run for this one.
@@ -1039,8 +1117,7 @@ awaitable<bool> Session::route_execute(routing::Route& route) {
   for (auto& a : *route.names->execute_args) values.push_back(a ? std::optional<std::string_view>(*a) : std::nullopt);
   KeptShapes keep;
   auto lookup = shape_lookup(keep);
-  const routing::BoundParams params{values, {}, {}};
-  const auto plan = it->second.plan;
+  const routing::BoundParams params{values, {}, types};
   auto& router = *runtime_->router;
   routing::Route r = router.route(*plan, params, settings_.routing, lookup);
   if (r.kind == RouteKind::need_shapes)

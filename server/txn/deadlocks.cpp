@@ -13,6 +13,7 @@
 #include "server/net/pool.hpp"
 #include "server/cluster/proxy.hpp"
 #include "server/net/wire.hpp"
+#include "server/txn/own_tables.hpp"
 
 namespace splitpoint::server::deadlocks {
 
@@ -48,11 +49,15 @@ constexpr const char* kWaits =
     "WHERE wait_event_type = 'Lock' AND datname = current_database()";
 
 // The proxies' sessions on several shards, published on the first shard (unlogged:
-// nothing of it needs to survive a crash).
-constexpr const char* kPublishedTable =
-    "CREATE UNLOGGED TABLE IF NOT EXISTS splitpoint_spanning_sessions (proxy text NOT NULL, "
-    "session bigint NOT NULL, txn bigint NOT NULL, shard text NOT NULL, pid int NOT NULL, "
-    "first_seen bigint NOT NULL, updated timestamptz NOT NULL DEFAULT now());";
+// nothing of it needs to survive a crash; server/txn/own_tables.hpp). An older proxy's
+// table in schema public goes (when this user may drop it): its rows are a minute's.
+const std::string kPublished = own_tables::kSpanningSessions;
+const std::string kPublishedTable =
+    std::string(own_tables::kEnsureSchema) + "CREATE UNLOGGED TABLE IF NOT EXISTS " + kPublished +
+    " (proxy text NOT NULL, session bigint NOT NULL, txn bigint NOT NULL, shard text NOT NULL, pid int NOT NULL, "
+    "first_seen bigint NOT NULL, updated timestamptz NOT NULL DEFAULT now()); "
+    "DO $splitpoint$BEGIN DROP TABLE IF EXISTS public.splitpoint_spanning_sessions; "
+    "EXCEPTION WHEN insufficient_privilege THEN NULL; END$splitpoint$;";
 
 // One backend of a session on several shards, as its proxy publishes it: the shard by
 // name (every proxy of a deployment knows the same shards by the same names, not
@@ -100,17 +105,17 @@ class Askers {
                                                             std::chrono::milliseconds timeout) {
     Conn* c = co_await connected(pool, timeout);
     if (!c) co_return std::nullopt;
-    std::string sql = c->table_made ? "" : kPublishedTable;
-    sql += "DELETE FROM splitpoint_spanning_sessions WHERE proxy = " + quote_literal(me) +
+    std::string sql = c->table_made ? std::string() : kPublishedTable;
+    sql += "DELETE FROM " + kPublished + " WHERE proxy = " + quote_literal(me) +
            " OR updated < now() - interval '1 minute';";
     for (std::size_t i = 0; i < mine.size(); ++i) {
       const Published& p = mine[i];
-      sql += (i ? ", (" : "INSERT INTO splitpoint_spanning_sessions (proxy, session, txn, shard, pid, first_seen) VALUES (") +
+      sql += (i ? ", (" : "INSERT INTO " + kPublished + " (proxy, session, txn, shard, pid, first_seen) VALUES (") +
              quote_literal(me) + ", " + std::to_string(p.session) + ", " + std::to_string(p.txn) + ", " +
              quote_literal(p.shard) + ", " + std::to_string(p.pid) + ", " + std::to_string(p.first_seen) + ")";
     }
     if (!mine.empty()) sql += ";";
-    sql += "SELECT proxy, session, txn, shard, pid, first_seen FROM splitpoint_spanning_sessions WHERE proxy <> " +
+    sql += "SELECT proxy, session, txn, shard, pid, first_seen FROM " + kPublished + " WHERE proxy <> " +
            quote_literal(me) + " AND updated > now() - interval '" + std::to_string(fresh.count()) + " milliseconds'";
     auto q = co_await simple_query(*c->backend, sql, timeout);
     if (!q.ok()) {
@@ -151,7 +156,7 @@ class Askers {
     std::unique_ptr<Backend> backend;
     Clock::time_point used{};
     bool failing = false;           // the last connection attempt failed (and was logged)
-    bool table_made = false;        // splitpoint_spanning_sessions exists (on this connection's database)
+    bool table_made = false;        // splitpoint.spanning_sessions exists (on this connection's database)
     bool exchange_failing = false;  // the last exchange failed (and was logged)
   };
 

@@ -93,6 +93,16 @@ awaitable<int> recover_as(const Runtime& rt, Metrics& metrics, const Identity* w
   // (A client may lack CREATE where the table is: its pass goes on, as the table exists
   // once its own transactions have been decided.)
   bool rec_ok = (co_await simple_query(*rec, kCreateTable, timeout)).ok() || who;
+  // An older proxy's records first: deciding without them would roll back what they
+  // say was committed.
+  if (rec_ok) {
+    auto moved = co_await simple_query(*rec, kMoveOldTable, timeout);
+    rec_ok = moved.ok();
+    if (!rec_ok)
+      spdlog::warn("two-phase recovery: cannot move public.splitpoint_2pc to {} on shard \"{}\"{}: {}", kTable,
+                   rt.shards[0]->shard().name, who ? " as user \"" + who->user + "\"" : std::string(),
+                   moved.error_message);
+  }
   // Transactions still prepared somewhere keep their record; `listed` stays true only if
   // every shard's list was read (see the DELETE below).
   std::set<std::string> still_prepared;
@@ -123,9 +133,9 @@ awaitable<int> recover_as(const Runtime& rt, Metrics& metrics, const Identity* w
       }
       auto decided = co_await simple_query(
           *rec,
-          "INSERT INTO public.splitpoint_2pc (txid, decision) VALUES (" + quote_literal(*txid) +
-              ", 'abort') ON CONFLICT (txid) DO NOTHING; SELECT decision FROM public.splitpoint_2pc WHERE txid = " +
-              quote_literal(*txid),
+          "INSERT INTO " + kTable + " (txid, decision) VALUES (" + quote_literal(*txid) +
+              ", 'abort') ON CONFLICT (txid) DO NOTHING; SELECT decision FROM " + kTable +
+              " WHERE txid = " + quote_literal(*txid),
           timeout);
       if (!decided.ok() || decided.rows.empty() || !decided.rows[0][0]) {
         rec_ok = decided.ok();
@@ -153,7 +163,7 @@ awaitable<int> recover_as(const Runtime& rt, Metrics& metrics, const Identity* w
   // and roll back what the others committed), nor any while a shard could not be listed.
   // A row older than the hour was written after its PREPAREs, so they were listed above.
   if (rec_ok && listed) {
-    std::string sql = "DELETE FROM public.splitpoint_2pc WHERE decided_at < now() - interval '1 hour'";
+    std::string sql = "DELETE FROM " + kTable + " WHERE decided_at < now() - interval '1 hour'";
     for (auto& txid : still_prepared) sql += " AND txid <> " + quote_literal(txid);
     rec_ok = (co_await simple_query(*rec, sql, timeout)).ok();
   }
@@ -207,7 +217,7 @@ awaitable<void> delete_deferred(std::chrono::milliseconds timeout) {
   std::stable_sort(batch.begin(), batch.end(), [](auto& a, auto& b) { return a.first.owner_before(b.first); });
   for (std::size_t i = 0; i < batch.size();) {
     const std::size_t first = i;
-    std::string sql = "DELETE FROM public.splitpoint_2pc WHERE txid IN (";
+    std::string sql = "DELETE FROM " + kTable + " WHERE txid IN (";
     for (; i < batch.size() && same_pool(batch[i].first, batch[first].first) && i - first < 1000; ++i)
       sql += (i > first ? ", " : "") + quote_literal(batch[i].second);
     sql += ")";

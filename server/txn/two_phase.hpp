@@ -2,9 +2,9 @@
 // (transactions.cross_shard_writes: two_phase, SPEC §5).
 //
 // COMMIT runs PREPARE TRANSACTION '<gid>' on every written shard, then records the
-// decision as a row of the table public.splitpoint_2pc on the first shard of the config
-// (the recorder; named with its schema, so that a session's search_path, such as the
-// empty one pg_dump's set_config leaves, does not lose it), then COMMIT PREPARED everywhere; the row is deleted later, in a batch
+// decision as a row of the table splitpoint.two_phase_decisions on the first shard of
+// the config (the recorder; server/txn/own_tables.hpp), then COMMIT PREPARED
+// everywhere; the row is deleted later, in a batch
 // (defer_delete). The row is the durable decision record: it lives in PostgreSQL, so it
 // survives the proxy's container being replaced.
 //
@@ -26,6 +26,7 @@
 #include "server/net/asio.hpp"
 #include "server/state/metrics.hpp"
 #include "server/cluster/runtime.hpp"
+#include "server/txn/own_tables.hpp"
 
 namespace splitpoint::server {
 
@@ -36,9 +37,22 @@ namespace two_phase {
 inline constexpr std::string_view kGidPrefix = "splitpoint:";
 inline constexpr std::chrono::seconds kRecoverAfter{5};
 inline constexpr std::chrono::seconds kRecoverEvery{5};
-inline constexpr const char* kCreateTable =
-    "CREATE TABLE IF NOT EXISTS public.splitpoint_2pc (txid text PRIMARY KEY, decision text NOT NULL, "
-    "decided_at timestamptz NOT NULL DEFAULT now())";
+inline const std::string kTable = own_tables::kDecisions;
+inline const std::string kCreateTable = std::string(own_tables::kEnsureSchema) + "CREATE TABLE IF NOT EXISTS " +
+                                        kTable +
+                                        " (txid text PRIMARY KEY, decision text NOT NULL, "
+                                        "decided_at timestamptz NOT NULL DEFAULT now())";
+// The records of a proxy before this one (public.splitpoint_2pc), carried over and the
+// old table dropped, in one transaction; nothing if there is none. Recovery runs it
+// before it decides anything, so that a transaction such a proxy left in doubt is
+// still committed when its record says so. (Each pass: an older proxy still running
+// beside this one makes the old table again at its next two-shard COMMIT.)
+inline const std::string kMoveOldTable =
+    "DO $splitpoint$BEGIN IF pg_catalog.to_regclass('public.splitpoint_2pc') IS NOT NULL THEN "
+    "LOCK TABLE public.splitpoint_2pc IN ACCESS EXCLUSIVE MODE; INSERT INTO " +
+    kTable +
+    " (txid, decision, decided_at) SELECT txid, decision, decided_at FROM public.splitpoint_2pc "
+    "ON CONFLICT (txid) DO NOTHING; DROP TABLE public.splitpoint_2pc; END IF; END$splitpoint$";
 
 // A fresh transaction id (random, unique across proxy processes).
 std::string new_txid();

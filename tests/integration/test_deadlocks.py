@@ -615,9 +615,12 @@ def between_two_proxies():
     """Transaction 1 through one proxy, transaction 2 (a second younger) through another
     in front of the same shards, as sidecars are: neither proxy sees both, both publish
     their sessions on several shards on the first shard, and the younger's proxy cancels
-    it (40P01, its detail naming the other proxy's session); the older commits."""
+    it (40P01, its detail naming the other proxy's session); the older commits. They
+    publish in splitpoint.spanning_sessions; the table a proxy before schema splitpoint
+    made in public goes at the new proxy's first publication."""
     a, b = keys(0, 12)[11], keys(1, 12)[11]
     was = values(a, b)
+    on_shard(0, "CREATE UNLOGGED TABLE public.splitpoint_spanning_sessions (proxy text)")
     other = sptest.Proxy("dl-b", config(DBS.name), WORKDIR).start()
     try:
         before, before_other = deadlocks_broken(), other.metric("splitpoint_deadlocks_total")
@@ -632,13 +635,14 @@ def between_two_proxies():
         other.stop()
     # Once their transactions have ended, neither proxy refreshes what it published (the
     # one still running withdraws it; the stopped one's rows are read as stale).
-    fresh = "SELECT count(*) FROM splitpoint_spanning_sessions WHERE updated > now() - interval '1 second'"
+    fresh = "SELECT count(*) FROM splitpoint.spanning_sessions WHERE updated > now() - interval '1 second'"
     deadline = time.monotonic() + 10
     left = on_shard(0, fresh)[0][0]
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
         left = on_shard(0, fresh)[0][0]
-    assert left == 0, on_shard(0, "SELECT proxy, session, updated FROM splitpoint_spanning_sessions")
+    assert left == 0, on_shard(0, "SELECT proxy, session, updated FROM splitpoint.spanning_sessions")
+    assert on_shard(0, "SELECT to_regclass('public.splitpoint_spanning_sessions')") == [(None,)]
 
 
 @test

@@ -5,7 +5,7 @@ Two shards (databases dump_<random> on the two shared instances) and a plain dat
 (dumpplain_<random>); through the proxy: a reference table `kinds`, a table `notes`
 sharded by tenant_id with an `id bigserial` the proxy fills, 300 rows over 30 tenants,
 and one block that writes both shards (two-phase commit: the proxy's own decision table
-exists on the first shard). Then:
+exists on the first shard, in schema splitpoint). Then:
 
 - `pg_dump` (plain format) through the proxy exits 0: its catalog reads go to one shard,
   its `LOCK TABLE`s of the proxy's own tables (on the first shard only) go there, every
@@ -14,7 +14,7 @@ exists on the first shard). Then:
   rows the proxy answers, table by table, and the sequence's value the proxy draws
   from (the first shard's copy), so the restored database goes on numbering after the
   last id;
-- a dump without the proxy's own tables (`--exclude-table='splitpoint_*'`: the other
+- a dump without the proxy's own schema (`--exclude-schema=splitpoint`: the other
   proxy has its own) restored through a second proxy over two empty shards (its CREATEs go
   to every shard, its COPYs are split by key, its setval goes to the first shard): the
   same rows through it, each row on the shard that owns it, and a new row's id after
@@ -87,7 +87,8 @@ def rows(port, db, sql):
 def dump_and_restore():
     shards = [rows(p, DBS.name, "SELECT count(*) FROM notes")[0][0] for p in sptest.PG_PORTS]
     assert all(shards) and sum(shards) == 300, shards
-    two_phase = rows(sptest.PG_PORTS[0], DBS.name, "SELECT count(*) FROM pg_tables WHERE tablename = 'splitpoint_2pc'")
+    two_phase = rows(sptest.PG_PORTS[0], DBS.name, "SELECT count(*) FROM pg_tables "
+                     "WHERE (schemaname, tablename) = ('splitpoint', 'two_phase_decisions')")
     assert two_phase == [(1,)], "the block did not commit in two phases"
     path = os.path.join(WORK, "dump.sql")
     env = dict(os.environ, PGPASSWORD="secret")
@@ -113,7 +114,7 @@ def restore_through_the_proxy():
     path = os.path.join(WORK, "dump-tables.sql")
     env = dict(os.environ, PGPASSWORD="secret")
     p = subprocess.run(["pg_dump", "-h", sptest.HOST, "-p", str(PROXY.port), "-U", "app", "-d", DBS.name,
-                        "--no-owner", "--exclude-table=splitpoint_*", "-f", path], env=env, capture_output=True,
+                        "--no-owner", "--exclude-schema=splitpoint", "-f", path], env=env, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     with sptest.Proxy("pg_restore", config(AGAIN.name), WORK) as again:

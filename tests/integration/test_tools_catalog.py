@@ -12,7 +12,10 @@ demo, where `\\d users` answered "Did not find any relation with OID 16403").
   `FROM public.orders`, as pg_dump against PostgreSQL does;
 - psql's \\lo_import, \\lo_export and \\lo_unlink (fast-path function calls) and lo_get;
 - DROP DATABASE of a database whose last client just left (the pool's idle connections
-  to it closed first).
+  to it closed first);
+- the proxy's own tables are in schema splitpoint, not the application's: after a
+  two-phase commit (its decision table made on s0), psql's `\\dt` and
+  `pg_dump -n public` through the proxy name no splitpoint object.
 
 Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_WORKDIR).
 """
@@ -155,6 +158,28 @@ def test_drop_database_after_its_clients_left():
                 victim.drop()
 
 
+def test_own_tables_not_in_public():
+    c = PROXY.connect(DBS.name)
+    try:
+        # Rows of both shards in one statement: a two-phase commit, whose record goes in
+        # the recorder's table (made at the first one if recovery has not made it).
+        c.cursor().execute("INSERT INTO users SELECT g, 'own' || g FROM generate_series(1001, 1016) g")
+    finally:
+        c.close()
+    assert all(sptest.query(p, DBS.name, "SELECT count(*) FROM users WHERE id > 1000")[0][0]
+               for p in sptest.PG_PORTS), "the INSERT did not reach both shards"
+    made = sptest.query(sptest.PG_PORTS[0], DBS.name, "SELECT to_regclass('splitpoint.two_phase_decisions')")
+    assert made == [("splitpoint.two_phase_decisions",)], made
+    rc, out = psql("-c", "\\dt")
+    assert rc == 0 and "users" in out and "splitpoint" not in out, out
+    r = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "-n", "public", "-h", "127.0.0.1", "-p", str(PROXY.port),
+                        "-U", "app", DBS.name], capture_output=True, text=True, env=env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "CREATE TABLE public.users" in r.stdout and "\town1001" in r.stdout, r.stdout[:2000]
+    named = [line for line in r.stdout.splitlines() if "splitpoint" in line]
+    assert not named, named
+
+
 def setup():
     global DBS, PROXY
     DBS = sptest.Databases("tools")
@@ -180,5 +205,5 @@ def teardown():
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests([test_describe_tables, test_set_config_holds, test_large_objects,
-                               test_drop_database_after_its_clients_left], setup, teardown,
+                               test_drop_database_after_its_clients_left, test_own_tables_not_in_public], setup, teardown,
                               watch=lambda: [PROXY]))

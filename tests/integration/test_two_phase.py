@@ -23,7 +23,11 @@ Two shards (fresh databases tp_<random> on the shared instances), a hash distrib
   'commit' decision row) are committed / rolled back within seconds; a prepared
   transaction of someone else is left alone; a decision row older than the hour is
   kept while its transaction is still prepared; without shard users, recovery runs as
-  the clients that logged in.
+  the clients that logged in;
+- the decision records live in schema splitpoint (splitpoint.two_phase_decisions), not
+  in the application's: an older proxy's table public.splitpoint_2pc is carried over
+  by recovery, so that a transaction it left in doubt with a 'commit' record is
+  committed (with a shard user, and without one after a fresh proxy's first login).
 """
 # test-timeout: 180
 
@@ -112,6 +116,9 @@ def setup():
         on_shard(i, "DELETE FROM items")
 
 
+# The decision table of a proxy before schema splitpoint, as that proxy made it.
+OLD_TABLE = ("CREATE TABLE public.splitpoint_2pc (txid text PRIMARY KEY, decision text NOT NULL, "
+             "decided_at timestamptz NOT NULL DEFAULT now())")
 TESTS = []
 RECORDS_AFTER_COMMIT = []  # decision rows on the recorder right after a COMMIT's answer
 
@@ -123,10 +130,10 @@ def test(fn):
 
 @test
 def first_commits_at_once():
-    """The recorder's table does not exist (recovery makes it at start when it can log in;
-    dropped here) and eight sessions commit at once: each creates it, PostgreSQL lets
-    one CREATE through and fails the others (23505 on pg_type, IF NOT EXISTS or not);
-    every COMMIT still succeeds."""
+    """The recorder's table and schema do not exist (recovery makes them at start when it
+    can log in; dropped here) and eight sessions commit at once: each creates them,
+    PostgreSQL lets one CREATE through and fails the others (23505 on pg_namespace or
+    pg_type, IF NOT EXISTS or not); every COMMIT still succeeds."""
     import threading
     a, b = keys(0, 8, start=1100), keys(1, 8, start=1100)
     conns = [PROXY.connect(DBS.name) for _ in range(8)]
@@ -134,7 +141,7 @@ def first_commits_at_once():
         cur = c.cursor()
         cur.execute("BEGIN")
         cur.execute("INSERT INTO items (id, label) VALUES (%s, 'race'), (%s, 'race')", (a[i], b[i]))
-    on_shard(0, "DROP TABLE IF EXISTS splitpoint_2pc")
+    on_shard(0, "DROP SCHEMA IF EXISTS splitpoint CASCADE")
     errors = []
     gate = threading.Barrier(8)
 
@@ -172,7 +179,7 @@ def commit_simple_protocol():
     cur.execute("INSERT INTO ref (code) VALUES ('eur')")  # every shard
     cur.execute("COMMIT")
     assert cur.statusmessage == "COMMIT", cur.statusmessage
-    RECORDS_AFTER_COMMIT.append(on_shard(0, "SELECT count(*) FROM splitpoint_2pc")[0][0])
+    RECORDS_AFTER_COMMIT.append(on_shard(0, "SELECT count(*) FROM splitpoint.two_phase_decisions")[0][0])
     c.close()
     assert on_shard(0, "SELECT id, n FROM items") == [(a, 5)], on_shard(0, "SELECT id, n FROM items")
     assert on_shard(1, "SELECT id, n FROM items") == [(b, 5)], on_shard(1, "SELECT id, n FROM items")
@@ -192,7 +199,7 @@ def commit_extended_protocol():
         assert r.error is None, r.error
         r = w.extended("COMMIT")
         assert r.error is None and r.tag == "COMMIT" and r.status == "I", (r.error, r.tag, r.status)
-        RECORDS_AFTER_COMMIT.append(on_shard(0, "SELECT count(*) FROM splitpoint_2pc")[0][0])
+        RECORDS_AFTER_COMMIT.append(on_shard(0, "SELECT count(*) FROM splitpoint.two_phase_decisions")[0][0])
         assert w.extended("SELECT count(*) FROM items WHERE id = ANY($1::bigint[])",
                           ["{%d,%d}" % (a, b)]).rows == [["2"]]
     assert a in ids_on(0) and b in ids_on(1)
@@ -379,16 +386,18 @@ def recovery_resolves_prepared_transactions():
         cur.execute(f"PREPARE TRANSACTION '{gid}'")
         c.close()
 
-    # A coordinator that died after its decision ('commit' row), and one before it.
+    # A coordinator that died after its decision ('commit' row), and one before it. The
+    # first was a proxy before schema splitpoint: its record is in public.splitpoint_2pc.
     prepare(0, a, "splitpoint:deadbeef01:0")
     prepare(1, b, "splitpoint:deadbeef01:1")
-    on_shard(0, "INSERT INTO splitpoint_2pc (txid, decision) VALUES ('deadbeef01', 'commit')")
+    # (One transaction: recovery may carry an empty old table over in between.)
+    on_shard(0, OLD_TABLE + "; INSERT INTO public.splitpoint_2pc (txid, decision) VALUES ('deadbeef01', 'commit')")
     prepare(1, x, "splitpoint:deadbeef02:1")
     prepare(0, other, "not-ours")
     # A decision older than the hour whose transaction is still prepared on a shard
     # (one that was away): the record is kept, and the transaction committed, not
     # rolled back for want of it.
-    on_shard(0, "INSERT INTO splitpoint_2pc (txid, decision, decided_at) "
+    on_shard(0, "INSERT INTO splitpoint.two_phase_decisions (txid, decision, decided_at) "
                 "VALUES ('deadbeef03', 'commit', now() - interval '2 hours')")
     prepare(1, y, "splitpoint:deadbeef03:1")
     deadline = time.monotonic() + 30
@@ -402,10 +411,12 @@ def recovery_resolves_prepared_transactions():
     assert a in ids_on(0) and b in ids_on(1), "decided transaction not committed on both shards"
     assert x not in ids_on(1), "undecided transaction was committed"
     assert y in ids_on(1), "a prepared transaction lost its hour-old 'commit' decision and was rolled back"
-    decision = on_shard(0, "SELECT decision FROM splitpoint_2pc WHERE txid = 'deadbeef02'")
-    assert decision == [("abort",)], decision
+    decision = on_shard(0, "SELECT txid, decision FROM splitpoint.two_phase_decisions "
+                           "WHERE txid IN ('deadbeef01', 'deadbeef02') ORDER BY txid")
+    assert decision == [("deadbeef01", "commit"), ("deadbeef02", "abort")], decision
+    assert on_shard(0, "SELECT to_regclass('public.splitpoint_2pc')") == [(None,)], "the old table is still there"
     on_shard(0, "ROLLBACK PREPARED 'not-ours'")
-    on_shard(0, "DELETE FROM splitpoint_2pc")
+    on_shard(0, "DELETE FROM splitpoint.two_phase_decisions")
 
 
 @test
@@ -433,8 +444,7 @@ def recovery_without_a_shard_user():
     try:
         for i in range(2):
             on(i, "CREATE TABLE items (id bigint PRIMARY KEY, label text, n int NOT NULL DEFAULT 0)")
-        on(0, "CREATE TABLE splitpoint_2pc (txid text PRIMARY KEY, decision text NOT NULL, "
-              "decided_at timestamptz NOT NULL DEFAULT now())")
+        on(0, OLD_TABLE)  # (as a proxy before schema splitpoint left it)
         for i, key, gid in [(0, 1, "splitpoint:feed01:0"), (1, 2, "splitpoint:feed01:1"),
                             (1, 3, "splitpoint:feed02:1")]:
             on(i, f"BEGIN; INSERT INTO items (id) VALUES ({key}); PREPARE TRANSACTION '{gid}'")
@@ -452,8 +462,9 @@ def recovery_without_a_shard_user():
             assert not prepared(), f"prepared transactions 30 s after a client's login: {prepared()}"
         assert [r[0] for r in on(0, "SELECT id FROM items")] == [1], on(0, "SELECT id FROM items")
         assert [r[0] for r in on(1, "SELECT id FROM items")] == [2], on(1, "SELECT id FROM items")
-        assert on(0, "SELECT txid, decision FROM splitpoint_2pc ORDER BY txid") == [
+        assert on(0, "SELECT txid, decision FROM splitpoint.two_phase_decisions ORDER BY txid") == [
             ("feed01", "commit"), ("feed02", "abort")]
+        assert on(0, "SELECT to_regclass('public.splitpoint_2pc')") == [(None,)]
     finally:
         for i in range(2):
             for (gid,) in on(i, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"):

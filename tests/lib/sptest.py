@@ -297,9 +297,9 @@ def decision_rows_left(port, db, within=15):
     transactions in batches, every 5 s (server/txn/two_phase.hpp, defer_delete)."""
     deadline = time.monotonic() + within
     while True:
-        if not query(port, db, "SELECT to_regclass('splitpoint_2pc') IS NOT NULL")[0][0]:
+        if not query(port, db, "SELECT to_regclass('splitpoint.two_phase_decisions') IS NOT NULL")[0][0]:
             return []
-        left = query(port, db, "SELECT txid, decision FROM splitpoint_2pc")
+        left = query(port, db, "SELECT txid, decision FROM splitpoint.two_phase_decisions")
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.25)

@@ -107,9 +107,10 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
   bool unknown = false;
   if (error.empty()) {
     const std::string insert =
-        "INSERT INTO public.splitpoint_2pc (txid, decision) VALUES (" + quote_literal(txid) + ", 'commit')";
+        "INSERT INTO " + two_phase::kTable + " (txid, decision) VALUES (" + quote_literal(txid) + ", 'commit')";
     auto r = co_await run_on(0, insert);
-    if (!r.lost && r.error.find(std::string("C") + sqlstate::undefined_table) != std::string::npos) {
+    const auto missing = [&](const char* code) { return r.error.find(std::string("C") + code) != std::string::npos; };
+    if (!r.lost && (missing(sqlstate::undefined_table) || missing("3F000"))) {  // (3F000: no schema splitpoint)
       // (Sessions creating it at once: one wins, the others fail but their INSERT works.)
       auto created = co_await run_on(0, two_phase::kCreateTable);
       if (!created.lost) r = co_await run_on(0, insert);
@@ -158,7 +159,7 @@ awaitable<std::string> Session::commit_two_phase(std::string* notices) {
   }
   // The record goes later, in a batch (two_phase::defer_delete), unless too many wait.
   if (all && !two_phase::defer_delete(pools_[0], txid))
-    co_await run_on(0, "DELETE FROM public.splitpoint_2pc WHERE txid = " + quote_literal(txid));
+    co_await run_on(0, "DELETE FROM " + two_phase::kTable + " WHERE txid = " + quote_literal(txid));
   server_.metrics().two_phase(Metrics::TwoPhase::committed);
   co_return std::string();
 }

@@ -417,7 +417,9 @@ TEST_CASE("catalog reads are marked for one shard (SPEC 14)", "[router]") {
 
 TEST_CASE("the proxy's own tables and LOCK of tables on one shard", "[router]") {
   Fixture f;
-  for (const char* sql : {"SELECT * FROM splitpoint_2pc", "LOCK TABLE public.splitpoint_2pc IN ACCESS SHARE MODE",
+  for (const char* sql : {"SELECT * FROM splitpoint.two_phase_decisions",
+                          "LOCK TABLE splitpoint.two_phase_decisions, splitpoint.spanning_sessions IN SHARE MODE",
+                          "SELECT * FROM splitpoint_2pc", "LOCK TABLE public.splitpoint_2pc IN ACCESS SHARE MODE",
                           "LOCK TABLE splitpoint_2pc, splitpoint_spanning_sessions",
                           "COPY public.splitpoint_spanning_sessions TO STDOUT"}) {
     INFO(sql);
