@@ -60,7 +60,8 @@ void Catalog::auto_split_act(const AutoSplitAction& a, config::Moves::AutoSplit 
     if (range) hot = change_range(d, a.advice.split_at, true).at(1).partition;
     else hot = split_partition(d, p).at(1).partition;
     const auto id = plan_move(d, hot, a.advice.move_to,
-                              "auto split: " + a.figures + "; " + split + ", " + half + " to the least-loaded shard");
+                              "auto split: " + a.figures + "; " + split + ", " + half + " to the least-loaded shard, " +
+                                  a.advice.move_to);
     spdlog::info("auto split: move {} of {}:{} to {} queued", id, d, hot, a.advice.move_to);
   } catch (const std::exception& e) {
     spdlog::warn("auto split: {} refused: {}", split, e.what());

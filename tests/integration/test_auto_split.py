@@ -162,6 +162,7 @@ def on_splits_and_moves_the_hot_half():
     print(f"  move: {done}")
     reason = done[-1] or ""
     assert reason.startswith("auto split: by_id:0 on s0 had ") and "SPLIT RANGE by_id AT" in reason, done
+    assert reason.endswith("to the least-loaded shard, s1"), done
     at = int(re.search(r"AT (\d+)", reason).group(1))
     assert 100 <= at < 200, reason
     assert (done[1], done[2], done[3], done[4]) == ("by_id", "1", "s0", "s1"), done
