@@ -180,6 +180,13 @@ struct Moves {
   Duration poll{500};    // extension: how often each proxy reads the catalog's epoch
   Duration lease{10000}; // extension: a proxy silent this long is taken for dead
   bool verify = true;     // extension: compare counts and checksums during the cutover
+  // SPEC §13: what the proxy holding the auto-split lease does with split advice that
+  // held for auto_split_window (off: nothing; advise: logs what it would do; on: splits
+  // and moves the hotter half), at most once per auto_split_interval.
+  enum class AutoSplit : std::uint8_t { off, advise, on };
+  AutoSplit auto_split = AutoSplit::off;
+  Duration auto_split_window{60000};
+  Duration auto_split_interval{600000};
 };
 
 // Replicas and failover (SPEC §10): how often each host is checked (role, replay lag),

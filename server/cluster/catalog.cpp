@@ -60,7 +60,8 @@ DO $$
 DECLARE
   added_later text[][] := ARRAY[['topology', 'ddl', 'bigint NOT NULL DEFAULT 0'],
                                 ['moves', 'rows_total', 'bigint'],
-                                ['moves', 'copy_started', 'timestamptz']];
+                                ['moves', 'copy_started', 'timestamptz'],
+                                ['moves', 'reason', 'text']];
   c text[];
 BEGIN
   -- Only a column that is missing: ALTER TABLE takes its exclusive lock even when the
@@ -127,13 +128,14 @@ MoveRow move_row(const pqxx::row& r) {
   m.attempts = r["attempts"].as<int>();
   if (!r["rows_total"].is_null()) m.rows_total = r["rows_total"].as<std::int64_t>();
   if (!r["eta_s"].is_null()) m.eta_s = r["eta_s"].as<std::int64_t>();
+  m.reason = r["reason"].is_null() ? "" : r["reason"].as<std::string>();
   return m;
 }
 
 // (eta_s: the initial copy's rate so far, applied to the rows still to copy.)
 constexpr const char* kMoveColumns =
     "id, distribution, partition, source, target, state, owner, error, rows_copied, lag_bytes, hold_ms, attempts, "
-    "rows_total, CASE WHEN state = 'copying' AND rows_copied > 0 AND rows_total IS NOT NULL THEN "
+    "rows_total, reason, CASE WHEN state = 'copying' AND rows_copied > 0 AND rows_total IS NOT NULL THEN "
     "round(extract(epoch FROM now() - copy_started) * greatest(rows_total - rows_copied, 0) / rows_copied)::bigint "
     "END AS eta_s";
 
@@ -429,6 +431,7 @@ void Catalog::overlay(config::Config& config, MoveView& view) const {
 void Catalog::run() {
   follower_ = std::thread([this] { follow(); });
   mover_ = std::thread([this] { mover_loop(); });
+  auto_split_ = std::thread([this] { auto_split_loop(); });
 }
 
 void Catalog::stop() {
@@ -436,6 +439,7 @@ void Catalog::stop() {
   cv_.notify_all();
   if (follower_.joinable()) follower_.join();
   if (mover_.joinable()) mover_.join();
+  if (auto_split_.joinable()) auto_split_.join();
   {
     std::lock_guard lock(droppers_mu_);
     for (auto& t : droppers_)
@@ -539,7 +543,8 @@ bool Catalog::wait_for_acks(pqxx::connection& c, std::int64_t epoch, std::chrono
   }
 }
 
-std::int64_t Catalog::plan_move(const std::string& distribution, std::uint32_t partition, const std::string& target) {
+std::int64_t Catalog::plan_move(const std::string& distribution, std::uint32_t partition, const std::string& target,
+                                const std::string& reason) {
   const auto config = effective_config();
   const config::Distribution* d = movable_distribution(config, distribution);
   if (d->method == config::Method::list && d->default_shard && partition == d->lists.size())
@@ -552,7 +557,7 @@ std::int64_t Catalog::plan_move(const std::string& distribution, std::uint32_t p
   auto* c = &admin_connection(lock);
   pqxx::work w(*c);
   w.exec("SELECT epoch FROM splitpoint.topology FOR UPDATE");
-  auto id = insert_move(w, distribution, partition, target);
+  auto id = insert_move(w, distribution, partition, target, reason);
   w.exec(std::string("NOTIFY ") + kCatalogChannel);
   w.commit();
   cv_.notify_all();
@@ -561,7 +566,7 @@ std::int64_t Catalog::plan_move(const std::string& distribution, std::uint32_t p
 
 // A planned move, queued behind the distribution's unfinished ones (they run in order).
 std::int64_t Catalog::insert_move(pqxx::transaction_base& w, const std::string& distribution, std::uint32_t partition,
-                                  const std::string& target) {
+                                  const std::string& target, const std::string& reason) {
   const std::string part = distribution + ":" + std::to_string(partition);
   auto busy = w.exec_params(std::string("SELECT id FROM splitpoint.moves WHERE distribution = $1 AND partition = $2 AND ") +
                                 kUnfinishedMoves,
@@ -572,9 +577,9 @@ std::int64_t Catalog::insert_move(pqxx::transaction_base& w, const std::string& 
                            distribution, static_cast<int>(partition));
   const std::string source = src[0][0].as<std::string>();
   if (source == target) throw CatalogError("SPA01", "partition " + part + " is on shard \"" + target + "\" already");
-  return w.exec_params("INSERT INTO splitpoint.moves (distribution, partition, source, target) VALUES ($1, $2, $3, $4) "
-                       "RETURNING id",
-                       distribution, static_cast<int>(partition), source, target)[0][0]
+  return w.exec_params("INSERT INTO splitpoint.moves (distribution, partition, source, target, reason) VALUES ($1, $2, "
+                       "$3, $4, NULLIF($5, '')) RETURNING id",
+                       distribution, static_cast<int>(partition), source, target, reason)[0][0]
       .as<std::int64_t>();
 }
 

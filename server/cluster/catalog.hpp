@@ -33,6 +33,7 @@ class transaction_base;
 namespace splitpoint::server {
 
 class Proxy;
+struct AutoSplitAction;
 
 // An admin change the catalog refuses (SPEC §6 SPA01), or a failed catalog query.
 struct CatalogError : std::runtime_error {
@@ -50,6 +51,7 @@ struct MoveRow {
   std::optional<std::int64_t> lag_bytes, hold_ms;
   std::optional<std::int64_t> rows_total, eta_s;  // the partition's rows on the source; seconds left to copy
   int attempts = 0;
+  std::string reason;  // why it was queued, when not by hand (an automatic split's figures)
 };
 
 // What the catalog says at one epoch.
@@ -124,7 +126,9 @@ class Catalog {
   MoveMetrics& metrics() { return metrics_; }
 
   // Admin console (blocking: call off the Asio threads). Throw CatalogError.
-  std::int64_t plan_move(const std::string& distribution, std::uint32_t partition, const std::string& target);
+  // `reason`: why, when not by hand (SHOW MOVES' reason).
+  std::int64_t plan_move(const std::string& distribution, std::uint32_t partition, const std::string& target,
+                         const std::string& reason = "");
   // ADD SHARD: `options` host=, port=, database=, user=, password=, pool_size= (missing
   // ones from the first shard). Copies the schema of every sharded and reference table
   // and the reference tables' rows from the first shard (pg_dump), then registers it.
@@ -204,6 +208,9 @@ class Catalog {
   void follow();
   void follow_once(pqxx::connection& c);
   void mover_loop();
+  // moves.auto_split (SPEC §13, server/cluster/auto_split.cpp).
+  void auto_split_loop();
+  void auto_split_act(const AutoSplitAction& a, config::Moves::AutoSplit mode);
   void sweep_views();
   // The file's distribution of that name with method `method`; SPA01 otherwise (`what`
   // names the command).
@@ -215,7 +222,7 @@ class Catalog {
   std::int64_t change_partitions(const std::string& distribution, const std::string& what,
                                  const std::function<void(pqxx::transaction_base&)>& change);
   std::int64_t insert_move(pqxx::transaction_base& w, const std::string& distribution, std::uint32_t partition,
-                           const std::string& target);
+                           const std::string& target, const std::string& reason = "");
 
   Proxy& server_;
   config::Config config_;  // the YAML the catalog was seeded from; names shards
@@ -232,7 +239,7 @@ class Catalog {
   std::chrono::steady_clock::time_point lease_renewed_;  // follower thread only
   std::atomic<bool> fenced_{false};  // written by the follower thread; read by overlay()
   MoveMetrics metrics_;
-  std::thread follower_, mover_;
+  std::thread follower_, mover_, auto_split_;
   std::mutex admin_mu_;
   std::unique_ptr<pqxx::connection> admin_;
   std::mutex droppers_mu_;

@@ -408,13 +408,12 @@ awaitable<bool> AdminConsole::catalog_command(const std::vector<std::string>& w,
     if (!r) co_return true;
     Table t({"id", "distribution", "partition", "source", "target", "state", "rows_copied", "rows_total", "eta_s",
              "lag_bytes", "hold_ms",
-             "attempts", "owner", "error"});
+             "attempts", "owner", "error", "reason"});
+    auto text = [](const std::string& v) { return v.empty() ? std::nullopt : std::optional<std::string>(v); };
     for (const auto& m : *r)
       t.row({std::to_string(m.id), m.distribution, std::to_string(m.partition), m.source, m.target, m.state,
              std::to_string(m.rows_copied), opt(m.rows_total), opt(m.eta_s), opt(m.lag_bytes), opt(m.hold_ms),
-             std::to_string(m.attempts),
-             m.owner.empty() ? std::nullopt : std::optional<std::string>(m.owner),
-             m.error.empty() ? std::nullopt : std::optional<std::string>(m.error)});
+             std::to_string(m.attempts), text(m.owner), text(m.error), text(m.reason)});
     t.encode(out, "SHOW");
   } else if (is({"SPLIT"}) || is({"MERGE"})) {
     co_await range_change(w, sql, *catalog, out);

@@ -104,11 +104,12 @@ bool load_advice(const DistributionView& v, const Metrics::PartitionRow& r, std:
     const double share = static_cast<double>(mine) / static_cast<double>(total);
     if (share < split_advice_threshold(parts)) return false;
     const std::string part = part_name(d.name, r.partition);
-    const std::string move = "MOVE PARTITION " + part + " TO " + quietest_shard(v.rows, v.config, r.shard);
+    const std::string quietest = quietest_shard(v.rows, v.config, r.shard);
+    const std::string move = "MOVE PARTITION " + part + " TO " + quietest;
     // Writes piling onto the last range are guessed to be keys that only increase unless
     // the key trend speaks for them (monotonic_range has then ruled that out).
     const bool guess_monotonic = last_range && what == "rows_written" && !trend_speaks(v, r.partition, r.writes);
-    std::string advice;
+    std::string advice, split_at;
     if (guess_monotonic) {
       advice = "writes pile onto the last range, as with keys that only increase (ids, timestamps); if they do, "
                "splitting will not help (new keys land above any split): hash or salt the key. Otherwise split it "
@@ -116,13 +117,14 @@ bool load_advice(const DistributionView& v, const Metrics::PartitionRow& r, std:
     } else if (d.method == config::Method::hash) {
       advice = "split it (SPLIT PARTITION " + part + "), or " + move;
     } else {
-      const std::string median = median_in(d, r.partition, v.trend);
+      const std::string median = split_at = median_in(d, r.partition, v.trend);
       advice = median.empty() ? "split it (SPLIT RANGE " + d.name + " AT ...), or " + move
                               : "split it at the median of its sampled keys (SPLIT RANGE " + d.name + " AT " +
                                     median + "), then MOVE PARTITION " + part_name(d.name, r.partition + 1) + " TO " +
-                                    quietest_shard(v.rows, v.config, r.shard) + "; or " + move;
+                                    quietest + "; or " + move;
     }
-    out.push_back({d.name, r.partition, r.shard, guess_monotonic ? "last_range" : what, share, share * parts, advice});
+    out.push_back({d.name, r.partition, r.shard, guess_monotonic ? "last_range" : what, share, share * parts, advice,
+                   split_at, quietest});
     return true;
   };
   return check(r.writes, v.writes, "rows_written") || check(r.queries, v.queries, "queries");

@@ -22,6 +22,12 @@ struct SplitAdvice {
   double share = 0;    // the partition's (or key's) share of the distribution's count
   double even = 0;     // the partition's share divided by an even share (1/partitions)
   std::string advice;
+  // A range partition's load advice: the median of its sampled keys, where SPLIT RANGE
+  // would split it ("" when there is none: too few sampled keys, or half of them one key).
+  std::string split_at;
+  // The shard the advice would move it (or its hotter half) to: the one with the fewest
+  // of the distribution's statements and rows written, other than its own.
+  std::string move_to;
 };
 
 // Statements (or rows) below this count in a distribution give no advice: too little

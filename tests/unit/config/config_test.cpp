@@ -756,6 +756,24 @@ TEST_CASE("catalog and moves (SPEC 9)", "[config]") {
                    "catalog: not a libpq connection string: unterminated quoted string");
   expect_one_error(shards + "moves: { poll: 1s, lease: 2s }\n", 4, "moves.lease must be more than twice moves.poll");
   expect_one_error(shards + "moves: { hold: 1s }\n", 4, "moves.hold: unknown key");
+
+  // Automatic splits (SPEC 13): off by default, and only with a catalog.
+  CHECK(load_string(shards).config->moves.auto_split == Moves::AutoSplit::off);
+  r = load_string(shards + "catalog: s0\nmoves: { auto_split: advise, auto_split_window: 2s, auto_split_interval: 30s }\n");
+  REQUIRE(r.config);
+  CHECK(r.config->moves.auto_split == Moves::AutoSplit::advise);
+  CHECK(r.config->moves.auto_split_window.count() == 2000);
+  CHECK(r.config->moves.auto_split_interval.count() == 30000);
+  r = load_string(shards + "catalog: s0\nmoves: { auto_split: on }\n");
+  REQUIRE(r.config);
+  CHECK(r.config->moves.auto_split == Moves::AutoSplit::on);
+  CHECK(r.config->moves.auto_split_window.count() == 60000);
+  CHECK(r.config->moves.auto_split_interval.count() == 600000);
+  expect_one_error(shards + "catalog: s0\nmoves: { auto_split: yes }\n", 5,
+                   "moves.auto_split: expected one of off | advise | on, got \"yes\"");
+  expect_one_error(shards + "moves: { auto_split: on }\n", 4, "moves.auto_split splits and moves partitions through the catalog");
+  expect_one_error(shards + "catalog: s0\nmoves: { auto_split: on, auto_split_window: 0s }\n", 5, "moves.auto_split_window");
+  expect_one_error(shards + "catalog: s0\nmoves: { auto_split_interval: soon }\n", 5, "moves.auto_split_interval");
   expect_one_error("shards:\n  - { name: s0, database: app }\ncatalog: s0\n", 2,
                    "with catalog:, shard \"s0\" needs database and user");
 }

@@ -1,0 +1,118 @@
+// Automatic splits (SPEC §13, moves.auto_split): a thread of the catalog that, on the
+// proxy holding the auto-split lease (a session advisory lock on the catalog database:
+// one proxy at a time, handed over when its connection ends), looks at this proxy's
+// partition counters every quarter window (100 ms to 1 s), computes SHOW SPLIT ADVICE
+// over the last window's load, and turns advice that held for a whole window
+// (server/state/auto_split.hpp) into SPLIT RANGE at the median of the sampled keys or
+// SPLIT PARTITION, then MOVE PARTITION of the hotter half to the least-loaded shard:
+// the admin console's own commands (change_range, split_partition, plan_move). `advise`
+// only logs; monotonic keys are never split, only logged. docs/operations.md.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <pqxx/pqxx>
+
+#include "server/cluster/catalog.hpp"
+#include "server/cluster/proxy.hpp"
+#include "server/state/auto_split.hpp"
+#include "server/state/split_advice.hpp"
+
+namespace splitpoint::server {
+
+namespace {
+
+using namespace std::chrono_literals;
+using AutoSplit = config::Moves::AutoSplit;
+using Kind = AutoSplitAction::Kind;
+
+// A note instead of a split: why not.
+void note(const AutoSplitAction& a) {
+  if (a.kind == Kind::monotonic)
+    spdlog::info("auto split: not splitting {}: {}; splitting will not help (every new key lands in the newest "
+                 "range): hash or salt the key",
+                 a.figures,
+                 a.advice.reason == "monotonic" ? "its keys only increase" : "writes pile onto the last range");
+  else
+    spdlog::info("auto split: not splitting {}: no split value (fewer than 8 of the sampled keys in it, or half "
+                 "of them one key)",
+                 a.figures);
+}
+
+}  // namespace
+
+// Splits (mode on) or says it would (advise); the hotter half's move is queued with the
+// figures as its reason (SHOW MOVES).
+void Catalog::auto_split_act(const AutoSplitAction& a, config::Moves::AutoSplit mode) {
+  if (a.kind == Kind::monotonic || a.kind == Kind::no_value) return note(a);
+  const auto& d = a.advice.distribution;
+  const auto p = *a.advice.partition;
+  const bool range = a.kind == Kind::split_range;
+  const std::string split = range ? "SPLIT RANGE " + d + " AT " + a.advice.split_at
+                                  : "SPLIT PARTITION " + d + ":" + std::to_string(p);
+  const std::string half = range ? "the upper half (at least half of the sampled keys)" : "the new half";
+  if (mode == AutoSplit::advise) {
+    spdlog::info("auto split (advise): would {}, then move {} to {}: {}", split, half, a.advice.move_to, a.figures);
+    return;
+  }
+  spdlog::info("auto split: {}, then {} to {}: {}", split, half, a.advice.move_to, a.figures);
+  try {
+    std::uint32_t hot = 0;
+    if (range) hot = change_range(d, a.advice.split_at, true).at(1).partition;
+    else hot = split_partition(d, p).at(1).partition;
+    const auto id = plan_move(d, hot, a.advice.move_to,
+                              "auto split: " + a.figures + "; " + split + ", " + half + " to the least-loaded shard, " +
+                                  a.advice.move_to);
+    spdlog::info("auto split: move {} of {}:{} to {} queued", id, d, hot, a.advice.move_to);
+  } catch (const std::exception& e) {
+    spdlog::warn("auto split: {} refused: {}", split, e.what());
+  }
+}
+
+void Catalog::auto_split_loop() {
+  AutoSplitState state;
+  std::unique_ptr<pqxx::connection> lease;  // holds the auto-split lease while open
+  while (!stop_) {
+    const auto rt = server_.runtime();
+    const auto& m = rt->config.moves;
+    const auto tick = std::clamp<config::Duration>(m.auto_split_window / 4, 100ms, 1000ms);
+    if (m.auto_split == AutoSplit::off) {
+      if (lease) spdlog::info("auto split: off; lease given up");
+      lease.reset();
+      state = AutoSplitState();
+      nap(tick);
+      continue;
+    }
+    try {
+      if (!lease) {
+        auto c = connect_catalog();
+        if (pqxx::nontransaction(*c).exec("SELECT pg_try_advisory_lock(hashtext('splitpoint auto split'))")[0][0].as<bool>()) {
+          lease = std::move(c);
+          spdlog::info("auto split: this proxy holds the auto-split lease ({}, window {} ms, interval {} ms)",
+                       m.auto_split == AutoSplit::on ? "on" : "advise", m.auto_split_window.count(),
+                       m.auto_split_interval.count());
+        }
+      } else {
+        pqxx::nontransaction(*lease).exec("SELECT 1");  // (still held: the connection lives)
+      }
+      if (lease) {
+        auto& metrics = server_.metrics();
+        state.observe(std::chrono::steady_clock::now(), rt->moves->epoch, metrics.partitions(rt->config, *rt->slots),
+                      m.auto_split_window);
+        if (auto load = state.window_load()) {
+          const auto advice = split_advice(rt->config, *load, {}, metrics.key_trends(rt->config));
+          for (const auto& a : state.decide(rt->config, advice, m.auto_split_interval)) {
+            auto_split_act(a, m.auto_split);
+            state.done(a);
+          }
+        }
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("auto split: {}", e.what());
+      lease.reset();
+      state = AutoSplitState();
+    }
+    nap(tick);
+  }
+}
+
+}  // namespace splitpoint::server
