@@ -274,7 +274,12 @@ def reads_route_through_index():
                          autocommit=True) as pc:
         for email, want in (("three@x", [(42,)]), ("one@x", [(40,)]), ("two@x", [(41,)])):
             assert pc.execute("SELECT id FROM users WHERE email = %s", (email,), prepare=True).fetchall() == want
-    assert counts() == [single + 3, multi], f"prepared reads by email: {counts()} after {[single, multi]}"
+        assert counts() == [single + 3, multi], f"prepared reads by email: {counts()} after {[single, multi]}"
+        # An extended-protocol write too: one one-shard statement, its entry counted apart.
+        writes = PROXY.metric("splitpoint_index_entry_writes_total", {"index": "users_email_key"})
+        pc.execute("INSERT INTO users VALUES (%s, %s, NULL)", (44, "five@x"), prepare=True)
+        assert counts() == [single + 4, multi], f"an extended indexed INSERT: {counts()} after {[single + 3, multi]}"
+        assert PROXY.metric("splitpoint_index_entry_writes_total", {"index": "users_email_key"}) == writes + 1
 
 
 INSERT = "INSERT INTO users VALUES (%s, %s, %s)"
