@@ -11,10 +11,11 @@
 // transaction (server/cluster/indexes.hpp) are applied to the index's entries through
 // the proxy's own routing, in the same transaction: one shard when the entry lives
 // with its row, two-phase commit otherwise. Outside a block the proxy opens one of its
-// own around the two. The client sees the statement's answer, or the first error: a
-// unique index's claim failing is PostgreSQL's own 23505 from the entries' primary key,
-// which is named as the index, with the table's schema and name in place of the
-// entries'.
+// own around the two (indexed_write); in the extended protocol the batch up to its
+// Sync is that transaction (indexed_execute). The client sees the statement's answer,
+// or the first error: a unique index's claim failing is PostgreSQL's own 23505 from the
+// entries' primary key, which is named as the index, with the table's schema and name
+// in place of the entries'.
 #include <map>
 #include <set>
 
