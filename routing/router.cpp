@@ -71,14 +71,14 @@ std::shared_ptr<const Plan> Router::plan(std::string_view sql, std::span<const s
 Route Router::route(const Plan& plan, const BoundParams& params, const SessionRouting& session,
                     const ShapeLookup& shapes) const {
   Route r = evaluate(plan, EvalInput{impl_->topo, &params, {}, plan.hints, session, shapes, true}, nullptr);
-  if (!note_indexed_writes(impl_->topo, plan, r).indexes.writes) return r;
-  // (The extended protocol's Execute has no place yet for the entries' statements.)
+  if (!note_indexed_writes(impl_->topo, plan, r).indexes.writes || !r.copy_from) return r;
+  // (COPY FROM STDIN in the extended protocol: its rows are not split by the proxy, so
+  // neither are its entries kept.)
   Route refused;
   refused.kind = RouteKind::error;
   refused.cls = r.cls;
   refused.sqlstate = "0A000";
-  refused.message = "a write to a table with a global index runs in the simple query protocol only, for now "
-                    "(docs/indexes.md)";
+  refused.message = "COPY into a table with a global index runs in the simple query protocol only (docs/indexes.md)";
   return refused;
 }
 

@@ -398,7 +398,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
 
   if (route.cls == StatementClass::utility || route.cls == StatementClass::ddl)
     if (auto db = database_it_needs_alone(sql)) close_idle_connections_to(*db);
-  if (route.indexes.writes && !txn_.maintaining_index && fe_.client_txn != 'E') co_return co_await indexed_write(f, route);
+  if (maintains_index(route)) co_return co_await indexed_write(f, route);
   const bool spread = route.kind == RouteKind::all_shards || route.shards.size() > 1;
   if (several_statements_apart(route, sql) || (route.cls == StatementClass::write && spread && !in_transaction())) {
     auto done = co_await run_apart(route, sql);  // (texts.cpp)
@@ -448,6 +448,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
       case Executor::sql_execute:
         ready();
         if (!co_await route_execute(route)) co_return !closing_;
+        // EXECUTE of a prepared write to an indexed table: as the statement itself would.
+        if (maintains_index(route)) co_return co_await indexed_write(f, route);
         break;
       case Executor::deallocate:
         ready();
@@ -659,6 +661,7 @@ awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& ro
   } else {
     proto::Writer(bout_, 'Q').bytes(f.body).finish();  // (f may be one statement of a text: texts.cpp)
   }
+  cur()->unnamed_owner = {0, 0};  // (a Query drops the unnamed statement there)
   Expect e{'Z'};
   e.started = started;
   if (route.sql_prepared == routing::Route::SqlPrepared::prepare) {
@@ -773,13 +776,13 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
           KeptShapes keep;
           routing::BoundParams params{bind->params, bind->param_formats, slot.param_types};
           auto route = runtime_->router->route(*slot.plan, params, settings_.routing, shape_lookup(keep));
-          if (auto t = single_target(route)) {
+          if (auto t = single_target(route); t && !maintains_index(route)) {  // (else run at Execute)
             shard = *t;
             if (runtime_->standbys && !cur()) standby = co_await read_host(shard, route);
           } else {
             const bool scatter_read = route.kind == RouteKind::shards && route.cls == StatementClass::read;
             answer_here = fe_.client_txn != 'E' && route.txn == TxnCommand::none &&
-                          (scatter_read || route.generate_keys || route.pull_insert);
+                          (scatter_read || route.generate_keys || route.pull_insert || maintains_index(route));
           }
           lookahead_.emplace(Lookahead{slot.parse_seq, next.frame.body.data(), std::move(*bind), std::move(route)});
         }
@@ -1051,6 +1054,15 @@ awaitable<bool> Session::bind_rewritten(const routing::Route& route, std::size_t
 // forwarded under the statement's server-side name.
 awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Route& route, std::size_t target,
                                       const Prepared& p) {
+  if (maintains_index(route)) {
+    // A write to an indexed table: the proxy runs it at Execute, then its entries
+    // (indexed_execute).
+    auto bind = proto::Bind::decode(f.body);
+    if (!bind) co_return co_await protocol_violation('B');
+    co_return co_await bind_scatter(route, *bind, std::string(p.query()), p.param_types);
+  }
+  if (scatter_.portal && proto::Reader(f.body).cstr() == scatter_.portal->first)
+    scatter_.portal.reset();  // (a Bind of that portal's name replaces it)
   leave_batch_shard(target);
   std::string error;
   if (!check_write(route, target, error)) co_return co_await reject(sqlstate::cross_shard_write, error, true);
@@ -1380,9 +1392,11 @@ awaitable<Session::Sent> Session::send_on(std::size_t shard, std::string_view sq
   Backend& b = *sent.backend;
   std::string out;
   sent.queries = 1 + sync_backend_state(b, out, join);
+  // A Query drops the unnamed statement, a Parse of it replaces it: ensure_prepared parses
+  // the client's again.
+  b.unnamed_owner = {0, 0};
   if (!ext) {
     proto::Query{sql}.encode(out);
-    b.unnamed_owner = {0, 0};  // a Query drops the unnamed statement (ensure_prepared parses it again)
   } else {
     // A split INSERT keeps the client's parameter numbers but uses only some of them.
     proto::Parse{"", sql, parameter_types_for(sql, ext->param_types, ext->param_formats, ext->params.size())}

@@ -345,6 +345,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // transaction (the proxy's own outside a block).
   awaitable<void> route_through_index(routing::Route& route);
   awaitable<bool> indexed_write(const protocol::Frame& f, const routing::Route& route);
+  // The same in the extended protocol: a Bind of such a write is a portal the proxy
+  // answers (bind_scatter), and its Execute runs here; `req`: the statement and its
+  // parameters. Outside a block the batch becomes one transaction to its Sync.
+  bool maintains_index(const routing::Route& route) const {
+    return route.indexes.writes && !txn_.maintaining_index && fe_.client_txn != 'E';
+  }
+  awaitable<bool> indexed_execute(const routing::Route& route, const ScatterRequest& req);
   // This transaction's logged changes on the shards it is in, applied; the error (an
   // ErrorResponse body) that stopped them, or empty.
   awaitable<std::string> apply_index_changes();

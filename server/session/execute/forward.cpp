@@ -110,6 +110,7 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       fe_.open_batch_failed = false;
       txn_.batch_wrote = false;
       fe_.batch_commands.clear();  // the batch failed: its SETs did not happen
+      scatter_.portal.reset();     // (bound, not executed: gone with the failed batch)
       if (txn_.implicit) co_return co_await end_implicit_transaction();
       // A block the batch opened itself (BEGIN in a Bind) failed on a shard the proxy
       // synced mid-batch: PostgreSQL says E at this Sync (libpq_pipeline's
@@ -318,6 +319,10 @@ awaitable<bool> Session::handle_execute(const proto::Frame& f) {
       auto portal = std::move(scatter_.portal->first);
       scatter_.portal.reset();
       take_moves();  // (a named portal may outlive its Sync: then nothing marks it running)
+      if (maintains_index(*scatter_.route)) {
+        const routing::Route route = *scatter_.route;
+        co_return co_await indexed_execute(route, req);
+      }
       if (scatter_.route->cls != routing::StatementClass::read || scatter_.route->explain != routing::Route::Explain::none) {
         // One transaction on several shards, as the Sync ends it (SPEC §5).
         const bool alone = co_await writes_shards_alone(*scatter_.route);

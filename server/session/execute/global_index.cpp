@@ -11,10 +11,11 @@
 // transaction (server/cluster/indexes.hpp) are applied to the index's entries through
 // the proxy's own routing, in the same transaction: one shard when the entry lives
 // with its row, two-phase commit otherwise. Outside a block the proxy opens one of its
-// own around the two. The client sees the statement's answer, or the first error: a
-// unique index's claim failing is PostgreSQL's own 23505 from the entries' primary key,
-// which is named as the index, with the table's schema and name in place of the
-// entries'.
+// own around the two (indexed_write); in the extended protocol the batch up to its
+// Sync is that transaction (indexed_execute). The client sees the statement's answer,
+// or the first error: a unique index's claim failing is PostgreSQL's own 23505 from the
+// entries' primary key, which is named as the index, with the table's schema and name
+// in place of the entries'.
 #include <map>
 #include <set>
 
@@ -136,6 +137,49 @@ awaitable<bool> Session::indexed_write(const proto::Frame& f, const routing::Rou
   if (own && !co_await run_unseen(failed || !error.empty() || fe_.client_txn == 'E' ? "ROLLBACK" : "COMMIT"))
     co_return false;
   co_await send_ready();
+  co_return !closing_;
+}
+
+// The extended protocol's Execute of such a write (its Bind made it a portal of the
+// proxy's, bind_scatter, which answered every earlier message of the batch first). The
+// statement runs with its parameters as a write of the proxy's own (MultiShardWrite)
+// inside the transaction: the client's block, or outside one the batch's, which the
+// client's Sync ends on every shard it reached (end_implicit_transaction: COMMIT, or
+// two-phase commit) as PostgreSQL's implicit transaction of an extended batch. Then its
+// entries, as in the simple protocol; the client gets the statement's answer, or the
+// first error and then nothing until Sync (the batch rolls back there).
+awaitable<bool> Session::indexed_execute(const routing::Route& route, const ScatterRequest& req) {
+  txn_.maintaining_index = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{txn_.maintaining_index};
+  if (!in_transaction()) begin_implicit_block();
+  ClientStream::Capture capture;
+  stream_.capture(&capture);
+  bool go_on = co_await run_on_shards(route, req.sql, &req);
+  stream_.capture(nullptr);
+  if (!go_on || closing_) co_return false;
+  bool failed = fe_.skip_until_sync;
+  for_each_message(capture.data, [&](char type, std::string_view, std::string_view) { failed = failed || type == 'E'; });
+  std::string error;
+  if (!failed && fe_.client_txn != 'E') {
+    const char status = fe_.client_txn;
+    txn_.applying_index = true;
+    error = co_await apply_index_changes();
+    txn_.applying_index = false;
+    if (closing_) co_return false;
+    // (The entries' statements end with the ReadyForQuery of a block: the batch's own
+    // transaction is still no block of the client's.)
+    if (txn_.implicit && fe_.client_txn == 'T') fe_.client_txn = status;
+  }
+  if (!error.empty()) {
+    capture.data.clear();
+    proto::Writer(capture.data, 'E').bytes(error).finish();
+    fe_.skip_until_sync = true;
+    co_await fail_block();
+  }
+  co_await stream_.write(capture.data);
   co_return !closing_;
 }
 

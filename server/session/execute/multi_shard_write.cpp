@@ -67,7 +67,9 @@ awaitable<bool> MultiShardWrite::run() {
     if (!co_await join_block(ok)) co_return ok;
   }
   const auto started = std::chrono::steady_clock::now();
-  const auto label = Session::label_of(route_, route_.kind != RouteKind::all_shards);
+  // (One target: a statement the proxy runs itself for one shard, an indexed write in
+  // the extended protocol or a rewritten INSERT, is a one-shard statement.)
+  const auto label = Session::label_of(route_, route_.kind != RouteKind::all_shards && targets_.size() > 1);
   s_.count_route(route_, label);
   for (auto s : targets_) {
     if (!guarded(s) && route_.key_guard() && !failed_.empty()) break;  // (a row would move: not applied)
