@@ -303,26 +303,24 @@ std::string format_verifier(const Verifier& v) {
 }
 
 namespace {
-constexpr std::string_view kClientKeyPrefix = "SCRAM-SHA-256-CLIENT-KEY$";
+using namespace std::string_view_literals;
+constexpr std::string_view kClientKeyPrefix = "\0SCRAM-SHA-256-CLIENT-KEY$"sv;
 }  // namespace
+
+bool is_client_key(std::string_view credential) { return credential.starts_with(kClientKeyPrefix); }
 
 std::string format_client_key(const Verifier& v, std::string_view client_key) {
   return std::string(kClientKeyPrefix) + std::to_string(v.iterations) + ":" + base64_encode(v.salt) + "$" +
          base64_encode(client_key) + ":" + base64_encode(v.server_key);
 }
 
-// A client key's keys, when `text` is one (format_client_key) and was checked against
-// a verifier of this salt and iteration count; `mismatch` when it is one but they differ.
-static std::optional<Keys> keys_of_client_key(std::string_view text, std::string_view salt, int iterations,
-                                              bool& mismatch) {
-  mismatch = false;
-  if (!text.starts_with(kClientKeyPrefix)) return std::nullopt;
+// A client key's keys (format_client_key), when it was checked against a verifier of
+// this salt and iteration count.
+static std::optional<Keys> keys_of_client_key(std::string_view text, std::string_view salt, int iterations) {
+  if (!is_client_key(text)) return std::nullopt;
   // The same layout as a verifier's, ClientKey in the StoredKey's place.
   auto v = parse_verifier(std::string(kMechanism) + "$" + std::string(text.substr(kClientKeyPrefix.size())));
-  if (!v || v->iterations != iterations || v->salt != salt) {
-    mismatch = true;
-    return std::nullopt;
-  }
+  if (!v || v->iterations != iterations || v->salt != salt) return std::nullopt;
   return Keys{v->stored_key, sha256(v->stored_key), v->server_key};
 }
 
@@ -448,6 +446,12 @@ std::optional<std::string> ServerExchange::handle_client_final(std::string_view 
 
 ClientExchange::ClientExchange(std::string password) : password_(std::move(password)) {}
 
+ClientExchange ClientExchange::with_client_key(std::string credential) {
+  ClientExchange c(std::move(credential));
+  c.client_key_ = true;
+  return c;
+}
+
 std::string ClientExchange::client_first() {
   // Starts (or restarts) the exchange with a fresh nonce.
   client_nonce_ = base64_encode(random_bytes(kNonceBytes));
@@ -474,9 +478,8 @@ std::optional<std::string> ClientExchange::handle_server_first(std::string_view 
   auto iterations = parse_iterations((*attrs)[2].value);
   if (!salt || salt->empty() || !iterations) return std::nullopt;
 
-  bool mismatch = false;
-  auto passed = keys_of_client_key(password_, *salt, *iterations, mismatch);
-  if (mismatch) {
+  std::optional<Keys> passed;
+  if (client_key_ && !(passed = keys_of_client_key(password_, *salt, *iterations))) {
     error_ = "the server's SCRAM verifier differs from the one the client was authenticated with";
     return std::nullopt;
   }

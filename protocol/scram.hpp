@@ -34,11 +34,12 @@ std::string format_verifier(const Verifier& v);
 // A client's SCRAM key, recovered from its proof by a server exchange that accepted it,
 // with the verifier it was checked against: enough to log in as that client to a server
 // that stores the same verifier (same salt and iterations), without the password
-// (`auth: passthrough`, SPEC §14). Its text form, which ClientExchange takes in place of
-// a password: SCRAM-SHA-256-CLIENT-KEY$<iterations>:<salt>$<ClientKey>:<ServerKey>
-// (PostgreSQL takes a password that looks like a verifier as a verifier, so no real
-// password has this shape).
+// (`auth: passthrough`, SPEC §14). Its text form, which ClientExchange::with_client_key
+// takes: NUL + SCRAM-SHA-256-CLIENT-KEY$<iterations>:<salt>$<ClientKey>:<ServerKey>.
+// The leading NUL keeps it apart from every password (a PasswordMessage and the
+// configuration cannot hold one), so it can travel where a password does.
 std::string format_client_key(const Verifier& v, std::string_view client_key);
+bool is_client_key(std::string_view credential);
 Verifier make_verifier(std::string_view password, std::string_view salt,
                        int iterations = kDefaultIterations);
 // A verifier with a random 16-byte salt.
@@ -97,8 +98,9 @@ class ServerExchange {
 // wide: a pool's next connect to the same shard and role does not derive them again.
 class ClientExchange {
  public:
-  // `password`: the password, or a client key in format_client_key's form.
   explicit ClientExchange(std::string password);
+  // With a client key (format_client_key) instead of the password.
+  static ClientExchange with_client_key(std::string credential);
   std::string client_first();  // "n,,n=,r=<nonce>"
   // server-first-message -> client-final-message; nullopt if malformed/unsafe, or if
   // a client key's salt or iterations differ from the server's (error() says so).
@@ -108,6 +110,7 @@ class ClientExchange {
 
  private:
   const char* error_ = "SCRAM exchange failed";
+  bool client_key_ = false;  // password_ is a client key
   std::string password_;
   std::string client_nonce_;
   std::string client_first_bare_;

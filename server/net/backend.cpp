@@ -268,7 +268,9 @@ awaitable<ConnectResult> connect_and_login(const BackendTarget& t) {
             proto::PasswordMessage{md5_response(t, auth->md5_salt)}.encode(out);
             break;
           case proto::AuthCode::sasl: {
-            scram = std::make_unique<proto::scram::ClientExchange>(t.password);
+            scram = std::make_unique<proto::scram::ClientExchange>(
+                proto::scram::is_client_key(t.password) ? proto::scram::ClientExchange::with_client_key(t.password)
+                                                        : proto::scram::ClientExchange(t.password));
             auto first = scram->client_first();
             proto::SASLInitialResponse{proto::scram::kMechanism, std::string_view(first)}.encode(out);
             break;

@@ -248,10 +248,11 @@ TEST_CASE("passthrough: the client key a server recovered logs in where the same
   ClientExchange client("secret");
   REQUIRE(run_exchange(front, client).server_accepted);
   const std::string key = front.client_key();
-  REQUIRE(key.starts_with("SCRAM-SHA-256-CLIENT-KEY$4096:"));
+  REQUIRE(key.starts_with(std::string("\0SCRAM-SHA-256-CLIENT-KEY$4096:", 31)));
+  REQUIRE(is_client_key(key));
   {
     ServerExchange shard(v, "other seed", "alice");  // another server, same verifier
-    ClientExchange proxy(key);
+    ClientExchange proxy = ClientExchange::with_client_key(key);
     Outcome out = run_exchange(shard, proxy);
     CHECK(out.server_accepted);
     CHECK(out.client_verified);
@@ -259,11 +260,18 @@ TEST_CASE("passthrough: the client key a server recovered logs in where the same
   {
     // The same password stored with another salt: the key does not fit; said so.
     ServerExchange shard(make_verifier("secret"), "seed", "alice");
-    ClientExchange proxy(key);
+    ClientExchange proxy = ClientExchange::with_client_key(key);
     auto first = shard.handle_client_first(proxy.client_first());
     REQUIRE(first);
     CHECK_FALSE(proxy.handle_server_first(*first));
     CHECK(std::string_view(proxy.error()).find("differs") != std::string_view::npos);
+  }
+  // A password that looks like a client key is a password (the fuzzer's find).
+  {
+    const std::string odd = "SCRAM-SHA-256-CLIENT-KEY$" + key.substr(26);
+    ServerExchange server(make_verifier(odd), "seed", "alice");
+    ClientExchange client(odd);
+    CHECK(run_exchange(server, client).server_accepted);
   }
   // A refused exchange recovers nothing.
   ServerExchange refused(v, "seed", "alice");
