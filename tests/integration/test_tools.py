@@ -169,7 +169,7 @@ def without_splitpoint(text):
     told again (docs/compatibility.md, "Tools": schema splitpoint exists on the first shard
     once the proxy used two-phase commit)."""
     lines = [line for line in text.split("\n") if not line.startswith("splitpoint|")]
-    n = sum(1 for line in lines[1:] if "|" in line)
+    n = sum(1 for line in lines[2:] if "|" in line)
     return "\n".join(f"({n} row{'s' if n != 1 else ''})" if re.fullmatch(r"\(\d+ rows?\)", line) else line
                      for line in lines)
 
@@ -268,17 +268,36 @@ PSQL = ["\\d", "\\d+ tenants", "\\d+ accounts", "\\d+ orders", "\\d+ events", "\
         "\\d+ account_totals", "\\d orders_open"]
 
 
+UNALIGNED = ("\\dn", "\\dt+", "\\di+")
+
+
+def psql_outputs(side):
+    """Every command of PSQL in one psql session: {command: its output}. \\dn, \\dt+ and
+    \\di+ unaligned (their widths would show what is left out, below)."""
+    path = os.path.join(WORK, f"describe-{side}.sql")
+    with open(path, "w") as f:
+        for i, cmd in enumerate(PSQL):
+            un = cmd in UNALIGNED
+            f.write("\n".join([f"\\echo @@{i}"] + ["\\pset format unaligned"] * un + [cmd] +
+                              ["\\pset format aligned"] * un) + "\n")
+    text = run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", *conn_args(side), "-f", path])
+    parts = [part.split("\n", 1) for part in text.split("@@")[1:]]
+    return {PSQL[int(n)]: rest for n, rest in parts}
+
+
 def test_psql_backslash():
+    out = {side: psql_outputs(side) for side in SIDES}
+    empty = [cmd for cmd in PSQL if "(0 rows)" in out["plain"].get(cmd, "(0 rows)")]
+    assert not empty, f"nothing described by {empty}"
     for cmd in PSQL:
-        # \dn without schema splitpoint, \dt+ and \di+ without their Size column: unaligned
-        # so that widths do not count (docs/compatibility.md, "Tools").
-        opts = ["-A"] if cmd in ("\\dn", "\\dt+", "\\di+") else []
-        out = {side: run(["psql", "-X", *opts, *conn_args(side), "-c", cmd]) for side in SIDES}
+        got = {side: out[side].get(cmd, "(no output)") for side in SIDES}
+        # \dn without schema splitpoint, \dt+ and \di+ without their Size column
+        # (docs/compatibility.md, "Tools").
         if cmd == "\\dn":
-            out = {side: without_splitpoint(text) for side, text in out.items()}
+            got = {side: without_splitpoint(text) for side, text in got.items()}
         if cmd in ("\\dt+", "\\di+"):
-            out = {side: without_size(text) for side, text in out.items()}
-        same(f"psql {cmd}", out["plain"], out["proxy"])
+            got = {side: without_size(text) for side, text in got.items()}
+        same(f"psql {cmd}", got["plain"], got["proxy"])
 
 
 def pg_dump(side, *args):
