@@ -14,8 +14,8 @@ view, an SQL function, a free-standing sequence; the same rows on both (explicit
 the proxy's inserts one tenant at a time) and the same setval of each sequence.
 
 Compared, plain vs proxy (soft checks: every difference is printed, then the test fails):
-- psql's \\d, \\d+ of each table, \\dt, \\di, \\dv, \\ds, \\df, \\dn, \\dT, \\dx, \\d and \\d+ of the
-  view: the output text;
+- psql's \\d, \\d+ of each table, \\dt, \\dt+, \\di, \\di+, \\dv, \\ds, \\df, \\dn, \\dT, \\dT+, \\dx,
+  \\d and \\d+ of the view, \\d of an index (one psql session per side): the output text;
 - pg_dump plain, --schema-only, --data-only, and -Fc (its `pg_restore -l` listing and its
   `pg_restore -f -` SQL);
 - pgcli's introspection (pgcli.pgexecute.PGExecute: schemata, tables, views, columns,
@@ -33,8 +33,9 @@ test_pg_dump.py's.)
 
 Normalised, each for a reason listed in docs/compatibility.md ("Tools"): rows of a COPY
 block sorted (a sharded table's COPY TO gives its rows shard by shard), the proxy's own
-schema `splitpoint` left out, pg_dump's per-run `\\restrict` key and archive header,
-catalog OIDs in `pg_restore -l`, and pg_database's list (the catalog shard's instance's).
+schema `splitpoint` left out, the Size column of \\dt+ and \\di+ (the catalog shard's
+part), pg_dump's per-run `\\restrict` key, the archive time and catalog OIDs in
+`pg_restore -l`, and pg_database's list (the catalog shard's instance's).
 
 Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
@@ -450,7 +451,9 @@ def test_restore_parallel():
                  sptest.query(again.port, DB, f"SELECT * FROM {table} ORDER BY {order}"))
             for i, ((p0, d0), (p1, d1)) in enumerate(zip(DBS.shards, AGAIN.shards)):
                 sql = f"SELECT * FROM {table} ORDER BY {order}"
-                same(f"restored {table} on s{i}", sptest.query(p0, d0, sql), sptest.query(p1, d1, sql))
+                first = sptest.query(p0, d0, sql)
+                assert first, f"the first proxy put no row of {table} on s{i}"
+                same(f"restored {table} on s{i}", first, sptest.query(p1, d1, sql))
         for table, cols, vals in (("orders", "tenant_id, account_id", "(5, 51)"), ("events", "tenant_id", "(5)")):
             new = {"plain": execute("plain", f"INSERT INTO {table} ({cols}) VALUES {vals} RETURNING id")[0][0],
                    "restored": sptest.query(again.port, DB,
