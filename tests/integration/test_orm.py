@@ -63,7 +63,6 @@ Run by tests/run (env: PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKD
 import datetime as dt
 import os
 import random
-import secrets
 import sys
 import time
 from decimal import Decimal
@@ -85,10 +84,9 @@ HOST = sptest.HOST
 PG0, PG1 = sptest.PG_PORTS
 WORKDIR = sptest.workdir("orm")
 SEED = int(os.environ.get("ORM_SEED", "20240611"))
-SUFFIX = secrets.token_hex(4)
-SHARDS = [(PG0, f"orm0_{SUFFIX}"), (PG0, f"orm1_{SUFFIX}"), (PG1, f"orm2_{SUFFIX}")]
-PLAIN = (PG1, f"ormplain_{SUFFIX}")
-CREATED_DBS = []
+DBS = sptest.ThreeShards("orm")
+SHARDS = DBS.shards
+PLAIN = DBS.plain
 SIDES = ("plain", "proxy")
 
 # ------------------------------------------------------------------ known proxy bugs
@@ -117,8 +115,7 @@ def on_db(port, db, sql, params=None):
 
 
 def proxy_config():
-    lines = "\n".join(f"  - {{ name: s{i}, host: {HOST}, port: {port}, database: {db}, user: app, password: secret, "
-                      f"pool_size: 10 }}" for i, (port, db) in enumerate(SHARDS))
+    lines = DBS.shards_yaml()
     return f"""
 auth: scram-sha-256
 users:
@@ -1271,11 +1268,7 @@ TESTS = [test_sa_create_all, test_sa_load, test_sa_reads, test_sa_writes, test_s
 
 def setup():
     global PROXY
-    for port, db in SHARDS + [PLAIN]:
-        c = sptest.superuser(port)
-        c.cursor().execute(f"CREATE DATABASE {db} OWNER app")
-        c.close()
-        CREATED_DBS.append((port, db))
+    DBS.create()
     PROXY = sptest.Proxy("orm", proxy_config(), WORKDIR).start()
     sa_engine(PLAIN_S, *PLAIN)
     sa_engine(PROXY_S, PROXY.port, "app")
@@ -1298,23 +1291,7 @@ def teardown():
         pass
     if PROXY is not None:
         PROXY.stop()
-    for port, db in CREATED_DBS:
-        try:
-            c = sptest.superuser(port)
-            cur = c.cursor()
-            cur.execute("SELECT gid FROM pg_prepared_xacts WHERE database = %s", (db,))
-            gids = [r[0] for r in cur.fetchall()]
-            c.close()
-            if gids:
-                d = sptest.connect(port, db, "postgres", "postgres")
-                for g in gids:
-                    d.cursor().execute(f"ROLLBACK PREPARED '{g}'")
-                d.close()
-            c = sptest.superuser(port)
-            c.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-            c.close()
-        except Exception as e:  # noqa: BLE001
-            print(f"warning: could not drop {db}: {e}")
+    DBS.drop()
 
 
 if __name__ == "__main__":

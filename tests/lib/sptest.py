@@ -84,26 +84,31 @@ def create_databases(name):
         c.close()
 
 
-def drop_databases(name):
-    """Drops database `name` on each shared instance, after rolling back the prepared
+def drop_database(port, name):
+    """Drops database `name` on the instance at `port`, after rolling back the prepared
     transactions a failed test may have left in it (the runner checks for none)."""
+    try:
+        c = superuser(port)
+        cur = c.cursor()
+        cur.execute("SELECT gid FROM pg_prepared_xacts WHERE database = %s", (name,))
+        gids = [r[0] for r in cur.fetchall()]
+        c.close()
+        if gids:
+            d = connect(port, name, "postgres", "postgres")
+            for g in gids:
+                d.cursor().execute(f"ROLLBACK PREPARED '{g}'")
+            d.close()
+        c = superuser(port)
+        c.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        c.close()
+    except Exception as e:  # noqa: BLE001
+        print(f"warning: could not drop {name} on port {port}: {e}")
+
+
+def drop_databases(name):
+    """Drops database `name` on each shared instance (drop_database)."""
     for port in PG_PORTS:
-        try:
-            c = superuser(port)
-            cur = c.cursor()
-            cur.execute("SELECT gid FROM pg_prepared_xacts WHERE database = %s", (name,))
-            gids = [r[0] for r in cur.fetchall()]
-            c.close()
-            if gids:
-                d = connect(port, name, "postgres", "postgres")
-                for g in gids:
-                    d.cursor().execute(f"ROLLBACK PREPARED '{g}'")
-                d.close()
-            c = superuser(port)
-            c.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            c.close()
-        except Exception as e:  # noqa: BLE001
-            print(f"warning: could not drop {name} on port {port}: {e}")
+        drop_database(port, name)
 
 
 class Databases:
@@ -119,6 +124,38 @@ class Databases:
 
     def drop(self):
         drop_databases(self.name)
+
+
+class ThreeShards:
+    """Three shard databases over the two shared instances (<prefix>0_<r> and <prefix>1_<r>
+    on PG0, <prefix>2_<r> on PG1) and one plain database <prefix>plain_<r> on PG1: a
+    sharded side and one PostgreSQL to compare it with. The names are fixed at
+    construction; create() makes the databases, drop() drops those it made."""
+
+    def __init__(self, prefix):
+        r = secrets.token_hex(4)
+        p0, p1 = PG_PORTS
+        self.shards = [(p0, f"{prefix}0_{r}"), (p0, f"{prefix}1_{r}"), (p1, f"{prefix}2_{r}")]
+        self.plain = (p1, f"{prefix}plain_{r}")
+        self.created = []
+
+    def create(self, plain=True):
+        for port, db in self.shards + ([self.plain] if plain else []):
+            c = superuser(port)
+            c.cursor().execute(f"CREATE DATABASE {db} OWNER app")
+            c.close()
+            self.created.append((port, db))
+        return self
+
+    def shards_yaml(self, pool_size=10):
+        """The config's `shards:` list (s0, s1, s2; user app, password secret)."""
+        return "\n".join(f"  - {{ name: s{i}, host: {HOST}, port: {port}, database: {db}, user: app, "
+                         f"password: secret, pool_size: {pool_size} }}" for i, (port, db) in enumerate(self.shards))
+
+    def drop(self):
+        for port, db in self.created:
+            drop_database(port, db)
+        self.created = []
 
 
 PROXIES = []  # every Proxy started in this process (log tails after a failure, kill_all)

@@ -21,12 +21,20 @@ namespace {
 constexpr std::size_t kClientFlushBytes = 64 * 1024;
 constexpr std::size_t kDeferredAnswerBytes = 4096;
 
+// Types made by CREATE TYPE (an enum, a domain, a composite: OID 16384 and above) have
+// each shard's own OID, as tables do; built-in types must be the same.
+bool same_type(std::int32_t x, std::int32_t y) {
+  constexpr std::uint32_t kFirstNormalObjectId = 16384;
+  return x == y ||
+         (static_cast<std::uint32_t>(x) >= kFirstNormalObjectId && static_cast<std::uint32_t>(y) >= kFirstNormalObjectId);
+}
+
 // Table OIDs differ from shard to shard; names, types and formats must not.
 bool same_columns(const proto::RowDescription& a, const proto::RowDescription& b) {
   if (a.fields.size() != b.fields.size()) return false;
   for (std::size_t i = 0; i < a.fields.size(); ++i) {
     const auto &x = a.fields[i], &y = b.fields[i];
-    if (x.name != y.name || x.type_oid != y.type_oid || x.type_size != y.type_size ||
+    if (x.name != y.name || !same_type(x.type_oid, y.type_oid) || x.type_size != y.type_size ||
         x.type_modifier != y.type_modifier || x.format != y.format)
       return false;
   }
