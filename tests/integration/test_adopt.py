@@ -14,11 +14,12 @@ docs/operations.md, "Adopting an existing database", follows these steps.
 3. splitpoint in front: one shard s0 (the existing database), `catalog: s0`,
    distribution by_aid (hash, 4 partitions, all on s0) with pgbench_accounts and
    pgbench_history by aid, pgbench_branches and pgbench_tellers reference tables.
-4. The application switched to the proxy: `pgbench -N -c 8 -j 2 -R 800 -T 50` through it (the
-   default simple query mode, at 800 transactions a second), and while it runs, on the admin console with psql: ADD
-   SHARD s1 (the empty database), REBALANCE by_aid (2 of the 4 partitions move to s1),
-   SHOW MOVES polled until empty; every move must be done, each cutover at its first
-   attempt, while pgbench still runs.
+4. The application switched to the proxy: `pgbench -N -c 8 -j 2 -R 800 -T 50` through
+   it (the default simple query mode, 800 transactions a second), and while it runs, on
+   the admin console with psql: ADD SHARD s1 (the empty database), REBALANCE by_aid (2
+   of the 4 partitions move to s1), SHOW MOVES polled until empty; every move must be
+   done, each cutover at its first attempt, while pgbench still runs
+   (ADOPT_PGBENCH="-M prepared" adds options to that run, for a run by hand).
    Two proxy bugs this found (server/session/moves.cpp): a transaction whose BEGIN came
    before a cutover and whose first statement came after it went to the partition's old
    shard and got SPM01 from the fence (every client aborted); and a statement of a
@@ -32,7 +33,7 @@ docs/operations.md, "Adopting an existing database", follows these steps.
    branches and tellers identical on both shards; no slot, publication, subscription
    or prepared transaction left.
 """
-# test-timeout: 120
+# test-timeout: 150
 
 import os
 import re
