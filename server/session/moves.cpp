@@ -3,6 +3,8 @@
 // distribution's tables through views on shards that hold rows they do not own.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "protocol/sqlstate.hpp"
 #include "routing/hide_rows.hpp"
 #include "server/cluster/catalog.hpp"
@@ -14,7 +16,17 @@ namespace splitpoint::server {
 using routing::RouteKind;
 
 void Session::follow_runtime() {
-  if (in_transaction() || pump_.active() || txn_.implicit) return;  // (asked again at the next frame)
+  if (pump_.active() || txn_.implicit) return;  // (asked again at the next frame)
+  // A transaction block that has sent nothing to any shard yet (its BEGIN held,
+  // hold_begin; no backend taken) depends on no placement: it follows too, so that its
+  // first statement routes by the placement in force. Otherwise a cutover between the
+  // client's BEGIN and that statement sent it to the partition's old shard, whose fence
+  // refused it (SPM01: pgbench -N through REBALANCE, tests/integration/test_adopt.py).
+  if (in_transaction()) {
+    if (txn_.begin_sql.empty() || fe_.client_txn != 'T' || txn_.write_shard || !txn_.written.empty()) return;
+    for (const auto& b : held_)
+      if (b) return;
+  }
   const auto generation = server_.runtime_generation();
   auto rt = server_.runtime();
   generation_ = generation;
@@ -110,6 +122,14 @@ awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
     co_return false;
   }
   if (!touches(*moves, route)) co_return true;
+  // A transaction already open on every shard the statement goes to runs it there at
+  // once: after the hold it would go there anyway (a transaction keeps its placement),
+  // and when it wrote the partition before the hold the cutover waits for it to end (the
+  // fence's lock), so holding it stalled both until the cutover gave up and retried.
+  const auto open_on = [&](std::size_t s) { return s < held_.size() && in_transaction_on(s); };
+  if (!moves->fenced && route.kind == RouteKind::shards && !route.shards.empty() &&
+      std::all_of(route.shards.begin(), route.shards.end(), open_on))
+    co_return true;
   const auto until = std::chrono::steady_clock::now() + runtime_->config.moves.max_hold;
   asio::steady_timer timer(co_await asio::this_coro::executor);
   // Counted while held (splitpoint_held_statements), and once (…_total).
@@ -136,7 +156,7 @@ awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
     co_await timer.async_wait(use_nothrow);
     take_moves();  // (a held statement has sent nothing: it runs under the newest epoch)
   }
-  follow_runtime();  // outside a transaction the statement routes with the new placement
+  follow_runtime();  // outside a transaction (or before its first shard) the statement routes with the new placement
   route = again();
   co_return true;
 }

@@ -24,14 +24,25 @@ Checks, through psycopg2 (libpq):
   - the non-superuser auth_query through the function works the same;
   - an auth_query that cannot log in: the client gets 08006 "could not look up the
     password ...", the proxy's log says why.
+Through psql (PGPASSWORD): the SCRAM and the md5 role log in and run a query; a wrong
+password (SCRAM role, md5 role) and an unknown user get psql's own `FATAL:  password
+authentication failed for user "..."`, exit status 2.
+Through pgjdbc (Debian libpostgresql-jdbc-java; tests/integration/jdbc/
+PassthroughLogin.java, compiled once, one JVM for every login): the SCRAM and the md5
+role log in and `SELECT current_user` answers; a wrong password and an unknown user get
+SQLSTATE 28P01 and the same message.
 Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, TEST_TMP, SP_ROOT; PYTHONPATH=tests/lib).
 """
 # test-timeout: 120
 
 import os
+import shutil
+import subprocess
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import clients  # noqa: E402
 import pgwire  # noqa: E402
 import psycopg2  # noqa: E402
 import sptest  # noqa: E402
@@ -207,6 +218,45 @@ def wrong_password_unknown_user_and_nologin_are_refused_as_postgresql_refuses():
         refused("su", user, pw, "28P01", f'password authentication failed for user "{user}"')
     # an unknown user is asked for SCRAM, as a real one
     assert first_auth_request("su", "sp_pt_ghost") == pgwire.AUTH_SASL
+
+
+def psql(user, password):
+    """psql as `user` through the proxy with PGPASSWORD: (exit status, stdout, stderr)."""
+    r = subprocess.run(["psql", "-X", "-At", "-h", HOST, "-p", str(PROXY["su"].port), "-U", user, "-d", DB, "-c",
+                        "SELECT current_user, count(*) FROM pt"], capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, PGPASSWORD=password, PGSSLMODE="disable", PGCONNECT_TIMEOUT="10"))
+    return r.returncode, r.stdout.strip(), r.stderr
+
+
+@test
+def psql_logs_in_and_is_refused_as_from_postgresql():
+    for user, pw in (("sp_pt_scram", "scram-pw"), ("md5user", "md5pw")):
+        rc, out, err = psql(user, pw)
+        assert rc == 0 and out.startswith(f"{user}|"), (user, rc, out, err)
+    for user in ("sp_pt_scram", "md5user", "sp_pt_ghost"):
+        rc, out, err = psql(user, "wrong")
+        assert rc == 2 and f'FATAL:  password authentication failed for user "{user}"' in err, (user, rc, err)
+
+
+@test
+def jdbc_logs_in_and_gets_28p01():
+    """pgjdbc (Debian libpostgresql-jdbc-java), one JVM for every login (PassthroughLogin.java)."""
+    pkgs = ["libpostgresql-jdbc-java"] + ([] if shutil.which("javac") else ["default-jdk-headless"])
+    clients.ensure_apt(*pkgs)
+    jar, classes = "/usr/share/java/postgresql.jar", os.path.join(WORK, "classes")
+    subprocess.run(["javac", "-nowarn", "-d", classes, "-cp", jar,
+                    os.path.join(HERE, "jdbc", "PassthroughLogin.java")], check=True, timeout=120)
+    cases = {"sp_pt_scram:scram-pw": "ok sp_pt_scram", "md5user:md5pw": "ok md5user",
+             "sp_pt_scram:wrong": "error 28P01", "md5user:wrong": "error 28P01", "sp_pt_ghost:x": "error 28P01"}
+    r = subprocess.run(["java", "-cp", f"{classes}:{jar}", "PassthroughLogin", str(PROXY["su"].port), DB] +
+                       list(cases), capture_output=True, text=True, timeout=120)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and len(lines) == len(cases), (r.returncode, r.stdout, r.stderr)
+    for (case, want), line in zip(cases.items(), lines):
+        user = case.split(":")[0]
+        assert line.startswith(f"{user} {want}"), (case, line)
+        if want.startswith("error"):
+            assert f'password authentication failed for user "{user}"' in line, line
 
 
 @test
