@@ -13,7 +13,8 @@ tenant_id (12 tenants). Each case runs on both sides and the results must be ide
   conn.prepare() then fetch, executemany of rows with enum/domain/composite values over
   several shards, copy_records_to_table, a read of the tenants of the two shards that
   are not the catalog shard (the catalog shard does not take part), and a read of one
-  tenant on a non-catalog shard (its key a constant, then a parameter);
+  tenant on a non-catalog shard (its key a constant, then a parameter), an array of
+  the enum (array_agg);
 - psycopg 3: the same reads with the enum registered (server-side binding: each
   statement is described with its portal), the composite registered with
   CompositeInfo + register_composite.
