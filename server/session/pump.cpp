@@ -76,7 +76,9 @@ awaitable<bool> Pump::attach(std::size_t shard, std::optional<std::size_t> stand
         borrowed = std::move(r.backend);
         on_catalog = borrowed.get();
       }
-      if (on_catalog) co_await user_types::learn(here, *b, there, *on_catalog, s.limits_);
+      // (Not in a failed transaction block: it would fail there.)
+      if (on_catalog && on_catalog->status != 'E' && b->status != 'E')
+        co_await user_types::learn(here, *b, there, *on_catalog, s.limits_);
       if (borrowed) {
         const bool reusable = borrowed->status == 'I';
         s.give_back(catalog, std::move(borrowed), reusable);

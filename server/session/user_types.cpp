@@ -20,7 +20,7 @@ constexpr std::string_view kTypesQuery =
     "AND t.typnamespace::regnamespace::text !~ '^pg_(toast_)?temp_'";
 
 struct Map {
-  std::unordered_map<std::int32_t, std::int32_t> oids;  // shard's -> catalog shard's
+  std::unordered_map<std::int32_t, std::int32_t> oids;  // shard's -> catalog shard's (0: it has none)
   std::uint64_t generation = 0;                          // note_ddl()'s count when learnt
   bool stale = true;
 };
@@ -100,8 +100,10 @@ awaitable<void> learn(const std::string& shard, Backend& on_shard, const std::st
   if (!there || there->size() != 1) co_return;
   auto names = parse_types((*there)[0].value_or(""));
   Map map;
-  for (auto& [name, oid] : parse_types((*here)[0].value_or("")))
-    if (auto it = names.find(name); it != names.end()) map.oids.emplace(oid, it->second);
+  for (auto& [name, oid] : parse_types((*here)[0].value_or(""))) {
+    auto it = names.find(name);
+    map.oids.emplace(oid, it != names.end() ? it->second : 0);
+  }
   map.generation = generation;
   map.stale = false;
   std::lock_guard lock(maps_mutex);
@@ -126,8 +128,8 @@ void rewrite(const std::string& shard, const std::string& catalog, char type, st
   each_type_offset(type, body, [&](std::size_t at) {
     const std::int32_t oid = read_i32(body.data() + at);
     if (!is_user_type(oid)) return;
-    if (auto it = map.oids.find(oid); it != map.oids.end()) write_i32(out.data() + start + at, it->second);
-    else map.stale = true;
+    if (auto it = map.oids.find(oid); it == map.oids.end()) map.stale = true;  // (made since)
+    else if (it->second != 0) write_i32(out.data() + start + at, it->second);
   });
 }
 

@@ -31,7 +31,8 @@ awaitable<void> learn(const std::string& shard, Backend& on_shard, const std::st
 // the cheap test before rewrite().
 bool names_user_type(char type, std::string_view body);
 // Appends the message (type and body) with the catalog shard's OIDs to `out`; a user type
-// the map does not know stays and makes the map stale.
+// the map does not know stays and makes the map stale (one the catalog shard did not have
+// when it was learnt stays too, and does not).
 void rewrite(const std::string& shard, const std::string& catalog, char type, std::string_view body, std::string& out);
 
 }  // namespace splitpoint::server::user_types

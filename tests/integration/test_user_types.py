@@ -14,7 +14,7 @@ tenant_id (12 tenants). Each case runs on both sides and the results must be ide
   several shards, copy_records_to_table, a read of the tenants of the two shards that
   are not the catalog shard (the catalog shard does not take part), and a read of one
   tenant on a non-catalog shard (its key a constant, then a parameter), an array of
-  the enum (array_agg);
+  the enum (array_agg), then a column of an enum made after those reads;
 - psycopg 3: the same reads with the enum registered (server-side binding: each
   statement is described with its portal), the composite registered with
   CompositeInfo + register_composite.
@@ -129,6 +129,10 @@ async def asyncpg_side(port):
         out["after writes"] = await c.fetch(cols + order)
         out["enum array"] = await c.fetch("SELECT tenant_id, array_agg(m ORDER BY id) FROM items GROUP BY tenant_id"
                                           " ORDER BY tenant_id")
+        # A type made now (the proxy learns the shards' types again after DDL).
+        await c.execute("CREATE TYPE size AS ENUM ('s', 'm', 'l'); ALTER TABLE items ADD COLUMN sz size DEFAULT 'm'")
+        out["type made later, one tenant"] = await c.fetch(f"SELECT id, sz FROM items WHERE tenant_id = {t2}" + order)
+        out["type made later, all"] = await c.fetch("SELECT id, sz FROM items" + order)
     finally:
         await c.close()
     return {k: [tuple(r) if isinstance(r, asyncpg.Record) else r for r in v] if isinstance(v, list) else v
