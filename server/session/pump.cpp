@@ -7,6 +7,7 @@
 #include "protocol/sqlstate.hpp"
 #include "server/cluster/proxy.hpp"
 #include "server/session/session.hpp"
+#include "server/session/user_types.hpp"
 
 namespace splitpoint::server {
 
@@ -63,6 +64,27 @@ awaitable<bool> Pump::attach(std::size_t shard, std::optional<std::size_t> stand
     s.held_[shard] = std::move(r.backend);
   }
   Backend* b = s.held_[shard].get();
+  if (const std::size_t catalog = s.catalog_shard(); catalog != shard) {
+    // This shard's OIDs of types made by CREATE TYPE, to give the client the catalog
+    // shard's (process_backend_frame; server/session/user_types.hpp).
+    const std::string &here = s.pools_[shard]->target().shard, &there = s.pools_[catalog]->target().shard;
+    if (!user_types::fresh(here, there)) {
+      std::unique_ptr<Backend> borrowed;
+      Backend* on_catalog = s.held_[catalog].get();
+      if (!on_catalog) {
+        auto r = co_await s.pools_[catalog]->acquire(s.runtime_->config.timeouts.client_login);
+        borrowed = std::move(r.backend);
+        on_catalog = borrowed.get();
+      }
+      // (Not in a failed transaction block: it would fail there.)
+      if (on_catalog && on_catalog->status != 'E' && b->status != 'E')
+        co_await user_types::learn(here, *b, there, *on_catalog, s.limits_);
+      if (borrowed) {
+        const bool reusable = borrowed->status == 'I';
+        s.give_back(catalog, std::move(borrowed), reusable);
+      }
+    }
+  }
   s.cur_ = shard;
   s.set_cancel_target(b, shard);
   sync_state(*b);
@@ -165,6 +187,13 @@ bool Pump::process_backend_frame(char type, std::string_view body) {
     spdlog::warn("[{}] injected statement failed: {}", s.id_, e ? std::string(e->get('M')) : "?");
   }
   if (v.unexpected) spdlog::error("[{}] unexpected backend message '{}'", s.id_, type);
+  if (v.to_client && user_types::names_user_type(type, body)) {
+    // The catalog shard's OIDs (server/session/user_types.hpp).
+    if (const std::size_t catalog = s.catalog_shard(); catalog != s.cur_) {
+      user_types::rewrite(s.pools_[s.cur_]->target().shard, s.pools_[catalog]->target().shard, type, body, replacement_);
+      return false;
+    }
+  }
   return v.to_client;
 }
 

@@ -14,6 +14,7 @@
 #include "server/cluster/proxy.hpp"
 #include "server/session/session.hpp"
 #include "server/net/wire.hpp"
+#include "server/session/user_types.hpp"
 #include "server/txn/two_phase.hpp"
 
 namespace splitpoint::server {
@@ -63,6 +64,7 @@ RouteLabel Session::label_of(const routing::Route& route, bool multi) {
 
 // Counts a routed statement: by route, per partition, and its keys for hot-key stats.
 void Session::count_route(const routing::Route& route, RouteLabel label) {
+  if (route.cls == StatementClass::ddl) user_types::note_ddl();  // (a type may be made or dropped)
   if (txn_.applying_index) return;  // (a global index's entries: splitpoint_index_entry_writes_total)
   metrics_.queries[static_cast<std::size_t>(label)].add();
   for (auto& hit : route.partitions) {
@@ -100,7 +102,9 @@ std::size_t Session::catalog_shard() {
 std::optional<std::size_t> Session::single_target(const routing::Route& route) {
   switch (route.kind) {
     case RouteKind::any_shard:
-      return route.reads == routing::Route::Reads::catalog ? catalog_shard() : pick_any_shard();
+      // (An extended-protocol BEGIN: where the block's catalog reads then go.)
+      if (route.reads == routing::Route::Reads::catalog || route.txn == TxnCommand::begin) return catalog_shard();
+      return pick_any_shard();
     case RouteKind::shards:
       if (route.shards.size() == 1 && route.per_shard_sql.empty()) return route.shards.front();
       return std::nullopt;
@@ -836,13 +840,15 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
 
 // Where a statement prepared ahead of its Bind (PQprepare, a driver's statement cache)
 // is parsed: where a Bind without values would send it (a hint, SET splitpoint.shard,
-// constant keys), so that the shard that prepares it is one where it can run; else any.
+// constant keys), so that the shard that prepares it is one where it can run; else the
+// catalog shard, so that its Describe names types made by CREATE TYPE by the OIDs the
+// client's catalog reads find there (docs/compatibility.md, "Tools").
 std::size_t Session::shard_to_prepare(const Prepared& p) {
   KeptShapes keep;
   const routing::BoundParams none{{}, {}, p.param_types};
   auto route = runtime_->router->route(*p.plan, none, settings_.routing, shape_lookup(keep));
   if (auto t = single_target(route)) return *t;
-  return pick_any_shard();
+  return cur_ != kNoShard ? cur_ : catalog_shard();
 }
 
 awaitable<bool> Session::handle_bind(const proto::Frame& f) {

@@ -23,10 +23,15 @@ constexpr std::size_t kDeferredAnswerBytes = 4096;
 
 // Types made by CREATE TYPE (an enum, a domain, a composite: OID 16384 and above) have
 // each shard's own OID, as tables do; built-in types must be the same.
-bool same_type(std::int32_t x, std::int32_t y) {
+bool is_user_type(std::int32_t oid) {
   constexpr std::uint32_t kFirstNormalObjectId = 16384;
-  return x == y ||
-         (static_cast<std::uint32_t>(x) >= kFirstNormalObjectId && static_cast<std::uint32_t>(y) >= kFirstNormalObjectId);
+  return static_cast<std::uint32_t>(oid) >= kFirstNormalObjectId;
+}
+
+bool same_type(std::int32_t x, std::int32_t y) { return x == y || (is_user_type(x) && is_user_type(y)); }
+
+bool has_user_type(const proto::RowDescription& fields) {
+  return std::any_of(fields.fields.begin(), fields.fields.end(), [](auto& f) { return is_user_type(f.type_oid); });
 }
 
 // Table OIDs differ from shard to shard; names, types and formats must not.
@@ -518,8 +523,45 @@ awaitable<void> ScatterRead::describe() {
       }
     }
   }
-  for (auto& sh : shards_)
-    if (sh.state == Shard::State::running && sh.fields && !first_) first_ = &sh;
+  // The client's RowDescription names types by the catalog shard's OIDs, those its
+  // catalog reads find (docs/compatibility.md, "Tools"): that shard's own when it takes
+  // part, else the first shard's with its user types' OIDs asked of the catalog shard.
+  const std::size_t catalog = s_.catalog_shard();
+  Shard* first = nullptr;
+  for (auto& sh : shards_) {
+    if (sh.state != Shard::State::running || !sh.fields) continue;
+    if (!first || sh.index == catalog) first = &sh;
+    if (sh.index == catalog) break;
+  }
+  first_ = first;
+  if (!first || first->index == catalog || !has_user_type(*first->fields)) co_return;
+  // The catalog shard's OIDs of the columns' types (a Parse and a Describe there, not
+  // run) replace those of types made by CREATE TYPE; they stay when it cannot describe it.
+  proto::RowDescription& fields = *first->fields;
+  std::unique_ptr<Backend> borrowed;
+  Backend* b = catalog < s_.held_.size() ? s_.held_[catalog].get() : nullptr;
+  if (!b) {
+    auto r = co_await s_.pools_[catalog]->acquire(s_.runtime_->config.timeouts.client_login);
+    if (!r.backend) co_return;
+    borrowed = std::move(r.backend);
+    b = borrowed.get();
+  }
+  b->unnamed_owner = {0, 0};  // (replaced below: a client's unnamed statement is parsed again)
+  std::string out;
+  proto::Parse{"", plan_->shard_sql, req_.param_types}.encode(out);
+  proto::Describe{'S', ""}.encode(out);
+  proto::encode_sync(out);
+  std::optional<proto::RowDescription> there;
+  bool ok = !std::get<0>(co_await asio::async_write(b->socket, asio::buffer(out), use_nothrow));
+  if (ok)
+    ok = co_await read_until_ready(*b, 1, s_.limits_, [&](char type, std::string_view, std::string_view body) {
+      if (type == 'T') there = proto::RowDescription::decode(body);
+    });
+  if (borrowed) s_.give_back(catalog, std::move(borrowed), ok);
+  if (!there || there->fields.size() != fields.fields.size()) co_return;
+  for (std::size_t i = 0; i < fields.fields.size(); ++i)
+    if (is_user_type(fields.fields[i].type_oid) && same_type(fields.fields[i].type_oid, there->fields[i].type_oid))
+      fields.fields[i].type_oid = there->fields[i].type_oid;
 }
 
 // The shards agree on the columns, the merger, and what the client sees first.
