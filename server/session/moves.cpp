@@ -9,6 +9,7 @@
 #include "routing/hide_rows.hpp"
 #include "server/cluster/catalog.hpp"
 #include "server/cluster/proxy.hpp"
+#include "server/session/moves.hpp"
 #include "server/session/session.hpp"
 
 namespace splitpoint::server {
@@ -84,9 +85,7 @@ void Session::renumber_shards(const Runtime& next) {
   cur_ = cur;
 }
 
-namespace {
-
-bool touches(const MoveView& v, const routing::Route& r) {
+bool held_by_moves(const MoveView& v, const routing::Route& r) {
   if (r.kind == RouteKind::local || r.kind == RouteKind::error || !r.distribution) return false;
   if (v.fenced) return true;
   for (const auto& h : v.held) {
@@ -97,8 +96,6 @@ bool touches(const MoveView& v, const routing::Route& r) {
   }
   return false;
 }
-
-}  // namespace
 
 void Session::take_moves() {
   if (server_.catalog()) {
@@ -121,7 +118,7 @@ awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
                     extended);
     co_return false;
   }
-  if (!touches(*moves, route)) co_return true;
+  if (!held_by_moves(*moves, route)) co_return true;
   // A transaction already open on every shard the statement goes to runs it there at
   // once: after the hold it would go there anyway (a transaction keeps its placement),
   // and when it wrote the partition before the hold the cutover waits for it to end (the
@@ -144,7 +141,7 @@ awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
       if (m) m->holding.fetch_sub(1, std::memory_order_relaxed);
     }
   } held(server_.catalog() ? &server_.catalog()->metrics() : nullptr);
-  while (moves && touches(*moves, route)) {
+  while (moves && held_by_moves(*moves, route)) {
     if (std::chrono::steady_clock::now() >= until || closing_) {
       co_await reject("SPM01",
                       moves->fenced ? "this proxy lost its catalog lease; retry when it is back"

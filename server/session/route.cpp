@@ -12,6 +12,7 @@
 #include "routing/dispatch.hpp"
 #include "routing/text_scan.hpp"
 #include "server/cluster/proxy.hpp"
+#include "server/session/moves.hpp"
 #include "server/session/session.hpp"
 #include "server/net/wire.hpp"
 #include "server/session/user_types.hpp"
@@ -548,6 +549,31 @@ awaitable<bool> Session::hold_begin(std::string_view sql, bool start) {
   co_return true;
 }
 
+// The extended protocol's BEGIN, when it starts a batch (nothing in flight, no backend,
+// outside any block), is held too: the proxy answers its ParseComplete (handle_parse),
+// BindComplete and, at its Execute, CommandComplete (a local portal), and the block joins
+// each shard at its first statement there. So a block with nothing but BEGIN so far has
+// no backend and follows a cutover (follow_runtime), as the simple BEGIN's does: its
+// first statement routes by the placement in force (pgbench -M extended / prepared
+// through REBALANCE). A BEGIN inside a pipeline's running batch goes to its shard as
+// before: what precedes it there is in its transaction.
+bool Session::may_hold_begin(const routing::Route& route) const {
+  return route.txn == TxnCommand::begin && fe_.client_txn == 'I' && !in_transaction() && !cur() &&
+         !pump_.active() && !fe_.sent_after_sync && fe_.expect.empty() && bout_.empty() && !fe_.copy_in;
+}
+
+awaitable<bool> Session::hold_extended_begin(const routing::Route& route, std::string_view sql,
+                                             std::string_view portal) {
+  txn_.begin_sql = std::string(sql);
+  fe_.client_txn = 'T';
+  const char* tag = route.txn_options.start ? "START TRANSACTION" : "BEGIN";
+  fe_.local_portal.emplace(Frontend::LocalPortal{std::string(portal), {}, {}, tag});
+  std::string out;
+  proto::encode_bind_complete(out);
+  co_await stream_.write(out);
+  co_return true;
+}
+
 awaitable<std::optional<bool>> Session::savepoint_across_shards(const routing::Route& route, std::string_view sql) {
   const std::string& name = route.names->savepoint;
   auto last = std::find(txn_.savepoints.rbegin(), txn_.savepoints.rend(), name);
@@ -737,6 +763,16 @@ std::string Session::note_session_commands(const std::vector<routing::SessionCom
   return restore;
 }
 
+// A Parse is prepared where the statement will run if its Bind is already here; else
+// anywhere (or on the transaction's backend). A Bind that reads several shards, or an
+// INSERT the proxy rewrites (keys it draws, rows it pulls), needs no Parse on any shard
+// first: each shard gets its statement from the Bind, and the Parse is answered here
+// when nothing is in flight on the backend the session holds (its answers must not
+// overtake earlier ones). (On that backend, the Parse would also fail the transaction
+// there, so that the statement's own error came back as 25P02.) So is the Parse of a
+// held BEGIN (hold_extended_begin), and of a statement whose Bind a cutover will hold
+// (wait_for_moves): taking no backend, a block on no shard yet follows the cutover
+// (follow_runtime), and the Bind prepares the statement where it routes then.
 awaitable<bool> Session::handle_parse(const proto::Frame& f) {
   proto::Reader r(f.body);
   auto name = r.cstr();
@@ -759,13 +795,6 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
   auto& slot = fe_.prepared[std::string(name)] = std::move(p);
   if (name.empty()) ++fe_.unnamed_seq;
 
-  // Prepare where the statement will run if its Bind is already here; else anywhere (or
-  // on the transaction's backend). A Bind that reads several shards, or an INSERT the
-  // proxy rewrites (keys it draws, rows it pulls), needs no Parse on any shard first:
-  // each shard gets its statement from the Bind, and the Parse is answered here when
-  // nothing is in flight on the backend the session holds (its answers must not
-  // overtake earlier ones). (On that backend, the Parse would also fail the transaction
-  // there, so that the statement's own error came back as 25P02.)
   if (!cur() || (fe_.expect.empty() && bout_.empty())) {
     std::size_t shard = kNoShard;
     std::optional<std::size_t> standby;
@@ -780,7 +809,11 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
           KeptShapes keep;
           routing::BoundParams params{bind->params, bind->param_formats, slot.param_types};
           auto route = runtime_->router->route(*slot.plan, params, settings_.routing, shape_lookup(keep));
-          if (auto t = single_target(route); t && !maintains_index(route)) {  // (else run at Execute)
+          take_moves();
+          const bool held = fe_.client_txn != 'E' && moves_.view && held_by_moves(*moves_.view, route);
+          if (may_hold_begin(route) || held) {
+            answer_here = true;  // (or held: hold_extended_begin)
+          } else if (auto t = single_target(route); t && !maintains_index(route)) {  // (else run at Execute)
             shard = *t;
             if (runtime_->standbys && !cur()) standby = co_await read_host(shard, route);
           } else {
@@ -866,8 +899,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   }
   if (!fe_.portals.empty()) fe_.portals.erase(std::string(bind->portal));  // (a new portal of that name)
   auto it = fe_.prepared.find(std::string(bind->statement));
-  if (it == fe_.prepared.end()) {
-    // Unknown statement: let PostgreSQL report it.
+  if (it == fe_.prepared.end()) {  // (an unknown statement: PostgreSQL reports it)
     if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
       fe_.skip_until_sync = true;
       co_return !closing_;
@@ -893,6 +925,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
 
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, true))
     co_return !closing_;
+  if (may_hold_begin(route)) co_return co_await hold_extended_begin(route, p.query(), bind->portal);
   forget_drawn_lastval(route);
   if (route.indexes.lookup) co_await route_through_index(route);
   // As handle_query: the router's order of the special cases.

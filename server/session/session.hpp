@@ -265,6 +265,9 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> run_query_on_shards(const protocol::Frame& f, routing::Route& route, std::string_view sql);
   awaitable<std::optional<bool>> transaction_control(const routing::Route& route, std::string_view sql);
   awaitable<bool> hold_begin(std::string_view sql, bool start);
+  // An extended-protocol BEGIN that starts a batch is held as the simple one is.
+  bool may_hold_begin(const routing::Route& route) const;
+  awaitable<bool> hold_extended_begin(const routing::Route& route, std::string_view sql, std::string_view portal);
   // ROLLBACK TO / RELEASE SAVEPOINT on every shard that has the savepoint; nullopt: not
   // one of the transaction's (a shard answers, as PostgreSQL).
   awaitable<std::optional<bool>> savepoint_across_shards(const routing::Route& route, std::string_view sql);

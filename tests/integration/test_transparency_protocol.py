@@ -26,7 +26,10 @@ are sharded over two shards.
     PREPARED on a key of the second shard; PREPARE TRANSACTION of a transaction on both
     shards is refused with 0A000 and rolls it back; a temp table in transaction mode pins
     the session (it stays visible across transactions while other clients rotate); a
-    cursor over both shards (DECLARE, FETCH, MOVE, CLOSE, WITH HOLD), both pool modes.
+    cursor over both shards (DECLARE, FETCH, MOVE, CLOSE, WITH HOLD), both pool modes;
+  - an extended-protocol BEGIN, which the proxy holds when it starts its batch: the
+    same messages as PostgreSQL's for BEGIN ISOLATION LEVEL (kept), a BEGIN bound but
+    never executed, a named one, and a pipeline BEGIN / INSERT / error / Sync.
 Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
 # test-timeout: 300
@@ -380,10 +383,46 @@ def cursor_over_two_shards():
         c.close()
 
 
+def extended_begin_answered_as_postgresql():
+    """An extended-protocol BEGIN that starts its batch is held by the proxy (answered
+    here; the block joins a shard at its first statement): the client sees what
+    PostgreSQL sends, message by message, with its isolation options kept."""
+    P = pgwire
+    begin = [P.parse_msg("BEGIN ISOLATION LEVEL REPEATABLE READ"), P.bind_msg(), P.describe_msg("P"),
+             P.execute_msg()]
+    batches = [
+        begin + [P.sync_msg()],
+        [P.parse_msg("SHOW transaction_isolation"), P.bind_msg(), P.execute_msg(), P.sync_msg()],
+        [P.parse_msg("ROLLBACK"), P.bind_msg(), P.execute_msg(), P.sync_msg()],
+        [P.parse_msg("BEGIN"), P.bind_msg(), P.sync_msg()],  # never executed: no block
+        [P.parse_msg("BEGIN", "b"), P.sync_msg()],
+        [P.bind_msg(statement="b"), P.execute_msg(), P.sync_msg()],
+        [P.parse_msg("INSERT INTO kv VALUES (90007, 'x')"), P.bind_msg(), P.execute_msg(), P.sync_msg()],
+        [P.parse_msg("ROLLBACK"), P.bind_msg(), P.execute_msg(), P.close_msg("S", "b"), P.sync_msg()],
+        # a pipeline: BEGIN, a write, an error, one Sync
+        begin + [P.parse_msg("INSERT INTO kv VALUES (90008, 'x')"), P.bind_msg(), P.execute_msg(),
+                 P.parse_msg("SELECT 1/0"), P.bind_msg(), P.execute_msg(), P.sync_msg()],
+        [P.parse_msg("ROLLBACK"), P.bind_msg(), P.execute_msg(), P.sync_msg()],
+        [P.parse_msg("SELECT count(*) FROM kv WHERE id IN (90007, 90008)"), P.bind_msg(), P.execute_msg(),
+         P.sync_msg()],
+    ]
+    seen = {}
+    for name, port in (("postgresql", sptest.PG_PORTS[0]), ("proxy", PROXIES["two-transaction"].port)):
+        c = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        seen[name] = []
+        for batch in batches:
+            c.send(batch)
+            seen[name].append([(t, b if t in "DCZE" else b"") for t, b in c.recv_until("Z")])
+        c.close()
+    for i, (want, got) in enumerate(zip(seen["postgresql"], seen["proxy"])):
+        assert got == want, f"batch {i}: PostgreSQL sent {want}, the proxy {got}"
+
+
 TESTS = [session_mode_transactions_are_transactions, extended_set_is_the_sessions_and_does_not_leak,
          syntax_errors_are_postgresqls_own, transaction_verbs_outside_a_transaction_warn,
          reset_goes_back_to_the_startup_value, sql_prepare_execute_routes_by_key, legacy_strings_route_by_key,
-         clients_own_two_phase_commit, temp_table_pins_the_session, cursor_over_two_shards]
+         clients_own_two_phase_commit, temp_table_pins_the_session, cursor_over_two_shards,
+         extended_begin_answered_as_postgresql]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS, setup, teardown))

@@ -255,6 +255,9 @@ awaitable<bool> Session::handle_close(const proto::Frame& f) {
 }
 
 awaitable<bool> Session::handle_sync(const proto::Frame& f) {
+  // A held BEGIN (hold_extended_begin) whose portal was never executed began nothing.
+  if (fe_.local_portal && !cur() && (fe_.local_portal->tag == "BEGIN" || fe_.local_portal->tag == "START TRANSACTION"))
+    reset_transaction();
   fe_.local_portal.reset();
   if (!in_transaction()) fe_.portals.clear();  // (their implicit transaction ends here)
   if (scatter_.portal) {
