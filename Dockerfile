@@ -17,6 +17,8 @@ WORKDIR /src
 COPY deploy/install-deps deploy/install-deps
 RUN ./deploy/install-deps --for build --clean
 COPY . .
+# Compile jobs (deploy/image passes --build-arg JOBS=2); empty: nproc.
+ARG JOBS=
 RUN BUILD_DIR=/build BUILD_TARGET=splitpoint ./deploy/build \
  && install -D -m 0755 /build/splitpoint /out/splitpoint \
  && strip --strip-debug /out/splitpoint \
