@@ -13,6 +13,7 @@
 #     the dashboard and the alerts use is a splitpoint metric;
 #   - the Dockerfile builds with deploy/install-deps and deploy/build, and its runtime
 #     apt-get line covers every library `ldd $SP_BIN` needs (package via dpkg -S);
+#     deploy/image (which builds and runs the image with podman, by hand) parses;
 #   - live: the proxy started with the compose config (shards pointed at PG0/PG1, plus
 #     `catalog: s0` for the moves metrics; the schema is dropped afterwards) answers the HEALTHCHECK command and the probe paths, exposes every metric the
 #     dashboard and alerts use, and Prometheus started with deploy/prometheus/
@@ -153,6 +154,10 @@ if sp:
     mounts = {m["mountPath"]: m["name"] for m in sp.get("volumeMounts", [])}
     need("/etc/splitpoint" in mounts, "splitpoint container: nothing mounted at /etc/splitpoint")
     vols = {v["name"]: v for v in spec.get("volumes", [])}
+    # podman 4.3's `play kube` (deploy/image) crashes on a Secret volume without it.
+    for v in vols.values():
+        if "secret" in v:
+            need("optional" in v["secret"], f"Secret volume {v['name']}: spell out optional: (podman play kube)")
     vol = vols.get(mounts.get("/etc/splitpoint"), {})
     need((vol.get("configMap") or {}).get("name") == cm.get("metadata", {}).get("name"),
          "the /etc/splitpoint volume is not the ConfigMap")
@@ -482,6 +487,8 @@ sys.exit(1 if errors else 0)
 PY
 
 # ---------------------------------------------------------------- Dockerfile
+# deploy/image builds and runs the image for real (by hand: root, podman, a compile).
+check "deploy/image is executable and parses (bash -n)" bash -c '[[ -x deploy/image ]] && bash -n deploy/image'
 check "Dockerfile: stages, build scripts, user, ports, healthcheck, entrypoint; .dockerignore" "$PY" - <<'PY'
 import fnmatch, json, re, shlex, sys
 errors = []
