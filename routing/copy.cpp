@@ -12,6 +12,7 @@
 #include <cstring>
 #include <utility>
 
+#include "routing/chars.hpp"
 #include "routing/pg_tree.hpp"
 
 namespace splitpoint::routing {
@@ -194,13 +195,6 @@ std::uint32_t be32(const std::string& b, std::size_t at) {
 
 std::int16_t be16(const std::string& b, std::size_t at) {
   return static_cast<std::int16_t>((static_cast<unsigned char>(b[at]) << 8) | static_cast<unsigned char>(b[at + 1]));
-}
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 bool is_octal(char c) { return c >= '0' && c <= '7'; }

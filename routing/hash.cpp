@@ -2,6 +2,7 @@
 // adapted it (src/common/hashfn.c): a 64-bit result (b << 32 | c) and a seed folded
 // in as an extra mixing round. Input rules follow the types' input/receive functions.
 #include "routing/hash.hpp"
+#include "routing/chars.hpp"
 
 #include <array>
 #include <bit>
@@ -140,13 +141,6 @@ std::optional<std::string_view> stored_text(std::string_view s, std::int32_t max
   for (std::size_t i = cut; i < s.size(); ++i)
     if (s[i] != ' ') return std::nullopt;
   return s.substr(0, cut);
-}
-
-int hex_value(char ch) {
-  if (ch >= '0' && ch <= '9') return ch - '0';
-  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-  return -1;
 }
 
 // uuid_in (string_to_uuid): optional braces around 32 hex digits, with an optional

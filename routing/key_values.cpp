@@ -1,4 +1,5 @@
 #include "routing/key_values.hpp"
+#include "routing/chars.hpp"
 
 #include <cstdio>
 
@@ -20,7 +21,6 @@ std::int64_t read_be(std::string_view b) {
   return static_cast<std::int64_t>(v);
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 // Days since 1970-01-01 -> year/month/day (proleptic Gregorian).
 void civil_from_days(std::int64_t z, std::int64_t& y, unsigned& m, unsigned& d) {

@@ -1,4 +1,5 @@
 #include "routing/literal_slots.hpp"
+#include "routing/chars.hpp"
 
 #include <algorithm>
 
@@ -6,7 +7,6 @@ namespace splitpoint::routing {
 
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 class Slotter {
  public:

@@ -2,6 +2,7 @@
 
 #include <pg_query.h>
 
+#include "routing/chars.hpp"
 #include "routing/pg_tree.hpp"
 
 namespace splitpoint::routing {
@@ -14,7 +15,6 @@ bool is_word_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
 }
 char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 class Words {
  public:

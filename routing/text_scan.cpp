@@ -1,4 +1,5 @@
 #include "routing/text_scan.hpp"
+#include "routing/chars.hpp"
 
 #include <algorithm>
 #include <array>
@@ -9,7 +10,6 @@ namespace splitpoint::routing {
 
 namespace {
 
-constexpr bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 constexpr bool is_digit(char c) { return c >= '0' && c <= '9'; }
 constexpr bool is_ident_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || static_cast<unsigned char>(c) >= 0x80;

@@ -215,7 +215,7 @@ bool IndexKeeper::pass() {
 
 namespace {
 
-using Connections = std::vector<std::unique_ptr<pqxx::connection>>;
+using ShardConnections = std::vector<std::unique_ptr<pqxx::connection>>;
 
 // The indexed columns' and the key's types, as the table declares them (the entries
 // compare as the table's own columns do); nullopt and `why` when one is missing.
@@ -246,7 +246,7 @@ std::string entry_columns(const config::Index& ix) {
 
 // The entries (made if missing) emptied, then the trigger on every shard, its comment
 // cleared (not built yet).
-void install(Connections& conns, const config::Index& ix, const std::vector<std::string>& types) {
+void install(ShardConnections& conns, const config::Index& ix, const std::vector<std::string>& types) {
   std::string definition, pkey;
   for (std::size_t i = 0; i < ix.columns.size(); ++i) {
     definition += ident(ix.columns[i]) + " " + types[i] + " NOT NULL, ";
@@ -291,7 +291,7 @@ std::string duplicates(pqxx::work& w, const config::Index& ix, const std::string
 // each shard's read FOR SHARE until its entries are written.
 void IndexKeeper::build(const config::Config& cfg, const config::Index& ix, Status& st) {
   const auto rt = proxy_.runtime();
-  Connections conns;
+  ShardConnections conns;
   for (const auto& shard : cfg.shards) conns.push_back(std::make_unique<pqxx::connection>(shard_dsn(cfg, shard)));
   auto types = column_types(*conns.front(), ix, st.detail);
   if (!types) {
@@ -375,7 +375,7 @@ IndexKeeper::Check IndexKeeper::check(const std::string& name, bool repair) cons
     not_null += (i ? " AND " : "") + ident(ix.columns[i]) + " IS NOT NULL";
   }
   values += "(" + ident(ix.key_column) + ")::text";
-  Connections conns;
+  ShardConnections conns;
   for (const auto& shard : cfg.shards) conns.push_back(std::make_unique<pqxx::connection>(shard_dsn(cfg, shard)));
   using Tuple = std::vector<std::string>;
   std::map<Tuple, std::size_t> entries;  // -> the shard it is on
