@@ -494,6 +494,8 @@ awaitable<bool> Session::authenticate() {
     }
     case config::AuthMethod::scram_sha_256:
       co_return co_await authenticate_scram(user);
+    case config::AuthMethod::passthrough:
+      break;  // (resolved above to md5 or SCRAM by the user's verifier)
   }
   co_return false;
 }
