@@ -523,8 +523,8 @@ need(final["from"].split()[0] in ("debian:12-slim", "debian:bookworm-slim"), f"r
 runs = " && ".join(r for k, r in build["instrs"] if k == "RUN")
 need(re.search(r"(^|[\s&;])\./deploy/install-deps --for build --clean\b", runs),
      "build stage does not run ./deploy/install-deps --for build --clean")
-need(re.search(r"\bBUILD_DIR=/build BUILD_TARGET=splitpoint \./deploy/build\b", runs),
-     "build stage does not run BUILD_DIR=/build BUILD_TARGET=splitpoint ./deploy/build")
+need(re.search(r"\bBUILD_DIR=/build (BUILD_TYPE=\w+ )?BUILD_TARGET=splitpoint \./deploy/build\b", runs),
+     "build stage does not run BUILD_DIR=/build [BUILD_TYPE=...] BUILD_TARGET=splitpoint ./deploy/build")
 need(runs.find("install-deps") < runs.find("deploy/build"), "install-deps must run before deploy/build")
 fin = final["instrs"]
 def values(kind):
