@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "protocol/buffer.hpp"
 #include "server/net/scatter_io.hpp"
 
 namespace splitpoint::server::user_types {
@@ -44,10 +45,7 @@ std::unordered_map<std::string, std::int32_t> parse_types(const std::string& tex
   return out;
 }
 
-std::int32_t read_i32(const char* p) {
-  return static_cast<std::int32_t>((std::uint32_t(std::uint8_t(p[0])) << 24) | (std::uint32_t(std::uint8_t(p[1])) << 16) |
-                                   (std::uint32_t(std::uint8_t(p[2])) << 8) | std::uint32_t(std::uint8_t(p[3])));
-}
+using protocol::read_i32;
 
 void write_i32(char* p, std::int32_t v) {
   const auto u = static_cast<std::uint32_t>(v);
@@ -118,11 +116,10 @@ bool names_user_type(char type, std::string_view body) {
 }
 
 void rewrite(const std::string& shard, const std::string& catalog, char type, std::string_view body, std::string& out) {
-  const std::size_t start = out.size() + 5;
-  out.push_back(type);
-  out.resize(start);
-  write_i32(out.data() + start - 4, static_cast<std::int32_t>(body.size() + 4));
-  out.append(body);
+  const std::size_t start = out.size() + 5;  // (the body's first byte: after the type and the length)
+  protocol::Writer message(out, type);
+  message.bytes(body);
+  message.finish();
   std::lock_guard lock(maps_mutex);
   Map& map = maps[{shard, catalog}];
   each_type_offset(type, body, [&](std::size_t at) {

@@ -16,6 +16,7 @@
 #include "protocol/sqlstate.hpp"
 #include "server/session/execute/scatter_read.hpp"
 #include "server/net/wire.hpp"
+#include "server/session/user_types.hpp"
 
 namespace splitpoint::server {
 
@@ -89,7 +90,6 @@ void ScatterRead::take_combine(ParallelAcquire& acquiring) {
 // enum, a composite: OID 16384 and above) it would not know: refused. Appends the
 // statements to `copy`; false: refused (the statement failed).
 bool ScatterRead::create_from(const routing::CombinePull& pull, std::string& copy) {
-  constexpr std::int32_t kFirstNormalObjectId = 16384;
   constexpr std::string_view kTag = "$sp_combine$";
   auto fields = proto::RowDescription::decode(frame_body_);
   if (!fields || fields->fields.empty()) {
@@ -99,7 +99,7 @@ bool ScatterRead::create_from(const routing::CombinePull& pull, std::string& cop
   std::string columns;
   for (const auto& f : fields->fields) {
     const std::string column = "column \"" + std::string(f.name) + "\" of " + pull.table;
-    if (static_cast<std::uint32_t>(f.type_oid) >= kFirstNormalObjectId) {
+    if (user_types::is_user_type(f.type_oid)) {
       fail(sqlstate::feature_not_supported,
            column + " is of a type made on the shards (OID " + std::to_string(static_cast<std::uint32_t>(f.type_oid)) +
                "), which scatter.combine's database of its own does not have; combine on a shard instead");

@@ -11,6 +11,7 @@
 #include "protocol/sqlstate.hpp"
 #include "server/net/scatter_io.hpp"
 #include "server/net/wire.hpp"
+#include "server/session/user_types.hpp"
 
 namespace splitpoint::server {
 
@@ -21,13 +22,10 @@ namespace {
 constexpr std::size_t kClientFlushBytes = 64 * 1024;
 constexpr std::size_t kDeferredAnswerBytes = 4096;
 
-// Types made by CREATE TYPE (an enum, a domain, a composite: OID 16384 and above) have
-// each shard's own OID, as tables do; built-in types must be the same.
-bool is_user_type(std::int32_t oid) {
-  constexpr std::uint32_t kFirstNormalObjectId = 16384;
-  return static_cast<std::uint32_t>(oid) >= kFirstNormalObjectId;
-}
+using user_types::is_user_type;
 
+// Types made by CREATE TYPE (user_types::is_user_type) have each shard's own OID, as
+// tables do; built-in types must be the same.
 bool same_type(std::int32_t x, std::int32_t y) { return x == y || (is_user_type(x) && is_user_type(y)); }
 
 bool has_user_type(const proto::RowDescription& fields) {
