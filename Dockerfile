@@ -5,7 +5,8 @@
 #     -v "$PWD/splitpoint.yaml:/etc/splitpoint/splitpoint.yaml:ro" splitpoint:0.1.0
 #
 # The build stage runs the same scripts as tests/run (deploy/install-deps, then
-# deploy/build), so what the tests built is what ships. The runtime stage installs only
+# deploy/build), so the sources and optimisation the tests built are what ships (without
+# their debug info: see the build stage). The runtime stage installs only
 # the shared libraries `ldd splitpoint` names; tests/integration/test_deploy_files.sh
 # fails when the binary needs a library whose package is missing from the list below.
 
