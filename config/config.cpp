@@ -70,7 +70,8 @@ void Loader::load_scatter(const Entry& e) {
 }
 
 void Loader::load_moves(const Entry& e) {
-  auto f = mapping(e, {"max_hold", "poll", "lease", "verify", "auto_split", "auto_split_window", "auto_split_interval"});
+  auto f = mapping(e, {"max_hold", "poll", "lease", "verify", "auto_split", "auto_merge", "auto_split_window",
+                       "auto_split_interval"});
   if (!f) return;
   Moves& m = cfg_.moves;
   if (const Entry* v = f->get("max_hold")) assign(m.max_hold, duration(*v, false));
@@ -78,12 +79,14 @@ void Loader::load_moves(const Entry& e) {
   if (const Entry* v = f->get("lease")) assign(m.lease, duration(*v, false));
   if (const Entry* v = f->get("verify")) assign(m.verify, boolean(*v));
   if (m.lease <= m.poll * 2) error(e.line(), "moves.lease must be more than twice moves.poll");
-  if (const Entry* v = f->get("auto_split")) {
-    using A = Moves::AutoSplit;
-    assign(m.auto_split, choice<A>(*v, {{"off", A::off}, {"advise", A::advise}, {"on", A::on}}));
-    if (m.auto_split != A::off && !cfg_.has_catalog())
-      error(*v, "moves.auto_split splits and moves partitions through the catalog: set catalog: too");
-  }
+  for (const char* key : {"auto_split", "auto_merge"})
+    if (const Entry* v = f->get(key)) {
+      using A = Moves::AutoSplit;
+      A& mode = key == std::string_view("auto_split") ? m.auto_split : m.auto_merge;
+      assign(mode, choice<A>(*v, {{"off", A::off}, {"advise", A::advise}, {"on", A::on}}));
+      if (mode != A::off && !cfg_.has_catalog())
+        error(*v, std::string("moves.") + key + " changes partitions through the catalog: set catalog: too");
+    }
   if (const Entry* v = f->get("auto_split_window")) assign(m.auto_split_window, duration(*v, false));
   if (const Entry* v = f->get("auto_split_interval")) assign(m.auto_split_interval, duration(*v, false));
 }

@@ -185,6 +185,9 @@ struct Moves {
   // and moves the hotter half), at most once per auto_split_interval.
   enum class AutoSplit : std::uint8_t { off, advise, on };
   AutoSplit auto_split = AutoSplit::off;
+  // SPEC §13: the same for cold neighbours on one shard (merge_advice in
+  // server/state/auto_split.hpp), at most one merge per auto_split_interval.
+  AutoSplit auto_merge = AutoSplit::off;
   Duration auto_split_window{60000};
   Duration auto_split_interval{600000};
 };

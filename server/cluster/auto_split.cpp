@@ -1,12 +1,14 @@
-// Automatic splits (SPEC §13, moves.auto_split): a thread of the catalog that, on the
-// proxy holding the auto-split lease (a session advisory lock on the catalog database:
-// one proxy at a time, handed over when its connection ends), looks at this proxy's
-// partition counters every quarter window (100 ms to 1 s), computes SHOW SPLIT ADVICE
-// over the last window's load, and turns advice that held for a whole window
-// (server/state/auto_split.hpp) into SPLIT RANGE at the median of the sampled keys or
-// SPLIT PARTITION, then MOVE PARTITION of the hotter half to the least-loaded shard:
-// the admin console's own commands (change_range, split_partition, plan_move). `advise`
-// only logs; monotonic keys are never split, only logged. docs/operations.md.
+// Automatic splits and merges (SPEC §13, moves.auto_split, moves.auto_merge): a thread of
+// the catalog that, on the proxy holding the auto-split lease (a session advisory lock on
+// the catalog database: one proxy at a time, handed over when its connection ends), looks
+// at this proxy's partition counters every quarter window (100 ms to 1 s), computes SHOW
+// SPLIT ADVICE and the cold neighbours over the last window's load, and turns advice that
+// held for a whole window (server/state/auto_split.hpp) into SPLIT RANGE at the median of
+// the sampled keys or SPLIT PARTITION, then MOVE PARTITION of the hotter half to the
+// least-loaded shard; cold neighbours on one shard into MERGE RANGE / MERGE PARTITION
+// (metadata only: their rows are on that shard already): the admin console's own
+// commands (change_range, split_partition, merge_partition, plan_move). `advise` only
+// logs; monotonic keys are never split, only logged. docs/operations.md.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -39,6 +41,25 @@ void note(const AutoSplitAction& a) {
 }
 
 }  // namespace
+
+// Merges cold neighbours (mode on) or says it would (advise).
+void Catalog::auto_merge_act(const AutoSplitAction& a, config::Moves::AutoSplit mode) {
+  const auto& d = a.advice.distribution;
+  const bool range = a.kind == Kind::merge_range;
+  const std::string merge = range ? "MERGE RANGE " + d + " AT " + a.advice.split_at
+                                  : "MERGE PARTITION " + d + ":" + std::to_string(*a.advice.partition);
+  if (mode == AutoSplit::advise) {
+    spdlog::info("auto merge (advise): would {}: {}", merge, a.figures);
+    return;
+  }
+  spdlog::info("auto merge: {}: {}", merge, a.figures);
+  try {
+    if (range) change_range(d, a.advice.split_at, false);
+    else merge_partition(d, *a.advice.partition);
+  } catch (const std::exception& e) {
+    spdlog::warn("auto merge: {} refused: {}", merge, e.what());
+  }
+}
 
 // Splits (mode on) or says it would (advise); the hotter half's move is queued with the
 // figures as its reason (SHOW MOVES).
@@ -75,7 +96,7 @@ void Catalog::auto_split_loop() {
     const auto rt = server_.runtime();
     const auto& m = rt->config.moves;
     const auto tick = std::clamp<config::Duration>(m.auto_split_window / 4, 100ms, 1000ms);
-    if (m.auto_split == AutoSplit::off) {
+    if (m.auto_split == AutoSplit::off && m.auto_merge == AutoSplit::off) {
       if (lease) spdlog::info("auto split: off; lease given up");
       lease.reset();
       state = AutoSplitState();
@@ -87,8 +108,10 @@ void Catalog::auto_split_loop() {
         auto c = connect_catalog();
         if (pqxx::nontransaction(*c).exec("SELECT pg_try_advisory_lock(hashtext('splitpoint auto split'))")[0][0].as<bool>()) {
           lease = std::move(c);
-          spdlog::info("auto split: this proxy holds the auto-split lease ({}, window {} ms, interval {} ms)",
-                       m.auto_split == AutoSplit::on ? "on" : "advise", m.auto_split_window.count(),
+          auto name = [](AutoSplit x) { return x == AutoSplit::on ? "on" : x == AutoSplit::advise ? "advise" : "off"; };
+          spdlog::info("auto split: this proxy holds the auto-split lease (splits {}, merges {}, window {} ms, "
+                       "interval {} ms)",
+                       name(m.auto_split), name(m.auto_merge), m.auto_split_window.count(),
                        m.auto_split_interval.count());
         }
       } else {
@@ -99,9 +122,14 @@ void Catalog::auto_split_loop() {
         state.observe(std::chrono::steady_clock::now(), rt->moves->epoch, metrics.partitions(rt->config, *rt->slots),
                       m.auto_split_window);
         if (auto load = state.window_load()) {
-          const auto advice = split_advice(rt->config, *load, {}, metrics.key_trends(rt->config));
+          std::vector<SplitAdvice> advice;
+          if (m.auto_split != AutoSplit::off)
+            advice = split_advice(rt->config, *load, {}, metrics.key_trends(rt->config));
+          if (m.auto_merge != AutoSplit::off)
+            for (auto& cold : merge_advice(rt->config, *load)) advice.push_back(std::move(cold));
           for (const auto& a : state.decide(rt->config, advice, m.auto_split_interval)) {
-            auto_split_act(a, m.auto_split);
+            if (a.kind == Kind::merge_range || a.kind == Kind::merge_hash) auto_merge_act(a, m.auto_merge);
+            else auto_split_act(a, m.auto_split);
             state.done(a);
           }
         }

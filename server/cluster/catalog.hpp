@@ -208,9 +208,10 @@ class Catalog {
   void follow();
   void follow_once(pqxx::connection& c);
   void mover_loop();
-  // moves.auto_split (SPEC §13, server/cluster/auto_split.cpp).
+  // moves.auto_split and moves.auto_merge (SPEC §13, server/cluster/auto_split.cpp).
   void auto_split_loop();
   void auto_split_act(const AutoSplitAction& a, config::Moves::AutoSplit mode);
+  void auto_merge_act(const AutoSplitAction& a, config::Moves::AutoSplit mode);
   void sweep_views();
   // The file's distribution of that name with method `method`; SPA01 otherwise (`what`
   // names the command).

@@ -12,18 +12,90 @@ double seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 bool is_monotonic(const SplitAdvice& a) { return a.reason == "monotonic" || a.reason == "last_range"; }
 
 std::string figures(const SplitAdvice& a, double window_s, double held_s) {
-  const char* what = a.reason == "queries" ? "the statements" : "the rows written";
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%s:%u on %s had %.2f of %s over the last %.1f s (%.1f times an even share), "
-                "advised for %.1f s", a.distribution.c_str(), a.partition.value_or(0), a.shard.c_str(), a.share, what,
-                window_s, a.even, held_s);
+  char buf[320];
+  if (a.reason == "cold")
+    std::snprintf(buf, sizeof buf, "%s:%u and its neighbour on %s had together at most %.3f of the statements and "
+                  "of the rows written over the last %.1f s (%.2f times an even share), cold for %.1f s",
+                  a.distribution.c_str(), a.partition.value_or(0), a.shard.c_str(), a.share, window_s, a.even, held_s);
+  else
+    std::snprintf(buf, sizeof buf, "%s:%u on %s had %.2f of %s over the last %.1f s (%.1f times an even share), "
+                  "advised for %.1f s", a.distribution.c_str(), a.partition.value_or(0), a.shard.c_str(), a.share,
+                  a.reason == "queries" ? "the statements" : "the rows written", window_s, a.even, held_s);
   return buf;
+}
+
+// The two partitions of `d` one merge would make one, lower number first: range p and
+// p + 1; hash p and its sibling, when p's modulus is above the distribution's smallest.
+std::optional<std::pair<std::uint32_t, std::uint32_t>> merge_pair(const config::Distribution& d, std::uint32_t p) {
+  if (d.method == config::Method::range) {
+    if (p + 1 >= d.ranges.size()) return std::nullopt;
+    return std::pair{p, p + 1};
+  }
+  if (d.method != config::Method::hash || d.hash_parts.empty()) return std::nullopt;
+  std::uint32_t smallest = d.hash_parts[0].modulus;
+  for (const auto& h : d.hash_parts) smallest = std::min(smallest, h.modulus);
+  const auto hp = d.hash_parts[p];
+  if (hp.modulus <= smallest || hp.modulus % 2) return std::nullopt;
+  const config::HashPartition sibling{hp.modulus, (hp.remainder + hp.modulus / 2) % hp.modulus};
+  for (std::uint32_t q = 0; q < d.hash_parts.size(); ++q)
+    if (q != p && d.hash_parts[q].modulus == sibling.modulus && d.hash_parts[q].remainder == sibling.remainder)
+      return std::pair{std::min(p, q), std::max(p, q)};
+  return std::nullopt;  // (the sibling was split again: its halves merge first)
+}
+
+std::size_t shard_of(const config::Distribution& d, std::uint32_t p) {
+  return d.method == config::Method::range ? d.ranges[p].shard : d.placement[p];
 }
 
 }  // namespace
 
+std::vector<SplitAdvice> merge_advice(const config::Config& config, const std::vector<Metrics::PartitionRow>& load) {
+  std::vector<SplitAdvice> out;
+  for (const auto& d : config.distributions) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> counts;  // by partition: statements, rows written
+    std::uint64_t queries = 0, writes = 0;
+    for (const auto& r : load)
+      if (r.distribution == d.name) {
+        if (r.partition >= counts.size()) counts.resize(r.partition + 1);
+        counts[r.partition] = {r.queries, r.writes};
+        queries += r.queries;
+        writes += r.writes;
+      }
+    if (queries < kSplitAdviceMinimum || counts.size() < 2) continue;
+    const double parts = static_cast<double>(counts.size());
+    for (std::uint32_t p = 0; p < counts.size(); ++p) {
+      const auto pair = merge_pair(d, p);
+      if (!pair || pair->first != p || pair->second >= counts.size()) continue;
+      if (shard_of(d, pair->first) != shard_of(d, pair->second)) continue;
+      const auto [a, b] = *pair;
+      const double q = static_cast<double>(counts[a].first + counts[b].first) / static_cast<double>(queries);
+      const double w = writes ? static_cast<double>(counts[a].second + counts[b].second) / static_cast<double>(writes)
+                              : 0.0;
+      const double share = std::max(q, w);
+      if (share >= kAutoMergeCold / parts) continue;
+      SplitAdvice m;
+      m.distribution = d.name;
+      m.partition = a;
+      m.shard = config.shards[shard_of(d, a)].name;
+      m.reason = "cold";
+      m.share = share;
+      m.even = share * parts;
+      if (d.method == config::Method::range) {
+        m.split_at = *d.ranges[a].upto;
+        m.advice = "merge it with the next range (MERGE RANGE " + d.name + " AT " + m.split_at + ")";
+      } else {
+        m.advice = "merge it with its other half (MERGE PARTITION " + d.name + ":" + std::to_string(a) + ")";
+      }
+      out.push_back(std::move(m));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.share < y.share; });
+  return out;
+}
+
 AutoSplitState::Key AutoSplitState::key_of(const SplitAdvice& a) {
-  return {a.distribution, a.partition.value_or(0), is_monotonic(a)};
+  const What what = a.reason == "cold" ? What::merge : is_monotonic(a) ? What::monotonic : What::split;
+  return {a.distribution, a.partition.value_or(0), what};
 }
 
 void AutoSplitState::observe(Clock::time_point now, std::int64_t epoch, Rows rows, config::Duration window) {
@@ -59,10 +131,11 @@ std::vector<AutoSplitAction> AutoSplitState::decide(const config::Config& config
   const double window_s = seconds(looks_.back().at - looks_.front().at);
   std::map<Key, const SplitAdvice*> present;
   for (const auto& a : advice)
-    if (a.partition && (is_monotonic(a) || a.reason == "queries" || a.reason == "rows_written"))
+    if (a.partition && (is_monotonic(a) || a.reason == "queries" || a.reason == "rows_written" || a.reason == "cold"))
       present.emplace(key_of(a), &a);
   std::erase_if(since_, [&](const auto& e) { return !present.count(e.first); });
   std::optional<AutoSplitAction> split;  // the one with the largest share
+  std::optional<AutoSplitAction> merge;  // the coldest
   for (const auto& [key, a] : present) {
     const auto since = since_.try_emplace(key, now).first->second;
     if (now - since < window_) continue;
@@ -72,7 +145,14 @@ std::vector<AutoSplitAction> AutoSplitState::decide(const config::Config& config
     if (!d || d->method == config::Method::list) continue;  // (a list partition is not split)
     AutoSplitAction act{AutoSplitAction::Kind::split_range, *a, seconds(now - since), ""};
     act.figures = figures(*a, window_s, act.held_s);
-    if (std::get<2>(key)) act.kind = AutoSplitAction::Kind::monotonic;
+    if (std::get<2>(key) == What::merge) {
+      act.kind = d->method == config::Method::range ? AutoSplitAction::Kind::merge_range
+                                                    : AutoSplitAction::Kind::merge_hash;
+      if ((!last_merge_ || now - *last_merge_ >= interval) && (!merge || a->share < merge->advice.share))
+        merge = std::move(act);
+      continue;
+    }
+    if (std::get<2>(key) == What::monotonic) act.kind = AutoSplitAction::Kind::monotonic;
     else if (d->method == config::Method::hash) act.kind = AutoSplitAction::Kind::split_hash;
     else if (a->split_at.empty()) act.kind = AutoSplitAction::Kind::no_value;
     if (act.kind == AutoSplitAction::Kind::split_range || act.kind == AutoSplitAction::Kind::split_hash) {
@@ -82,6 +162,7 @@ std::vector<AutoSplitAction> AutoSplitState::decide(const config::Config& config
       out.push_back(std::move(act));
     }
   }
+  if (merge) out.push_back(std::move(*merge));
   if (split) out.push_back(std::move(*split));
   return out;
 }
@@ -92,6 +173,8 @@ void AutoSplitState::done(const AutoSplitAction& a) {
   since_[key_of(a.advice)] = now;
   if (a.kind == AutoSplitAction::Kind::split_range || a.kind == AutoSplitAction::Kind::split_hash)
     last_split_ = now;
+  else if (a.kind == AutoSplitAction::Kind::merge_range || a.kind == AutoSplitAction::Kind::merge_hash)
+    last_merge_ = now;
   else
     noted_[key_of(a.advice)] = now;
 }

@@ -1,8 +1,9 @@
-// Automatic splits (SPEC §13, moves.auto_split): the load of the last window, taken from
-// the partition counters SHOW PARTITIONS reads; the split advice (split_advice.hpp)
-// that has named the same partition at every look for a whole window (the hysteresis);
-// and what to do about it, at most one split per interval (the rate limit). Pure: no
-// I/O, unit-tested. server/cluster/auto_split.cpp looks, decides and acts.
+// Automatic splits and merges (SPEC §13, moves.auto_split and moves.auto_merge): the load
+// of the last window, taken from the partition counters SHOW PARTITIONS reads; the split
+// advice (split_advice.hpp) or cold neighbours (merge_advice below) that have named the
+// same partition at every look for a whole window (the hysteresis); and what to do about
+// them, at most one split and one merge per interval (the rate limit). Pure: no I/O,
+// unit-tested. server/cluster/auto_split.cpp looks, decides and acts.
 #pragma once
 
 #include <chrono>
@@ -26,6 +27,8 @@ struct AutoSplitAction {
     split_hash,   // SPLIT PARTITION dist:part, then the new half to `advice.move_to`
     monotonic,    // keys only increase there (or seem to): hash or salt, never split
     no_value,     // a hot range without a split value (too few sampled keys, or one key)
+    merge_range,  // MERGE RANGE dist AT advice.split_at (cold neighbours on one shard)
+    merge_hash,   // MERGE PARTITION dist:part (cold halves of a split, on one shard)
   };
   Kind kind = Kind::split_range;
   SplitAdvice advice;  // as computed over the window: its share and times_even
@@ -34,6 +37,17 @@ struct AutoSplitAction {
   // the rows written over the last 2.0 s (1.9 times an even share), advised for 2.0 s".
   std::string figures;
 };
+
+// Cold neighbours (moves.auto_merge): two partitions one merge makes one — adjacent
+// ranges, or the two halves SPLIT PARTITION made of a hash partition (a modulus above the
+// distribution's smallest: what was split, never the file's own partitions) — on one
+// shard, that together had less than kAutoMergeCold of an even share (1/partitions) of
+// the distribution's statements and of its rows written over the window, in a
+// distribution with at least kSplitAdviceMinimum statements in it (no traffic tells
+// nothing). Reason "cold"; `partition` the lower number; `split_at` a range merge's
+// bound; `share` the pair's larger share of the two counts. The coldest pair first.
+inline constexpr double kAutoMergeCold = 0.5;
+std::vector<SplitAdvice> merge_advice(const config::Config& config, const std::vector<Metrics::PartitionRow>& load);
 
 class AutoSplitState {
  public:
@@ -49,8 +63,10 @@ class AutoSplitState {
   // The advice computed from window_load() at the last look. Returns what to do about
   // the advice that has named the same partition (for splitting, or as monotonic) at
   // every look for at least a window: at most one split (the largest share), and none
-  // within `interval` of the last one, nor without another shard to move to; a note
-  // (monotonic, no_value) at most once per interval per partition. Splits come last.
+  // within `interval` of the last one, nor without another shard to move to; at most one
+  // merge (the coldest, advice reason "cold"), none within `interval` of the last one;
+  // a note (monotonic, no_value) at most once per interval per partition. Splits and
+  // merges come last.
   std::vector<AutoSplitAction> decide(const config::Config& config, const std::vector<SplitAdvice>& advice,
                                       config::Duration interval);
   // `a` was acted on (or logged) at the last look: its advice must hold a window again.
@@ -61,7 +77,8 @@ class AutoSplitState {
     Clock::time_point at;
     Rows rows;
   };
-  using Key = std::tuple<std::string, std::uint32_t, bool>;  // distribution, partition, monotonic
+  enum class What : std::uint8_t { split, monotonic, merge };
+  using Key = std::tuple<std::string, std::uint32_t, What>;  // distribution, partition, what about it
   static Key key_of(const SplitAdvice& a);
 
   std::int64_t epoch_ = -1;
@@ -69,7 +86,7 @@ class AutoSplitState {
   std::deque<Look> looks_;
   std::map<Key, Clock::time_point> since_;  // advice present at every look since
   std::map<Key, Clock::time_point> noted_;  // the last note about it
-  std::optional<Clock::time_point> last_split_;
+  std::optional<Clock::time_point> last_split_, last_merge_;
 };
 
 }  // namespace splitpoint::server

@@ -6,6 +6,7 @@
     QUICK=1 tests/bench/indexes.py         # smoke run, about 2 minutes
     CLIENTS="1 4 16" ROUNDS=5 tests/bench/indexes.py
     PHASES=reads READ_MODES=prepared tests/bench/indexes.py
+    PHASES=backfill ROWS=1000000 tests/bench/indexes.py   # the build under writes (#47)
 
 Two PostgreSQL 15 instances (tests/lib/pg.sh, free ports under $BENCH_WORK) and two
 splitpoints over 4 shards each, shard i on instance i % 2 (two databases per instance
@@ -22,6 +23,13 @@ partitioning puts in its partitions (satisfies_hash_partition on a scratch table
 tests/bench/run trims). The index proxy builds its entries at start; the run waits for
 `SHOW INDEXES` to say ready (the build time is reported), then checks through both
 proxies that point reads by id and by email find the rows (placement and index).
+
+Phase `backfill` (alone: only the index proxy): BUILD_WRITERS (4) clients write through the
+index proxy from its start until `SHOW INDEXES` says ready — 60% inserts of new users,
+20% updates of a loaded row's email, 20% deletes of loaded rows, those two only of ids
+above READ_MAX (90% of ROWS) — then `CHECK INDEX` must find nothing missing and no
+orphan (and the final check below compares every entry with every row). INDEX_TIMEOUT
+(1800 s) bounds the build.
 
 Phase `reads`: `SELECT * FROM users WHERE email = <random existing email>`, each result
 checked (exactly the row of that id), READ_MODES: `simple` (psycopg2: the value is a
@@ -85,12 +93,17 @@ CLIENTS = [int(x) for x in env("CLIENTS", "1 8").split()]
 WRITE_CLIENTS = [int(x) for x in env("WRITE_CLIENTS", " ".join(map(str, CLIENTS))).split()]
 READ_MODES = env("READ_MODES", "simple prepared").split()
 PHASES = env("PHASES", "reads writes").split()
+BUILD_WRITERS = int(env("BUILD_WRITERS", "4"))
 PARTITIONS = int(env("PARTITIONS", "16"))
 POOL_SIZE = int(env("POOL_SIZE", "20"))
 SP_WORKERS = int(env("SP_WORKERS", "0"))
 SP_LOG_LEVEL = env("SP_LOG_LEVEL", "warn")
 SHARDS = 4
-TARGETS = ("index", "scatter")
+# Phase `backfill` alone needs no scatter proxy to compare with.
+TARGETS = ("index", "scatter") if {"reads", "writes"} & set(PHASES) else ("index",)
+# With `backfill`, its writers update and delete only the loaded rows above READ_MAX, so
+# that reads and the answers' check keep finding the rows below it unchanged.
+READ_MAX = ROWS * 9 // 10 if "backfill" in PHASES else ROWS
 INDEX = "users_email_key"
 READ_SQL = "SELECT * FROM users WHERE email = %s"
 WRITE_SQL = "INSERT INTO users VALUES (%s, %s, %s)"
@@ -197,8 +210,22 @@ def client(kind, mode, port, seed, id_base, ready_q, go, deadline, out_q):
     next_id = id_base
     perf = time.perf_counter
     while time.monotonic() < end:
-        if kind == "read":
-            key = rnd.randint(1, ROWS)
+        if kind == "churn":  # while the index builds: until the lead says stop
+            end = deadline.value
+            r = rnd.random()
+            if r < 0.6:
+                next_id += 1
+                key = next_id
+                sql, args = WRITE_SQL, (key, f"new{key}@example.com", f"city{key % 1000}")
+            elif r < 0.8:
+                key = rnd.randint(READ_MAX + 1, ROWS)
+                sql, args = "UPDATE users SET email = %s WHERE id = %s", (f"moved{key}-{seed}-{next_id}@example.com", key)
+                next_id += 1
+            else:
+                key = rnd.randint(READ_MAX + 1, ROWS)
+                sql, args = "DELETE FROM users WHERE id = %s", (key,)
+        elif kind == "read":
+            key = rnd.randint(1, READ_MAX)
             args = (email_of(key),)
         else:
             next_id += 1
@@ -206,7 +233,9 @@ def client(kind, mode, port, seed, id_base, ready_q, go, deadline, out_q):
             args = (key, f"new{key}@example.com", f"city{key % 1000}")
         t0 = perf()
         try:
-            if kind == "read":
+            if kind == "churn":
+                cur.execute(sql, args)
+            elif kind == "read":
                 if mode == "prepared":
                     cur.execute(READ_SQL, args, prepare=True)
                 else:
@@ -233,7 +262,7 @@ def client(kind, mode, port, seed, id_base, ready_q, go, deadline, out_q):
                     wrong.append(f"{args[0]}: {rows[:3]}")
                 else:
                     wrong.append("")
-        else:
+        elif kind == "write":
             ids.append(key)
     cpu1 = os.times()
     out_q.put({"seed": seed, "lat": lat.tobytes(), "ids": ids.tobytes(), "errors": errors,
@@ -323,7 +352,7 @@ distributions:
     def admin(self, target, sql):
         return q(self.proxies[target]["port"], "splitpoint", sql, user="admin", password="adminpw")
 
-    def wait_index_ready(self, timeout=600):
+    def wait_index_ready(self, timeout=float(env("INDEX_TIMEOUT", "1800"))):
         p = self.proxies["index"]
         last = None
         while True:
@@ -345,13 +374,13 @@ distributions:
         """Point reads by id and by email through both proxies find their rows (the
         placement of the loaded rows and the index's entries)."""
         rnd = random.Random(1)
-        keys = [rnd.randint(1, ROWS) for _ in range(300)]
+        keys = [rnd.randint(1, READ_MAX) for _ in range(300)]
         for target in TARGETS:
             c = connect(self.proxies[target]["port"], "app", "app", "secret")
             cur = c.cursor()
             cur.execute("SELECT count(*) FROM users")
             total = cur.fetchone()[0]
-            if total != ROWS:
+            if total != ROWS and "backfill" not in PHASES:
                 raise SystemExit(f"{target}: count(*) through the proxy {total}, not {ROWS}")
             bad = []
             for k in keys:
@@ -366,7 +395,7 @@ distributions:
             c.close()
             if bad:
                 raise SystemExit(f"{target}: wrong point reads (placement?): {bad[:5]}")
-        log(f"  point reads by id and by email through both proxies: 300/300 found; count(*) {ROWS}")
+        log(f"  point reads by id and by email through {' and '.join(TARGETS)}: 300/300 found; count(*) {total}")
 
     def entries(self):
         out = []
@@ -375,7 +404,8 @@ distributions:
         return out
 
     # one measured run
-    def run(self, target, kind, mode, clients, seconds, rnd_no=None, record=True):
+    def run(self, target, kind, mode, clients, seconds, rnd_no=None, record=True, until=None):
+        """`until`: the clients run (kind churn) until it returns, not for `seconds`."""
         p = self.proxies[target]
         ctx = mp.get_context("fork")
         ready_q, out_q = ctx.Queue(), ctx.Queue()
@@ -404,9 +434,13 @@ distributions:
         m0 = metrics(p["mport"])
         cpu0 = (proc_cpu(p["proc"].pid), sum(sum(benchlib.instance_times(d)) for d in self.datadirs), machine_busy())
         t0 = time.monotonic()
-        deadline.value = t0 + seconds
+        deadline.value = t0 + (3600 if until else seconds)
         go.set()
-        results = [out_q.get(timeout=seconds + 120) for _ in procs]
+        if until:
+            until()
+            deadline.value = time.monotonic()
+            seconds = deadline.value - t0
+        results = [out_q.get(timeout=(0 if until else seconds) + 120) for _ in procs]
         elapsed = time.monotonic() - t0
         for pr in procs:
             pr.join(30)
@@ -541,12 +575,30 @@ def main():
             meta[f"rows_per_shard_{target}"] = " ".join(map(str, counts))
         for target in TARGETS:
             b.start_proxy(target)
-        build_s, row = b.wait_index_ready()
+        if "backfill" in PHASES:
+            log(f"backfill: {BUILD_WRITERS} clients insert new users, update the emails of and delete loaded ones "
+                f"(ids above {READ_MAX}) while {INDEX} builds")
+            got = {}
+            churn = b.run("index", "churn", "simple", BUILD_WRITERS, 0, until=lambda: got.update(r=b.wait_index_ready()))
+            build_s, row = got["r"]
+            meta["backfill_writes"] = churn["statements"]
+            meta["backfill_write_tps"] = churn["tps"]
+            meta["backfill_write_p99_ms"] = churn["p99_ms"]
+            t = time.monotonic()
+            check = b.admin("index", f"CHECK INDEX {INDEX}")[0]
+            meta["check_index"] = " | ".join(str(x) for x in check)
+            meta["check_index_s"] = f"{time.monotonic() - t:.1f}"
+            log(f"  CHECK INDEX ({meta['check_index_s']}s): index, rows, entries, missing, orphans, repaired, "
+                f"examples = {check}")
+            if int(check[3]) or int(check[4]):
+                b.problems.append(f"CHECK INDEX after the build under writes: {check}")
+        else:
+            build_s, row = b.wait_index_ready()
         meta["index_ready_after_s"] = f"{build_s:.1f}"
         meta["show_indexes"] = " | ".join(str(x) for x in row)
         n_entries = len(b.entries())
         log(f"  {INDEX} ready {build_s:.1f}s after the proxy started; {n_entries} entries")
-        if n_entries != ROWS:
+        if n_entries != ROWS and "backfill" not in PHASES:
             b.problems.append(f"after the build: {n_entries} entries for {ROWS} rows")
         per_shard = [q(p, d, f"SELECT count(*) FROM splitpoint.{INDEX}_entries")[0][0] for p, d in b.shard_dbs("index")]
         meta["entries_per_shard"] = " ".join(map(str, per_shard))
@@ -682,6 +734,11 @@ def report(b, meta):
            f"{meta.get('wall_seconds', '?')} s", "",
            f"Index ready {meta.get('index_ready_after_s', '?')} s after the proxy started; entries per shard "
            f"{meta.get('entries_per_shard', '?')}; rows per shard {meta.get('rows_per_shard_index', '?')}", ""]
+    if "check_index" in meta:
+        out += [f"Built under writes: {meta['backfill_writes']} statements by {BUILD_WRITERS} clients while it built "
+                f"({meta['backfill_write_tps']} a second, p99 {meta['backfill_write_p99_ms']} ms); then CHECK INDEX "
+                f"in {meta['check_index_s']} s: {meta['check_index']} (index | rows | entries | missing | orphans | "
+                f"repaired | examples)", ""]
 
     def cells(kind):
         keys = []

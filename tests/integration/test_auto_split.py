@@ -14,6 +14,10 @@ proxy's key sample sees only the load below); window 1 s, interval 3 s.
 - monotonic: two clients insert increasing ids from 2000 (all on the last range); the
   log says why it does not split (keys only increase: hash or salt), and nothing is split
   or moved.
+- auto_merge (a reload: auto_split off, auto_merge on): four clients update ids in
+  [0, 100) (all on by_id:0); the two ranges on s1 (by_id:1 and by_id:2), cold together,
+  merge into one (MERGE RANGE by_id AT 1000, logged with the figures); no client error,
+  the rows stay where the ranges say.
 """
 # test-timeout: 120
 
@@ -37,7 +41,7 @@ TESTS = []
 WRITTEN = set(range(2000))
 
 
-def config(mode):
+def config(mode, merge="off"):
     dsn = f"'host=127.0.0.1 port={sptest.PG_PORTS[1]} dbname={CAT} user=postgres password=postgres'"
     return split_load.config_head(DB) + f"""
     distributions:
@@ -48,8 +52,8 @@ def config(mode):
           - {{ shard: s1 }}
         tables: {{ items: id }}
     catalog: {dsn}
-    moves: {{ max_hold: 5s, poll: 100ms, lease: 2s, auto_split: {mode}, auto_split_window: 1s,
-             auto_split_interval: 3s }}
+    moves: {{ max_hold: 5s, poll: 100ms, lease: 2s, auto_split: {mode}, auto_merge: {merge},
+             auto_split_window: 1s, auto_split_interval: 3s }}
     """
 
 
@@ -82,10 +86,10 @@ def log_lines(pattern):
 
 class Load:
     """`n` clients through P for the duration of a `with`: updates of random ids in
-    [100, 200), or (monotonic) inserts of increasing ids from 2000."""
+    `ids` ([100, 200)), or (monotonic) inserts of increasing ids from 2000."""
 
-    def __init__(self, n, monotonic=False):
-        self.n, self.monotonic = n, monotonic
+    def __init__(self, n, monotonic=False, ids=(100, 200)):
+        self.n, self.monotonic, self.ids = n, monotonic, ids
         self.stop, self.errors, self.lock, self.next = threading.Event(), [], threading.Lock(), [2000]
 
     def client(self, seed):
@@ -102,7 +106,7 @@ class Load:
                     with self.lock:
                         WRITTEN.add(key)
                 else:
-                    cur.execute("UPDATE items SET n = n + 1 WHERE id = %s", (rng.randrange(100, 200),))
+                    cur.execute("UPDATE items SET n = n + 1 WHERE id = %s", (rng.randrange(*self.ids),))
                     assert cur.rowcount == 1, cur.rowcount
             except Exception as e:  # noqa: BLE001
                 self.errors.append(repr(e))
@@ -196,6 +200,22 @@ def monotonic_keys_are_not_split():
     assert len(admin(P, "SHOW MOVES ALL")) == 1
     assert not log_lines(r"auto split: SPLIT RANGE by_id AT (?!%s)" % before[1][1]), P.log_tail()
     check_rows(int(before[1][1]))
+
+
+@test
+def cold_neighbours_merge():
+    before = ranges()
+    assert len(before) == 3 and before[1][3] == before[2][3] == "s1", before
+    at = int(before[1][1])
+    with Load(4, ids=(0, 100)):
+        P.reload(config("off", merge="on"))
+        wait_for("merge", lambda: len(ranges()) == 2)
+    line = log_lines(r"auto merge: MERGE RANGE by_id AT 1000: by_id:1 and its neighbour on s1 had together")
+    assert line, P.log_tail()
+    print(f"  {line[0]}")
+    assert ranges() == [(0, None, str(at), "s0"), (1, str(at), None, "s1")], ranges()
+    assert len(admin(P, "SHOW MOVES ALL")) == 1  # a merge moves no row
+    check_rows(at)
 
 
 def teardown():

@@ -771,7 +771,14 @@ TEST_CASE("catalog and moves (SPEC 9)", "[config]") {
   CHECK(r.config->moves.auto_split_interval.count() == 600000);
   expect_one_error(shards + "catalog: s0\nmoves: { auto_split: yes }\n", 5,
                    "moves.auto_split: expected one of off | advise | on, got \"yes\"");
-  expect_one_error(shards + "moves: { auto_split: on }\n", 4, "moves.auto_split splits and moves partitions through the catalog");
+  expect_one_error(shards + "moves: { auto_split: on }\n", 4, "moves.auto_split changes partitions through the catalog");
+  // Automatic merges: the same choice, off by default, only with a catalog.
+  CHECK(load_string(shards).config->moves.auto_merge == Moves::AutoSplit::off);
+  r = load_string(shards + "catalog: s0\nmoves: { auto_merge: advise }\n");
+  REQUIRE(r.config);
+  CHECK(r.config->moves.auto_merge == Moves::AutoSplit::advise);
+  CHECK(r.config->moves.auto_split == Moves::AutoSplit::off);
+  expect_one_error(shards + "moves: { auto_merge: on }\n", 4, "moves.auto_merge changes partitions through the catalog");
   expect_one_error(shards + "catalog: s0\nmoves: { auto_split: on, auto_split_window: 0s }\n", 5, "moves.auto_split_window");
   expect_one_error(shards + "catalog: s0\nmoves: { auto_split_interval: soon }\n", 5, "moves.auto_split_interval");
   expect_one_error("shards:\n  - { name: s0, database: app }\ncatalog: s0\n", 2,

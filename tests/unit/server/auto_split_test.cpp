@@ -126,3 +126,70 @@ TEST_CASE("a hash partition is split in halves; with no shard to move to, nothin
   CHECK(a[0].kind == AutoSplitAction::Kind::split_hash);
   CHECK(a[0].figures.find("of the statements") != std::string::npos);
 }
+
+TEST_CASE("cold neighbours on one shard are merge advice; hash halves only when a split made them") {
+  using splitpoint::server::merge_advice;
+  auto cfg = config();
+  cfg.distributions[0].ranges = {{"100", 0}, {"200", 0}, {"300", 0}, {std::nullopt, 1}};
+  using Row = Metrics::PartitionRow;
+  // by_id:0 and :1 together 10 of 1000 statements (well under half of an even 1/4);
+  // :1 and :2 together 110 (0.11: under 0.125 too, but warmer); :3 is on s1.
+  std::vector<Row> load = {{"by_id", 0, "s0", 5, 0}, {"by_id", 1, "s0", 5, 0}, {"by_id", 2, "s0", 105, 0},
+                           {"by_id", 3, "s1", 885, 0}, {"by_user", 0, "s0", 500, 0}, {"by_user", 1, "s1", 0, 0}};
+  auto a = merge_advice(cfg, load);
+  REQUIRE(a.size() == 2);
+  CHECK(a[0].partition == 0u);
+  CHECK(a[0].split_at == "100");
+  CHECK(a[0].reason == "cold");
+  CHECK(a[0].shard == "s0");
+  CHECK(a[0].share == Approx(0.01));
+  CHECK(a[0].advice == "merge it with the next range (MERGE RANGE by_id AT 100)");
+  CHECK(a[1].partition == 1u);
+  CHECK(a[1].split_at == "200");
+  // Rows written count too: a pair cold in statements but not in writes is not cold.
+  load[0].writes = 50;
+  load[3].writes = 50;
+  a = merge_advice(cfg, load);
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].partition == 1u);
+  // Too little traffic says nothing.
+  for (auto& x : load) x.queries /= 100, x.writes = 0;
+  CHECK(merge_advice(cfg, load).empty());
+  // by_user's two partitions are the file's own (no split made them): never merged. Once
+  // by_user:0 is split in halves on s0, the cold halves are advice.
+  auto& h = cfg.distributions[1];
+  h.hash_parts = {{4, 0}, {2, 1}, {4, 2}};
+  h.placement = {0, 1, 0};
+  h.partitions = 3;
+  a = merge_advice(cfg, {{"by_user", 0, "s0", 2, 0}, {"by_user", 1, "s1", 500, 0}, {"by_user", 2, "s0", 3, 0}});
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].distribution == "by_user");
+  CHECK(a[0].partition == 0u);
+  CHECK(a[0].advice == "merge it with its other half (MERGE PARTITION by_user:0)");
+  h.placement = {0, 1, 1};  // halves on two shards: a move, not a merge
+  CHECK(merge_advice(cfg, {{"by_user", 0, "s0", 2, 0}, {"by_user", 1, "s1", 500, 0}, {"by_user", 2, "s1", 3, 0}})
+            .empty());
+}
+
+TEST_CASE("a merge waits for a window of cold looks, one at a time, once per interval") {
+  const auto cfg = config();
+  AutoSplitState s;
+  SplitAdvice cold{"by_id", 0u, "s0", "cold", 0.01, 0.02, "merge it", "1000", ""};
+  auto look = [&](std::chrono::milliseconds at, std::vector<SplitAdvice> advice) {
+    s.observe(t0 + at, 1, rows(0, 0), 2000ms);
+    return s.decide(cfg, advice, 10000ms);
+  };
+  CHECK(look(0ms, {cold}).empty());
+  CHECK(look(1000ms, {cold}).empty());
+  auto a = look(2000ms, {cold, hot()});
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].kind == AutoSplitAction::Kind::merge_range);
+  CHECK(a[0].figures.find("by_id:0 and its neighbour on s0 had together at most 0.010 of the statements") !=
+        std::string::npos);
+  s.done(a[0]);
+  CHECK(look(3000ms, {cold, hot()}).empty());
+  // The split advice held since 2000 ms: a split is not held back by the merge's interval.
+  a = look(4000ms, {cold, hot()});
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].kind == AutoSplitAction::Kind::split_range);
+}
