@@ -5,20 +5,23 @@ Databases: sptest.ThreeShards (shards salt0, salt1 on PG0, salt2 on PG1, and one
 database on PG1 with the same schema and rows); the catalog on s0. Two salted hash
 distributions: by_product (sales: product_id bigint; salt column order_id bigint, 4
 buckets, 12 partitions) and by_user (visits: user_id text; salt column visit text, 3
-buckets, 6 partitions).
+buckets, 6 partitions, only users u1, u3, u5 salted: `keys`).
 - differential: the same statements through the proxy and on the plain database give
   the same rows, tags and errors: reads by key, by key and salt column (=, IN), by the
-  salt column alone, by neither, aggregates per key, a self-join on the key; writes (INSERT one row and several,
-  INSERT ... SELECT, UPDATE and DELETE by key and salt column and by key alone, a
-  duplicate key), in the
-  simple protocol (psycopg2) and the extended one (psycopg 3, prepared);
-- an INSERT without the salt column and an UPDATE of the salt column are refused (SPR01);
+  salt column alone, by neither, aggregates per key, a self-join on the key; writes
+  (INSERT one row and several, INSERT ... SELECT, UPDATE and DELETE by key and salt
+  column and by key alone, a duplicate key), in the simple protocol (psycopg2) and the
+  extended one (psycopg 3, prepared);
+- an INSERT without the salt column and an UPDATE of the salt column are refused
+  (SPR01), COPY FROM STDIN too (0A000);
 - a hot key's rows are on several shards (counted on the shards directly), a read by
   key and salt column is a one-shard statement (SHOW ROUTE: one partition; the proxy's
   counters: one single-shard statement on that shard each);
 - each row's partition as SHOW ROUTE names it is PostgreSQL's: a table PARTITION BY
   HASH (key, bucket int4) with the bucket from a table PARTITION BY HASH (salt), for the
   bigint and the text salt column;
+- `keys`: an unsalted user's read reaches one partition, a salted one's several; a
+  move of a by_user partition puts exactly its rows on the target;
 - MOVE PARTITION of a salted partition while writers insert: afterwards every row is on
   the shard SHOW ROUTE names for it (the move's row filter agrees with the router).
 """
@@ -43,6 +46,7 @@ SIDES = {}  # "plain"/"proxy" -> port
 TESTS = []
 PARTS, BUCKETS = 12, 4
 HOT = 7  # the hot product: many orders
+SALTED_USERS = ["u1", "u3", "u5"]  # by_user's `keys`: the other users are not salted
 
 SCHEMA = [
     "CREATE TABLE sales (product_id bigint NOT NULL, order_id bigint NOT NULL, qty int NOT NULL, "
@@ -73,7 +77,7 @@ distributions:
     method: hash
     partitions: 6
     tables: {{ visits: user_id }}
-    salt: {{ column: visit, buckets: 3 }}
+    salt: {{ column: visit, buckets: 3, keys: [{", ".join(SALTED_USERS)}] }}
 catalog: s0
 moves: {{ max_hold: 5s, poll: 100ms, lease: 2s }}
 """
@@ -253,17 +257,19 @@ def hot_key_spreads_and_point_reads_are_one_shard():
     assert diff == want, (diff, want, shards)
 
 
-def pg_partitions(port, db, rows, key_type, salt_type, parts, buckets):
-    """{(key, salt): partition} as PostgreSQL's hash partitioning computes them."""
+def pg_partitions(port, db, rows, key_type, salt_type, parts, buckets, salted=None):
+    """{(key, salt): partition} as PostgreSQL's hash partitioning computes them (`salted`:
+    the keys salted, the others in bucket 0; None: all)."""
     c = sptest.connect(port, db, "postgres", "postgres")
     cur = c.cursor()
     cur.execute(f"CREATE TEMP TABLE b1 (s {salt_type}) PARTITION BY HASH (s)")
     cur.execute(f"CREATE TEMP TABLE h2 (k {key_type}, b int4) PARTITION BY HASH (k, b)")
     cur.execute(f"""SELECT k, s, (SELECT r FROM generate_series(0, {parts - 1}) r WHERE satisfies_hash_partition(
-                      'h2'::regclass, {parts}, r, k, (SELECT b FROM generate_series(0, {buckets - 1}) b
-                      WHERE satisfies_hash_partition('b1'::regclass, {buckets}, b, s))))
+                      'h2'::regclass, {parts}, r, k, CASE WHEN %s::{key_type}[] IS NULL OR k = ANY(%s)
+                      THEN (SELECT b FROM generate_series(0, {buckets - 1}) b
+                      WHERE satisfies_hash_partition('b1'::regclass, {buckets}, b, s)) ELSE 0 END))
                     FROM unnest(%s::{key_type}[], %s::{salt_type}[]) AS t(k, s)""",
-                [[k for k, _ in rows], [s for _, s in rows]])
+                [salted, salted, [k for k, _ in rows], [s for _, s in rows]])
     out = {(k, s): p for k, s, p in cur.fetchall()}
     c.close()
     return out
@@ -276,10 +282,45 @@ def partitions_are_postgresqls():
             ("sales", "product_id", "order_id", "by_product", ("bigint", "bigint"), PARTS, BUCKETS),
             ("visits", "user_id", "visit", "by_user", ("text", "text"), 6, 3)]:
         rows = sorted(shard_of_rows(table, key, salt))
-        want = pg_partitions(port, db, rows, *types, parts, buckets)
+        want = pg_partitions(port, db, rows, *types, parts, buckets, SALTED_USERS if table == "visits" else None)
         for k, s in rows:
             shards, part = routed(table, key, salt, k, s)
             assert part == f"{dist}:{want[(k, s)]}", (table, k, s, part, want[(k, s)])
+
+
+@test
+def salt_keys():
+    """`keys`: an unsalted user's rows in one partition, a salted one's in its buckets';
+    a move of a partition holding a salted user's rows puts exactly the rows the router
+    sends there on the target."""
+    one = admin("SHOW ROUTE SELECT * FROM visits WHERE user_id = 'u0'")[0][2]
+    assert "," not in one, one
+    spread = admin("SHOW ROUTE SELECT * FROM visits WHERE user_id = 'u1'")[0][2]
+    assert len(spread.split(",")) > 1, spread
+    placement = {f"{r[0]}:{r[1]}": r[2] for r in admin("SHOW PARTITIONS")}
+    rows = shard_of_rows("visits", "user_id", "visit")
+    pg = pg_partitions(*DBS.plain, sorted(rows), "text", "text", 6, 3, SALTED_USERS)
+    part = next(f"by_user:{p}" for (k, _), p in sorted(pg.items()) if k == "u1")
+    target = next(s for s in ("s0", "s1", "s2") if s != placement[part])
+    wait_move(int(admin(f"MOVE PARTITION {part} TO {target}")[0][0]))
+    placement = {f"{r[0]}:{r[1]}": r[2] for r in admin("SHOW PARTITIONS")}
+    assert placement[part] == target, (part, placement)
+    after = shard_of_rows("visits", "user_id", "visit")
+    assert set(after) == set(rows)
+    for (k, s), i in after.items():
+        p = f"by_user:{pg[(k, s)]}"
+        assert placement[p] == f"s{i}" and routed("visits", "user_id", "visit", k, s) == (f"s{i}", p), (k, s, p, i)
+
+
+def wait_move(move, timeout=60):
+    deadline = time.monotonic() + timeout
+    while True:
+        state = {int(r[0]): r for r in admin("SHOW MOVES ALL")}[move][5]
+        if state in ("done", "failed", "cancelled"):
+            assert state == "done", admin("SHOW MOVES ALL")
+            return
+        assert time.monotonic() < deadline, f"move {move}: {state}"
+        time.sleep(0.1)
 
 
 @test
@@ -307,15 +348,7 @@ def move_keeps_rows_where_routed():
     t = threading.Thread(target=writer)
     t.start()
     try:
-        move = int(admin(f"MOVE PARTITION {part} TO {target}")[0][0])
-        deadline = time.monotonic() + 60
-        while True:
-            state = {int(r[0]): r for r in admin("SHOW MOVES ALL")}[move][5]
-            if state in ("done", "failed", "cancelled"):
-                break
-            assert time.monotonic() < deadline, f"move {move}: {state}"
-            time.sleep(0.1)
-        assert state == "done", admin("SHOW MOVES ALL")
+        wait_move(int(admin(f"MOVE PARTITION {part} TO {target}")[0][0]))
     finally:
         stop.set()
         t.join()
