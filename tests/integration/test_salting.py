@@ -11,7 +11,8 @@ buckets, 6 partitions, only users u1, u3, u5 salted: `keys`).
   salt column alone, by neither, aggregates per key, a self-join on the key; writes
   (INSERT one row and several, INSERT ... SELECT, UPDATE and DELETE by key and salt
   column and by key alone, a duplicate key), in the simple protocol (psycopg2) and the
-  extended one (psycopg 3, prepared);
+  extended one (psycopg 3, prepared), and a block writing one key's several partitions
+  committed (two-phase commit), one rolled back;
 - an INSERT without the salt column and an UPDATE of the salt column are refused
   (SPR01), COPY FROM STDIN too (0A000);
 - a hot key's rows are on several shards (counted on the shards directly), a read by
@@ -156,6 +157,7 @@ READS = [
     ("SELECT user_id, sum(n) FROM visits GROUP BY user_id", None),
     ("SELECT count(*), sum(a.qty * b.qty) FROM sales a JOIN sales b ON a.product_id = b.product_id "
      "WHERE a.product_id = %s", (HOT,)),
+    ("SELECT order_id, qty FROM sales WHERE product_id = %s ORDER BY qty DESC, order_id LIMIT 5", (HOT,)),
 ]
 
 
@@ -191,6 +193,24 @@ def differential_writes():
         ("INSERT INTO visits VALUES (%s, %s, %s)", ("u9", "v10", 2)),
     ] + READS
     same(extended, extended=True)
+
+
+@test
+def writes_in_a_block():
+    """A block writing one key's several partitions (two-phase commit through the proxy),
+    then one rolled back: the same rows on both sides."""
+    committed = PROXY.metric("splitpoint_two_phase_total", {"outcome": "committed"})
+    for port in SIDES.values():
+        c = sptest.connect(port, DB, autocommit=False)
+        cur = c.cursor()
+        cur.execute("UPDATE sales SET qty = qty + 5 WHERE product_id = %s", (HOT,))
+        cur.execute("INSERT INTO sales VALUES (%s, 3001, 1), (%s, 3002, 2), (%s, 3003, 3)", (HOT, HOT, HOT))
+        c.commit()
+        cur.execute("DELETE FROM sales WHERE product_id = %s AND order_id > 3001", (HOT,))
+        c.rollback()
+        c.close()
+    assert PROXY.metric("splitpoint_two_phase_total", {"outcome": "committed"}) == committed + 1
+    same(READS)
 
 
 @test
