@@ -94,6 +94,16 @@ struct HashPartition {
   bool operator==(const HashPartition&) const = default;
 };
 
+// A salted hash distribution (SPEC §13, docs/operations.md "Salting hot keys"): a row's
+// partition comes from (key, bucket), bucket = the salt column's hash-partition hash mod
+// `buckets`; `keys` non-empty: only those key values are salted, the others in bucket 0.
+struct Salt {
+  std::string column;  // the same column name in every table of the distribution
+  std::uint32_t buckets = 0;
+  std::vector<std::string> keys;  // as written in the file
+  int line = 0;
+};
+
 struct Distribution {
   std::string name;
   Method method = Method::hash;
@@ -114,6 +124,7 @@ struct Distribution {
   std::vector<ListPartition> lists;
   std::optional<std::size_t> default_shard;
   std::vector<std::pair<std::string, std::string>> tables;  // table -> key column
+  std::optional<Salt> salt;  // hash only
   int line = 0;
 };
 

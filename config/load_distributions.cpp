@@ -16,7 +16,7 @@ void Loader::load_distributions(const Fields& top) {
 
 void Loader::load_distribution(const Entry& item) {
   auto f =
-      mapping(item, {"name", "method", "partitions", "placement", "ranges", "lists", "default", "tables"});
+      mapping(item, {"name", "method", "partitions", "placement", "ranges", "lists", "default", "tables", "salt"});
   if (!f) return;
   Distribution d;
   d.line = item.key_line;
@@ -30,7 +30,35 @@ void Loader::load_distribution(const Entry& item) {
   }
   load_partitioning(d, *f, item.path);
   if (const Entry* t = f->get("tables")) load_tables(d, *t);
+  if (const Entry* s = f->get("salt")) load_salt(d, *s);
   cfg_.distributions.push_back(std::move(d));
+}
+
+// `salt: { column, buckets, keys }` (SPEC §13): hash distributions only; the salt column
+// is one name for every table of the distribution, never a table's key.
+void Loader::load_salt(Distribution& d, const Entry& e) {
+  auto f = mapping(e, {"column", "buckets", "keys"});
+  if (!f) return;
+  if (d.method != Method::hash) {
+    error(e.key_line, e.path + ": salting is built for hash distributions only, not for method: " +
+                          std::string(d.method == Method::range ? "range" : "list"));
+    return;
+  }
+  Salt salt;
+  salt.line = e.key_line;
+  if (const Entry* c = required(*f, e.path, "column")) assign(salt.column, name(*c));
+  if (const Entry* b = required(*f, e.path, "buckets")) assign(salt.buckets, integer(*b, 1, kMaxSaltBuckets));
+  if (const Entry* k = f->get("keys"))
+    if (auto values = sequence(*k))
+      for (const Entry& v : *values)
+        if (auto s = text(v)) salt.keys.push_back(*s);
+  for (const auto& [table, key] : d.tables)
+    if (!salt.column.empty() && key == salt.column) {
+      error(e.key_line, e.path + ".column: " + quote(salt.column) + " is the key of table " + quote(table) +
+                            "; the salt column must be another column");
+      break;
+    }
+  d.salt = std::move(salt);
 }
 
 // The method and the keys that belong to it: how keys map to logical partitions, and

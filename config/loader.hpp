@@ -29,6 +29,7 @@
 namespace splitpoint::config::detail {
 
 inline constexpr std::int64_t kMaxPartitions = 65536;  // memory and per-partition metrics
+inline constexpr std::int64_t kMaxSaltBuckets = 1024;  // salt.buckets at most
 inline constexpr std::int64_t kMaxWorkers = 1024;
 inline constexpr std::size_t kMinMessageSize = 1024;
 inline constexpr std::size_t kMaxMessageSize = std::size_t{1} << 30;  // PostgreSQL's own limit
@@ -259,6 +260,7 @@ class Loader {
   void load_ranges(Distribution& d, const Entry& e);
   void load_lists(Distribution& d, const Entry& e);
   void load_tables(Distribution& d, const Entry& e);
+  void load_salt(Distribution& d, const Entry& e);
   void load_reference_tables(const Fields& top);
   void load_unlisted_tables(const Entry& e);
   void load_indexes(const Entry& e);

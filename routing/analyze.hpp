@@ -42,6 +42,7 @@ class Analyzer {
   struct Rel {
     std::string name;  // alias, or the table's own name
     KeyCols key_cols;
+    int table_occ = -1;  // the occurrence this relation is (a sharded table itself, not a CTE or sub-query)
   };
   struct Cte {
     std::string name;
@@ -92,6 +93,10 @@ class Analyzer {
   void refuse_key_assignment(PgQuery__Node* const* targets, std::size_t n, int occ,
                              const PgQuery__Node* where = nullptr, const PgQuery__UpdateStmt* update = nullptr);
   void refuse_moving_rows(const Occurrence& o);
+  // The salt column of an occurrence's salted distribution, or null.
+  const std::string* salt_column(int occ) const;
+  // A column that is a salted occurrence's salt column, in this query level's relations.
+  int resolve_salt(const PgQuery__Node* column, const Scope& scope) const;
   bool where_pins(const PgQuery__Node* where, std::string_view key, const ValueSource& value) const;
   void where(const PgQuery__Node* cond, Scope& scope, EdgeRule rule);
   void scan(const PgQuery__Node* n, Scope& scope);

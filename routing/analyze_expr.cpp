@@ -105,10 +105,12 @@ KeyCond Analyzer::leaf_in(const PgQuery__Node* column, std::vector<ValueSource> 
   Resolved c = resolve(column, scope);
   // A condition on an enclosing query's key, inside a sub-query, does not say which
   // of the enclosing query's rows matter (NOT EXISTS ...).
-  if (c.occ < 0 || c.depth != 0) return all();
+  const int salt_occ = c.occ < 0 ? resolve_salt(column, scope) : -1;
+  if ((c.occ < 0 && salt_occ < 0) || c.depth != 0) return all();
   KeyCond k;
   k.op = KeyCond::Op::in;
-  k.occ = c.occ;
+  k.occ = c.occ >= 0 ? c.occ : salt_occ;
+  k.salt = c.occ < 0;
   k.values = std::move(values);
   k.null_matches = null_matches;
   return k;
@@ -159,8 +161,9 @@ void Analyzer::edges_of(const PgQuery__Node* n, const Scope& scope, EdgeRule rul
 
 void Analyzer::edge(const Resolved& a, const Resolved& b, EdgeRule rule, std::size_t left_end) {
   if (a.occ < 0 || b.occ < 0 || a.occ == b.occ) return;
-  // Only keys of one distribution are co-located by value.
-  if (plan_.occs[a.occ].distribution != plan_.occs[b.occ].distribution) return;
+  // Only keys of one distribution are co-located by value, and not those of a salted
+  // one: rows with one key are in as many partitions as it has buckets.
+  if (plan_.occs[a.occ].distribution != plan_.occs[b.occ].distribution || salt_column(a.occ) != nullptr) return;
   // 0: an enclosing query's relation; 1: the left side of the join; 2: the right side
   // (or, outside joins, any relation of this query).
   auto side = [&](const Resolved& r) {
@@ -211,6 +214,31 @@ Analyzer::Resolved Analyzer::resolve(const PgQuery__Node* n, const Scope& scope)
     }
   }
   return {};
+}
+
+const std::string* Analyzer::salt_column(int occ) const {
+  if (occ < 0) return nullptr;
+  const auto& salt = topo_.config().distributions[plan_.occs[static_cast<std::size_t>(occ)].distribution].salt;
+  return salt ? &salt->column : nullptr;
+}
+
+int Analyzer::resolve_salt(const PgQuery__Node* n, const Scope& scope) const {
+  if (!is_column(n) || n->column_ref->n_fields == 0 || n->column_ref->n_fields > 2) return -1;
+  const PgQuery__ColumnRef* c = n->column_ref;
+  std::string_view col = str_of(c->fields[c->n_fields - 1]);
+  std::string_view rel = c->n_fields == 2 ? str_of(c->fields[0]) : std::string_view{};
+  int found = -1;
+  for (std::size_t r = scope.rels.size(); r-- > 0;) {
+    const Rel& x = scope.rels[r];
+    if (c->n_fields == 2 && x.name != rel) continue;
+    const std::string* salt = salt_column(x.table_occ);
+    if (salt != nullptr && *salt == col) {
+      if (found >= 0 && found != x.table_occ) return -1;  // ambiguous
+      found = x.table_occ;
+    }
+    if (c->n_fields == 2) break;  // the innermost relation of that name
+  }
+  return found;
 }
 
 std::optional<ValueSource> Analyzer::value_of(const PgQuery__Node* n) const {

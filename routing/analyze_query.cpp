@@ -193,7 +193,7 @@ void Analyzer::table(const PgQuery__RangeVar* rv, Scope& scope, int* occ_out) {
     return;
   }
   int occ = add_occurrence(Topology::table_name(schema, rv->relname), c);
-  scope.rels.push_back(Rel{alias, {{c.key_column, occ}}});
+  scope.rels.push_back(Rel{alias, {{c.key_column, occ}}, occ});
   if (occ_out != nullptr) *occ_out = occ;
 }
 
@@ -256,10 +256,22 @@ void Analyzer::refuse_key_assignment(PgQuery__Node* const* targets, std::size_t 
   const Occurrence& o = plan_.occs[static_cast<std::size_t>(occ)];
   for (std::size_t i = 0; i < n; ++i) {
     const PgQuery__Node* t = targets[i];
-    if (!is(t, PG_QUERY__NODE__NODE_RES_TARGET) || o.key_column != sv(t->res_target->name)) continue;
+    if (!is(t, PG_QUERY__NODE__NODE_RES_TARGET)) continue;
     std::optional<ValueSource> v =
         t->res_target->n_indirection == 0 ? value_of(t->res_target->val) : std::optional<ValueSource>{};
     if (v && (v->kind == ValueSource::Kind::null || v->is_array)) v.reset();
+    if (const std::string* salt = salt_column(occ); salt && *salt == sv(t->res_target->name)) {
+      // The salt column: as the key, kept only where the WHERE pins it to the same value.
+      if (v && where != nullptr && where_pins(where, *salt, *v)) {
+        plan_.cacheable = false;
+        continue;
+      }
+      error("SPR01", "cannot update the salt column \"" + *salt + "\" of table \"" + o.table +
+                         "\": the row could move to another partition; delete it and insert it again instead",
+            true);
+      continue;
+    }
+    if (o.key_column != sv(t->res_target->name)) continue;
     if (v && where != nullptr && where_pins(where, o.key_column, *v)) {
       plan_.cacheable = false;
       continue;
@@ -341,7 +353,7 @@ void Analyzer::insert(const PgQuery__InsertStmt* s, Scope& scope, bool alone) {
   int occ = -1;
   if (c.kind == TableClass::Kind::sharded) {
     occ = add_occurrence(Topology::table_name(sv(rv->schemaname), rv->relname), c);
-    scope.rels.push_back(Rel{alias_or(rv->alias, rv->relname), {{c.key_column, occ}}});
+    scope.rels.push_back(Rel{alias_or(rv->alias, rv->relname), {{c.key_column, occ}}, occ});
     plan_.insert_targets.push_back(occ);
   } else if (c.kind == TableClass::Kind::reference || c.kind == TableClass::Kind::catalog) {
     reference_target_ = true;
@@ -456,6 +468,7 @@ void Analyzer::insert_values(const PgQuery__InsertStmt* s, const PgQuery__Select
     if (rows.columns.back() == key) rows.key_index = i;
   }
   rows.key_omitted = !rows.columns.empty() && !rows.key_index;
+  const std::string* salt = salt_column(occ);
   rows.rows.reserve(values->n_values_lists);
   for (std::size_t r = 0; r < values->n_values_lists; ++r) {
     const PgQuery__Node* row = values->values_lists[r];
@@ -464,8 +477,10 @@ void Analyzer::insert_values(const PgQuery__InsertStmt* s, const PgQuery__Select
       for (std::size_t k = 0; k < row->list->n_items; ++k) {
         if (is(row->list->items[k], PG_QUERY__NODE__NODE_SET_TO_DEFAULT)) rows.defaults.emplace_back(r, k);
         if (auto seq = nextval_sequence(row->list->items[k])) rows.nextvals.push_back({r, k, std::move(*seq)});
-        // Only the key item's value matters when its position is known.
-        if (rows.key_index && k != *rows.key_index) {
+        // Only the key item's value matters when its position is known (and a salted
+        // distribution's salt column's).
+        if (rows.key_index && k != *rows.key_index &&
+            (salt == nullptr || k >= rows.columns.size() || rows.columns[k] != *salt)) {
           items.emplace_back();
           continue;
         }

@@ -102,6 +102,10 @@ class Evaluator {
   Route finish();
   void narrow(const KeyCond& k, int occ, PartSet& out);
   void leaf_in(const KeyCond& k, PartSet& out);
+  bool salted_partitions(std::size_t d, const ColumnType& type, const std::optional<std::string>& value, PartSet& out);
+  bool salt_buckets(const KeyCond& k, std::vector<std::uint32_t>& out);
+  const ColumnType* salt_type(int occ);
+  std::optional<std::uint32_t> row_bucket(const InsertRows& rows, std::size_t r, const std::string& where);
   PartSet leaf_range(const KeyCond& k);
   const ColumnType* key_type(int occ);
   std::optional<std::size_t> column_index(int occ, const std::string& column);
@@ -127,6 +131,10 @@ class Evaluator {
   std::vector<std::string> key_values_;
   std::vector<std::size_t> row_shards_;  // the splittable INSERT's rows
   std::map<std::pair<std::size_t, std::uint32_t>, std::uint32_t> inserted_;  // (distribution, partition) -> rows
+  // Salted distributions (config::Salt): the salt column's type per occurrence, and the
+  // buckets an AND being narrowed fixes for the occurrence's salt column.
+  std::vector<std::optional<ColumnType>> salt_types_;
+  std::optional<std::vector<std::uint32_t>> buckets_;
 };
 
 const std::string* find_hint(const Hints& hints, std::string_view key) {
@@ -169,7 +177,10 @@ Route Evaluator::by_keys(bool* needs_exact_plan) {
   occurrences();
   // Values of a sequence column the shards would number each from their own copy: the
   // rows go through the proxy, which fills them (request_sequences).
-  if (plan_.insert_select && leaves_out_sequence(plan_.insert_select->occ, plan_.insert_select->columns))
+  // (So do rows of a salted table: the bucket of the salt value each row gets is not
+  // the shard's to know.)
+  if (plan_.insert_select && (leaves_out_sequence(plan_.insert_select->occ, plan_.insert_select->columns) ||
+                              in_.topo.salted(plan_.occs[plan_.insert_select->occ].distribution)))
     return pull_route();
   if (plan_.key_assignment) key_type(plan_.key_assignment->occ);  // (its shape, even without a key in the WHERE)
   if (plan_.lookup) key_type(plan_.lookup->occ);  // (the indexed column's type, too)
@@ -224,6 +235,9 @@ Route Evaluator::key_hint(const std::string& value) {
   if (dists.size() != 1)
     return error_route(plan_, "SPR01", "the key hint needs a statement on the tables of exactly one distribution");
   const std::size_t d = dists.front();
+  if (in_.topo.salted(d))
+    return error_route(plan_, "SPR01", "the key hint names no salt bucket: not supported for salted distribution \"" +
+                                           config.distributions[d].name + "\"");
   // The key's type, from any of the distribution's tables' shape.
   std::optional<ColumnType> type;
   for (std::size_t i = 0; i < plan_.occs.size() && !type; ++i)
@@ -269,7 +283,7 @@ void Evaluator::narrow(const KeyCond& k, int occ, PartSet& out) {
   switch (k.op) {
     case KeyCond::Op::all: return;
     case KeyCond::Op::in:
-      if (k.occ == occ) {
+      if (k.occ == occ && !k.salt) {
         PartSet& leaf = (*lease_).leaf;
         leaf_in(k, leaf);
         out.intersect(leaf);
@@ -278,9 +292,23 @@ void Evaluator::narrow(const KeyCond& k, int occ, PartSet& out) {
     case KeyCond::Op::range:
       if (k.occ == occ) out.intersect(leaf_range(k));
       return;
-    case KeyCond::Op::and_:
+    case KeyCond::Op::and_: {
+      if (!in_.topo.salted(plan_.occs[occ].distribution)) {
+        for (const KeyCond& kid : k.kids) narrow(kid, occ, out);
+        return;
+      }
+      // A salted key's leaves under this AND reach only the buckets its salt leaf fixes.
+      std::optional<std::vector<std::uint32_t>> outer = buckets_;
+      for (const KeyCond& kid : k.kids)
+        if (kid.op == KeyCond::Op::in && kid.salt && kid.occ == occ) {
+          std::vector<std::uint32_t> b;
+          if (salt_buckets(kid, b)) buckets_ = std::move(b);
+          break;
+        }
       for (const KeyCond& kid : k.kids) narrow(kid, occ, out);
+      buckets_ = std::move(outer);
       return;
+    }
     case KeyCond::Op::or_: {
       PartSet any = PartSet::none();
       for (const KeyCond& kid : k.kids) {
@@ -312,6 +340,14 @@ void Evaluator::leaf_in(const KeyCond& k, PartSet& out) {
     }
     for (const auto& value : values) {
       if (!value && !k.null_matches) continue;  // `key = NULL` matches nothing
+      if (in_.topo.salted(d)) {
+        if (!salted_partitions(d, *type, value, out)) {
+          out.all = true;
+          return;
+        }
+        note_key(value, *type);
+        continue;
+      }
       PartitionOf p = in_.topo.partition_of(d, *type, value);
       if (p.status == PartitionOf::Status::unknown) {  // PostgreSQL will judge the value
         out.all = true;
@@ -328,6 +364,80 @@ void Evaluator::leaf_in(const KeyCond& k, PartSet& out) {
       note_key(value, *type);
     }
   }
+}
+
+// A salted key's partitions: one per bucket the enclosing AND fixes, else all the key's.
+bool Evaluator::salted_partitions(std::size_t d, const ColumnType& type, const std::optional<std::string>& value,
+                                  PartSet& out) {
+  if (!buckets_) return in_.topo.key_partitions(d, type, value, out);
+  for (std::uint32_t b : *buckets_) {
+    PartitionOf p = in_.topo.partition_of(d, type, value, b);
+    if (p.status != PartitionOf::Status::ok) return false;
+    out.add(p.partition);
+  }
+  return true;
+}
+
+// The buckets of a salt leaf's values; false when one cannot be read.
+bool Evaluator::salt_buckets(const KeyCond& k, std::vector<std::uint32_t>& out) {
+  const ColumnType* type = salt_type(k.occ);
+  if (type == nullptr) return false;
+  KeyValues values;
+  for (const ValueSource& v : k.values) {
+    values.clear();
+    if (!read(v, *type, values)) return false;
+    for (const auto& value : values) {
+      if (!value && !k.null_matches) continue;
+      std::optional<std::uint32_t> b = in_.topo.bucket_of(plan_.occs[k.occ].distribution, *type, value);
+      if (!b) return false;
+      if (std::find(out.begin(), out.end(), *b) == out.end()) out.push_back(*b);
+    }
+  }
+  return true;
+}
+
+const ColumnType* Evaluator::salt_type(int occ) {
+  const Occurrence& o = plan_.occs[occ];
+  const auto& salt = in_.topo.config().distributions[o.distribution].salt;
+  if (!salt) return nullptr;
+  salt_types_.resize(plan_.occs.size());
+  std::optional<ColumnType>& t = salt_types_[occ];
+  if (t) return t->hash_type ? &*t : nullptr;
+  const TableShape* shape = in_.shapes ? in_.shapes(o.table) : nullptr;
+  if (shape == nullptr) {
+    if (std::find(missing_.begin(), missing_.end(), o.table) == missing_.end()) missing_.push_back(o.table);
+    return nullptr;
+  }
+  t = ColumnType{};  // no such column, or not a hashable type: its values cannot be read
+  if (std::optional<std::size_t> c = column_index(occ, salt->column); c && *c < shape->types.size())
+    t = column_type(shape->types[*c]);
+  return t->hash_type ? &*t : nullptr;
+}
+
+// The bucket of an INSERT row's salt value; nullopt after fail() when it has none.
+std::optional<std::uint32_t> Evaluator::row_bucket(const InsertRows& rows, std::size_t r, const std::string& where) {
+  const Occurrence& o = plan_.occs[rows.occ];
+  const std::string& column = in_.topo.config().distributions[o.distribution].salt->column;
+  std::optional<std::size_t> i;
+  if (rows.columns.empty()) i = column_index(rows.occ, column);
+  for (std::size_t c = 0; c < rows.columns.size(); ++c)
+    if (rows.columns[c] == column) i = c;
+  const auto& row = rows.rows[r];
+  const ColumnType* type = salt_type(rows.occ);
+  if (!i || *i >= row.size()) {
+    fail("SPR01", where + " needs a value for its salt column \"" + column + "\"");
+  } else if (!row[*i]) {
+    fail("SPR01", where + ": the salt column \"" + column + "\" must be a constant or a parameter, not an expression");
+  } else if (type == nullptr) {
+    fail("SPR01", "table \"" + o.table + "\" has no salt column \"" + column + "\" of a hashable type");
+  } else {
+    KeyValues v;
+    std::optional<std::uint32_t> b;
+    if (read(*row[*i], *type, v) && v.size() == 1) b = in_.topo.bucket_of(o.distribution, *type, v[0]);
+    if (b) return b;
+    fail("SPR01", where + ": cannot read the value of salt column \"" + column + "\"");
+  }
+  return std::nullopt;
 }
 
 PartSet Evaluator::leaf_range(const KeyCond& k) {
@@ -465,7 +575,9 @@ void Evaluator::insert_rows(const InsertRows& rows, std::vector<std::size_t>* ro
     v.clear();
     if (!read(*row[*k], *type, v) || v.size() != 1)
       return fail("SPR01", where + ": cannot read the value of key column \"" + o.key_column + "\"");
-    PartitionOf p = in_.topo.partition_of(o.distribution, *type, v[0]);
+    std::optional<std::uint32_t> bucket;
+    if (in_.topo.salted(o.distribution) && !(bucket = row_bucket(rows, r, where))) return;
+    PartitionOf p = in_.topo.partition_of(o.distribution, *type, v[0], bucket);
     if (p.status == PartitionOf::Status::no_partition)
       return fail("SPR02", where + ": no partition for key " + quoted(v[0]));
     if (p.status != PartitionOf::Status::ok)
@@ -483,6 +595,11 @@ void Evaluator::insert_rows(const InsertRows& rows, std::vector<std::size_t>* ro
 void Evaluator::guard_key(Route& r) {
   const KeyAssignment& a = *plan_.key_assignment;
   const Occurrence& o = plan_.occs[static_cast<std::size_t>(a.occ)];
+  if (in_.topo.salted(o.distribution)) {  // (the guard would need the row's bucket)
+    r = error_route(plan_, "SPR01", "cannot update the distribution key \"" + o.key_column + "\" of salted table \"" +
+                                        o.table + "\": delete the row and insert it again instead");
+    return;
+  }
   const ColumnType* type = key_type(a.occ);
   KeyValues v;
   if (type == nullptr || !read(a.value, *type, v) || v.size() != 1 || !v[0]) {

@@ -294,6 +294,10 @@ std::uint32_t partition_for_hash(std::uint64_t h, std::uint32_t modulus) {
   return static_cast<std::uint32_t>(h % modulus);
 }
 
+std::uint64_t salted_row_hash(std::uint64_t key_row_hash, std::uint32_t bucket) {
+  return pg_hash_combine64(key_row_hash, pg_hash_uint32_extended(bucket, kHashPartitionSeed));
+}
+
 std::uint32_t partition_for_null(std::uint32_t /*modulus*/) { return 0; }
 
 }  // namespace splitpoint::routing

@@ -52,6 +52,12 @@ std::uint32_t partition_for_hash(std::uint64_t h, std::uint32_t modulus);
 // The remainder holding a NULL key: always 0, as PostgreSQL's row hash of NULL is 0.
 std::uint32_t partition_for_null(std::uint32_t modulus);
 
+// Salting (SPEC §13): a salted distribution's row hash is PostgreSQL's for
+// `PARTITION BY HASH (key, bucket int4)`, the key's row hash (0 for NULL) combined with
+// hashint4extended(bucket); the bucket is the salt value's row hash (that of a
+// one-column hash partitioning; 0 for NULL) modulo the bucket count.
+std::uint64_t salted_row_hash(std::uint64_t key_row_hash, std::uint32_t bucket);
+
 // The building blocks, named after their PostgreSQL counterparts; exposed for tests
 // and for multi-column keys (fold each column's hash into the row hash in order).
 inline constexpr std::uint64_t kHashPartitionSeed = 0x7A5B22367996DCFDULL;

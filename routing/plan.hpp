@@ -37,6 +37,7 @@ struct KeyCond {
   bool lower_inclusive = true;
   bool upper_inclusive = true;
   bool null_matches = false;  // in: a NULL value matches NULL keys (IS NULL), not for `=`
+  bool salt = false;          // in: the leaf is on the occurrence's salt column, not its key (config::Salt)
   std::vector<KeyCond> kids;  // and_ / or_
 };
 

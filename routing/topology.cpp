@@ -187,9 +187,51 @@ int Topology::compare_keys(const ColumnType& type, std::string_view a, std::stri
   return c < 0 ? -1 : (c > 0 ? 1 : 0);
 }
 
-PartitionOf Topology::partition_of(std::size_t d, const ColumnType& type, const std::optional<std::string>& value) const {
+std::optional<std::uint64_t> Topology::key_row_hash(const ColumnType& type,
+                                                     const std::optional<std::string>& value) const {
+  if (!value) return 0;
+  if (!type.hash_type) return std::nullopt;
+  return hash_key_text(*type.hash_type, *value, type.varchar_max_chars);
+}
+
+bool Topology::key_salted(const config::Salt& salt, const ColumnType& type,
+                          const std::optional<std::string>& value) const {
+  if (salt.keys.empty()) return true;
+  for (const std::string& k : salt.keys) {
+    bool ok = true;
+    if (value && compare_keys(type, *value, k, ok) == 0 && ok) return true;
+  }
+  return false;
+}
+
+std::optional<std::uint32_t> Topology::bucket_of(std::size_t d, const ColumnType& salt_type,
+                                                 const std::optional<std::string>& salt) const {
+  const auto& s = config_.distributions[d].salt;
+  if (!s) return std::nullopt;
+  auto h = key_row_hash(salt_type, salt);
+  if (!h) return std::nullopt;
+  return partition_for_hash(*h, s->buckets);
+}
+
+bool Topology::key_partitions(std::size_t d, const ColumnType& type, const std::optional<std::string>& value,
+                              PartSet& out) const {
+  const auto& salt = config_.distributions[d].salt;
+  auto h = key_row_hash(type, value);
+  if (!salt || !h) return false;
+  const std::uint32_t buckets = key_salted(*salt, type, value) ? salt->buckets : 1;
+  for (std::uint32_t b = 0; b < buckets; ++b) out.add(hash_partition_of(d, salted_row_hash(*h, b)));
+  return true;
+}
+
+PartitionOf Topology::partition_of(std::size_t d, const ColumnType& type, const std::optional<std::string>& value,
+                                   std::optional<std::uint32_t> bucket) const {
   using S = PartitionOf::Status;
   const config::Distribution& dist = config_.distributions[d];
+  if (dist.salt) {
+    auto h = key_row_hash(type, value);
+    if (!bucket || !h) return {S::unknown};
+    return {S::ok, hash_partition_of(d, salted_row_hash(*h, key_salted(*dist.salt, type, value) ? *bucket : 0))};
+  }
   if (dist.method == config::Method::hash) {
     if (!value) return {S::ok, hash_partition_of(d, 0)};  // a NULL key's row hash is 0
     if (!type.hash_type) return {S::unknown};

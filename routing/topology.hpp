@@ -76,8 +76,19 @@ class Topology {
 
   // The partition of one key value (nullopt = NULL). `for_insert`: a NULL key of a
   // range/list distribution has no partition (as in PostgreSQL without a default).
-  PartitionOf partition_of(std::size_t distribution, const ColumnType& type,
-                           const std::optional<std::string>& value) const;
+  // A salted distribution (config::Salt) needs the row's bucket (bucket_of its salt
+  // value): without it, `unknown`.
+  PartitionOf partition_of(std::size_t distribution, const ColumnType& type, const std::optional<std::string>& value,
+                           std::optional<std::uint32_t> bucket = std::nullopt) const;
+  // Salted distributions: the bucket of a salt value (nullopt = NULL: bucket 0);
+  // nullopt when it cannot be read as `salt_type`.
+  std::optional<std::uint32_t> bucket_of(std::size_t distribution, const ColumnType& salt_type,
+                                         const std::optional<std::string>& salt) const;
+  // Salted distributions: every partition a key's rows may be in, one per bucket (only
+  // bucket 0 for a key outside `salt.keys`), added to `out`; false when the key cannot be read.
+  bool key_partitions(std::size_t distribution, const ColumnType& type, const std::optional<std::string>& value,
+                      PartSet& out) const;
+  bool salted(std::size_t distribution) const { return config_.distributions[distribution].salt.has_value(); }
   // The partition of a hash distribution holding row hash `h`: the one whose
   // h % modulus == remainder, as PostgreSQL picks among mixed-modulus hash partitions.
   // Uniform (never split): h % partitions; split: a table by h % the largest modulus.
@@ -95,6 +106,9 @@ class Topology {
   // Turns an exclusive integer bound into an inclusive one; false if none can exist.
   static bool step_integer(std::optional<std::string>& bound, bool& inclusive, int step);
   int compare_keys(const ColumnType& type, std::string_view a, std::string_view b, bool& ok) const;
+  // A salted distribution's key: its row hash (0 for NULL) and whether it is salted.
+  std::optional<std::uint64_t> key_row_hash(const ColumnType& type, const std::optional<std::string>& value) const;
+  bool key_salted(const config::Salt& salt, const ColumnType& type, const std::optional<std::string>& value) const;
 
   const config::Config& config_;
   std::unordered_map<std::string, TableClass> tables_;

@@ -32,6 +32,7 @@ inline constexpr int kLockSpace = 0x5350;  // advisory lock key space of the fen
 
 struct Table {
   std::string name, key, key_type;
+  std::string salt_type;  // a salted distribution's: the salt column's type
 };
 
 // Keys (as text) of one table of the distribution, for a comparison key by key.
@@ -52,9 +53,11 @@ class Move {
   void connect();
   void load_tables();
   void create_helpers();
-  std::string filter(const Table& t, const std::string& key_expr, pqxx::connection& side) const;
-  // filter() on the table's own key column.
-  std::string in_partition(const Table& t, pqxx::connection& side) const { return filter(t, q(side, t.key), side); }
+  // `row`: how the table's columns are named in the condition ("", "NEW.", "x.").
+  std::string filter(const Table& t, const std::string& row, pqxx::connection& side) const;
+  std::string salt_bucket(const Table& t, const std::string& row, pqxx::connection& side) const;
+  // filter() on the table's own columns.
+  std::string in_partition(const Table& t, pqxx::connection& side) const { return filter(t, "", side); }
   std::int64_t partition_rows(pqxx::connection& side);
   void drop_fences();
   void delete_marks();

@@ -36,21 +36,32 @@ void Move::connect() {
 void Move::load_tables() {
   tables_.clear();
   for (const auto& [table, key] : dist_->tables) {
-    pqxx::nontransaction w(*src_);
-    auto r = w.exec_params(
-        "SELECT format_type(a.atttypid, NULL), c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = "
-        "c.oid AND (i.indisprimary AND c.relreplident = 'd' OR i.indisreplident) AND a.attnum = ANY (i.indkey)) "
-        "FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid WHERE c.oid = to_regclass($1) AND a.attname = $2",
-        table, key);
-    if (r.empty()) continue;  // not created on this shard
-    const bool identity = r[0][1].as<std::string>() == "f" || r[0][2].as<bool>();
-    if (!identity)
-      throw Abort("table \"" + table + "\": its replica identity must include the key column \"" + key +
-                  "\" (a primary key that includes it, or REPLICA IDENTITY FULL)");
+    // The key, and a salted distribution's salt column, must be in the replica identity
+    // (a publication's row filter reads only those columns of an UPDATE or a DELETE).
+    std::vector<std::string> types;
+    for (const std::string& column : {key, dist_->salt ? dist_->salt->column : std::string()}) {
+      if (column.empty()) continue;
+      pqxx::nontransaction w(*src_);
+      auto r = w.exec_params(
+          "SELECT format_type(a.atttypid, NULL), c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = "
+          "c.oid AND (i.indisprimary AND c.relreplident = 'd' OR i.indisreplident) AND a.attnum = ANY (i.indkey)) "
+          "FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid WHERE c.oid = to_regclass($1) AND a.attname = $2",
+          table, column);
+      if (r.empty()) break;  // not created on this shard (or without its salt column)
+      const bool identity = r[0][1].as<std::string>() == "f" || r[0][2].as<bool>();
+      if (!identity)
+        throw Abort("table \"" + table + "\": its replica identity must include the " +
+                    (column == key ? "key" : "salt") + " column \"" + column +
+                    "\" (a primary key that includes it, or REPLICA IDENTITY FULL)");
+      types.push_back(r[0][0].as<std::string>());
+    }
+    if (types.empty()) continue;
+    if (dist_->salt && types.size() < 2)
+      throw Abort("table \"" + table + "\" has no salt column \"" + dist_->salt->column + "\"");
     pqxx::nontransaction t(*tgt_);
     if (t.exec_params("SELECT to_regclass($1)", table)[0][0].is_null())
       throw Abort("table \"" + table + "\" does not exist on shard \"" + m_.target + "\"");
-    tables_.push_back({table, key, r[0][0].as<std::string>()});
+    tables_.push_back({table, key, types[0], dist_->salt ? types[1] : std::string()});
   }
   if (tables_.empty()) throw Abort("no table of distribution \"" + m_.distribution + "\" exists on the source");
   create_helpers();
@@ -77,27 +88,56 @@ void Move::create_helpers() {
   if (dist_->method != config::Method::hash) return;
   for (auto* side : {src_.get(), tgt_.get()})
     for (const auto& t : tables_) {
-      std::string helper = "hash_";
+      // A salted distribution's: (key, bucket int4), hashed as the router hashes them.
+      std::string helper = dist_->salt ? "salted_" : "hash_";
       for (char c : t.key_type) helper += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
       pqxx::nontransaction w(*side);
-      w.exec("CREATE TABLE IF NOT EXISTS splitpoint." + helper + " (k " + t.key_type + ") PARTITION BY HASH (k)");
+      w.exec("CREATE TABLE IF NOT EXISTS splitpoint." + helper + " (k " + t.key_type +
+             (dist_->salt ? ", b int4) PARTITION BY HASH (k, b)" : ") PARTITION BY HASH (k)"));
       helpers_[{side, t.key_type}] = w.exec("SELECT 'splitpoint." + helper + "'::regclass::oid")[0][0].as<std::string>();
     }
 }
 
-// The SQL condition "this key is in the moving partition", valid on `side`.
-std::string Move::filter(const Table& t, const std::string& key_expr, pqxx::connection& side) const {
+namespace {
+
+std::string literal(const std::string& v) {
+  std::string out = "'";
+  for (char c : v) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+// A salted row's bucket in SQL, as routing::Topology::bucket_of computes it: the salt
+// value's hash-partition hash (its type's extended hash with HASH_PARTITION_SEED, plus
+// the constant hash_combine64 adds to a first column), unsigned, modulo the buckets;
+// NULL in bucket 0, and so is every key outside `salt.keys` when it lists some.
+std::string Move::salt_bucket(const Table& t, const std::string& row, pqxx::connection& side) const {
+  const config::Salt& salt = *dist_->salt;
+  const std::string v = row + q(side, salt.column);
+  const std::string& ty = t.salt_type;
+  const std::string h = ty == "uuid" ? "uuid_hash_extended(" + v + ", 8816678312871386365)"
+                        : ty == "smallint" || ty == "integer" || ty == "bigint"
+                            ? "hashint8extended(" + v + "::int8, 8816678312871386365)"
+                            : "hashtextextended(" + v + "::text, 8816678312871386365)";
+  std::string b = "coalesce((((" + h + "::numeric + 5305509591434766563) % 18446744073709551616 + " +
+                  "18446744073709551616) % 18446744073709551616 % " + std::to_string(salt.buckets) + ")::int4, 0)";
+  if (salt.keys.empty()) return b;
+  std::string keys;
+  for (const std::string& k : salt.keys) keys += (keys.empty() ? "" : ", ") + literal(k) + "::" + t.key_type;
+  return "CASE WHEN " + row + q(side, t.key) + " IN (" + keys + ") THEN " + b + " ELSE 0 END";
+}
+
+// The SQL condition "this row is in the moving partition", valid on `side`.
+std::string Move::filter(const Table& t, const std::string& row, pqxx::connection& side) const {
+  const std::string key_expr = row + q(side, t.key);
   if (dist_->method == config::Method::hash) {
     // The partition's own modulus and remainder (mixed once SPLIT PARTITION split some).
     const config::HashPartition hp = dist_->hash_partition(m_.partition);
     return "satisfies_hash_partition(" + helpers_.at({&side, t.key_type}) + "::oid, " + std::to_string(hp.modulus) +
-           ", " + std::to_string(hp.remainder) + ", " + key_expr + ")";
+           ", " + std::to_string(hp.remainder) + ", " + key_expr +
+           (dist_->salt ? ", " + salt_bucket(t, row, side) : std::string()) + ")";
   }
-  auto literal = [](const std::string& v) {
-    std::string out = "'";
-    for (char c : v) out += c == '\'' ? std::string("''") : std::string(1, c);
-    return out + "'";
-  };
   if (dist_->method == config::Method::list) {
     // The partition's values, cast to the key's type: equal as the router compares them
     // (numbers by value, text exactly). NULL is in no listed partition.
@@ -121,7 +161,7 @@ std::string Move::filter(const Table& t, const std::string& key_expr, pqxx::conn
 std::string Move::fence_function(std::size_t i, bool refuse_all) {
   const Table& t = tables_[i];
   const auto key = q(*src_, t.key);
-  auto new_in = filter(t, "NEW." + key, *src_), old_in = filter(t, "OLD." + key, *src_);
+  auto new_in = filter(t, "NEW.", *src_), old_in = filter(t, "OLD.", *src_);
   // With moves.verify, the keys written are logged for the check under the hold.
   const std::string log = "INSERT INTO splitpoint.move_changes VALUES (" + std::to_string(m_.id) + ", " +
                           std::to_string(i) + ", ";

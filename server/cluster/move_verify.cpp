@@ -15,7 +15,7 @@ using namespace std::chrono_literals;
 Move::Sums Move::sums(pqxx::connection& side, const Table& t, const std::string& group, const std::string& and_where) {
   pqxx::nontransaction w(side);
   auto r = w.exec("SELECT (" + group + ")::text, count(*) || ' ' || sum(hashtextextended(x::text, 0)) FROM " +
-                  q(side, t.name) + " x WHERE " + filter(t, "x." + q(side, t.key), side) + and_where + " GROUP BY 1");
+                  q(side, t.name) + " x WHERE " + filter(t, "x.", side) + and_where + " GROUP BY 1");
   Sums out;
   for (const auto& row : r)
     out[row[0].is_null() ? std::nullopt : std::optional(row[0].as<std::string>())] = row[1].as<std::string>();

@@ -94,6 +94,11 @@ void Proxy::tear_down() {
 
 // Same shards in the same order and the same distributions (method, partitions,
 // tables): a statement's plan means the same in both.
+static bool same_salt(const config::Distribution& x, const config::Distribution& y) {
+  if (!x.salt || !y.salt) return !x.salt && !y.salt;
+  return x.salt->column == y.salt->column && x.salt->buckets == y.salt->buckets && x.salt->keys == y.salt->keys;
+}
+
 static bool same_layout(const config::Config& a, const config::Config& b) {
   if (a.shards.size() != b.shards.size() || a.distributions.size() != b.distributions.size()) return false;
   for (std::size_t i = 0; i < a.shards.size(); ++i)
@@ -101,7 +106,8 @@ static bool same_layout(const config::Config& a, const config::Config& b) {
   for (std::size_t i = 0; i < a.distributions.size(); ++i) {
     const auto &x = a.distributions[i], &y = b.distributions[i];
     if (x.name != y.name || x.method != y.method || x.partitions != y.partitions || x.hash_parts != y.hash_parts ||
-        x.tables != y.tables || x.ranges.size() != y.ranges.size() || x.lists.size() != y.lists.size())
+        x.tables != y.tables || x.ranges.size() != y.ranges.size() || x.lists.size() != y.lists.size() ||
+        !same_salt(x, y))  // (the plans read a salt column too)
       return false;
   }
   return a.reference_tables == b.reference_tables;

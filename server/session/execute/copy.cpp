@@ -173,6 +173,12 @@ awaitable<bool> CopyIn::run() {
 }
 
 awaitable<bool> CopyIn::find_key() {
+  if (topo_.salted(cls_.distribution)) {  // (its rows would need the salt column's bucket too)
+    co_await s_.reject(sqlstate::feature_not_supported,
+                       "COPY into salted table \"" + table_ + "\" over several shards is not supported; use INSERT",
+                       false);
+    co_return false;
+  }
   auto shape = s_.runtime_->shapes->find(table_);
   if (!shape) {
     std::vector<std::string> wanted(1, table_);  // (no braced list: GCC 12 coroutine bug)

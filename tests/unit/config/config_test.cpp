@@ -1085,3 +1085,33 @@ indexes:
   INFO(describe(refuse));
   CHECK(has_error(refuse, 9, "global indexes need transactions.cross_shard_writes: two_phase"));
 }
+
+TEST_CASE("salt: on a hash distribution, checked like the rest", "[config][salt]") {
+  const std::string base = std::string(kTwoShards) +
+                           "distributions:\n  - name: d\n    method: hash\n    partitions: 16\n"
+                           "    tables: { sales: product_id, returns: product_id }\n";
+  SECTION("loads") {
+    const Config c = load_ok(base + "    salt: { column: order_id, buckets: 8, keys: [5, 6] }\n");
+    REQUIRE(c.distributions[0].salt);
+    CHECK(c.distributions[0].salt->column == "order_id");
+    CHECK(c.distributions[0].salt->buckets == 8);
+    CHECK(c.distributions[0].salt->keys == std::vector<std::string>{"5", "6"});
+    CHECK_FALSE(load_ok(base).distributions[0].salt);
+  }
+  SECTION("buckets out of range, column missing, unknown field") {
+    expect_one_error(base + "    salt: { column: order_id, buckets: 0 }\n", 9, "must be between 1 and 1024");
+    expect_one_error(base + "    salt: { buckets: 8 }\n", 9, "column");
+    expect_one_error(base + "    salt: { column: order_id, buckets: 8, bukets: 2 }\n", 9, "bukets");
+  }
+  SECTION("the salt column must not be a table's key") {
+    expect_one_error(base + "    salt: { column: product_id, buckets: 8 }\n", 9,
+                     "\"product_id\" is the key of table \"sales\"");
+  }
+  SECTION("range and list distributions are refused") {
+    const std::string range = std::string(kTwoShards) +
+                              "distributions:\n  - name: r\n    method: range\n"
+                              "    ranges: [{ upto: 10, shard: s0 }, { shard: s1 }]\n    tables: { t: id }\n"
+                              "    salt: { column: order_id, buckets: 8 }\n";
+    expect_one_error(range, 9, "salting is built for hash distributions only, not for method: range");
+  }
+}
