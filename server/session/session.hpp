@@ -66,6 +66,7 @@ class Catalog;
 struct Worker;
 class ScatterRead;
 class CopyIn;
+struct IndexWrite;  // execute/global_index.cpp
 
 class Session : public std::enable_shared_from_this<Session> {
   // Executors of the session's statements: server/session/pump.hpp, server/session/execute/scatter_read.hpp,
@@ -356,8 +357,13 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   awaitable<bool> indexed_execute(const routing::Route& route, const ScatterRequest& req);
   // This transaction's logged changes on the shards it is in, applied; the error (an
-  // ErrorResponse body) that stopped them, or empty.
-  awaitable<std::string> apply_index_changes();
+  // ErrorResponse body) that stopped them, or empty. `sql`: the statement that wrote
+  // (its ON CONFLICT judged by a global unique index, a TRUNCATE); `skipped`: the rows
+  // it inserted that an ON CONFLICT DO NOTHING took back (their value held elsewhere).
+  awaitable<std::string> apply_index_changes(std::string_view sql = {}, std::size_t* skipped = nullptr);
+  awaitable<std::string> read_index_changes(IndexWrite& w);
+  awaitable<std::string> write_index_entries(IndexWrite& w, std::size_t index);
+  awaitable<std::string> run_index_statement(const std::string& sql, std::size_t index, bool* returned);
   // ---- execute/insert_select.cpp: INSERT ... SELECT whose rows are pulled (route.pull_insert)
   awaitable<bool> pull_insert_select(const routing::Route& route, KeptShapes& keep, std::string_view sql,
                                      const protocol::Bind* bind = nullptr,
