@@ -381,6 +381,15 @@ void Session::close_idle_connections_to(const std::string& database) {
       if (pool->target().database == database) pool->close_idle();
 }
 
+// The text is a TRUNCATE (its first word, past spaces).
+static bool truncates(std::string_view sql) {
+  const auto start = sql.find_first_not_of(" \t\r\n");
+  if (start == std::string_view::npos || sql.size() - start < 8) return false;
+  std::string word(sql.substr(start, 8));
+  for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return word == "truncate";
+}
+
 awaitable<bool> Session::handle_query(const proto::Frame& f) {
   lookahead_.reset();  // (a Query may change how the next Bind routes: SET splitpoint.*)
   auto q = proto::Query::decode(f.body);
@@ -403,6 +412,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
 
   if (route.cls == StatementClass::utility || route.cls == StatementClass::ddl)
     if (auto db = database_it_needs_alone(sql)) close_idle_connections_to(*db);
+  if (route.cls == StatementClass::ddl && truncates(sql) && !runtime_->config.indexes.empty())
+    route.indexes.writes = true;  // (the entries of an indexed table it empties go too)
   if (maintains_index(route)) co_return co_await indexed_write(f, route);
   const bool spread = route.kind == RouteKind::all_shards || route.shards.size() > 1;
   if (several_statements_apart(route, sql) || (route.cls == StatementClass::write && spread && !in_transaction())) {

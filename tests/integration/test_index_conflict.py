@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""ON CONFLICT judged by a global unique index (SPEC 12, issue #47, docs/indexes.md).
+"""ON CONFLICT judged by a global unique index, and TRUNCATE of an indexed table (SPEC 12,
+issue #47, docs/indexes.md).
 
 Three shards (s0, s1 on the shared instances, s2 a second database on instance 0) and a
 plain PostgreSQL database (`plain`, on instance 1): `users (id bigint PRIMARY KEY, email
@@ -15,7 +16,9 @@ on city. The same statements through splitpoint and on plain PostgreSQL:
 - do_update_elsewhere: DO UPDATE whose conflicting row is on another shard is refused with
   0A000 and changes nothing; several rows with RETURNING, some taken back, too;
 - racing_do_nothing: 8 clients inserting the same 100 emails with ON CONFLICT (email) DO
-  NOTHING RETURNING id: one row per email, each client's RETURNING rows its tag's count.
+  NOTHING RETURNING id: one row per email, each client's RETURNING rows its tag's count;
+- truncate: TRUNCATE through the proxy empties the entries in the same transaction (a
+  TRUNCATE rolled back keeps rows and entries); a value the table held is free again.
 """
 # test-timeout: 120
 
@@ -214,6 +217,31 @@ def racing_do_nothing():
     SETTING.entries_match_rows()
 
 
+def truncate():
+    reset()
+    c = proxy()
+    cur = c.cursor()
+    cur.execute("INSERT INTO users SELECT g, 'u' || g || '@x', 'c' || g % 3 FROM generate_series(1, 30) g")
+    c.autocommit = False
+    cur.execute("TRUNCATE users")
+    c.rollback()
+    c.autocommit = True
+    cur.execute("SELECT count(*) FROM users")
+    assert cur.fetchone() == (30,)
+    SETTING.entries_match_rows()
+    cur.execute("TRUNCATE users")
+    assert SETTING.on_shards("SELECT count(*) FROM splitpoint.users_email_key_entries") == [(0,)] * 3
+    SETTING.entries_match_rows()
+    cur.execute("INSERT INTO users VALUES (100, 'u7@x', NULL)")
+    cur.execute("SELECT id FROM users WHERE email = 'u7@x'")
+    assert cur.fetchall() == [(100,)]
+    SETTING.entries_match_rows()
+    r = sptest.admin(SETTING.proxy.port, "CHECK INDEX users_email_key")[0]
+    assert (r[3], r[4]) == ("0", "0"), r
+    c.close()
+
+
 if __name__ == "__main__":
-    sys.exit(sptest.run_tests([on_conflict_simple, on_conflict_extended, do_update_elsewhere, racing_do_nothing],
+    sys.exit(sptest.run_tests([on_conflict_simple, on_conflict_extended, do_update_elsewhere, racing_do_nothing,
+                               truncate],
                               setup=SETTING.start, teardown=SETTING.stop, watch=lambda: [SETTING.proxy]))
