@@ -9,14 +9,19 @@ on city. The same statements through splitpoint and on plain PostgreSQL:
 - on_conflict_simple (psycopg2, simple protocol) and on_conflict_extended (psycopg 3,
   server-side parameters): ON CONFLICT (email) / ON CONSTRAINT users_email_key / without
   a target DO NOTHING, with and without RETURNING, over values held on the row's own
-  shard and on others, multi-row, inside a block and its rollback; ON CONFLICT (id) DO
+  shard and on others, multi-row, inside a block and its rollback; DO UPDATE (SET from
+  EXCLUDED and the row, an alias, a WHERE true or false, RETURNING, a value proposed
+  twice: 21000, an update onto a taken value: 23505); ON CONFLICT (id) DO
   NOTHING / DO UPDATE refusing a duplicate email with 23505; DO UPDATE with the conflict
   on the row's own shard: same rows, tags, RETURNING rows and errors; afterwards every
   shard's entries exactly the rows' values;
-- do_update_elsewhere: DO UPDATE whose conflicting row is on another shard is refused with
-  0A000 and changes nothing; several rows with RETURNING, some taken back, too;
+- do_update_elsewhere: DO UPDATE whose conflicting row is on another shard updates it;
+  with a parameter in its SET (extended protocol) it is refused with 0A000 and changes
+  nothing; several rows with RETURNING, some taken back, too;
 - racing_do_nothing: 8 clients inserting the same 100 emails with ON CONFLICT (email) DO
   NOTHING RETURNING id: one row per email, each client's RETURNING rows its tag's count;
+- racing_do_update: 8 clients, the same 50 emails, DO UPDATE adding one to a count: one
+  row per email, each count 8;
 - truncate: TRUNCATE through the proxy empties the entries in the same transaction (a
   TRUNCATE rolled back keeps rows and entries); a value the table held is free again.
 """
@@ -65,6 +70,10 @@ def script():
              "DO NOTHING RETURNING *", None),
             (f"INSERT INTO users VALUES ({i}, '{email}', 'lima') ON CONFLICT (id) DO NOTHING", None),
             (f"INSERT INTO users VALUES ({i}, '{email}', 'lima') ON CONFLICT (id) DO UPDATE SET city = 'x'", None),
+            (f"INSERT INTO users VALUES ({i}, '{email}', 'l{i}') ON CONFLICT (email) DO UPDATE SET city = "
+             "excluded.city || '-' || users.id RETURNING *", None),
+            (f"INSERT INTO users AS u VALUES ({i}, '{email}', 'm{i}') ON CONFLICT ON CONSTRAINT users_email_key "
+             "DO UPDATE SET city = u.city || excluded.city WHERE u.city LIKE 'l%' RETURNING u.id, u.city", None),
         ]
     steps += [
         ("INSERT INTO users VALUES (40, 'a@x', 'nice'), (41, 'n41@x', 'nice'), (42, 'b@x', 'nice'), "
@@ -76,6 +85,13 @@ def script():
         ("INSERT INTO users VALUES (1, 'a@x', 'rome') ON CONFLICT (email) DO UPDATE SET city = excluded.city "
          "RETURNING *", None),
         ("INSERT INTO users VALUES (41, 'zz@x', 'rome') ON CONFLICT (id) DO UPDATE SET email = 'b@x'", None),
+        ("INSERT INTO users VALUES (60, 'a@x', 'x'), (61, 'b@x', 'y'), (62, 'c@x', 'z') ON CONFLICT (email) "
+         "DO UPDATE SET city = excluded.city", None),
+        ("INSERT INTO users VALUES (63, 'q@x', 'x'), (64, 'q@x', 'y') ON CONFLICT (email) DO UPDATE SET city = 'z'", None),
+        ("INSERT INTO users VALUES (65, 'a@x', 'x') ON CONFLICT (email) DO UPDATE SET city = 'never' "
+         "WHERE users.city = 'nomatch' RETURNING id", None),
+        ("INSERT INTO users VALUES (66, 'a@x', 'x') ON CONFLICT (email) DO UPDATE SET email = 'c@x'", None),
+        ("INSERT INTO users VALUES (67, 'a@x', 'x') ON CONFLICT (email) DO UPDATE SET email = 'a2@x' RETURNING *", None),
         ("BEGIN", None),
         ("INSERT INTO users VALUES (50, 'txn@x', 'kiev')", None),
         ("INSERT INTO users VALUES (51, 'txn@x', 'kiev') ON CONFLICT (email) DO NOTHING", None),
@@ -140,27 +156,14 @@ def on_conflict_extended():
 
 
 def do_update_elsewhere():
-    """DO UPDATE whose conflicting row lives on another shard: 0A000, nothing changed."""
+    """DO UPDATE whose conflicting row lives on another shard updates that row; with a
+    parameter in its SET (extended protocol) it is refused with 0A000 and changes nothing;
+    several rows with RETURNING, some taken back, are refused too."""
     reset()
     c = proxy()
     cur = c.cursor()
     cur.execute("INSERT INTO users VALUES (1, 'a@x', 'paris')")
     home = shard_of(1)
-    refused = done = 0
-    for i in range(100, 130):
-        try:
-            cur.execute(f"INSERT INTO users VALUES ({i}, 'a@x', 'lima') ON CONFLICT (email) "
-                        "DO UPDATE SET city = excluded.city || %s", (str(i),))
-            done += 1
-            assert cur.statusmessage == "INSERT 0 1", cur.statusmessage
-        except psycopg2.Error as e:
-            assert e.pgcode == "0A000" and "users_email_key" in e.diag.message_primary, e
-            refused += 1
-    assert refused > 0 and done > 0, (refused, done)
-    cur.execute("SELECT id, email FROM users ORDER BY id")
-    assert cur.fetchall() == [(1, "a@x")]
-    assert shard_of(1) == home
-    # Several rows with RETURNING, one taken back: refused, nothing inserted.
     other = None
     for i in range(200, 300):
         cur.execute("INSERT INTO users VALUES (%s, 'probe@x', NULL)", (i,))
@@ -169,52 +172,79 @@ def do_update_elsewhere():
         cur.execute("DELETE FROM users WHERE id = %s", (i,))
         if other:
             break
-    cur.execute("DELETE FROM users WHERE email = 'probe@x'")
+    cur.execute(f"INSERT INTO users VALUES ({other}, 'a@x', 'lima') ON CONFLICT (email) "
+                "DO UPDATE SET city = excluded.city || users.id RETURNING id, city")
+    assert (cur.statusmessage, cur.fetchall()) == ("INSERT 0 1", [(1, "lima1")])
+    with psycopg.connect(host=sptest.HOST, port=SETTING.proxy.port, dbname=SETTING.dbs.name, user="app",
+                         password="secret", autocommit=True) as c3:
+        try:
+            c3.execute(f"INSERT INTO users VALUES ({other}, 'a@x', 'x') ON CONFLICT (email) DO UPDATE SET city = %s",
+                       ("param",))
+            raise AssertionError("accepted")
+        except psycopg.Error as e:
+            assert e.diag.sqlstate == "0A000" and "users_email_key" in e.diag.message_primary, e
     try:
         cur.execute(f"INSERT INTO users VALUES ({other}, 'a@x', NULL), (301, 'z@x', NULL) ON CONFLICT DO NOTHING RETURNING id")
         raise AssertionError("accepted")
     except psycopg2.Error as e:
         assert e.pgcode == "0A000", e
-    cur.execute("SELECT id FROM users ORDER BY id")
-    assert cur.fetchall() == [(1,)]
+    cur.execute("SELECT id, city FROM users ORDER BY id")
+    assert cur.fetchall() == [(1, "lima1")]
     SETTING.entries_match_rows()
     c.close()
 
 
-def racing_do_nothing():
-    """8 clients, the same 100 emails, ON CONFLICT (email) DO NOTHING RETURNING id."""
-    reset()
-    won, errors = [], []
+def race(sql, emails=100, clients=8):
+    """`clients` clients running `sql` (id, email) over the same `emails` emails, each in
+    its own order; every (tag, RETURNING rows) answer, or the errors."""
+    answers, errors = [], []
 
     def run(n):
         c = proxy()
-        c.autocommit = True
         cur = c.cursor()
-        for i in sorted(range(100), key=lambda k: (k * (n + 3)) % 101):
+        for i in sorted(range(emails), key=lambda k: (k * (n + 3)) % 101):
             try:
-                cur.execute("INSERT INTO users VALUES (%s, %s, 'race') ON CONFLICT (email) DO NOTHING RETURNING id",
-                            (1000 + n * 1000 + i, f"race{i}@x"))
-                rows = cur.fetchall()
-                if cur.statusmessage != f"INSERT 0 {len(rows)}":
-                    errors.append((cur.statusmessage, rows))
-                won.extend(r[0] % 1000 for r in rows)
+                cur.execute(sql, (1000 + n * 1000 + i, f"race{i}@x"))
+                answers.append((cur.statusmessage, cur.fetchall()))
             except psycopg2.Error as e:
                 errors.append((e.pgcode, str(e)))
         c.close()
 
-    threads = [threading.Thread(target=run, args=(n,)) for n in range(8)]
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors, errors[:3]
-    assert sorted(won) == list(range(100)), f"{len(won)} winners for 100 emails"
     c = proxy()
     cur = c.cursor()
     cur.execute("SELECT count(*), count(DISTINCT email) FROM users")
-    assert cur.fetchone() == (100, 100)
+    assert cur.fetchone() == (emails, emails)
+    cur.execute("SELECT city, count(*) FROM users GROUP BY 1")
+    cities = cur.fetchall()
     c.close()
     SETTING.entries_match_rows()
+    return answers, cities
+
+
+def racing_do_nothing():
+    """8 clients, the same 100 emails, ON CONFLICT (email) DO NOTHING RETURNING id: one row
+    per email, each answer's RETURNING rows its tag's count."""
+    reset()
+    answers, _ = race("INSERT INTO users VALUES (%s, %s, '1') ON CONFLICT (email) DO NOTHING RETURNING id")
+    assert all(tag == f"INSERT 0 {len(rows)}" for tag, rows in answers), answers[:5]
+    won = sorted(r[0] % 1000 for _, rows in answers for r in rows)
+    assert won == list(range(100)), f"{len(won)} winners for 100 emails"
+
+
+def racing_do_update():
+    """8 clients, the same 50 emails, ON CONFLICT (email) DO UPDATE counting in city: one
+    row per email, every client's conflict applied once (each city ends at 8)."""
+    reset()
+    answers, cities = race("INSERT INTO users VALUES (%s, %s, '1') ON CONFLICT (email) DO UPDATE "
+                           "SET city = (users.city::int + 1)::text RETURNING city", emails=50)
+    assert all(tag == "INSERT 0 1" and len(rows) == 1 for tag, rows in answers), answers[:5]
+    assert cities == [("8", 50)], cities
 
 
 def truncate():
@@ -243,5 +273,5 @@ def truncate():
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests([on_conflict_simple, on_conflict_extended, do_update_elsewhere, racing_do_nothing,
-                               truncate],
+                               racing_do_update, truncate],
                               setup=SETTING.start, teardown=SETTING.stop, watch=lambda: [SETTING.proxy]))

@@ -19,8 +19,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <map>
+#include <numeric>
 #include <set>
+#include <tuple>
 
 #include "protocol/buffer.hpp"
 #include "protocol/messages.hpp"
@@ -72,6 +76,7 @@ struct WriteShape {
   std::vector<std::string> target;  // ON CONFLICT (a, b)
   std::string constraint;           // ON CONFLICT ON CONSTRAINT name
   std::vector<std::string> truncated;
+  std::string sql;  // the statement (DO UPDATE: made an UPDATE of the row holding a value)
 };
 
 bool mentions(std::string_view sql, std::string_view word) {
@@ -90,6 +95,7 @@ WriteShape shape_of(std::string_view sql) {
   if (sql.empty() || (!mentions(sql, "conflict") && !mentions(sql, "truncate"))) return w;
   auto tree = routing::ParseTree::parse(sql);
   if (!tree.ok()) return w;
+  w.sql = sql;
   for (std::size_t i = 0; i < tree.tree()->n_stmts; ++i) {
     const PgQuery__Node* n = tree.tree()->stmts[i]->stmt;
     if (routing::is(n, PG_QUERY__NODE__NODE_TRUNCATE_STMT)) {
@@ -129,12 +135,123 @@ std::string qualified(const std::string& table) {
   return dot == std::string::npos ? ident(table) : ident(table.substr(0, dot)) + "." + ident(table.substr(dot + 1));
 }
 
-// The statement's answer once `skipped` of the rows it inserted were taken back (ON
-// CONFLICT DO NOTHING judged by a global index): its tag counts the rest, and RETURNING
-// rows go only when none is left (which rows of several were taken back the proxy cannot
-// tell: refused, 0A000, the error returned).
-std::string without_skipped_rows(std::string& answer, std::size_t skipped) {
-  if (skipped == 0) return {};
+bool has_param(PgQuery__Node* const* nodes, std::size_t n) {
+  bool found = false;
+  for (std::size_t i = 0; i < n; ++i)
+    if (nodes[i] != nullptr)
+      routing::walk_nodes(&nodes[i]->base, [&](const PgQuery__Node* node) {
+        found = found || routing::is(node, PG_QUERY__NODE__NODE_PARAM_REF);
+        return !found;
+      });
+  return found;
+}
+
+// Each column named alone in `nodes` (not inside a subquery), `*` too, named as a
+// column of `relation`: in the UPDATE the INSERT's DO UPDATE becomes, EXCLUDED is a
+// relation of the FROM, and a bare name would be ambiguous. (The new nodes are the
+// INSERT's tree's, freed with it: protobuf-c's allocator is malloc's.)
+void qualify_columns(PgQuery__Node** nodes, std::size_t n, const std::string& relation) {
+  std::function<bool(PgQuery__Node*&)> qualify = [&](PgQuery__Node*& slot) {
+    if (routing::is(slot, PG_QUERY__NODE__NODE_SUB_LINK)) return false;
+    if (!routing::is(slot, PG_QUERY__NODE__NODE_COLUMN_REF) || slot->column_ref->n_fields != 1) return true;
+    PgQuery__ColumnRef* ref = slot->column_ref;
+    auto* name = static_cast<PgQuery__String*>(std::malloc(sizeof(PgQuery__String)));
+    pg_query__string__init(name);
+    name->sval = strdup(relation.c_str());
+    auto* node = static_cast<PgQuery__Node*>(std::malloc(sizeof(PgQuery__Node)));
+    pg_query__node__init(node);
+    node->node_case = PG_QUERY__NODE__NODE_STRING;
+    node->string = name;
+    auto** fields = static_cast<PgQuery__Node**>(std::malloc(2 * sizeof(PgQuery__Node*)));
+    fields[0] = node;
+    fields[1] = ref->fields[0];
+    std::free(ref->fields);
+    ref->fields = fields;
+    ref->n_fields = 2;
+    return false;
+  };
+  for (std::size_t i = 0; i < n; ++i)
+    if (nodes[i] != nullptr && qualify(nodes[i])) routing::for_each_node_slot(&nodes[i]->base, qualify);
+}
+
+// The UPDATE that the DO UPDATE of `sql` is for the row of `table` with the values
+// `equal` (column, value: its key and the indexed columns): its SET, its WHERE and the
+// INSERT's RETURNING, EXCLUDED the proposed row (`row`, as to_jsonb gave it). nullopt
+// where it cannot be written (a parameter in them: the extended protocol's values are
+// not at hand there).
+std::optional<std::string> do_update_as_update(const std::string& sql, const std::string& table,
+                                               const std::vector<std::pair<std::string, std::string>>& equal,
+                                               const std::string& row) {
+  auto tree = routing::ParseTree::parse(sql);
+  if (!tree.ok()) return std::nullopt;
+  const PgQuery__InsertStmt* ins = nullptr;
+  for (std::size_t i = 0; i < tree.tree()->n_stmts; ++i)
+    if (routing::is(tree.tree()->stmts[i]->stmt, PG_QUERY__NODE__NODE_INSERT_STMT))
+      ins = tree.tree()->stmts[i]->stmt->insert_stmt;
+  if (ins == nullptr || ins->on_conflict_clause == nullptr) return std::nullopt;
+  PgQuery__OnConflictClause* oc = ins->on_conflict_clause;
+  PgQuery__Node* where = oc->where_clause;
+  if (has_param(oc->target_list, oc->n_target_list) || has_param(&where, 1) ||
+      has_param(ins->returning_list, ins->n_returning_list))
+    return std::nullopt;
+  const std::string alias = ins->relation->alias ? std::string(routing::sv(ins->relation->alias->aliasname)) : "";
+  const std::string name = alias.empty() ? qualified(table) : ident(alias);
+  const std::string bare = alias.empty() ? std::string(routing::sv(ins->relation->relname)) : alias;
+  qualify_columns(oc->target_list, oc->n_target_list, bare);
+  qualify_columns(&where, 1, bare);
+  qualify_columns(ins->returning_list, ins->n_returning_list, bare);
+  auto update = routing::ParseTree::parse(
+      "UPDATE " + qualified(table) + (alias.empty() ? "" : " AS " + ident(alias)) +
+      " SET splitpoint_set = 1 FROM pg_catalog.jsonb_populate_record(NULL::" + qualified(table) + ", " +
+      quote_literal(row) + "::jsonb) AS excluded WHERE " + std::accumulate(equal.begin(), equal.end(), std::string(),
+                                                                             [&](std::string out, const auto& e) {
+                                                                               return out + name + "." + ident(e.first) +
+                                                                                      " = " + quote_literal(e.second) +
+                                                                                      " AND ";
+                                                                             }) +
+      "true");
+  if (!update.ok() || update.tree()->n_stmts != 1) return std::nullopt;
+  PgQuery__UpdateStmt* u = update.tree()->stmts[0]->stmt->update_stmt;
+  PgQuery__BoolExpr* both = u->where_clause->bool_expr;
+  // The INSERT's clauses lent to the UPDATE's tree while it is written out.
+  const auto targets = std::make_pair(u->n_target_list, u->target_list);
+  PgQuery__Node* const placeholder = both->args[both->n_args - 1];
+  u->n_target_list = oc->n_target_list;
+  u->target_list = oc->target_list;
+  if (where != nullptr) both->args[both->n_args - 1] = where;
+  u->n_returning_list = ins->n_returning_list;
+  u->returning_list = ins->returning_list;
+  auto text = routing::deparse(update.tree());
+  std::tie(u->n_target_list, u->target_list) = targets;
+  both->args[both->n_args - 1] = placeholder;
+  u->n_returning_list = 0;
+  u->returning_list = nullptr;
+  return text;
+}
+
+}  // namespace
+
+// The changes taken out of the log, by index; what an ON CONFLICT took back or updated.
+struct IndexWrite {
+  WriteShape shape;
+  std::map<std::string, std::vector<Change>> changes;  // by index name
+  // The rows taken back, (index, values): their trigger's 'd' is no entry of theirs.
+  std::multiset<std::pair<std::string, std::vector<std::optional<std::string>>>> taken_back;
+  std::size_t skipped = 0;  // rows taken back
+  std::size_t updated = 0;  // rows a DO UPDATE updated in their place
+  std::string rows;         // those updates' RETURNING rows
+  std::set<std::string> inserted;  // keys of the rows the statement inserted
+};
+
+namespace {
+
+// The statement's answer once some rows it inserted were taken back (ON CONFLICT judged
+// by a global index) and others updated in their place: its tag counts the rows left and
+// updated, and its RETURNING rows are the updates' when no inserted row is left (which
+// rows of several were taken back the proxy cannot tell: refused, 0A000, the error
+// returned).
+std::string adjusted_answer(std::string& answer, const IndexWrite& w) {
+  if (w.skipped == 0) return {};
   std::string out;
   bool rows = false;
   std::size_t left = 0;
@@ -142,22 +259,28 @@ std::string without_skipped_rows(std::string& answer, std::size_t skipped) {
     if (type == 'D') rows = true;
     if (type != 'C' || !body.starts_with("INSERT ")) return;
     const std::string tag(body.substr(0, body.find('\0')));
-    const auto space = tag.rfind(' ');
-    const std::size_t n = std::strtoull(tag.c_str() + space + 1, nullptr, 10);
-    left = n > skipped ? n - skipped : 0;
+    const std::size_t n = std::strtoull(tag.c_str() + tag.rfind(' ') + 1, nullptr, 10);
+    left = n > w.skipped ? n - w.skipped : 0;
   });
   if (rows && left > 0)
     return error_body(sqlstate::feature_not_supported,
-                      "INSERT ... ON CONFLICT DO NOTHING ... RETURNING of several rows, some of whose values other "
-                      "shards hold, is not supported");
+                      "INSERT ... ON CONFLICT ... RETURNING of several rows, some of whose values other shards hold, "
+                      "is not supported");
+  bool rows_out = false;
   for_each_message(answer, [&](char type, std::string_view body, std::string_view whole) {
-    if (type == 'D') return;
+    if (type == 'D') {
+      if (!rows_out) out += w.rows;
+      rows_out = true;
+      return;
+    }
     if (type != 'C' || !body.starts_with("INSERT ")) {
       out.append(whole);
       return;
     }
+    if (!rows_out && rows) out += w.rows;
+    rows_out = true;
     const std::string tag(body.substr(0, body.find('\0')));
-    proto::Writer(out, 'C').cstr(tag.substr(0, tag.rfind(' ') + 1) + std::to_string(left)).finish();
+    proto::Writer(out, 'C').cstr(tag.substr(0, tag.rfind(' ') + 1) + std::to_string(left + w.updated)).finish();
   });
   answer = std::move(out);
   return {};
@@ -227,10 +350,8 @@ awaitable<bool> Session::indexed_write(const proto::Frame& f, const routing::Rou
   std::string error;
   if (go_on && !closing_ && !failed && fe_.client_txn != 'E') {
     txn_.applying_index = true;
-    std::size_t skipped = 0;
     auto q = proto::Query::decode(f.body);
-    error = co_await apply_index_changes(q ? std::string_view(q->sql) : std::string_view(), &skipped);
-    if (error.empty()) error = without_skipped_rows(answer, skipped);
+    error = co_await apply_index_changes(q ? std::string_view(q->sql) : std::string_view(), &answer);
     txn_.applying_index = false;
   }
   stream_.quiet(nullptr);
@@ -273,9 +394,7 @@ awaitable<bool> Session::indexed_execute(const routing::Route& route, const Scat
   if (!failed && fe_.client_txn != 'E') {
     const char status = fe_.client_txn;
     txn_.applying_index = true;
-    std::size_t skipped = 0;
-    error = co_await apply_index_changes(req.sql, &skipped);
-    if (error.empty()) error = without_skipped_rows(capture.data, skipped);
+    error = co_await apply_index_changes(req.sql, &capture.data);
     txn_.applying_index = false;
     if (closing_) co_return false;
     // (The entries' statements end with the ReadyForQuery of a block: the batch's own
@@ -292,16 +411,7 @@ awaitable<bool> Session::indexed_execute(const routing::Route& route, const Scat
   co_return !closing_;
 }
 
-// The changes taken out of the log, by index; what an ON CONFLICT DO NOTHING took back.
-struct IndexWrite {
-  WriteShape shape;
-  std::map<std::string, std::vector<Change>> changes;  // by index name
-  // The rows taken back, (index, values): their trigger's 'd' is no entry of theirs.
-  std::multiset<std::pair<std::string, std::vector<std::optional<std::string>>>> taken_back;
-  std::size_t skipped = 0;
-};
-
-awaitable<std::string> Session::apply_index_changes(std::string_view sql, std::size_t* skipped) {
+awaitable<std::string> Session::apply_index_changes(std::string_view sql, std::string* answer) {
   IndexWrite w;
   w.shape = shape_of(sql);
   std::string error = co_await read_index_changes(w);
@@ -319,7 +429,7 @@ awaitable<std::string> Session::apply_index_changes(std::string_view sql, std::s
     error = co_await read_index_changes(w);
     for (std::size_t i = 0; error.empty() && i < cfg.indexes.size(); ++i) error = co_await write_index_entries(w, i);
   }
-  if (skipped) *skipped = w.skipped;
+  if (error.empty() && answer) error = adjusted_answer(*answer, w);
   co_return error;
 }
 
@@ -362,10 +472,9 @@ awaitable<std::string> Session::read_index_changes(IndexWrite& w) {
 // One index's changes applied to its entries: what went away first (an UPDATE's old
 // values), then each claim on its own, so a unique index's refusal is PostgreSQL's
 // error from the one shard that owns the value. Where the statement's ON CONFLICT is
-// judged by this index, a claim refused takes back the row it was for: DO NOTHING, as
-// PostgreSQL would have done nothing (its value is held by another row, committed, or
-// of a transaction the claim waited for); DO UPDATE of a row on another shard is not
-// there yet (0A000).
+// judged by this index, a claim refused takes back the row it was for (resolve_conflict):
+// its value is held by another row, committed, or of a transaction the claim waited for.
+// DO NOTHING: as PostgreSQL would have done nothing; DO UPDATE: that row is updated.
 awaitable<std::string> Session::write_index_entries(IndexWrite& w, std::size_t index) {
   const config::Index& ix = runtime_->config.indexes[index];
   auto it = w.changes.find(ix.name);
@@ -406,29 +515,85 @@ awaitable<std::string> Session::write_index_entries(IndexWrite& w, std::size_t i
         co_return error;
       continue;
     }
-    bool claimed = false;
+    w.inserted.insert(*c.vals.back());
+    std::string claimed;
     const std::string claim = "INSERT INTO " + entries + " (" + cols + ") VALUES " + tuple(c.vals) + " ON CONFLICT DO NOTHING RETURNING 1";
     if (auto error = co_await run_index_statement(claim, index, &claimed); !error.empty()) co_return error;
-    if (claimed) continue;
-    if (w.shape.action == WriteShape::Action::update)
+    if (first_column(claimed).value_or(std::vector<std::string>{}).empty())
+      if (auto error = co_await resolve_conflict(w, index, c.vals); !error.empty()) co_return error;
+  }
+  co_return std::string();
+}
+
+awaitable<std::string> Session::resolve_conflict(IndexWrite& w, std::size_t index,
+                                                 const std::vector<std::optional<std::string>>& vals) {
+  const config::Index& ix = runtime_->config.indexes[index];
+  std::string match;  // the value's columns
+  for (std::size_t k = 0; k < ix.columns.size(); ++k)
+    match += (k ? " AND " : "") + ident(ix.columns[k]) + " = " + quote_literal(*vals[k]);
+  const std::string where = ident(ix.key_column) + " = " + quote_literal(*vals.back()) + " AND " + match;
+  const std::string table = qualified(ix.table);
+  if (w.shape.action != WriteShape::Action::update) {
+    if (auto error = co_await run_index_statement("DELETE FROM " + table + " WHERE " + where, index, nullptr); !error.empty())
+      co_return error;
+  } else {
+    std::string got;  // the key of the row holding the value, then the proposed row
+    if (auto e = co_await run_index_statement("SELECT " + ident(ix.key_column) + "::text FROM splitpoint." +
+                                                  ident(ix.name + "_entries") + " WHERE " + match,
+                                              index, &got);
+        !e.empty())
+      co_return e;
+    const auto holder = first_column(got).value_or(std::vector<std::string>{});
+    if (holder.size() == 1 && w.inserted.count(holder.front()))
+      co_return error_body("21000", "ON CONFLICT DO UPDATE command cannot affect row a second time");
+    // Its row may not be visible yet: its transaction committed the entry and is still
+    // committing the row on the row's own shard (two-phase commit ends shard by shard),
+    // which it will. (Never, in a snapshot older than that commit: 40001, as PostgreSQL.)
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (int tries = 0; holder.size() == 1; ++tries) {
+      if (auto e = co_await run_index_statement("SELECT 1 FROM " + table + " WHERE " + ident(ix.key_column) + " = " +
+                                                    quote_literal(holder.front()) + " AND " + match,
+                                                index, &got);
+          !e.empty())
+        co_return e;
+      if (!first_column(got).value_or(std::vector<std::string>{}).empty()) break;
+      if (tries == 1000)
+        co_return error_body("40001", "could not serialize access due to concurrent update");
+      timer.expires_after(std::chrono::milliseconds(5));
+      co_await timer.async_wait(use_nothrow);
+    }
+    if (auto e = co_await run_index_statement("DELETE FROM " + table + " AS splitpoint_row WHERE " + where +
+                                                  " RETURNING pg_catalog.to_jsonb(splitpoint_row.*)::text",
+                                              index, &got);
+        !e.empty())
+      co_return e;
+    const auto row = first_column(got).value_or(std::vector<std::string>{});
+    std::optional<std::string> update;
+    if (holder.size() == 1 && row.size() == 1) {
+      std::vector<std::pair<std::string, std::string>> equal{{ix.key_column, holder.front()}};
+      for (std::size_t k = 0; k < ix.columns.size(); ++k) equal.emplace_back(ix.columns[k], *vals[k]);
+      update = do_update_as_update(w.shape.sql, ix.table, equal, row.front());
+    }
+    if (!update)
       co_return error_body(sqlstate::feature_not_supported,
                            "INSERT ... ON CONFLICT DO UPDATE whose conflict is in the global index \"" + ix.name +
-                               "\" with a row on another shard is not supported");
-    std::string where = ident(ix.key_column) + " = " + quote_literal(*c.vals.back());
-    for (std::size_t k = 0; k < ix.columns.size(); ++k) where += " AND " + ident(ix.columns[k]) + " = " + quote_literal(*c.vals[k]);
-    if (auto error = co_await run_index_statement("DELETE FROM " + qualified(ix.table) + " WHERE " + where, index, nullptr);
-        !error.empty())
-      co_return error;
-    w.taken_back.insert({ix.name, c.vals});
-    ++w.skipped;
+                               "\" with a row on another shard, with parameters in its SET, WHERE or RETURNING, is "
+                               "not supported");
+    if (auto e = co_await run_index_statement(*update, index, &got); !e.empty()) co_return e;
+    for_each_message(got, [&](char type, std::string_view body, std::string_view whole) {
+      if (type == 'D') w.rows.append(whole);
+      if (type == 'C' && body.starts_with("UPDATE ")) w.updated += std::strtoull(body.data() + 7, nullptr, 10);
+    });
   }
+  w.taken_back.insert({ix.name, vals});
+  ++w.skipped;
   co_return std::string();
 }
 
 // One statement of the index's upkeep through the proxy's routing; its error with the
 // table's schema and name in place of the entries' (the index is the table's, as the
 // client sees it), or empty. `returned`: it returned a row.
-awaitable<std::string> Session::run_index_statement(const std::string& sql, std::size_t index, bool* returned) {
+awaitable<std::string> Session::run_index_statement(const std::string& sql, std::size_t index, std::string* answer) {
   const config::Index& ix = runtime_->config.indexes[index];
   ClientStream::Capture capture;
   stream_.capture(&capture);
@@ -438,8 +603,7 @@ awaitable<std::string> Session::run_index_statement(const std::string& sql, std:
   std::string error = first_error(capture.data);
   if (error.empty()) {
     server_.metrics().index_event(index, Metrics::IndexEvent::entry_write);
-    if (returned)
-      for_each_message(capture.data, [&](char type, std::string_view, std::string_view) { *returned = *returned || type == 'D'; });
+    if (answer) *answer = std::move(capture.data);
     co_return error;
   }
   if (auto fields = proto::ErrorFields::decode(error)) {
