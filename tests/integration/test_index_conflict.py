@@ -259,7 +259,7 @@ def truncate():
     cur.execute("SELECT count(*) FROM users")
     assert cur.fetchone() == (30,)
     SETTING.entries_match_rows()
-    cur.execute("TRUNCATE users")
+    cur.execute("TRUNCATE TABLE public.users")
     assert SETTING.on_shards("SELECT count(*) FROM splitpoint.users_email_key_entries") == [(0,)] * 3
     SETTING.entries_match_rows()
     cur.execute("INSERT INTO users VALUES (100, 'u7@x', NULL)")
