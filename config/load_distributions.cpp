@@ -2,6 +2,7 @@
 // and `unlisted_tables`: every table owned once; `indexes:`, each with a distribution of
 // its own for its entries (config/loader.hpp).
 #include "config/loader.hpp"
+#include "config/indexes.hpp"
 
 #include <algorithm>
 
@@ -267,16 +268,6 @@ void Loader::load_unlisted_tables(const Entry& e) {
   }
 }
 
-namespace {
-
-// An unquoted SQL identifier PostgreSQL keeps as written: [a-z_][a-z0-9_]*, at most `max` bytes.
-bool plain_identifier(std::string_view s, std::size_t max) {
-  if (s.empty() || s.size() > max || (s[0] >= '0' && s[0] <= '9')) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
-}
-
-}  // namespace
-
 void Loader::load_indexes(const Entry& e) {
   if (auto items = sequence(e))
     for (const Entry& item : *items) load_index(item);
@@ -330,10 +321,7 @@ void Loader::load_index(const Entry& item) {
       ix.name = *v;
     }
   } else if (!ix.table.empty() && !ix.columns.empty()) {
-    // PostgreSQL's own name for UNIQUE (a, b) / CREATE INDEX ON t (a, b).
-    std::string base = ix.table.substr(ix.table.rfind('.') + 1);
-    for (const auto& c : ix.columns) base += "_" + c;
-    ix.name = base.substr(0, 55 - 4) + (ix.unique ? "_key" : "_idx");
+    ix.name = default_index_name(ix.table, ix.columns, ix.unique);
   }
   for (const Index& other : cfg_.indexes)
     if (other.name == ix.name) {
@@ -341,16 +329,7 @@ void Loader::load_index(const Entry& item) {
       return;
     }
   if (!owner || ix.columns.empty() || ix.name.empty()) return;
-  Distribution d;
-  d.name = "splitpoint." + ix.name;
-  d.line = ix.line;
-  d.method = Method::hash;
-  d.partitions = owner->method == Method::hash ? owner->partitions : 8;
-  const std::size_t n = cfg_.shards.size(), parts = static_cast<std::size_t>(d.partitions);
-  d.placement.resize(parts);
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t p = i * parts / n; p < (i + 1) * parts / n; ++p) d.placement[p] = i;
-  d.tables.emplace_back(ix.entries_table(), ix.columns.front());
+  Distribution d = entries_distribution(ix, *owner, cfg_.shards.size());
   claim_table(ix.entries_table(), "indexes", item.key_line, item.path);
   ix.distribution = cfg_.distributions.size();
   cfg_.distributions.push_back(std::move(d));

@@ -1,4 +1,5 @@
 #include "server/cluster/catalog.hpp"
+#include "config/indexes.hpp"
 
 #include <algorithm>
 
@@ -84,6 +85,12 @@ CREATE TABLE IF NOT EXISTS splitpoint.hash_partitions (
   modulus int NOT NULL,
   remainder int NOT NULL,
   PRIMARY KEY (distribution, partition));
+CREATE TABLE IF NOT EXISTS splitpoint.catalog_indexes (
+  name text PRIMARY KEY,
+  "table" text NOT NULL,
+  columns text[] NOT NULL,
+  is_unique boolean NOT NULL,
+  created timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE TABLE IF NOT EXISTS splitpoint.dropped_shards (
   name text PRIMARY KEY,
   dropped timestamptz NOT NULL DEFAULT now());
@@ -218,6 +225,16 @@ void apply_catalog(const CatalogState& state, config::Config& config, MoveView& 
       if (config.distributions[d].name == name) return d;
     return std::nullopt;
   };
+  // DROP INDEX: an index of the console's (no line in the file) the catalog no longer
+  // has. (Its entries' distribution stays, unused: the others keep their numbers.)
+  std::erase_if(config.indexes, [&](const config::Index& ix) {
+    return ix.line == 0 &&
+           std::none_of(state.indexes.begin(), state.indexes.end(), [&](const auto& i) { return i.name == ix.name; });
+  });
+  for (const auto& ix : state.indexes)  // (CREATE INDEX; before the placement of their entries)
+    if (std::none_of(config.indexes.begin(), config.indexes.end(), [&](const auto& i) { return i.name == ix.name; }))
+      if (auto why = config::add_index(config, ix); !why.empty())
+        spdlog::error("catalog: index {} is not valid here ({}); left out", ix.name, why);
   for (const auto& [name, bounds] : state.ranges) {  // (before the placement: it may add partitions)
     auto d = dist_of(name);
     if (!d || config.distributions[*d].method != config::Method::range || bounds.empty()) continue;
@@ -348,6 +365,19 @@ CatalogState Catalog::read_state(pqxx::connection& c) {
   for (const auto& r : w.exec("SELECT distribution, modulus, remainder FROM splitpoint.hash_partitions ORDER BY "
                               "distribution, partition"))
     s.hash_parts[r[0].as<std::string>()].push_back({r[1].as<std::uint32_t>(), r[2].as<std::uint32_t>()});
+  for (const auto& r : w.exec("SELECT name, \"table\", array_to_string(columns, ','), is_unique FROM "
+                              "splitpoint.catalog_indexes ORDER BY created, name")) {
+    config::Index ix;
+    ix.name = r[0].as<std::string>();
+    ix.table = r[1].as<std::string>();
+    const auto columns = r[2].as<std::string>();  // (plain identifiers: no comma in one)
+    for (std::size_t p = 0, q = 0; p <= columns.size(); p = q + 1) {
+      q = std::min(columns.find(',', p), columns.size());
+      ix.columns.push_back(columns.substr(p, q - p));
+    }
+    ix.unique = r[3].as<bool>();
+    s.indexes.push_back(std::move(ix));
+  }
   for (const auto& r : w.exec("SELECT distribution, partition, shard FROM splitpoint.placement"))
     s.placement.push_back({r[0].as<std::string>(), r[1].as<std::uint32_t>(), r[2].as<std::string>()});
   for (const auto& r : w.exec(std::string("SELECT ") + kMoveColumns + " FROM splitpoint.moves WHERE " + kUnfinishedMoves +

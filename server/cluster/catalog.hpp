@@ -73,6 +73,9 @@ struct CatalogState {
   // SPLIT PARTITION: each partition's modulus and remainder, by partition, of the hash
   // distributions split online; the others are uniform with the file's partitions.
   std::map<std::string, std::vector<config::HashPartition>> hash_parts;
+  // CREATE INDEX on the admin console (SPEC §12): name, table, columns, unique; added
+  // to the file's indexes, each with its entries' distribution.
+  std::vector<config::Index> indexes;
 };
 
 // One range partition in the answer of SPLIT RANGE / MERGE RANGE.
@@ -169,6 +172,15 @@ class Catalog {
   // above the higher number are numbered one lower. Refused (SPA01) as SPLIT PARTITION,
   // and while the two are on different shards. Returns the merged partition.
   std::vector<HashPartRow> merge_partition(const std::string& distribution, std::uint32_t partition);
+  // CREATE [UNIQUE] INDEX name ON table (columns) (SPEC §12): the index stored in the
+  // catalog, its entries' distribution placed as a hash distribution's default; returns
+  // once every live proxy runs it (each one's builder then builds it online, SHOW
+  // INDEXES). Refused for an index of the file, a name taken (42P07), a table of no
+  // distribution (42P01), a column that is the key.
+  void create_index(config::Index ix);
+  // DROP INDEX name: gone from the catalog and, once every live proxy runs without it,
+  // its trigger, entries and change log on every shard. An index of the file: SPA01.
+  void drop_index(const std::string& name);
   void cancel_move(std::int64_t id);
   std::vector<MoveRow> moves(bool all);
   struct ProxyRow {

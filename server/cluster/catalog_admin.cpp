@@ -14,6 +14,8 @@
 #include "routing/presplit.hpp"
 #include "routing/topology.hpp"
 #include "server/cluster/catalog.hpp"
+#include "server/cluster/indexes.hpp"
+#include "config/indexes.hpp"
 
 namespace splitpoint::server {
 
@@ -213,6 +215,73 @@ void Catalog::drop_shard(const std::string& name) {
   // Proxies still behind after a lease have fenced themselves.
   if (!wait_for_acks(*c, epoch, config_.moves.lease))
     spdlog::warn("catalog: not every proxy acknowledged epoch {} within a lease", epoch);
+}
+
+void Catalog::create_index(config::Index ix) {
+  auto config = effective_config();
+  const std::string why = config::add_index(config, ix);
+  if (!why.empty()) {
+    const bool taken = why.find("already") != std::string::npos, table = why.find("not a table") != std::string::npos;
+    throw CatalogError(taken ? "42P07" : table ? "42P01" : "22023", why);
+  }
+  const config::Index& made = config.indexes.back();
+  const config::Distribution& entries = config.distributions[made.distribution];
+  std::string columns = "{";
+  for (std::size_t i = 0; i < made.columns.size(); ++i) columns += (i ? "," : "") + made.columns[i];
+  columns += "}";
+  std::unique_lock<std::mutex> lock;
+  auto* c = &admin_connection(lock);
+  std::int64_t epoch = 0;
+  {
+    pqxx::work w(*c);
+    w.exec("SELECT epoch FROM splitpoint.topology FOR UPDATE");  // (orders it with every other change)
+    if (!w.exec_params("SELECT 1 FROM splitpoint.catalog_indexes WHERE name = $1", made.name).empty())
+      throw CatalogError("42P07", "index \"" + made.name + "\" already exists");
+    w.exec_params("INSERT INTO splitpoint.catalog_indexes (name, \"table\", columns, is_unique) VALUES ($1, $2, $3, $4)",
+                  made.name, made.table, columns, made.unique);
+    w.exec_params("DELETE FROM splitpoint.placement WHERE distribution = $1", entries.name);
+    for (std::size_t p = 0; p < entries.placement.size(); ++p)
+      w.exec_params("INSERT INTO splitpoint.placement VALUES ($1, $2, $3)", entries.name, static_cast<int>(p),
+                    config.shards[entries.placement[p]].name);
+    epoch = w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1 RETURNING epoch")[0][0].as<std::int64_t>();
+    w.exec(std::string("NOTIFY ") + kCatalogChannel);
+    w.commit();
+  }
+  spdlog::info("catalog: index {} on {} created at topology epoch {}", made.name, made.table, epoch);
+  if (!wait_for_acks(*c, epoch, config_.moves.lease))
+    spdlog::warn("catalog: not every proxy acknowledged epoch {} within a lease", epoch);
+}
+
+void Catalog::drop_index(const std::string& name) {
+  for (const auto& ix : config_.indexes)
+    if (ix.name == name)
+      throw CatalogError("SPA01", "index \"" + name + "\" is the configuration file's (indexes:): remove it there");
+  const auto config = effective_config();
+  auto it = std::find_if(config.indexes.begin(), config.indexes.end(), [&](const auto& ix) { return ix.name == name; });
+  if (it == config.indexes.end()) throw CatalogError("42704", "index \"" + name + "\" does not exist");
+  const config::Index ix = *it;
+  std::unique_lock<std::mutex> lock;
+  auto* c = &admin_connection(lock);
+  std::int64_t epoch = 0;
+  {
+    pqxx::work w(*c);
+    w.exec("SELECT epoch FROM splitpoint.topology FOR UPDATE");
+    auto busy = w.exec_params(std::string("SELECT id FROM splitpoint.moves WHERE distribution = $1 AND ") +
+                                  kUnfinishedMoves + " ORDER BY id",
+                              "splitpoint." + name);
+    if (!busy.empty())
+      throw CatalogError("SPA01", "move " + busy[0][0].as<std::string>() + " of the index's entries is unfinished (SHOW MOVES)");
+    w.exec_params("DELETE FROM splitpoint.catalog_indexes WHERE name = $1", name);
+    w.exec_params("DELETE FROM splitpoint.placement WHERE distribution = $1", "splitpoint." + name);
+    epoch = w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1 RETURNING epoch")[0][0].as<std::int64_t>();
+    w.exec(std::string("NOTIFY ") + kCatalogChannel);
+    w.commit();
+  }
+  spdlog::info("catalog: index {} dropped at topology epoch {}", name, epoch);
+  // Once no proxy maintains it: its trigger, entries and logged changes on every shard.
+  if (!wait_for_acks(*c, epoch, config_.moves.lease))
+    spdlog::warn("catalog: not every proxy acknowledged epoch {} within a lease", epoch);
+  IndexKeeper::remove(config, ix);
 }
 
 namespace {

@@ -287,6 +287,21 @@ std::string duplicates(pqxx::work& w, const config::Index& ix, const std::string
 
 }  // namespace
 
+void IndexKeeper::remove(const config::Config& cfg, const config::Index& ix) {
+  for (const auto& shard : cfg.shards) {
+    pqxx::connection c(shard_dsn(cfg, shard));
+    pqxx::work w(c);
+    w.exec("SET LOCAL lock_timeout = '5s'");
+    if (!w.exec("SELECT to_regclass(" + w.quote(table_sql(ix.table)) + ")").front()[0].is_null())
+      w.exec("DROP TRIGGER IF EXISTS " + ident(trigger_name(ix)) + " ON " + table_sql(ix.table));
+    w.exec("DROP FUNCTION IF EXISTS splitpoint." + ident(ix.name + "_changes") + "()");
+    w.exec("DROP TABLE IF EXISTS " + entries_sql(ix));
+    if (!w.exec("SELECT to_regclass('splitpoint.index_changes')").front()[0].is_null())
+      w.exec("DELETE FROM splitpoint.index_changes WHERE index_name = " + w.quote(ix.name));
+    w.commit();
+  }
+}
+
 // The entries emptied, the trigger on every shard, then every shard's rows copied in,
 // each shard's read FOR SHARE until its entries are written.
 void IndexKeeper::build(const config::Config& cfg, const config::Index& ix, Status& st) {

@@ -73,6 +73,9 @@ class IndexKeeper {
   };
   Check check(const std::string& name, bool repair) const;
   static std::string_view state_name(State s);
+  // DROP INDEX (the catalog's): its trigger, trigger function and entries dropped on
+  // every shard of `cfg`, its logged changes deleted. Blocking (libpqxx); throws.
+  static void remove(const config::Config& cfg, const config::Index& ix);
 
  private:
   static constexpr std::size_t kShards = 256;

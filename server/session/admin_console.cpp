@@ -33,7 +33,8 @@ constexpr const char* kAdminHelp =
     "TOPOLOGY | MOVES [ALL], RELOAD, PAUSE [shard], RESUME [shard], ADD SHARD name host=... port=..., DROP SHARD name, "
     "REBALANCE dist "
     "[DRY RUN], MOVE PARTITION dist:part TO shard, CANCEL MOVE id, SPLIT RANGE dist AT value, MERGE RANGE dist AT value, "
-    "SPLIT PARTITION dist:part, MERGE PARTITION dist:part, PRESPLIT dist INTO n [FROM SAMPLE query]";
+    "SPLIT PARTITION dist:part, MERGE PARTITION dist:part, PRESPLIT dist INTO n [FROM SAMPLE query], "
+    "CREATE [UNIQUE] INDEX name ON table (column, ...), DROP INDEX name";
 
 // Upper-cased words of a command, without a trailing semicolon.
 std::vector<std::string> words_of(std::string_view sql, std::size_t max_words, std::string_view& rest) {
@@ -376,6 +377,7 @@ std::optional<std::string> opt(const std::optional<std::int64_t>& v) {
 }  // namespace
 
 awaitable<void> presplit_command(std::string_view sql, Catalog& c, WorkerMetrics& metrics, std::string& out);
+awaitable<void> index_command(std::string_view sql, Catalog& c, WorkerMetrics& metrics, std::string& out);
 
 // SHOW TOPOLOGY, SHOW MOVES [ALL], ADD SHARD, REBALANCE dist [DRY RUN], MOVE PARTITION
 // dist:part TO shard, CANCEL MOVE id, SPLIT/MERGE RANGE, PRESPLIT (SPEC §9). False: not one of them.
@@ -383,10 +385,16 @@ awaitable<bool> AdminConsole::catalog_command(const std::vector<std::string>& w,
   auto is = [&](std::initializer_list<const char*> expect) { return command_is(w, expect); };
   if (!is({"SHOW", "TOPOLOGY"}) && !is({"SHOW", "MOVES"}) && !is({"MOVE", "PARTITION"}) && !is({"CANCEL", "MOVE"}) &&
       !is({"ADD", "SHARD"}) && !is({"DROP", "SHARD"}) && !is({"REBALANCE"}) && !is({"SPLIT", "RANGE"}) &&
-      !is({"MERGE", "RANGE"}) && !is({"SPLIT", "PARTITION"}) && !is({"MERGE", "PARTITION"}) && !is({"PRESPLIT"}))
+      !is({"MERGE", "RANGE"}) && !is({"SPLIT", "PARTITION"}) && !is({"MERGE", "PARTITION"}) && !is({"PRESPLIT"}) &&
+      !is({"CREATE", "INDEX"}) && !is({"CREATE", "UNIQUE", "INDEX"}) && !is({"DROP", "INDEX"}))
     co_return false;
   Catalog* catalog = s_.server_.catalog();
   auto error = [&](std::string_view code, const std::string& msg) { admin_error(s_.metrics_, out, code, msg); };
+  if (!catalog && (w[0] == "CREATE" || is({"DROP", "INDEX"}))) {
+    error("SPA01", "no catalog: the indexes are the configuration file's `indexes:` (set catalog: to create and drop "
+                   "them on the admin console)");
+    co_return true;
+  }
   if (!catalog) {
     error("SPA01", "no catalog: the topology is the configuration file's (set catalog: to change it online)");
     co_return true;
@@ -419,6 +427,9 @@ awaitable<bool> AdminConsole::catalog_command(const std::vector<std::string>& w,
     co_await range_change(w, sql, *catalog, out);
   } else if (is({"PRESPLIT"})) {
     co_await presplit_command(sql, *catalog, s_.metrics_, out);
+  } else if (w[0] == "CREATE" || is({"DROP", "INDEX"})) {
+    co_await index_command(sql, *catalog, s_.metrics_, out);
+    if (!out.empty() && out[0] == 'C') s_.server_.indexes().recheck();  // (this proxy's builder looks at once)
   } else {
     co_await topology_change(w, words, *catalog, out);
   }
@@ -520,6 +531,71 @@ awaitable<void> presplit_command(std::string_view sql, Catalog& c, WorkerMetrics
     t.row({raw[1], std::to_string(row.partition), row.lower, row.upper, row.shard, move, target});
   }
   t.encode(out, "PRESPLIT");
+}
+
+namespace {
+
+// PostgreSQL's folding of an unquoted identifier.
+std::string folded(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// CREATE [UNIQUE] INDEX name ON table (column, ...); nullopt: not that.
+std::optional<config::Index> index_definition(std::string_view sql) {
+  const auto open = sql.find('('), close = sql.rfind(')');
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open) return std::nullopt;
+  const std::string_view after = sql.substr(close + 1);
+  if (after.find_first_not_of(" \t\r\n;") != std::string_view::npos) return std::nullopt;
+  auto head = raw_words(sql.substr(0, open));
+  config::Index ix;
+  ix.unique = head.size() == 6 && folded(head[1]) == "unique";
+  if (head.size() != (ix.unique ? 6u : 5u)) return std::nullopt;
+  if (ix.unique) head.erase(head.begin() + 1);
+  if (folded(head[0]) != "create" || folded(head[1]) != "index" || folded(head[3]) != "on") return std::nullopt;
+  ix.name = folded(head[2]);
+  ix.table = folded(head[4]);
+  const std::string_view list = sql.substr(open + 1, close - open - 1);
+  for (std::size_t p = 0; p <= list.size();) {
+    const auto comma = std::min(list.find(',', p), list.size());
+    auto col = raw_words(list.substr(p, comma - p));
+    if (col.size() != 1) return std::nullopt;
+    ix.columns.push_back(folded(col[0]));
+    p = comma + 1;
+  }
+  if (ix.table.starts_with("public.")) ix.table = ix.table.substr(7);
+  return ix;
+}
+
+}  // namespace
+
+// CREATE [UNIQUE] INDEX name ON table (columns), DROP INDEX name (SPEC §12, with a catalog).
+awaitable<void> index_command(std::string_view sql, Catalog& c, WorkerMetrics& metrics, std::string& out) {
+  Catalog* catalog = &c;
+  const auto words = raw_words(sql);
+  if (!words.empty() && folded(words[0]) == "drop") {
+    if (words.size() != 3) {
+      admin_error(metrics, out, sqlstate::syntax_error, "usage: DROP INDEX name");
+      co_return;
+    }
+    auto drop = [catalog, name = folded(words[2])] {
+      catalog->drop_index(name);
+      return 0;
+    };
+    if (co_await off_thread(drop, metrics, out)) proto::CommandComplete{"DROP INDEX"}.encode(out);
+    co_return;
+  }
+  auto ix = index_definition(sql);
+  if (!ix) {
+    admin_error(metrics, out, sqlstate::syntax_error, "usage: CREATE [UNIQUE] INDEX name ON table (column, ...)");
+    co_return;
+  }
+  auto create = [catalog, ix = *ix] {
+    catalog->create_index(ix);
+    return 0;
+  };
+  if (co_await off_thread(create, metrics, out)) proto::CommandComplete{"CREATE INDEX"}.encode(out);
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include "protocol/messages.hpp"
 #include "protocol/sqlstate.hpp"
 #include "routing/dispatch.hpp"
+#include "routing/pg_tree.hpp"
 #include "routing/text_scan.hpp"
 #include "server/cluster/proxy.hpp"
 #include "server/session/moves.hpp"
@@ -381,6 +382,22 @@ void Session::close_idle_connections_to(const std::string& database) {
       if (pool->target().database == database) pool->close_idle();
 }
 
+// The text is a TRUNCATE (its first word, past spaces) naming a table with a global index.
+static bool truncates_indexed(std::string_view sql, const routing::Topology& topo) {
+  const auto start = sql.find_first_not_of(" \t\r\n");
+  if (start == std::string_view::npos || sql.size() - start < 8) return false;
+  std::string word(sql.substr(start, 8));
+  for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (word != "truncate") return false;
+  auto tree = routing::ParseTree::parse(sql);
+  bool indexed = false;
+  for (std::size_t i = 0; tree.ok() && i < tree.tree()->n_stmts; ++i)
+    routing::for_each_range_var(&tree.tree()->stmts[i]->base, [&](const PgQuery__RangeVar* rv) {
+      indexed = indexed || topo.indexed(routing::Topology::table_name(routing::sv(rv->schemaname), routing::sv(rv->relname)));
+    });
+  return indexed;
+}
+
 awaitable<bool> Session::handle_query(const proto::Frame& f) {
   lookahead_.reset();  // (a Query may change how the next Bind routes: SET splitpoint.*)
   auto q = proto::Query::decode(f.body);
@@ -403,6 +420,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
 
   if (route.cls == StatementClass::utility || route.cls == StatementClass::ddl)
     if (auto db = database_it_needs_alone(sql)) close_idle_connections_to(*db);
+  if (route.cls == StatementClass::ddl && !runtime_->config.indexes.empty() && truncates_indexed(sql, *runtime_->topology))
+    route.indexes.writes = true;  // (the entries of an indexed table it empties go too)
   if (maintains_index(route)) co_return co_await indexed_write(f, route);
   const bool spread = route.kind == RouteKind::all_shards || route.shards.size() > 1;
   if (several_statements_apart(route, sql) || (route.cls == StatementClass::write && spread && !in_transaction())) {

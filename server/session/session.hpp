@@ -66,6 +66,7 @@ class Catalog;
 struct Worker;
 class ScatterRead;
 class CopyIn;
+struct IndexWrite;  // execute/global_index.cpp
 
 class Session : public std::enable_shared_from_this<Session> {
   // Executors of the session's statements: server/session/pump.hpp, server/session/execute/scatter_read.hpp,
@@ -356,8 +357,17 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   awaitable<bool> indexed_execute(const routing::Route& route, const ScatterRequest& req);
   // This transaction's logged changes on the shards it is in, applied; the error (an
-  // ErrorResponse body) that stopped them, or empty.
-  awaitable<std::string> apply_index_changes();
+  // ErrorResponse body) that stopped them, or empty. `sql`: the statement that wrote
+  // (its ON CONFLICT judged by a global unique index, a TRUNCATE); `answer`: its answer,
+  // made what one PostgreSQL would have answered where an ON CONFLICT took rows back
+  // (their value held on another shard) or updated the row holding it there instead.
+  awaitable<std::string> apply_index_changes(std::string_view sql = {}, std::string* answer = nullptr);
+  awaitable<std::string> read_index_changes(IndexWrite& w);
+  awaitable<std::string> write_index_entries(IndexWrite& w, std::size_t index);
+  // A claim refused for a row the statement inserted: the row taken back, and for DO
+  // UPDATE the row holding the value updated instead.
+  awaitable<std::string> resolve_conflict(IndexWrite& w, std::size_t index, const std::vector<std::optional<std::string>>& vals);
+  awaitable<std::string> run_index_statement(const std::string& sql, std::size_t index, std::string* answer);
   // ---- execute/insert_select.cpp: INSERT ... SELECT whose rows are pulled (route.pull_insert)
   awaitable<bool> pull_insert_select(const routing::Route& route, KeptShapes& keep, std::string_view sql,
                                      const protocol::Bind* bind = nullptr,

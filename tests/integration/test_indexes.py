@@ -42,6 +42,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import clients  # noqa: E402
+import gsi  # noqa: E402
 import sptest  # noqa: E402
 
 clients.ensure_apt("python3-psycopg", "python3-asyncpg")
@@ -53,95 +54,35 @@ import psycopg2  # noqa: E402
 
 WORK = sptest.workdir("indexes")
 DBS = EXTRA = PLAIN = PROXY = None
-DDL = "CREATE TABLE users (id bigint PRIMARY KEY, email text UNIQUE, city text)"
-
-
-def config(db, extra):
-    p0, p1 = sptest.PG_PORTS
-    return f"""
-    auth: scram-sha-256
-    users:
-      - {{ name: app, password: secret }}
-      - {{ name: admin, password: adminpw, admin: true }}
-    shards:
-      - {{ name: s0, host: 127.0.0.1, port: {p0}, database: {db}, user: app, password: secret, pool_size: 20 }}
-      - {{ name: s1, host: 127.0.0.1, port: {p1}, database: {db}, user: app, password: secret, pool_size: 20 }}
-      - {{ name: s2, host: 127.0.0.1, port: {p0}, database: {extra}, user: app, password: secret, pool_size: 20 }}
-    distributions:
-      - name: by_id
-        method: hash
-        partitions: 12
-        tables: {{ users: id, dups: id }}
-    indexes:
-      - {{ table: users, columns: [email], unique: true }}
-      - {{ table: users, columns: [city] }}
-      - {{ table: dups, columns: [v], unique: true }}
-    """
+SETTING = gsi.Setting("gsi", "indexes", WORK, more_tables=", dups: id",
+                      more_indexes="\n      - { table: dups, columns: [v], unique: true }")
+outcome = gsi.outcome
 
 
 def shard_dbs():
-    p0, p1 = sptest.PG_PORTS
-    return [(p0, DBS.name), (p1, DBS.name), (p0, EXTRA.name)]
+    return SETTING.shard_dbs()
 
 
 def on_shards(sql):
-    out = []
-    for port, db in shard_dbs():
-        out += sptest.query(port, db, sql)
-    return out
+    return SETTING.on_shards(sql)
 
 
 def wait_ready(names, timeout=30):
-    """Until SHOW INDEXES says each of `names` is ready (or failed); their rows."""
-    deadline = time.monotonic() + timeout
-    while True:
-        rows = {r[0]: r for r in sptest.admin(PROXY.port, "SHOW INDEXES")}
-        if all(rows.get(n) and rows[n][4] in ("ready", "failed") for n in names):
-            return rows
-        if time.monotonic() > deadline:
-            raise AssertionError(f"indexes not ready after {timeout}s: {rows}")
-        time.sleep(0.05)
+    return SETTING.wait_ready(names, timeout)
 
 
 def setup():
     global DBS, EXTRA, PLAIN, PROXY
-    DBS = sptest.Databases("gsi")
-    EXTRA = sptest.Databases("gsix")
-    PLAIN = sptest.Databases("gsip")
-    PROXY = sptest.Proxy("indexes", config(DBS.name, EXTRA.name), WORK).start()
-    for c in (PROXY.connect(DBS.name), PLAIN.shard(1)):
-        c.cursor().execute(DDL)
-        c.close()
-    wait_ready(["users_email_key", "users_city_idx"])
+    SETTING.start()
+    DBS, EXTRA, PLAIN, PROXY = SETTING.dbs, SETTING.extra, SETTING.plain, SETTING.proxy
 
 
 def teardown():
-    if PROXY:
-        PROXY.stop()
-    for d in (DBS, EXTRA, PLAIN):
-        if d:
-            d.drop()
-
-
-def outcome(cur, sql):
-    """(tag, rows) or the error's (sqlstate, message, detail, constraint, schema, table)."""
-    try:
-        cur.execute(sql)
-        rows = cur.fetchall() if cur.description else None
-        return ("ok", cur.statusmessage, rows)
-    except psycopg2.Error as e:
-        d = e.diag
-        return ("error", e.pgcode, d.message_primary, d.message_detail, d.constraint_name, d.schema_name,
-                d.table_name)
+    SETTING.stop()
 
 
 def entries_match_rows():
-    """Every shard's entries of both indexes against the table's rows: none orphaned, none missing."""
-    for column, index in (("email", "users_email_key"), ("city", "users_city_idx")):
-        rows = on_shards(f"SELECT {column}, id FROM users WHERE {column} IS NOT NULL")
-        entries = on_shards(f"SELECT {column}, id FROM splitpoint.{index}_entries")
-        assert sorted(rows) == sorted(entries), \
-            f"{index}: missing {sorted(set(rows) - set(entries))[:10]}, orphans {sorted(set(entries) - set(rows))[:10]}"
+    SETTING.entries_match_rows()
 
 
 SCRIPT = [
