@@ -90,7 +90,7 @@ Steps dispatch(const Route& route, std::size_t shards, Protocol protocol) {
     steps.add(Executor::pull_insert);
     return steps;
   }
-  if (simple && route.cursor != Route::Cursor::none && shards > 1) steps.add(Executor::cursor);
+  if (route.cursor != Route::Cursor::none && shards > 1) steps.add(Executor::cursor);
   if (route.kind == RouteKind::error || route.kind == RouteKind::local) {
     steps.add(route.kind == RouteKind::error ? Executor::reject : Executor::local);
     return steps;

@@ -15,29 +15,31 @@ namespace splitpoint::server {
 
 // ---- cancel keys ----
 
-std::int32_t CancelRegistry::add(const std::shared_ptr<Session>& s) {
+CancelRegistry::Key CancelRegistry::add(const std::shared_ptr<Session>& s, std::int32_t pid) {
   for (;;) {
-    std::int32_t pid = 0;
-    RAND_bytes(reinterpret_cast<unsigned char*>(&pid), sizeof pid);
-    pid &= 0x7fffffff;
-    if (pid == 0) continue;
-    auto& stripe = stripes_[pid % kStripes];
+    Key k{pid, 0};
+    if (k.pid <= 0) RAND_bytes(reinterpret_cast<unsigned char*>(&k.pid), sizeof k.pid);
+    RAND_bytes(reinterpret_cast<unsigned char*>(&k.secret), sizeof k.secret);
+    k.pid &= 0x7fffffff;
+    if (k.pid == 0) continue;
+    auto& stripe = stripes_[k.pid % kStripes];
     std::lock_guard lock(stripe.mu);
-    if (stripe.map.emplace(pid, s).second) return pid;
+    if (stripe.map.emplace(packed(k), s).second) return k;
   }
 }
 
-void CancelRegistry::remove(std::int32_t pid) {
-  auto& stripe = stripes_[pid % kStripes];
+void CancelRegistry::remove(Key k) {
+  if (k.pid <= 0) return;
+  auto& stripe = stripes_[k.pid % kStripes];
   std::lock_guard lock(stripe.mu);
-  stripe.map.erase(pid);
+  stripe.map.erase(packed(k));
 }
 
-std::shared_ptr<Session> CancelRegistry::find(std::int32_t pid) {
-  if (pid <= 0) return nullptr;
-  auto& stripe = stripes_[pid % kStripes];
+std::shared_ptr<Session> CancelRegistry::find(Key k) {
+  if (k.pid <= 0) return nullptr;
+  auto& stripe = stripes_[k.pid % kStripes];
   std::lock_guard lock(stripe.mu);
-  auto it = stripe.map.find(pid);
+  auto it = stripe.map.find(packed(k));
   return it == stripe.map.end() ? nullptr : it->second.lock();
 }
 

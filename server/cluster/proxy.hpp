@@ -24,20 +24,28 @@ class Session;
 class Catalog;
 class IndexKeeper;
 
-// Maps the cancel keys splitpoint gives clients to their sessions. Touched at login,
-// logout and cancel only; striped so no lock is global.
+// Maps the cancel keys splitpoint gives clients (BackendKeyData: process id and secret)
+// to their sessions. Keyed by both: in session pooling a client is given its backend's
+// pid, and two shards' backends may share one. Touched at login, logout and cancel
+// only; striped so no lock is global.
 class CancelRegistry {
  public:
-  // Registers a session under a fresh random process id; returns it.
-  std::int32_t add(const std::shared_ptr<Session>& s);
-  void remove(std::int32_t pid);
-  std::shared_ptr<Session> find(std::int32_t pid);
+  struct Key {
+    std::int32_t pid = 0, secret = 0;
+  };
+  // Registers a session under `pid` (0: a fresh random one) and a fresh random secret.
+  Key add(const std::shared_ptr<Session>& s, std::int32_t pid = 0);
+  void remove(Key k);
+  std::shared_ptr<Session> find(Key k);
 
  private:
   static constexpr int kStripes = 16;
+  static std::uint64_t packed(Key k) {
+    return std::uint64_t{static_cast<std::uint32_t>(k.pid)} << 32 | static_cast<std::uint32_t>(k.secret);
+  }
   struct Stripe {
     std::mutex mu;
-    std::unordered_map<std::int32_t, std::weak_ptr<Session>> map;
+    std::unordered_map<std::uint64_t, std::weak_ptr<Session>> map;
   };
   Stripe stripes_[kStripes];
 };

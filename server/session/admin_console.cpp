@@ -192,7 +192,9 @@ awaitable<bool> Session::admin_login() {
                       {"client_encoding", "UTF8"}, {"DateStyle", "ISO, MDY"}, {"integer_datetimes", "on"},
                       {"standard_conforming_strings", "on"}, {"TimeZone", "UTC"}})
     proto::ParameterStatus{k, v}.encode(out);
-  who_.cancel_pid = server_.cancels().add(shared_from_this());
+  const auto key = server_.cancels().add(shared_from_this());
+  who_.cancel_pid = key.pid;
+  who_.cancel_secret = key.secret;
   proto::BackendKeyData{who_.cancel_pid, who_.cancel_secret}.encode(out);
   proto::ReadyForQuery{'I'}.encode(out);
   if (co_await stream_.write(out)) co_return false;

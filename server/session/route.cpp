@@ -981,13 +981,13 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
           co_return co_await reject_unless_invalid(route.sqlstate, route.message, req.sql, &req);
         }
         co_return co_await reject(route.sqlstate, route.message, true, route.position);
+      case Executor::cursor: {
+        const BoundCursor bound{*bind, types};
+        if (auto done = co_await cursor_command(route, &bound)) co_return *done;
+        break;
+      }
       case Executor::local:
-        co_await pump_.drain();
-        if (closing_) co_return false;
-        if (fe_.open_batch_failed) {
-          fe_.skip_until_sync = true;
-          co_return true;
-        }
+        if (!co_await bound_in_order()) co_return !closing_;
         co_return co_await run_local(*route.local, bind->portal, true);
       case Executor::one_shard:
       case Executor::scatter_read:
@@ -1072,12 +1072,7 @@ awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::
                               "statement would write to several shards inside a transaction; a transaction may "
                               "write to one shard only (transactions.cross_shard_writes: refuse)",
                               true);
-  co_await pump_.drain();
-  if (closing_) co_return false;
-  if (fe_.open_batch_failed) {  // (an earlier statement of the batch failed meanwhile)
-    fe_.skip_until_sync = true;
-    co_return true;
-  }
+  if (!co_await bound_in_order()) co_return !closing_;  // (an earlier statement of the batch failed meanwhile?)
   ScatterRequest req = request_of(bind, std::move(sql), types);
   if (!bind.statement.empty())
     if (auto p = fe_.prepared.find(std::string(bind.statement)); p != fe_.prepared.end())

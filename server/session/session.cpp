@@ -96,7 +96,7 @@ Session::Session(Proxy& server, Worker& worker, tcp::socket socket)
 
 Session::~Session() {
   worker_.sessions.erase(this);
-  if (who_.cancel_pid) server_.cancels().remove(who_.cancel_pid);
+  if (who_.cancel_pid) server_.cancels().remove({who_.cancel_pid, who_.cancel_secret});
   if (who_.counted) server_.client_count().fetch_sub(1);
   if (who_.logged_in) {
     metrics_.clients.add(-1);
@@ -184,7 +184,8 @@ awaitable<std::optional<proto::StartupMessage>> Session::read_startup() {
     }
     if (*code == proto::kCancelRequestCode) {
       if (auto c = proto::CancelRequest::decode(frame->body))
-        if (auto target = server_.cancels().find(c->process_id)) co_await target->forward_cancel(c->secret_key);
+        if (auto target = server_.cancels().find({c->process_id, c->secret_key}))
+          co_await target->forward_cancel(c->secret_key);
       co_return std::nullopt;  // the server closes a cancel connection without a reply
     }
     std::uint32_t major = static_cast<std::uint32_t>(*code) >> 16, minor = *code & 0xffff;
@@ -298,8 +299,22 @@ awaitable<bool> Session::greet() {
       pools_.front()->remember_startup_parameters(settings_.script, reported);
     }
   }
-  who_.cancel_pid = server_.cancels().add(shared_from_this());
-  RAND_bytes(reinterpret_cast<unsigned char*>(&who_.cancel_secret), sizeof who_.cancel_secret);
+  // Session pooling: the catalog shard's backend is the session's from its login, and
+  // the client is given its pid, so that pg_backend_pid(), a notification's sender and
+  // pg_stat_activity agree with BackendKeyData (isolationtester relies on it). The
+  // secret stays the proxy's: a CancelRequest reaches this session, which cancels there.
+  std::int32_t pid = 0;
+  if (runtime_->config.pool_mode == config::PoolMode::session) {
+    const std::size_t shard = catalog_shard();
+    std::optional<std::size_t> primary;
+    if (auto r = co_await acquire_backend(shard, primary); r.backend) {
+      pid = r.backend->process_id;
+      held_[shard] = std::move(r.backend);
+    }
+  }
+  const auto key = server_.cancels().add(shared_from_this(), pid);
+  who_.cancel_pid = key.pid;
+  who_.cancel_secret = key.secret;
 
   std::string out;
   proto::Authentication{}.encode(out);  // AuthenticationOk

@@ -379,10 +379,18 @@ class Session : public std::enable_shared_from_this<Session> {
                                   std::size_t& rows);
   // ---- execute/cursor.cpp: DECLARE ... CURSOR FOR a read of several shards, and the
   // FETCH / MOVE / CLOSE of such a cursor, answered by the proxy; nullopt: not one of
-  // those (the statement goes on as any other).
-  awaitable<std::optional<bool>> cursor_command(const routing::Route& route);
-  awaitable<bool> declare_cursor(const routing::Route::Names& n);
-  awaitable<bool> fetch_cursor(const routing::Route::Names& n);
+  // those (the statement goes on as any other). In the extended protocol (`bound`, the
+  // Bind: psycopg 3's named cursors) they run at the Bind, answered by its portal.
+  struct BoundCursor {
+    const protocol::Bind& bind;
+    const std::vector<std::int32_t>& types;
+  };
+  awaitable<std::optional<bool>> cursor_command(const routing::Route& route, const BoundCursor* bound = nullptr);
+  awaitable<bool> declare_cursor(const routing::Route::Names& n, const BoundCursor* bound);
+  awaitable<bool> fetch_cursor(const routing::Route::Names& n, const BoundCursor* bound);
+  awaitable<bool> cursor_answer(const BoundCursor* bound, std::string description, std::string rows,
+                                std::string_view error, std::string_view tag);
+  awaitable<bool> bound_in_order();
   // ---- texts.cpp: a text of several statements no one shard runs whole, run
   // one statement at a time when PostgreSQL's answer is the same; nullopt: not so.
   bool several_statements_apart(const routing::Route& route, std::string_view sql) const;

@@ -19,17 +19,30 @@ namespace proto = splitpoint::protocol;
 using routing::Route;
 using routing::RouteKind;
 
-awaitable<std::optional<bool>> Session::cursor_command(const Route& route) {
+namespace {
+
+// The cursor of that name the proxy holds: DECLAREd, or a portal read in pieces (in
+// PostgreSQL a portal is a cursor: asyncpg's Cursor.forward() is SQL MOVE on its portal).
+ProxyCursor* held_cursor(Frontend& fe, const std::string& name) {
+  if (auto c = fe.cursors.find(name); c != fe.cursors.end()) return &c->second;
+  if (auto p = fe.portals.find(name); p != fe.portals.end()) return &p->second;
+  return nullptr;
+}
+
+}  // namespace
+
+awaitable<std::optional<bool>> Session::cursor_command(const Route& route, const BoundCursor* bound) {
   const Route::Names& n = *route.names;
   switch (route.cursor) {
     case Route::Cursor::declare:
       if (route.kind == RouteKind::error || route.kind == RouteKind::local || route.cls != routing::StatementClass::read ||
           single_target(route))
         co_return std::nullopt;
-      co_return co_await declare_cursor(n);
+      if (bound && !co_await bound_in_order()) co_return !closing_;
+      co_return co_await declare_cursor(n, bound);
     case Route::Cursor::fetch:
-      if (!fe_.cursors.count(n.cursor)) co_return std::nullopt;
-      co_return co_await fetch_cursor(n);
+      if (!held_cursor(fe_, n.cursor)) co_return std::nullopt;
+      co_return co_await fetch_cursor(n, bound);
     case Route::Cursor::close:
       if (n.cursor.empty()) {  // CLOSE ALL: the proxy's, and the shard's as it goes on
         fe_.cursors.clear();
@@ -37,28 +50,56 @@ awaitable<std::optional<bool>> Session::cursor_command(const Route& route) {
       }
       if (!fe_.cursors.erase(n.cursor)) co_return std::nullopt;
       co_await pump_.drain();
-      co_await answer({}, {}, "CLOSE CURSOR");
-      co_return !closing_;
+      co_return co_await cursor_answer(bound, {}, {}, {}, "CLOSE CURSOR");
     case Route::Cursor::none:
       break;
   }
   co_return std::nullopt;
 }
 
-awaitable<bool> Session::declare_cursor(const Route::Names& n) {
+// A Bind the proxy answers after what the backends owe: false when the batch failed
+// meanwhile (the rest of it is skipped) or the session ends.
+awaitable<bool> Session::bound_in_order() {
+  co_await pump_.drain();
+  if (closing_) co_return false;
+  if (!fe_.open_batch_failed) co_return true;
+  fe_.skip_until_sync = true;
+  co_return false;
+}
+
+// The answer of a cursor command: now (the simple protocol), or BindComplete now and
+// the rest at the portal's Describe and Execute (the extended one).
+awaitable<bool> Session::cursor_answer(const BoundCursor* bound, std::string description, std::string rows,
+                                       std::string_view error, std::string_view tag) {
+  if (!bound) {
+    co_await answer(description + rows, error, tag);
+    co_return !closing_;
+  }
+  fe_.local_portal.emplace(Frontend::LocalPortal{std::string(bound->bind.portal), std::move(description),
+                                                 std::move(rows), std::string(tag), std::string(error)});
+  std::string out;
+  proto::encode_bind_complete(out);
+  co_await stream_.write(out);
+  co_return !closing_;
+}
+
+awaitable<bool> Session::declare_cursor(const Route::Names& n, const BoundCursor* bound) {
+  const bool extended = bound != nullptr;
   if (!n.cursor_hold && !in_transaction())
-    co_return co_await reject("25P01", "DECLARE CURSOR can only be used in transaction blocks", false);
+    co_return co_await reject("25P01", "DECLARE CURSOR can only be used in transaction blocks", extended);
   if (fe_.cursors.count(n.cursor))
-    co_return co_await reject("42P03", "cursor \"" + n.cursor + "\" already exists", false);
+    co_return co_await reject("42P03", "cursor \"" + n.cursor + "\" already exists", extended);
   if (!n.cursor_plain)
     co_return co_await reject(sqlstate::feature_not_supported,
                               "a cursor over several shards is read forward and in text: BINARY and SCROLL are not "
                               "supported",
-                              false);
+                              extended);
   const std::size_t limit = runtime_->config.scatter.max_buffered_rows;
   std::string messages;
   std::size_t rows = 0;
-  if (!co_await read_for_insert(n.cursor_query, nullptr, nullptr, limit, messages, rows)) co_return !closing_;
+  if (!co_await read_for_insert(n.cursor_query, extended ? &bound->bind : nullptr, extended ? &bound->types : nullptr,
+                                limit, messages, rows))
+    co_return !closing_;
   ProxyCursor cursor;
   cursor.hold = n.cursor_hold;
   std::string notices, error;
@@ -71,30 +112,31 @@ awaitable<bool> Session::declare_cursor(const Route::Names& n) {
   if (!error.empty()) {  // the query's own error, as PostgreSQL gives it at DECLARE
     if (auto e = proto::ErrorFields::decode(error)) metrics_.error(e->get('C'));
     if (in_transaction()) co_await fail_block();
-    co_await answer(std::move(notices), error, {});
-    co_return !closing_;
+    co_return co_await cursor_answer(bound, {}, std::move(notices), error, {});
   }
   if (rows > limit)
     co_return co_await reject(sqlstate::scatter_buffer_limit,
                               "a cursor over several shards holds its rows in the proxy: more than "
                               "scatter.max_buffered_rows (" +
                                   std::to_string(limit) + ")",
-                              false);
+                              extended);
   fe_.cursors[n.cursor] = std::move(cursor);
-  co_await answer(std::move(notices), {}, "DECLARE CURSOR");
-  co_return !closing_;
+  co_return co_await cursor_answer(bound, {}, std::move(notices), {}, "DECLARE CURSOR");
 }
 
 // FETCH / MOVE [FORWARD] n | ALL | NEXT, as PostgreSQL moves a cursor: from position p
 // (0 before the first row, rows + 1 after the last) rows p+1 .. p+n, or the current row
 // for FORWARD 0.
-awaitable<bool> Session::fetch_cursor(const Route::Names& n) {
+awaitable<bool> Session::fetch_cursor(const Route::Names& n, const BoundCursor* bound) {
   if (!n.fetch_forward)
     co_return co_await reject(sqlstate::feature_not_supported,
                               "a cursor over several shards is read forward only (FETCH/MOVE [FORWARD] n, ALL, NEXT)",
-                              false);
+                              bound != nullptr);
+  if (bound && !co_await bound_in_order()) co_return !closing_;
   co_await pump_.drain();
-  ProxyCursor& c = fe_.cursors[n.cursor];
+  ProxyCursor* held = held_cursor(fe_, n.cursor);
+  if (!held) co_return co_await reject("34000", "cursor \"" + n.cursor + "\" does not exist", bound != nullptr);
+  ProxyCursor& c = *held;
   const std::size_t total = c.rows.size();
   std::size_t first = 0, last = 0;  // rows [first, last) of c.rows
   if (n.fetch_count == 0) {
@@ -107,13 +149,13 @@ awaitable<bool> Session::fetch_cursor(const Route::Names& n) {
     last = std::min(total, from + want);
     c.position = from + want > total ? total + 1 : from + want;
   }
-  std::string out;
+  std::string description, rows;
   if (!n.move) {
-    out += c.description;
-    for (std::size_t i = first; i < last; ++i) out += c.rows[i];
+    description = c.description;
+    for (std::size_t i = first; i < last; ++i) rows += c.rows[i];
   }
-  co_await answer(std::move(out), {}, (n.move ? "MOVE " : "FETCH ") + std::to_string(last - first));
-  co_return !closing_;
+  co_return co_await cursor_answer(bound, std::move(description), std::move(rows), {},
+                                   (n.move ? "MOVE " : "FETCH ") + std::to_string(last - first));
 }
 
 namespace {
@@ -164,7 +206,7 @@ awaitable<bool> Session::execute_in_pieces(std::string portal, ScatterRequest re
                                   std::to_string(limit) + ")",
                               true);
   if (describe) out += c.description;
-  next_rows(c, max_rows, out);
+  if (max_rows > 0) next_rows(c, max_rows, out);  // (0: bound and kept past its Sync, none taken yet)
   fe_.portals[std::move(portal)] = std::move(c);
   co_await stream_.write(out);
   co_return !closing_;

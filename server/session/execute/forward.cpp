@@ -202,10 +202,13 @@ awaitable<bool> Session::handle_describe(const proto::Frame& f) {
     scatter_.portal->second.describe = true;  // answered with the rows at Execute
     co_return true;
   }
-  if (d->kind == 'P' && fe_.portals.count(std::string(d->name))) {
+  // A portal the proxy holds, or a cursor it holds (a cursor is a portal: psycopg 3
+  // describes its named cursor after DECLARE).
+  for (auto* held : {&fe_.portals, &fe_.cursors}) {
+    if (d->kind != 'P' || !held->count(std::string(d->name))) continue;
     co_await pump_.drain();  // (its answer must not overtake earlier ones; the block may end meanwhile)
-    if (auto held = fe_.portals.find(std::string(d->name)); held != fe_.portals.end()) {
-      const std::string description = held->second.description;
+    if (auto it = held->find(std::string(d->name)); it != held->end()) {
+      const std::string description = it->second.description;
       co_await stream_.write(description);
       co_return true;
     }
@@ -254,6 +257,17 @@ awaitable<bool> Session::handle_close(const proto::Frame& f) {
   co_return true;
 }
 
+namespace {
+
+// A read of several shards bound to a named portal inside a block and not executed by
+// its Sync: PostgreSQL keeps such a portal until Close or the block's end.
+bool held_past_sync(const std::string& portal, bool emit_rows, const routing::Route& route, bool in_block) {
+  return !portal.empty() && in_block && emit_rows && route.cls == routing::StatementClass::read &&
+         route.explain == routing::Route::Explain::none;
+}
+
+}  // namespace
+
 awaitable<bool> Session::handle_sync(const proto::Frame& f) {
   // A held BEGIN (hold_extended_begin) whose portal was never executed began nothing.
   if (fe_.local_portal && !cur() && (fe_.local_portal->tag == "BEGIN" || fe_.local_portal->tag == "START TRANSACTION"))
@@ -261,10 +275,17 @@ awaitable<bool> Session::handle_sync(const proto::Frame& f) {
   fe_.local_portal.reset();
   if (!in_transaction()) fe_.portals.clear();  // (their implicit transaction ends here)
   if (scatter_.portal) {
-    // Described but never executed: the description alone.
     auto req = std::move(scatter_.portal->second);
+    auto portal = std::move(scatter_.portal->first);
     scatter_.portal.reset();
-    if (req.describe && scatter_.route->cls == routing::StatementClass::read) {
+    if (held_past_sync(portal, req.emit_rows, *scatter_.route, in_transaction()) && !maintains_index(*scatter_.route)) {
+      // A named portal of a block outlives its Sync (asyncpg's cursor: Bind, Sync, then
+      // Execute with a row limit, Sync, ...): its rows are read now and kept, as a
+      // portal read in pieces (cursor.cpp); an error of the read comes at this Sync.
+      if (!co_await execute_in_pieces(std::move(portal), std::move(req), 0)) co_return false;
+      fe_.skip_until_sync = false;  // (a refusal's skip ends with this batch)
+    } else if (req.describe && scatter_.route->cls == routing::StatementClass::read) {
+      // Described but never executed: the description alone.
       req.emit_rows = false;
       if (!co_await scatter_read(*scatter_.route, std::move(req))) co_return false;
     }

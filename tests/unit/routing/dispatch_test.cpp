@@ -59,7 +59,7 @@ TEST_CASE("the simple Query's steps, statement by statement", "[dispatch]") {
   }
 }
 
-TEST_CASE("the Bind's steps: no COPY, cursor or SQL PREPARE/EXECUTE steps", "[dispatch]") {
+TEST_CASE("the Bind's steps: no COPY or SQL PREPARE/EXECUTE steps", "[dispatch]") {
   Fixture f;
   const std::pair<const char*, const char*> cases[] = {
       {"SELECT * FROM users WHERE id = $1", "one_shard"},
@@ -70,6 +70,8 @@ TEST_CASE("the Bind's steps: no COPY, cursor or SQL PREPARE/EXECUTE steps", "[di
       {"INSERT INTO users (name) VALUES ($1)", "generate_keys"},
       {"SELECT currval('users_id_seq')", "sequence_read one_shard"},
       {"SHOW splitpoint.shard", "local"},
+      {"DECLARE c CURSOR FOR SELECT * FROM users WHERE name = $1", "cursor scatter_read"},  // (psycopg 3)
+      {"FETCH 10 FROM c", "cursor one_shard"},
   };
   for (const auto& [sql, expected] : cases) {
     INFO(sql);
