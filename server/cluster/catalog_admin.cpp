@@ -21,6 +21,15 @@ namespace splitpoint::server {
 
 namespace {
 
+// A topology change made in `w`, published: the epoch one higher, every follower told
+// (NOTIFY), committed. Returns the new epoch.
+std::int64_t publish(pqxx::work& w) {
+  const auto epoch = w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1 RETURNING epoch")[0][0].as<std::int64_t>();
+  w.exec(std::string("NOTIFY ") + kCatalogChannel);
+  w.commit();
+  return epoch;
+}
+
 std::string shell_quote(const std::string& v) {
   std::string q = "'";
   for (char c : v) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -207,9 +216,7 @@ void Catalog::drop_shard(const std::string& name) {
                                       (n == 1 ? "" : ", ...") + "); move them off first (MOVE PARTITION)");
     w.exec_params("DELETE FROM splitpoint.shards WHERE name = $1", name);
     w.exec_params("INSERT INTO splitpoint.dropped_shards (name) VALUES ($1) ON CONFLICT DO NOTHING", name);
-    epoch = w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1 RETURNING epoch")[0][0].as<std::int64_t>();
-    w.exec(std::string("NOTIFY ") + kCatalogChannel);
-    w.commit();
+    epoch = publish(w);
   }
   spdlog::info("catalog: shard {} dropped at topology epoch {}", name, epoch);
   // Proxies still behind after a lease have fenced themselves.
@@ -243,9 +250,7 @@ void Catalog::create_index(config::Index ix) {
     for (std::size_t p = 0; p < entries.placement.size(); ++p)
       w.exec_params("INSERT INTO splitpoint.placement VALUES ($1, $2, $3)", entries.name, static_cast<int>(p),
                     config.shards[entries.placement[p]].name);
-    epoch = w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1 RETURNING epoch")[0][0].as<std::int64_t>();
-    w.exec(std::string("NOTIFY ") + kCatalogChannel);
-    w.commit();
+    epoch = publish(w);
   }
   spdlog::info("catalog: index {} on {} created at topology epoch {}", made.name, made.table, epoch);
   if (!wait_for_acks(*c, epoch, config_.moves.lease))
@@ -273,9 +278,7 @@ void Catalog::drop_index(const std::string& name) {
       throw CatalogError("SPA01", "move " + busy[0][0].as<std::string>() + " of the index's entries is unfinished (SHOW MOVES)");
     w.exec_params("DELETE FROM splitpoint.catalog_indexes WHERE name = $1", name);
     w.exec_params("DELETE FROM splitpoint.placement WHERE distribution = $1", "splitpoint." + name);
-    epoch = w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1 RETURNING epoch")[0][0].as<std::int64_t>();
-    w.exec(std::string("NOTIFY ") + kCatalogChannel);
-    w.commit();
+    epoch = publish(w);
   }
   spdlog::info("catalog: index {} dropped at topology epoch {}", name, epoch);
   // Once no proxy maintains it: its trigger, entries and logged changes on every shard.
@@ -364,9 +367,7 @@ std::int64_t Catalog::change_partitions(const std::string& distribution, const s
                                       " changes the partitions a move selects its rows by, so it waits until the "
                                       "distribution's moves finish");
     change(w);
-    epoch = w.exec("UPDATE splitpoint.topology SET epoch = epoch + 1 RETURNING epoch")[0][0].as<std::int64_t>();
-    w.exec(std::string("NOTIFY ") + kCatalogChannel);
-    w.commit();
+    epoch = publish(w);
   }
   cv_.notify_all();
   if (!wait_for_acks(*c, epoch, config_.moves.lease))
