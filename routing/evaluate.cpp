@@ -847,8 +847,10 @@ Route Evaluator::finish() {
     r.kind = RouteKind::any_shard;
     return r;
   }
+  // UPDATE/DELETE without the key: every shard, unless it joins tables that are not
+  // co-located (each shard would join only its own rows: refused below).
   for (int t : plan_.write_targets)
-    if (parts_[t].all) {  // UPDATE/DELETE without the key
+    if (parts_[t].all && (shards.size() <= 1 || co_located(plan_))) {
       r.kind = RouteKind::all_shards;
       r.partitions.clear();
       return r;
