@@ -776,11 +776,17 @@ void Evaluator::note_key(const std::optional<std::string>& v, const ColumnType& 
 // Several sharded tables can be answered shard by shard only when every row that
 // meets another lives on the same shard: all of one distribution, linked by equality
 // on the key, and no table pinned to a single shard beside them.
-static bool co_located(const Plan& plan) {
+// Every sharded table of the statement in one distribution (and no pinned table).
+static bool one_distribution(const Plan& plan) {
   if (plan.occs.size() <= 1) return plan.pinned_shards.empty() || plan.occs.empty();
   if (!plan.pinned_shards.empty()) return false;
-  for (const auto& o : plan.occs)
-    if (o.distribution != plan.occs.front().distribution) return false;
+  return std::all_of(plan.occs.begin(), plan.occs.end(),
+                     [&](const Occurrence& o) { return o.distribution == plan.occs.front().distribution; });
+}
+
+static bool co_located(const Plan& plan) {
+  if (!one_distribution(plan)) return false;
+  if (plan.occs.size() <= 1) return true;
   std::vector<bool> reached(plan.occs.size(), false);
   reached[0] = true;
   for (bool changed = true; changed;) {
@@ -847,10 +853,12 @@ Route Evaluator::finish() {
     r.kind = RouteKind::any_shard;
     return r;
   }
-  // UPDATE/DELETE without the key: every shard, unless it joins tables that are not
-  // co-located (each shard would join only its own rows: refused below).
+  // UPDATE/DELETE without the key: every shard, each joining its own rows — which
+  // assumes that rows joined within one distribution on other columns than the key (an
+  // ORM's `WHERE id IN (SELECT ... JOIN ... ON fk = id)` in a multi-tenant schema) live
+  // together. Tables of other distributions (or pinned ones) never do: refused below.
   for (int t : plan_.write_targets)
-    if (parts_[t].all && (shards.size() <= 1 || co_located(plan_))) {
+    if (parts_[t].all && (shards.size() <= 1 || one_distribution(plan_))) {
       r.kind = RouteKind::all_shards;
       r.partitions.clear();
       return r;

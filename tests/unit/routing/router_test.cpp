@@ -186,7 +186,8 @@ TEST_CASE("reads of sharded tables that are not co-located go to the combine ste
     CHECK(r.needs_combine);
   }
   // a write of them still cannot be, with the key or without (each shard would join only
-  // its own rows: a keyless write to every shard is not the answer either)
+  // its own rows: a keyless write to every shard is not the answer either; within one
+  // distribution a keyless write still goes to every shard, tested above)
   for (const char* sql : {"UPDATE users u SET name = 'x' FROM events e WHERE e.id = u.id AND u.id = 42",
                           "UPDATE users u SET name = 'x' FROM events e WHERE e.payload = u.name",
                           "DELETE FROM users u USING events e WHERE e.payload = u.name",
