@@ -18,6 +18,7 @@
 #include "routing/copy.hpp"
 #include "routing/insert_split.hpp"
 #include "routing/router.hpp"
+#include "server/session/execute/multi_shard_write.hpp"
 #include "server/session/session.hpp"
 #include "server/net/wire.hpp"
 
@@ -483,15 +484,12 @@ awaitable<void> CopyIn::answer() {
     proto::ErrorFields::make("ERROR", fail_code_, fail_reason_).encode(out, 'E');
   } else if (client_failed_) {
     proto::ErrorFields::make("ERROR", "57014", "COPY from stdin failed: " + fail_reason_).encode(out, 'E');
+  } else if (!failed.empty() && shards_.size() == 1) {  // it took every row: its error as it is
+    if (auto original = proto::ErrorFields::decode(first_error)) original->encode(out, 'E');
+    else proto::ErrorFields::make("ERROR", sqlstate::connection_failure, "connection lost").encode(out, 'E');
   } else if (!failed.empty()) {
-    auto original = proto::ErrorFields::decode(first_error);
-    std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
-    std::string message = original ? std::string(original->get('M')) : std::string("connection lost");
-    if (shards_.size() > 1)  // (in the proxy's own block it is rolled back everywhere)
-      message = "COPY failed on shard(s) " + failed +
-                (applied.empty() || s_.txn_.own ? "; no shard applied it" : "; it was applied on shard(s) " + applied) +
-                ": " + message;
-    proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
+    // (In the proxy's own block it is rolled back everywhere.)
+    out += several_shards_error(first_error, "COPY", failed, s_.txn_.own ? std::string() : applied);
   } else if (!fail_reason_.empty()) {
     proto::ErrorFields::make("ERROR", sqlstate::protocol_violation, fail_reason_).encode(out, 'E');
   } else {

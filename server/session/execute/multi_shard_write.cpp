@@ -185,6 +185,28 @@ void MultiShardWrite::fold(std::size_t shard, const Session::Reply& reply) {
   });
 }
 
+std::string several_shards_error(std::string_view first_error, std::string_view what, const std::string& failed,
+                                 const std::string& applied) {
+  auto original = proto::ErrorFields::decode(first_error);
+  std::string out;
+  if (original && applied.empty()) {
+    std::erase_if(original->fields, [](const auto& f) { return f.first == 'P' || f.first == 'W'; });
+    std::string hint = "splitpoint: the " + std::string(what) + " failed on shard(s) " + failed +
+                       " and was applied on no shard";
+    auto h = std::find_if(original->fields.begin(), original->fields.end(), [](const auto& f) { return f.first == 'H'; });
+    if (h != original->fields.end()) h->second += "\n" + hint;
+    else original->fields.emplace_back('H', std::move(hint));
+    original->encode(out, 'E');
+    return out;
+  }
+  const std::string code = original ? std::string(original->get('C')) : std::string(sqlstate::connection_failure);
+  std::string message = std::string(what) + " failed on shard(s) " + failed +
+                        (applied.empty() ? "; it was applied on no shard" : "; it was applied on shard(s) " + applied) +
+                        ": " + (original ? std::string(original->get('M')) : std::string("connection lost"));
+  proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
+  return out;
+}
+
 // Applied on some shards, failed on others: the error names both, with the first
 // shard's own error; inside a block only ROLLBACK can end it.
 void MultiShardWrite::fail(std::string& out) const {
@@ -197,20 +219,20 @@ void MultiShardWrite::fail(std::string& out) const {
     s_.count_shard_error(code);
     return;
   }
-  std::string message = "statement failed on shard(s) " + failed_;
-  // (In the proxy's own block or a batch's implicit one it is rolled back everywhere.)
-  message += applied_.empty() || s_.txn_.own || s_.txn_.implicit ? "; it was applied on no shard"
-                                                                 : "; it was applied on shard(s) " + applied_;
   if (original && route_.key_guard() && original->get('M').find(routing::kKeyGuardMarker) != std::string_view::npos) {
     const auto& g = *route_.key_guard();
-    message = "cannot update the distribution key \"" + g.column + "\" of table \"" + g.table +
-              "\": a row it matches on shard(s) " + failed_ + " would have to move to shard \"" +
-              s_.pools_[g.owner]->target().shard + "\"; delete it and insert it again instead (nothing was changed)";
-    code = "SPR01";
-  } else if (original) {
-    message += ": " + std::string(original->get('M'));
+    proto::ErrorFields::make("ERROR", "SPR01",
+                             "cannot update the distribution key \"" + g.column + "\" of table \"" + g.table +
+                                 "\": a row it matches on shard(s) " + failed_ + " would have to move to shard \"" +
+                                 s_.pools_[g.owner]->target().shard +
+                                 "\"; delete it and insert it again instead (nothing was changed)")
+        .encode(out, 'E');
+    s_.count_shard_error("SPR01");
+    return;
   }
-  proto::ErrorFields::make("ERROR", code, message).encode(out, 'E');
+  // (In the proxy's own block or a batch's implicit one it is rolled back everywhere.)
+  out += several_shards_error(first_error_, "statement", failed_,
+                              s_.txn_.own || s_.txn_.implicit ? std::string() : applied_);
   s_.count_shard_error(code);
 }
 

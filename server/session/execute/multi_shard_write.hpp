@@ -30,6 +30,16 @@
 
 namespace splitpoint::server {
 
+// The error of a write to several shards that failed on `failed` with `first_error` (a
+// shard's ErrorResponse body) and was applied on `applied` (empty: nowhere, or rolled
+// back everywhere). Applied nowhere — the outcome of one PostgreSQL — it is PostgreSQL's
+// own error, every field of it but a position and a CONTEXT (they count the text and the
+// rows that shard was sent, not the client's), the shards named in a HINT; applied
+// somewhere, the message says so: "<what> failed on shard(s) s1; it was applied on
+// shard(s) s0: <message>".
+std::string several_shards_error(std::string_view first_error, std::string_view what, const std::string& failed,
+                                 const std::string& applied);
+
 class MultiShardWrite {
  public:
   // `ext`: the statement runs in the extended protocol with those parameters.
