@@ -4,7 +4,10 @@ partition of the indexed table and a partition of the index's own entries'
 distribution (`splitpoint.users_email_key`) are moved to the other shard while 4
 clients insert, re-email and delete users; afterwards CHECK INDEX is clean (no entry
 missing, none orphaned, each on the shard that owns it) and a read by email still goes
-to one shard and finds its row."""
+to one shard and finds its row. Then, still under writes, a SPLIT PARTITION of the
+entries' distribution and one of the table's, each new half moved to the other shard:
+CHECK INDEX clean, every row found by its email, and an email whose entry or row is in
+either half of a split refused as a duplicate with 23505 (users_email_key)."""
 # test-timeout: 240
 
 import os
@@ -78,18 +81,29 @@ def teardown():
         DBS.drop()
 
 
-def moves_under_writes():
+def move(what, to):
+    """MOVE PARTITION `what` TO `to`, until it is done."""
+    mid = int(admin(f"MOVE PARTITION {what} TO {to}")[0][0])
+    wait(f"move {what}", lambda: [r for r in admin("SHOW MOVES ALL")
+                                  if int(r[0]) == mid and r[5] in ("done", "failed", "cancelled")])
+    state = [r for r in admin("SHOW MOVES ALL") if int(r[0]) == mid][0]
+    assert state[5] == "done", state
+
+
+def under_writes(base, changes):
+    """Runs `changes()` while 4 clients insert (ids from `base`), re-email and delete users;
+    asserts no client saw an error other than a fenced or retried write and some wrote."""
     stop = threading.Event()
     errors, done = [], [0]
 
     def writer(n):
-        rnd = random.Random(n)
+        rnd = random.Random(base + n)
         c = PROXY.connect(DBS.name)
         cur = c.cursor()
         i = 0
         while not stop.is_set():
             i += 1
-            key = 10000 + n * 10000 + i
+            key = base + n * 10000 + i
             try:
                 cur.execute("INSERT INTO users VALUES (%s, %s, 'w')", (key, f"w{key}@x"))
                 victim = rnd.randint(1, 400)
@@ -106,20 +120,27 @@ def moves_under_writes():
     for t in threads:
         t.start()
     try:
-        for what in ("by_id:1", "splitpoint.users_email_key:2"):
-            move = int(admin(f"MOVE PARTITION {what} TO s1")[0][0])
-            wait(f"move {what}", lambda: [r for r in admin("SHOW MOVES ALL")
-                                          if int(r[0]) == move and r[5] in ("done", "failed", "cancelled")])
-            state = [r for r in admin("SHOW MOVES ALL") if int(r[0]) == move][0]
-            assert state[5] == "done", state
+        changes()
     finally:
         stop.set()
         for t in threads:
             t.join()
     assert not errors, errors[:5]
     assert done[0] > 50, done
+
+
+def check_clean():
     check = admin("CHECK INDEX users_email_key")[0]
     assert (check[3], check[4]) == ("0", "0"), check
+
+
+def moves_under_writes():
+    def changes():
+        move("by_id:1", "s1")
+        move("splitpoint.users_email_key:2", "s1")
+
+    under_writes(10000, changes)
+    check_clean()
     c = PROXY.connect(DBS.name)
     cur = c.cursor()
     cur.execute("SELECT id FROM users WHERE email = 'w10001@x' OR id = -1")  # (any shard may hold it)
@@ -130,5 +151,56 @@ def moves_under_writes():
     c.close()
 
 
+def split_and_move(part):
+    """SPLIT PARTITION `part`, then the new half moved to the other shard; the new half's number."""
+    halves = admin(f"SPLIT PARTITION {part}")
+    assert len(halves) == 2 and halves[0][4] == halves[1][4], halves
+    new = halves[1]
+    move(f"{new[0]}:{new[1]}", "s1" if new[4] == "s0" else "s0")
+    return int(new[1])
+
+
+def splits_under_writes():
+    """A split of the entries' own distribution and one of the table's, each half moved away,
+    while clients write: no entry missing or orphaned, every row found by its email, and
+    a value held in either half still refused with 23505."""
+    new = []
+
+    def changes():
+        new.append(split_and_move("splitpoint.users_email_key:1"))
+        new.append(split_and_move("by_id:2"))
+
+    under_writes(100000, changes)
+    check_clean()
+    c = PROXY.connect(DBS.name)
+    cur = c.cursor()
+    cur.execute("SELECT id, email FROM users")
+    rows = cur.fetchall()
+    assert len(rows) > 400, len(rows)
+    for key, email in rows:
+        cur.execute("SELECT id FROM users WHERE email = %s", (email,))
+        assert cur.fetchall() == [(key,)], (key, email)
+    halves = {f"splitpoint.users_email_key:{p}": [] for p in (1, new[0])}
+    halves.update({f"by_id:{p}": [] for p in (2, new[1])})
+    console_conn = sptest.connect(PROXY.port, "splitpoint", "admin", "adminpw")
+    console = console_conn.cursor()
+    for key, email in rows:
+        for sql in (f"SELECT * FROM splitpoint.users_email_key_entries WHERE email = '{email}'",
+                    f"SELECT * FROM users WHERE id = {key}"):
+            console.execute(f"SHOW ROUTE {sql}")
+            held = halves.get(console.fetchone()[2])
+            if held is not None and len(held) < 10:
+                held.append(email)
+    console_conn.close()
+    assert all(len(v) == 10 for v in halves.values()), halves
+    for n, email in enumerate(e for v in halves.values() for e in v):
+        try:
+            cur.execute("INSERT INTO users VALUES (%s, %s, 'd')", (-1 - n, email))
+            raise AssertionError(f"duplicate {email} accepted")
+        except psycopg2.Error as e:
+            assert (e.pgcode, e.diag.constraint_name) == ("23505", "users_email_key"), (email, str(e))
+    c.close()
+
+
 if __name__ == "__main__":
-    sys.exit(sptest.run_tests([moves_under_writes], setup=setup, teardown=teardown, watch=lambda: [PROXY]))
+    sys.exit(sptest.run_tests([moves_under_writes, splits_under_writes], setup=setup, teardown=teardown, watch=lambda: [PROXY]))
