@@ -18,7 +18,7 @@ in four equal ranges, one per shard; ZIPF_CLIENTS (32) pgbench clients run
 s0's range, take most of the load. Twice, each with a catalog and data of its own: run A
 with `moves.auto_split: off` throughout, run B with `off` for BASELINE (20) s, then `on`
 (the config rewritten and SIGHUP; `auto_split_window` WINDOW (5s), `auto_split_interval`
-INTERVAL (10s)) for AFTER (60) s. One sample a second: tps, p99 (pgbench's
+INTERVAL (10s)) for AFTER (80) s. One sample a second: tps, p99 (pgbench's
 per-transaction log), client errors, each shard's CPU (its cgroup's usage), the moves'
 states (`SHOW MOVES ALL`) and the distribution's partitions (`SHOW PARTITIONS`: a split
 adds one). Before = seconds 3..BASELINE, after = the last TAIL (20) s; the hottest
@@ -52,6 +52,7 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 os.environ.setdefault("BENCH_WORK", "/tmp/splitpoint-bench-hot-keys")
+os.environ.setdefault("SP_BIN", "/work/bench-bin/splitpoint-25cb7a5")  # main at 25cb7a5: salt, auto_split
 os.environ.setdefault("RESULTS", os.path.join(ROOT, "tests", "bench", "results",
                                               time.strftime("hot-keys-%Y%m%d-%H%M%S")))
 sys.path.insert(0, os.path.join(ROOT, "tests", "bench"))
@@ -67,7 +68,7 @@ KEYS = int(env("KEYS", "40000"))
 ZIPF_S = float(env("ZIPF_S", "1.05"))
 ZIPF_CLIENTS = int(env("ZIPF_CLIENTS", "32"))
 BASELINE = int(env("BASELINE", "8" if QUICK else "20"))
-AFTER = int(env("AFTER", "20" if QUICK else "60"))
+AFTER = int(env("AFTER", "20" if QUICK else "80"))
 TAIL = int(env("TAIL", "6" if QUICK else "20"))
 WINDOW = env("WINDOW", "5s")
 INTERVAL = env("INTERVAL", "10s")
@@ -179,20 +180,31 @@ def admin_state(port):
 
 
 class Sampler(threading.Thread):
-    """One sample a second of the shards' CPU and the admin console's moves and partitions."""
+    """One sample a second of the shards' CPU, the rows each shard updated (kv's n_tup_upd)
+    and the admin console's moves and partitions."""
 
-    def __init__(self, cg, port, t0, events):
+    def __init__(self, cg, port, t0, events, insts, db):
         super().__init__(daemon=True)
         self.cg, self.port, self.t0, self.events = cg, port, t0, events
+        self.conns = {inst.name: so.connect(inst.port, db) for inst in insts}
         self.samples, self.stop = [], threading.Event()
 
+    def updated(self):
+        out = {}
+        for name, c in self.conns.items():
+            cur = c.cursor()
+            cur.execute("SELECT coalesce(sum(n_tup_upd), 0) FROM pg_stat_user_tables WHERE relname = 'kv'")
+            out[name] = int(cur.fetchone()[0])
+        return out
+
     def run(self):
-        prev, tprev, parts_prev = shard_cpu(self.cg), time.time(), None
+        prev, tprev, parts_prev, uprev = shard_cpu(self.cg), time.time(), None, self.updated()
         while not self.stop.is_set():
             time.sleep(max(0.0, 1.0 - (time.time() - tprev)))
-            now, cur = time.time(), shard_cpu(self.cg)
+            now, cur, upd = time.time(), shard_cpu(self.cg), self.updated()
             s = {"t": round(now - self.t0, 2), "loadavg": so.loadavg()}
             for name in SHARDS:
+                s[f"{name}_rows"] = upd[name] - uprev[name]
                 if cur and cur[name] is not None:
                     s[f"{name}_cores"] = round((cur[name] - prev[name]) / (now - tprev), 3)
             try:
@@ -205,7 +217,9 @@ class Sampler(threading.Thread):
             except psycopg2.Error as e:
                 s["moves"], s["active_move"] = f"admin error: {str(e).strip()[:80]}", ""
             self.samples.append(s)
-            prev, tprev = cur, now
+            prev, tprev, uprev = cur, now, upd
+        for c in self.conns.values():
+            c.close()
 
 
 def zipf_run(cg, insts, cat, label):
@@ -225,7 +239,7 @@ def zipf_run(cg, insts, cat, label):
     warm.communicate(timeout=60)  # the backends opened, not recorded
     t0 = time.time()
     pgb, prefix = pgbench("zipf.sql", script, ZIPF_CLIENTS, total, port, db, f"zipf-{label}")
-    sampler = Sampler(cg, port, t0, events)
+    sampler = Sampler(cg, port, t0, events, insts, db)
     sampler.start()
     la0 = so.loadavg()
     time.sleep(BASELINE)
@@ -274,11 +288,14 @@ def window(timeline, lo, hi):
     cores = {s: statistics.mean([r[f"{s}_cores"] for r in rows if r.get(f"{s}_cores", "") != ""] or [0])
              for s in SHARDS}
     share, hot = hottest_share(cores)
+    upd = {s: sum(r[f"{s}_rows"] for r in rows if r.get(f"{s}_rows", "") != "") for s in SHARDS}
+    rshare, rhot = hottest_share(upd)
     p99 = [r["p99_ms"] for r in rows if r["p99_ms"] != ""]
     return {"tps": statistics.median([r["tps"] for r in rows]) if rows else None,
             "tps_min": min([r["tps"] for r in rows] or [0]), "tps_max": max([r["tps"] for r in rows] or [0]),
             "p99": round(statistics.median(p99), 2) if p99 else None, "share": share, "hot": hot,
-            "cores": {s: round(v, 3) for s, v in cores.items()}}
+            "cores": {s: round(v, 3) for s, v in cores.items()}, "rows_share": rshare, "rows_hot": rhot,
+            "rows": upd}
 
 
 def zipf_summary(label, t0, t_end, txs, samples, events, errors, parts, mv, la0):
@@ -287,9 +304,10 @@ def zipf_summary(label, t0, t_end, txs, samples, events, errors, parts, mv, la0)
     by_sample = {int(s["t"]) - 1: s for s in samples}  # a sample at t covers [t-1, t)
     for r in timeline:
         s = by_sample.get(r["t"], {})
-        for k in [f"{n}_cores" for n in SHARDS] + ["moves", "active_move", "partitions", "loadavg"]:
+        for k in [f"{n}_cores" for n in SHARDS] + [f"{n}_rows" for n in SHARDS] + ["moves", "active_move", "partitions", "loadavg"]:
             r[k] = s.get(k, "")
     keys = ["t", "tps", "p99_ms", "mean_ms", "errors"] + [f"{n}_cores" for n in SHARDS] + \
+        [f"{n}_rows" for n in SHARDS] + \
         ["partitions", "moves", "active_move", "loadavg"]
     with open(os.path.join(RESULTS, f"zipf-{label}.csv"), "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=keys)
@@ -453,8 +471,9 @@ def plot(runs):
 
 def fmt_window(w):
     return (f"tps {w['tps']:.0f} ({w['tps_min']}-{w['tps_max']}), p99 {w['p99']} ms, hottest shard "
-            f"{w['hot']} {w['share'] or 0:.0%} of shard CPU, cores " +
-            " ".join(f"{v:.3f}" for v in w["cores"].values()))
+            f"{w['hot']} {w['share'] or 0:.0%} of shard CPU, {w['rows_hot']} {w['rows_share'] or 0:.0%} of rows "
+            f"updated; cores " + " ".join(f"{v:.3f}" for v in w["cores"].values()) + "; rows " +
+            " ".join(str(v) for v in w["rows"].values()))
 
 
 def report(meta, runs, salt_rows, salt_load):
@@ -469,9 +488,10 @@ def report(meta, runs, salt_rows, salt_load):
             rows.append([run["label"], "off" if run["label"] == "A" else f"on after {BASELINE}s",
                          f"{b['tps']:.0f}", f"{a['tps']:.0f}", f"{a['tps'] / b['tps']:.2f}x" if b["tps"] else "?",
                          f"{b['p99']} / {a['p99']}", f"{b['share'] or 0:.2f} / {a['share'] or 0:.2f}",
+                         f"{b['rows_share'] or 0:.2f} / {a['rows_share'] or 0:.2f}",
                          len(run["partitions"]), len(run["moves"]), run["errors"]])
         lines.append(so.text_table(["run", "auto_split", "tps before", "tps after", "after/before", "p99 ms b/a",
-                                    "hottest share b/a", "partitions", "moves", "errors"], rows))
+                                    "hottest CPU share b/a", "hottest rows share b/a", "partitions", "moves", "errors"], rows))
         for run in runs:
             lines += [f"run {run['label']} before: {fmt_window(run['before'])}",
                       f"run {run['label']} after:  {fmt_window(run['after'])}",
