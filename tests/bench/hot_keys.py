@@ -259,8 +259,12 @@ def zipf_run(cg, insts, cat, label):
     with open(os.path.join(RESULTS, f"zipf-{label}", "pgbench_output.txt"), "w") as f:
         f.write(out)
     errors = client_errors(out)
-    return zipf_summary(label, t0, t_end, transactions(prefix), sampler.samples, events, errors,
+    with open(os.path.join(RESULTS, "logs", f"zipf-{label}.log")) as f:
+        auto = [line.strip() for line in f if "auto split" in line or "auto merge" in line]
+    res = zipf_summary(label, t0, t_end, transactions(prefix), sampler.samples, events, errors,
                         parts, mv, la0)
+    res["auto_log"] = auto
+    return res
 
 
 def per_second(txs, t0, last):
@@ -501,6 +505,7 @@ def report(meta, runs, salt_rows, salt_load):
                       f"run {run['label']} loadavg {run['loadavg_start']} -> {run['loadavg_end']}"]
             lines += [f"  event t={t:.1f}s {w}" for t, w in run["events"]]
             lines += [f"  client error: {e}" for e in run["error_lines"]]
+            lines += [f"  proxy log: {e}" for e in run["auto_log"]]
     if salt_rows:
         lines += ["", f"== salt: {SALT_CLIENTS} clients, UPDATE + INSERT of product 7 only, hash by_product "
                   f"{SALT_PARTITIONS} partitions over 4 shards, {HOT_DURATION} s x {HOT_ROUNDS} rounds{so.NOQ} =="]
