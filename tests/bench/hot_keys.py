@@ -3,7 +3,7 @@
 "Hot keys: automatic splits and salting".
 
     tests/bench/hot_keys.py                 # full run, about 6 minutes
-    QUICK=1 tests/bench/hot_keys.py         # smoke run, about 2 minutes
+    QUICK=1 tests/bench/hot_keys.py         # smoke run, about 4 minutes (mostly starting the instances)
     PHASES=salt HOT_ROUNDS=5 tests/bench/hot_keys.py
 
 Needs root, as tests/bench/scale_out.py, whose cgroups, instances and proxy start it uses:
