@@ -55,6 +55,7 @@ tests/bench/run: the kernel's session groups are switched off for the run.
 """
 
 import csv
+import errno
 import functools
 import json
 import os
@@ -288,13 +289,27 @@ class Cgroups:
                     for pid in left:  # should be none: PostgreSQL is stopped first
                         with open(os.path.join(root, "cgroup.procs"), "w") as f:
                             f.write(pid)
-                    os.rmdir(d)
+                    rmdir_busy(d)
                 except OSError as e:
                     print(f"scale_out: could not remove cgroup {d}: {e}", file=sys.stderr)
             try:
-                os.rmdir(base)
+                rmdir_busy(base)
             except OSError as e:
                 print(f"scale_out: could not remove cgroup {base}: {e}", file=sys.stderr)
+
+
+def rmdir_busy(d, seconds=5.0):
+    """rmdir, tried again for up to SECONDS while the kernel says EBUSY: a cgroup whose last
+    process (a PostgreSQL backend that was stopped) is still exiting stays busy a moment."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            os.rmdir(d)
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 # ---------------------------------------------------------------- set-up
