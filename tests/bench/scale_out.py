@@ -55,6 +55,7 @@ tests/bench/run: the kernel's session groups are switched off for the run.
 """
 
 import csv
+import errno
 import functools
 import json
 import os
@@ -288,13 +289,27 @@ class Cgroups:
                     for pid in left:  # should be none: PostgreSQL is stopped first
                         with open(os.path.join(root, "cgroup.procs"), "w") as f:
                             f.write(pid)
-                    os.rmdir(d)
+                    rmdir_busy(d)
                 except OSError as e:
                     print(f"scale_out: could not remove cgroup {d}: {e}", file=sys.stderr)
             try:
-                os.rmdir(base)
+                rmdir_busy(base)
             except OSError as e:
                 print(f"scale_out: could not remove cgroup {base}: {e}", file=sys.stderr)
+
+
+def rmdir_busy(d, seconds=5.0):
+    """rmdir, tried again for up to SECONDS while the kernel says EBUSY: a cgroup whose last
+    process (a PostgreSQL backend that was stopped) is still exiting stays busy a moment."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            os.rmdir(d)
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 # ---------------------------------------------------------------- set-up
@@ -368,14 +383,21 @@ def load_shard(inst, db, scale, i, n):
     return rows
 
 
-def proxy_config(port, mport, shards, catalog=None):
+def config_head(port, mport, shards, log_level=None):
+    """A proxy config's lines up to its distributions: listeners, users app and admin,
+    SHARDS (name, Instance, database) with pool_size POOL_SIZE."""
     lines = [f"listen: 127.0.0.1:{port}", f"metrics_listen: 127.0.0.1:{mport}", "pool_mode: transaction",
-             "auth: scram-sha-256", f"log_level: {SP_LOG_LEVEL}", f"workers: {SP_WORKERS}", "users:",
+             "auth: scram-sha-256", f"log_level: {log_level or SP_LOG_LEVEL}", f"workers: {SP_WORKERS}", "users:",
              "  - { name: app, password: secret }", "  - { name: admin, password: adminpw, admin: true }",
              "shards:"]
     for name, inst, db in shards:
         lines.append(f"  - {{ name: {name}, host: 127.0.0.1, port: {inst.port}, database: {db}, user: postgres, "
                      f"password: postgres, pool_size: {POOL_SIZE} }}")
+    return lines
+
+
+def proxy_config(port, mport, shards, catalog=None):
+    lines = config_head(port, mport, shards)
     lines += ["distributions:", "  - name: by_aid", "    method: hash", f"    partitions: {PARTITIONS}",
               "    tables: { pgbench_accounts: aid, pgbench_history: aid }",
               "reference_tables: [pgbench_branches, pgbench_tellers]"]
@@ -385,10 +407,16 @@ def proxy_config(port, mport, shards, catalog=None):
 
 
 def start_proxy(name, shards, catalog=None):
+    return launch_proxy(name, lambda port, mport: proxy_config(port, mport, shards, catalog))
+
+
+def launch_proxy(name, make_config):
+    """Writes WORK/NAME.yaml with make_config(port, metrics port), checks it and starts SP_BIN
+    on it (its log in RESULTS/logs/NAME.log); (the Popen, its port) once it listens."""
     port, mport = int(sh("free_port")), int(sh("free_port"))
     path = os.path.join(WORK, name + ".yaml")
     with open(path, "w") as f:
-        f.write(proxy_config(port, mport, shards, catalog))
+        f.write(make_config(port, mport))
     chk = subprocess.run([SP_BIN, "--check", "--config", path], capture_output=True, text=True)
     if chk.returncode != 0:
         raise RuntimeError(f"splitpoint --check {path}: {chk.stdout}{chk.stderr}")
@@ -875,6 +903,49 @@ def plot(timeline, events, res, n, shard_names):
 
 # ---------------------------------------------------------------- main
 
+def quota_cgroups(prog):
+    """The Cgroups, or None (the caller exits 3) when no quota can be applied and
+    ALLOW_NO_QUOTA is not set; without a quota NOQ marks every figure."""
+    global NOQ
+    cg = Cgroups()
+    if not cg.ok():
+        msg = f"{prog}: NO QUOTA: the CPU quota cannot be applied ({cg.why})"
+        if not ALLOW_NO_QUOTA:
+            print(msg + "; stopping (ALLOW_NO_QUOTA=1 runs without it, every figure marked NO QUOTA)", file=sys.stderr)
+            return None
+        print(msg + "; going on, every figure marked NO QUOTA", file=sys.stderr)
+        NOQ = " [NO QUOTA]"
+    return cg
+
+
+def print_summary(lines):
+    """Prints the report LINES and writes them to RESULTS/summary.txt."""
+    text = "\n".join(lines)
+    print("\n" + text)
+    with open(os.path.join(RESULTS, "summary.txt"), "w") as f:
+        f.write(text + "\n")
+
+
+def stop_all(stopping, cg):
+    """Stops the CHILDREN still running, the instances STOPPING, removes the cgroups and,
+    unless KEEP_WORK=1, the instances' data directories."""
+    for p in CHILDREN:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    for inst in reversed(stopping):
+        inst.stop()
+    cg.cleanup()
+    if env("KEEP_WORK", "0") != "1":  # the instances' data (GBs at the default scale)
+        import shutil
+        for inst in stopping:
+            shutil.rmtree(inst.dir, ignore_errors=True)
+
+
 def text_table(header, rows):
     w = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     line = lambda r: "  ".join(str(x).ljust(w[i]) for i, x in enumerate(r))  # noqa: E731
@@ -882,18 +953,12 @@ def text_table(header, rows):
 
 
 def main():
-    global NOQ
     if not os.access(SP_BIN, os.X_OK):
         print(f"scale_out: SP_BIN={SP_BIN} is not executable", file=sys.stderr)
         return 2
-    cg = Cgroups()
-    if not cg.ok():
-        msg = f"scale_out: NO QUOTA: the CPU quota cannot be applied ({cg.why})"
-        if not ALLOW_NO_QUOTA:
-            print(msg + "; stopping (ALLOW_NO_QUOTA=1 runs without it, every figure marked NO QUOTA)", file=sys.stderr)
-            return 3
-        print(msg + "; going on, every figure marked NO QUOTA", file=sys.stderr)
-        NOQ = " [NO QUOTA]"
+    cg = quota_cgroups("scale_out")
+    if cg is None:
+        return 3
     os.makedirs(WORK, exist_ok=True)
     os.makedirs(os.path.join(RESULTS, "logs"), exist_ok=True)
     insts = []
@@ -996,27 +1061,10 @@ def main():
             for t, line in el["error_lines"]:
                 lines.append(f"  error at {t:.1f}s: {line}")
         lines.append(f"\nloadavg at start {meta['loadavg_start']}, at end {meta['loadavg_end']}; results in {RESULTS}")
-        text = "\n".join(lines)
-        print("\n" + text)
-        with open(os.path.join(RESULTS, "summary.txt"), "w") as f:
-            f.write(text + "\n")
+        print_summary(lines)
         return 0
     finally:
-        for p in CHILDREN:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        for inst in reversed(stopping):
-            inst.stop()
-        cg.cleanup()
-        if env("KEEP_WORK", "0") != "1":  # the instances' data (GBs at the default scale)
-            import shutil
-            for inst in stopping:
-                shutil.rmtree(inst.dir, ignore_errors=True)
+        stop_all(stopping, cg)
         if ag_was is not None and ag_was != want_ag:
             with open(autogroup, "w") as f:
                 f.write(ag_was)
