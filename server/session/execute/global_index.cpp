@@ -331,6 +331,10 @@ awaitable<bool> Session::indexed_write(const proto::Frame& f, const routing::Rou
     if (!co_await run_unseen("BEGIN")) co_return false;
     txn_.own = true;
   }
+  // The statement's text, kept: `f` points into the client's input buffer, which a COPY
+  // reading its data may reallocate.
+  const auto query = proto::Query::decode(f.body);
+  const std::string sql = query ? std::string(query->sql) : std::string();
   // COPY talks with the client while it runs: its answer goes out as it comes (an error
   // of the entries then follows its CommandComplete).
   const bool hold_answer = !route.copy_from;
@@ -350,8 +354,7 @@ awaitable<bool> Session::indexed_write(const proto::Frame& f, const routing::Rou
   std::string error;
   if (go_on && !closing_ && !failed && fe_.client_txn != 'E') {
     txn_.applying_index = true;
-    auto q = proto::Query::decode(f.body);
-    error = co_await apply_index_changes(q ? std::string_view(q->sql) : std::string_view(), &answer);
+    error = co_await apply_index_changes(sql, &answer);
     txn_.applying_index = false;
   }
   stream_.quiet(nullptr);
