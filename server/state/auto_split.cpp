@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "routing/topology.hpp"
+
 namespace splitpoint::server {
 
 namespace {
@@ -25,7 +27,8 @@ std::string figures(const SplitAdvice& a, double window_s, double held_s) {
 }
 
 // The two partitions of `d` one merge would make one, lower number first: range p and
-// p + 1; hash p and its sibling, when p's modulus is above the distribution's smallest.
+// p + 1; hash p and its sibling as MERGE PARTITION finds it, when p's modulus is above
+// the distribution's smallest (a split made it).
 std::optional<std::pair<std::uint32_t, std::uint32_t>> merge_pair(const config::Distribution& d, std::uint32_t p) {
   if (d.method == config::Method::range) {
     if (p + 1 >= d.ranges.size()) return std::nullopt;
@@ -34,17 +37,10 @@ std::optional<std::pair<std::uint32_t, std::uint32_t>> merge_pair(const config::
   if (d.method != config::Method::hash || d.hash_parts.empty()) return std::nullopt;
   std::uint32_t smallest = d.hash_parts[0].modulus;
   for (const auto& h : d.hash_parts) smallest = std::min(smallest, h.modulus);
-  const auto hp = d.hash_parts[p];
-  if (hp.modulus <= smallest || hp.modulus % 2) return std::nullopt;
-  const config::HashPartition sibling{hp.modulus, (hp.remainder + hp.modulus / 2) % hp.modulus};
-  for (std::uint32_t q = 0; q < d.hash_parts.size(); ++q)
-    if (q != p && d.hash_parts[q].modulus == sibling.modulus && d.hash_parts[q].remainder == sibling.remainder)
-      return std::pair{std::min(p, q), std::max(p, q)};
-  return std::nullopt;  // (the sibling was split again: its halves merge first)
-}
-
-std::size_t shard_of(const config::Distribution& d, std::uint32_t p) {
-  return d.method == config::Method::range ? d.ranges[p].shard : d.placement[p];
+  if (d.hash_parts[p].modulus <= smallest) return std::nullopt;
+  const routing::HashMerge merged = routing::merge_hash_partition(d, p);
+  if (!merged.error.empty()) return std::nullopt;  // (e.g. the sibling was split again: its halves merge first)
+  return std::pair{merged.kept, merged.removed};
 }
 
 }  // namespace
@@ -52,39 +48,39 @@ std::size_t shard_of(const config::Distribution& d, std::uint32_t p) {
 std::vector<SplitAdvice> merge_advice(const config::Config& config, const std::vector<Metrics::PartitionRow>& load) {
   std::vector<SplitAdvice> out;
   for (const auto& d : config.distributions) {
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> counts;  // by partition: statements, rows written
+    std::vector<const Metrics::PartitionRow*> rows;  // by partition
     std::uint64_t queries = 0, writes = 0;
     for (const auto& r : load)
       if (r.distribution == d.name) {
-        if (r.partition >= counts.size()) counts.resize(r.partition + 1);
-        counts[r.partition] = {r.queries, r.writes};
+        if (r.partition >= rows.size()) rows.resize(r.partition + 1, nullptr);
+        rows[r.partition] = &r;
         queries += r.queries;
         writes += r.writes;
       }
-    if (queries < kSplitAdviceMinimum || counts.size() < 2) continue;
-    const double parts = static_cast<double>(counts.size());
-    for (std::uint32_t p = 0; p < counts.size(); ++p) {
+    if (queries < kSplitAdviceMinimum || rows.size() < 2) continue;
+    const double parts = static_cast<double>(rows.size());
+    for (std::uint32_t p = 0; p < rows.size(); ++p) {
       const auto pair = merge_pair(d, p);
-      if (!pair || pair->first != p || pair->second >= counts.size()) continue;
-      if (shard_of(d, pair->first) != shard_of(d, pair->second)) continue;
-      const auto [a, b] = *pair;
-      const double q = static_cast<double>(counts[a].first + counts[b].first) / static_cast<double>(queries);
-      const double w = writes ? static_cast<double>(counts[a].second + counts[b].second) / static_cast<double>(writes)
-                              : 0.0;
+      if (!pair || pair->first != p || pair->second >= rows.size()) continue;
+      const Metrics::PartitionRow* a = rows[pair->first];
+      const Metrics::PartitionRow* b = rows[pair->second];
+      if (!a || !b || a->shard != b->shard) continue;
+      const double q = static_cast<double>(a->queries + b->queries) / static_cast<double>(queries);
+      const double w = writes ? static_cast<double>(a->writes + b->writes) / static_cast<double>(writes) : 0.0;
       const double share = std::max(q, w);
       if (share >= kAutoMergeCold / parts) continue;
       SplitAdvice m;
       m.distribution = d.name;
-      m.partition = a;
-      m.shard = config.shards[shard_of(d, a)].name;
+      m.partition = p;
+      m.shard = a->shard;
       m.reason = "cold";
       m.share = share;
       m.even = share * parts;
       if (d.method == config::Method::range) {
-        m.split_at = *d.ranges[a].upto;
+        m.split_at = *d.ranges[p].upto;
         m.advice = "merge it with the next range (MERGE RANGE " + d.name + " AT " + m.split_at + ")";
       } else {
-        m.advice = "merge it with its other half (MERGE PARTITION " + d.name + ":" + std::to_string(a) + ")";
+        m.advice = "merge it with its other half (MERGE PARTITION " + d.name + ":" + std::to_string(p) + ")";
       }
       out.push_back(std::move(m));
     }

@@ -17,23 +17,16 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-import sptest  # noqa: E402
 import psycopg2  # noqa: E402
+import split_load  # noqa: E402
+import sptest  # noqa: E402
 
 WORK = sptest.workdir("index_console")
 DBS = A = B = C = None
 
 
 def config(db, catalog=True):
-    p0, p1 = sptest.PG_PORTS
-    return f"""
-    auth: scram-sha-256
-    users:
-      - {{ name: app, password: secret }}
-      - {{ name: admin, password: adminpw, admin: true }}
-    shards:
-      - {{ name: s0, host: 127.0.0.1, port: {p0}, database: {db}, user: postgres, password: postgres, pool_size: 10 }}
-      - {{ name: s1, host: 127.0.0.1, port: {p1}, database: {db}, user: postgres, password: postgres, pool_size: 10 }}
+    return split_load.config_head(db) + f"""
     distributions:
       - name: by_id
         method: hash
