@@ -120,11 +120,11 @@ void Catalog::auto_split_loop() {
       if (lease) {
         auto& metrics = server_.metrics();
         state.observe(std::chrono::steady_clock::now(), rt->moves->epoch, metrics.partitions(rt->config, *rt->slots),
-                      m.auto_split_window);
+                      m.auto_split_window, metrics.key_trends(rt->config));
         if (auto load = state.window_load()) {
           std::vector<SplitAdvice> advice;
           if (m.auto_split != AutoSplit::off)
-            advice = split_advice(rt->config, *load, {}, metrics.key_trends(rt->config));
+            advice = split_advice(rt->config, *load, {}, state.window_trends());
           if (m.auto_merge != AutoSplit::off)
             for (auto& cold : merge_advice(rt->config, *load)) advice.push_back(std::move(cold));
           for (const auto& a : state.decide(rt->config, advice, m.auto_split_interval)) {

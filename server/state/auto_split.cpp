@@ -94,14 +94,15 @@ AutoSplitState::Key AutoSplitState::key_of(const SplitAdvice& a) {
   return {a.distribution, a.partition.value_or(0), what};
 }
 
-void AutoSplitState::observe(Clock::time_point now, std::int64_t epoch, Rows rows, config::Duration window) {
+void AutoSplitState::observe(Clock::time_point now, std::int64_t epoch, Rows rows, config::Duration window,
+                             Trends trends) {
   if (epoch != epoch_) {
     epoch_ = epoch;
     looks_.clear();
     since_.clear();
   }
   window_ = window;
-  looks_.push_back({now, std::move(rows)});
+  looks_.push_back({now, std::move(rows), std::move(trends)});
   // Keep the newest look at least a window old, and every one after it.
   while (looks_.size() > 2 && looks_[1].at <= now - window) looks_.pop_front();
 }
@@ -116,6 +117,18 @@ std::optional<AutoSplitState::Rows> AutoSplitState::window_load() const {
       r.queries -= std::min(r.queries, it->second->queries);
       r.writes -= std::min(r.writes, it->second->writes);
     }
+  return out;
+}
+
+AutoSplitState::Trends AutoSplitState::window_trends() const {
+  if (looks_.empty()) return {};
+  Trends out = looks_.back().trends;
+  for (auto& t : out)
+    for (const auto& before : looks_.front().trends)
+      if (before.distribution == t.distribution) {
+        t.offers -= std::min(t.offers, before.offers);
+        t.rising -= std::min(t.rising, before.rising);
+      }
   return out;
 }
 

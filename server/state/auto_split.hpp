@@ -54,12 +54,20 @@ class AutoSplitState {
   using Clock = std::chrono::steady_clock;
   using Rows = std::vector<Metrics::PartitionRow>;
 
-  // The counters at `now`, under topology `epoch`. A new epoch starts over (partitions
-  // split, merged or moved: the load before says nothing about them now).
-  void observe(Clock::time_point now, std::int64_t epoch, Rows rows, config::Duration window);
+  using Trends = std::vector<Metrics::KeyTrendRow>;
+
+  // The counters at `now`, under topology `epoch`, with the key trends (SHOW SPLIT ADVICE's
+  // monotonic test). A new epoch starts over (partitions split, merged or moved: the load
+  // before says nothing about them now).
+  void observe(Clock::time_point now, std::int64_t epoch, Rows rows, config::Duration window, Trends trends = {});
   // The counters' growth over the last window: from the newest look at least a window
   // old (of this epoch); nullopt before there is one.
   std::optional<Rows> window_load() const;
+  // The key trends over the same window: the newest look's top key and sample, with the
+  // keys offered and rising since window_load()'s first look — the trend counts from the
+  // proxy's start, so a bulk load of increasing keys long ago would otherwise read as
+  // keys that only increase now.
+  Trends window_trends() const;
   // The advice computed from window_load() at the last look. Returns what to do about
   // the advice that has named the same partition (for splitting, or as monotonic) at
   // every look for at least a window: at most one split (the largest share), and none
@@ -76,6 +84,7 @@ class AutoSplitState {
   struct Look {
     Clock::time_point at;
     Rows rows;
+    Trends trends;
   };
   enum class What : std::uint8_t { split, monotonic, merge };
   using Key = std::tuple<std::string, std::uint32_t, What>;  // distribution, partition, what about it

@@ -193,3 +193,31 @@ TEST_CASE("a merge waits for a window of cold looks, one at a time, once per int
   REQUIRE(a.size() == 1);
   CHECK(a[0].kind == AutoSplitAction::Kind::split_range);
 }
+
+TEST_CASE("the window's key trend counts the keys offered and rising since the window began") {
+  // 40,000 increasing keys loaded long ago, then a window of 400 writes to the last range
+  // of which 20 rose: keys that only increase then, not now.
+  const auto trend = [](std::uint64_t offers, std::uint64_t rising) {
+    return AutoSplitState::Trends{{"by_id", offers, rising, "40000", {"39990", "40000"}}};
+  };
+  AutoSplitState s;
+  CHECK(s.window_trends().empty());
+  s.observe(t0, 1, rows(0, 40000), 2000ms, trend(40000, 40000));
+  s.observe(t0 + 2s, 1, rows(0, 40400), 2000ms, trend(40400, 40020));
+  const auto w = s.window_trends();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].offers == 400);
+  CHECK(w[0].rising == 20);
+  CHECK(w[0].top == "40000");
+  CHECK(w[0].sample.size() == 2);
+  // With the window's figures the last range is load, not a monotonic key; with the
+  // counters since the start it would read as one.
+  const auto config = ::config();
+  const auto load = s.window_load();
+  REQUIRE(load);
+  for (const auto& a : splitpoint::server::split_advice(config, *load, {}, w)) CHECK(a.reason != "monotonic");
+  bool since_start = false;
+  for (const auto& a : splitpoint::server::split_advice(config, *load, {}, trend(40400, 40020)))
+    since_start = since_start || a.reason == "monotonic";
+  CHECK(since_start);
+}
