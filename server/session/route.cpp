@@ -382,7 +382,8 @@ void Session::close_idle_connections_to(const std::string& database) {
       if (pool->target().database == database) pool->close_idle();
 }
 
-// The text is a TRUNCATE (its first word, past spaces) naming a table with a global index.
+// The text is a TRUNCATE (its first word, past spaces) naming a table with a global
+// index, or a TRUNCATE ... CASCADE (which may empty one that references those named).
 static bool truncates_indexed(std::string_view sql, const routing::Topology& topo) {
   const auto start = sql.find_first_not_of(" \t\r\n");
   if (start == std::string_view::npos || sql.size() - start < 8) return false;
@@ -391,10 +392,14 @@ static bool truncates_indexed(std::string_view sql, const routing::Topology& top
   if (word != "truncate") return false;
   auto tree = routing::ParseTree::parse(sql);
   bool indexed = false;
-  for (std::size_t i = 0; tree.ok() && i < tree.tree()->n_stmts; ++i)
+  for (std::size_t i = 0; tree.ok() && i < tree.tree()->n_stmts; ++i) {
+    const PgQuery__Node* n = tree.tree()->stmts[i]->stmt;
+    indexed = indexed || (routing::is(n, PG_QUERY__NODE__NODE_TRUNCATE_STMT) &&
+                          n->truncate_stmt->behavior == PG_QUERY__DROP_BEHAVIOR__DROP_CASCADE);
     routing::for_each_range_var(&tree.tree()->stmts[i]->base, [&](const PgQuery__RangeVar* rv) {
       indexed = indexed || topo.indexed(routing::Topology::table_name(routing::sv(rv->schemaname), routing::sv(rv->relname)));
     });
+  }
   return indexed;
 }
 

@@ -23,7 +23,10 @@ on city. The same statements through splitpoint and on plain PostgreSQL:
 - racing_do_update: 8 clients, the same 50 emails, DO UPDATE adding one to a count: one
   row per email, each count 8;
 - truncate: TRUNCATE through the proxy empties the entries in the same transaction (a
-  TRUNCATE rolled back keeps rows and entries); a value the table held is free again.
+  TRUNCATE rolled back keeps rows and entries); a value the table held is free again;
+  TRUNCATE ... CASCADE of a table users references empties users' entries too;
+- execute_of_prepared: EXECUTE of a SQL-PREPAREd INSERT ... ON CONFLICT DO NOTHING / DO
+  UPDATE, differential.
 """
 # test-timeout: 120
 
@@ -268,10 +271,48 @@ def truncate():
     SETTING.entries_match_rows()
     r = sptest.admin(SETTING.proxy.port, "CHECK INDEX users_email_key")[0]
     assert (r[3], r[4]) == ("0", "0"), r
+    # TRUNCATE of a table users references, CASCADE: users is emptied too, and so are
+    # its entries (the value is free again). PostgreSQL's NOTICE as on one server.
+    cur.execute("CREATE TABLE owners (id bigint PRIMARY KEY)")
+    cur.execute("ALTER TABLE users ADD COLUMN owner bigint REFERENCES owners (id)")
+    cur.execute("INSERT INTO owners VALUES (1)")
+    cur.execute("INSERT INTO users SELECT g, 'o' || g || '@x', 'c', 1 FROM generate_series(200, 220) g")
+    cur.execute("TRUNCATE owners CASCADE")
+    assert SETTING.on_shards("SELECT count(*) FROM users") == [(0,)] * 3
+    assert SETTING.on_shards("SELECT count(*) FROM splitpoint.users_email_key_entries") == [(0,)] * 3
+    SETTING.entries_match_rows()
+    cur.execute("INSERT INTO users VALUES (201, 'o205@x', NULL)")
+    cur.execute("ALTER TABLE users DROP COLUMN owner")
+    cur.execute("DROP TABLE owners")
     c.close()
+
+
+def execute_of_prepared():
+    """SQL PREPARE of an INSERT ... ON CONFLICT, then EXECUTE: the EXECUTE is judged by the
+    PREPARE's ON CONFLICT, as PostgreSQL does (DO NOTHING: no row, tag INSERT 0 0)."""
+    reset()
+    got_c, exp_c = proxy(), SETTING.plain.shard(1)
+    got_c.autocommit = exp_c.autocommit = True
+    got, exp = got_c.cursor(), exp_c.cursor()
+    steps = [("INSERT INTO users VALUES (1, 'a@x', 'paris'), (2, 'b@x', 'rome')", None),
+             ("PREPARE ins (bigint, text) AS INSERT INTO users VALUES ($1, $2, 'x') ON CONFLICT (email) DO NOTHING "
+              "RETURNING id", None)]
+    steps += [(f"EXECUTE ins ({i}, '{'ab'[i % 2]}@x')", None) for i in range(10, 16)]
+    steps += [("EXECUTE ins (20, 'new@x')", None), ("EXECUTE ins (21, 'new@x')", None),
+              ("PREPARE upd (bigint, text) AS INSERT INTO users VALUES ($1, $2, 'y') ON CONFLICT (email) "
+               "DO UPDATE SET city = excluded.city || users.id RETURNING id, city", None),
+              ("EXECUTE upd (30, 'a@x')", None), ("EXECUTE upd (31, 'b@x')", None),
+              ("DEALLOCATE ins", None), ("DEALLOCATE upd", None),
+              ("SELECT id, email, city FROM users ORDER BY id", None)]
+    for sql, params in steps:
+        e, g = gsi.outcome(exp, sql, params), gsi.outcome(got, sql, params)
+        assert e == g, f"{sql}\n  plain PostgreSQL: {e}\n  splitpoint:       {g}"
+    SETTING.entries_match_rows()
+    got_c.close()
+    exp_c.close()
 
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests([on_conflict_simple, on_conflict_extended, do_update_elsewhere, racing_do_nothing,
-                               racing_do_update, truncate],
+                               racing_do_update, truncate, execute_of_prepared],
                               setup=SETTING.start, teardown=SETTING.stop, watch=lambda: [SETTING.proxy]))

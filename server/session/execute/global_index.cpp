@@ -76,6 +76,7 @@ struct WriteShape {
   std::vector<std::string> target;  // ON CONFLICT (a, b)
   std::string constraint;           // ON CONFLICT ON CONSTRAINT name
   std::vector<std::string> truncated;
+  bool cascade = false;  // TRUNCATE ... CASCADE: it empties the tables referencing those too
   std::string sql;  // the statement (DO UPDATE: made an UPDATE of the row holding a value)
 };
 
@@ -98,9 +99,12 @@ WriteShape shape_of(std::string_view sql) {
   w.sql = sql;
   for (std::size_t i = 0; i < tree.tree()->n_stmts; ++i) {
     const PgQuery__Node* n = tree.tree()->stmts[i]->stmt;
+    // PREPARE name AS INSERT ...: what an EXECUTE of it writes (Session::apply_index_changes).
+    if (routing::is(n, PG_QUERY__NODE__NODE_PREPARE_STMT)) n = n->prepare_stmt->query;
     if (routing::is(n, PG_QUERY__NODE__NODE_TRUNCATE_STMT)) {
       for (std::size_t r = 0; r < n->truncate_stmt->n_relations; ++r)
         w.truncated.push_back(range_name(n->truncate_stmt->relations[r]));
+      w.cascade = w.cascade || n->truncate_stmt->behavior == PG_QUERY__DROP_BEHAVIOR__DROP_CASCADE;
       continue;
     }
     if (!routing::is(n, PG_QUERY__NODE__NODE_INSERT_STMT) || n->insert_stmt->on_conflict_clause == nullptr) continue;
@@ -118,6 +122,13 @@ WriteShape shape_of(std::string_view sql) {
         w.target.emplace_back(routing::sv(oc->infer->index_elems[e]->index_elem->name));
   }
   return w;
+}
+
+// The text whose shape a write has: an EXECUTE's, the PREPARE it runs (its ON CONFLICT).
+std::string_view written_text(const Frontend& fe, const routing::Route& route, std::string_view sql) {
+  if (route.sql_prepared != routing::Route::SqlPrepared::execute || !route.names) return sql;
+  auto it = fe.sql_prepared.find(route.names->prepared_name);
+  return it == fe.sql_prepared.end() ? sql : std::string_view(it->second.text);
 }
 
 // The ON CONFLICT's arbiter is this index (as PostgreSQL infers it: the constraint
@@ -354,7 +365,7 @@ awaitable<bool> Session::indexed_write(const proto::Frame& f, const routing::Rou
   std::string error;
   if (go_on && !closing_ && !failed && fe_.client_txn != 'E') {
     txn_.applying_index = true;
-    error = co_await apply_index_changes(sql, &answer);
+    error = co_await apply_index_changes(written_text(fe_, route, sql), &answer);
     txn_.applying_index = false;
   }
   stream_.quiet(nullptr);
@@ -397,7 +408,7 @@ awaitable<bool> Session::indexed_execute(const routing::Route& route, const Scat
   if (!failed && fe_.client_txn != 'E') {
     const char status = fe_.client_txn;
     txn_.applying_index = true;
-    error = co_await apply_index_changes(req.sql, &capture.data);
+    error = co_await apply_index_changes(written_text(fe_, route, req.sql), &capture.data);
     txn_.applying_index = false;
     if (closing_) co_return false;
     // (The entries' statements end with the ReadyForQuery of a block: the batch's own
@@ -420,11 +431,19 @@ awaitable<std::string> Session::apply_index_changes(std::string_view sql, std::s
   std::string error = co_await read_index_changes(w);
   const config::Config& cfg = runtime_->config;
   for (std::size_t i = 0; error.empty() && i < cfg.indexes.size(); ++i) error = co_await write_index_entries(w, i);
-  // A TRUNCATE of an indexed table empties its entries in the same transaction.
+  // A TRUNCATE of an indexed table empties its entries in the same transaction; with
+  // CASCADE, so does one of a table it emptied (no rows left on any shard).
   for (std::size_t i = 0; error.empty() && i < cfg.indexes.size(); ++i) {
-    if (std::find(w.shape.truncated.begin(), w.shape.truncated.end(), cfg.indexes[i].table) == w.shape.truncated.end())
-      continue;
-    error = co_await run_index_statement("DELETE FROM splitpoint." + ident(cfg.indexes[i].name + "_entries"), i, nullptr);
+    const auto& truncated = w.shape.truncated;
+    bool emptied = std::find(truncated.begin(), truncated.end(), cfg.indexes[i].table) != truncated.end();
+    for (std::size_t s = 0; !emptied && w.shape.cascade && s < pools_.size(); ++s) {
+      if (!in_transaction_on(s)) break;
+      auto reply = co_await run_on(s, "SELECT 1 FROM " + qualified(cfg.indexes[i].table) + " LIMIT 1");
+      if (!reply.error.empty() || reply.lost || reply.tag != "SELECT 0") break;
+      emptied = s + 1 == pools_.size();
+    }
+    if (emptied)
+      error = co_await run_index_statement("DELETE FROM splitpoint." + ident(cfg.indexes[i].name + "_entries"), i, nullptr);
   }
   if (error.empty() && w.skipped > 0) {
     // The rows taken back logged their going: the other indexes' entries of them go too.
