@@ -183,8 +183,8 @@ bool creates_lasting_temp(const PgQuery__Node* stmt) {
 bool standby_can_answer(const PgQuery__Node* stmt, bool& sequences) {
   static constexpr std::string_view kSequences[] = {"nextval", "setval", "currval", "lastval"};
   static constexpr std::string_view kWriters[] = {
-      "txid_current", "pg_current_xact_id", "pg_notify", "lo_create", "lo_creat", "lo_import",
-      "lo_unlink", "lo_open", "lo_put", "lo_from_bytea", "set_config"};
+      "txid_current", "pg_current_xact_id", "pg_notify", "pg_listening_channels", "pg_notification_queue_usage",
+      "lo_create", "lo_creat", "lo_import", "lo_unlink", "lo_open", "lo_put", "lo_from_bytea", "set_config"};
   if (!is(stmt, PG_QUERY__NODE__NODE_SELECT_STMT)) return false;
   bool ok = stmt->select_stmt->n_locking_clause == 0 && stmt->select_stmt->into_clause == nullptr;
   walk_nodes(&stmt->base, [&](const PgQuery__Node* n) {
@@ -224,11 +224,14 @@ bool standby_can_answer(const PgQuery__Node* stmt, bool& sequences) {
 // (pg_get_*, format_type, obj_description, to_regclass, ...), a large-object function,
 // or a cast to an OID type.
 // OIDs differ from shard to shard, so such reads all go to one shard (Route::Reads::catalog): an
-// OID one statement found is valid for the next, as psql's \d expects.
+// OID one statement found is valid for the next, as psql's \d expects. So do what one
+// server keeps for all its sessions and the client compares with the pid it was given
+// (notifications; the backend's pid, the catalog shard's backend in session pooling).
 bool reads_catalog(const PgQuery__Node* stmt) {
   static constexpr std::string_view kLookups[] = {
       "format_type", "obj_description", "col_description", "shobj_description", "to_regclass", "to_regtype",
-      "to_regproc", "to_regprocedure", "to_regnamespace", "to_regrole", "to_regoper", "to_regoperator"};
+      "to_regproc", "to_regprocedure", "to_regnamespace", "to_regrole", "to_regoper", "to_regoperator",
+      "pg_backend_pid", "pg_notify", "pg_listening_channels", "pg_notification_queue_usage"};
   static constexpr std::string_view kOidTypes[] = {"oid", "regclass", "regtype", "regproc", "regprocedure",
                                                    "regnamespace", "regrole", "regoper", "regoperator",
                                                    "regconfig", "regdictionary", "regcollation"};
@@ -323,11 +326,17 @@ void Analyzer::statement(const PgQuery__Node* stmt, bool alone) {
                               "each prepared statement to route its EXECUTEs", false);
       return fixed(sql_prepared_route(stmt));
     // Session-level utilities: any backend; the caller carries session state over.
-    case PG_QUERY__NODE__NODE_DEALLOCATE_STMT:
-    case PG_QUERY__NODE__NODE_DISCARD_STMT:
+    // Notifications: on the catalog shard (the combine shard), whoever sends or listens,
+    // so that a NOTIFY reaches every LISTEN as on one server (pg_notify() too: reads_catalog).
     case PG_QUERY__NODE__NODE_LISTEN_STMT:
     case PG_QUERY__NODE__NODE_UNLISTEN_STMT:
-    case PG_QUERY__NODE__NODE_NOTIFY_STMT:
+    case PG_QUERY__NODE__NODE_NOTIFY_STMT: {
+      Route r = make_route(RouteKind::shards, SC::utility);
+      r.shards = {topo_.config().combine_shard()};
+      return fixed(std::move(r));
+    }
+    case PG_QUERY__NODE__NODE_DEALLOCATE_STMT:
+    case PG_QUERY__NODE__NODE_DISCARD_STMT:
     case PG_QUERY__NODE__NODE_LOAD_STMT:
     case PG_QUERY__NODE__NODE_CONSTRAINTS_SET_STMT:
       return fixed(make_route(RouteKind::any_shard, SC::utility));

@@ -14,7 +14,10 @@ pool_size 4. Through the proxy, with psycopg2 (libpq):
   polled with a deadline; A's COMMIT lets B go on;
 - a CancelRequest with the right pid and a wrong secret cancels nothing; conn.cancel()
   (that pid and the proxy's secret) cancels a pg_sleep (57014), and the session goes on
-  on the same backend.
+  on the same backend;
+- over two shards (a second proxy, a table hashed over both): LISTEN, NOTIFY, pg_notify()
+  and pg_backend_pid() go to the catalog shard, so other sessions' notifications all
+  arrive and the client's own pid is the one it was given.
 """
 # test-timeout: 120
 
@@ -34,15 +37,15 @@ DBS = None
 PROXY = None
 
 
-def config():
-    return f"""
-pool_mode: session
-auth: scram-sha-256
-users:
-  - {{ name: app, password: secret }}
-shards:
-  - {{ name: s0, host: {sptest.HOST}, port: {sptest.PG_PORTS[0]}, database: {DBS.name}, user: app, password: secret, pool_size: 4 }}
-"""
+def config(two_shards=False):
+    """One shard; or two (instance 0 and 1) with a table hashed over both."""
+    p0, p1 = sptest.PG_PORTS
+    shard = "  - {{ name: s{i}, host: {h}, port: {p}, database: {d}, user: app, password: secret, pool_size: {n} }}\n"
+    out = "pool_mode: session\nauth: scram-sha-256\nusers:\n  - { name: app, password: secret }\nshards:\n"
+    if not two_shards:
+        return out + shard.format(i=0, h=sptest.HOST, p=p0, d=DBS.name, n=4)
+    out += "".join(shard.format(i=i, h=sptest.HOST, p=p, d=DBS.name, n=8) for i, p in enumerate((p0, p1)))
+    return out + "distributions:\n  - { name: by_id, method: hash, partitions: 4, tables: { kv: id } }\n"
 
 
 def setup():
@@ -150,6 +153,57 @@ def cancel_by_pid_and_secret():
     finally:
         watcher.close()
         c.close()
+
+
+def wait_notifies(conn, n, timeout=10):
+    deadline = time.monotonic() + timeout
+    while len(conn.notifies) < n and time.monotonic() < deadline:
+        conn.poll()
+        time.sleep(0.02)
+    return [(x.channel, x.payload, x.pid) for x in conn.notifies]
+
+
+@test
+def two_shards_notifications_and_pid():
+    """Over two shards, as on one server: every NOTIFY and pg_notify() of other sessions
+    reaches a LISTEN, whichever shard their earlier statements used, and the pid of the
+    client's own notification and pg_backend_pid() are the pid it was given, also after
+    a statement on the other shard (before: LISTEN and NOTIFY went to whichever shard the
+    session was on, so notifications were lost and the pids differed)."""
+    proxy = sptest.Proxy("pid2", config(two_shards=True), WORK).start()
+    try:
+        setup_c = proxy.connect(DBS.name)
+        setup_c.autocommit = True
+        setup_c.cursor().execute("CREATE TABLE kv (id int PRIMARY KEY, v int)")
+        setup_c.cursor().execute("INSERT INTO kv SELECT g, 0 FROM generate_series(1, 20) g")
+        setup_c.close()
+        listener = proxy.connect(DBS.name)
+        listener.autocommit = True
+        pid = listener.get_backend_pid()
+        for k in range(1, 21):  # statements on both shards first
+            assert one(listener, "SELECT v FROM kv WHERE id = %s", (k,)) == 0
+            assert one(listener, "SELECT pg_backend_pid()") == pid
+        listener.cursor().execute("LISTEN ch")
+        sent = []
+        for i in range(6):
+            c = proxy.connect(DBS.name)
+            c.autocommit = True
+            one(c, "SELECT v FROM kv WHERE id = %s", (i + 1,))
+            c.cursor().execute(f"NOTIFY ch, 'n{i}'")
+            c.cursor().execute("SELECT pg_notify('ch', %s)", (f"p{i}",))
+            sent += [f"n{i}", f"p{i}"]
+            c.close()
+        got = wait_notifies(listener, len(sent))
+        assert sorted(p for _, p, _ in got) == sorted(sent), (got, sent)
+        assert all(x != pid for _, _, x in got), got
+        one(listener, "SELECT v FROM kv WHERE id = 7")
+        listener.cursor().execute("NOTIFY ch, 'me'")
+        got = wait_notifies(listener, len(sent) + 1)
+        assert got[-1] == ("ch", "me", pid), (got[-1], pid)
+        assert one(listener, "SELECT pg_listening_channels()") == "ch"
+        listener.close()
+    finally:
+        proxy.stop()
 
 
 def teardown():
