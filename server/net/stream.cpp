@@ -38,6 +38,30 @@ awaitable<error_code> ClientStream::read_some(InputBuffer& buf, std::size_t min_
   co_return ec;
 }
 
+awaitable<error_code> ClientStream::read_idle(InputBuffer& buf) {
+  if (!deferred_.empty()) {  // the client may be waiting for them
+    if (auto ec = co_await write({})) co_return ec;
+  }
+  // Shared by the thread's sessions: filled and emptied with no suspension between.
+  thread_local std::array<char, 16384> scratch;
+  for (;;) {
+    auto [ec] = co_await socket_.async_wait(tcp::socket::wait_read, use_nothrow);
+    if (ec) co_return ec;
+    for (;;) {
+      const ssize_t n = ::recv(socket_.native_handle(), scratch.data(), scratch.size(), MSG_DONTWAIT);
+      if (n > 0) {
+        buf.append({scratch.data(), static_cast<std::size_t>(n)});
+        if (bytes_in_) bytes_in_->add(static_cast<std::size_t>(n));
+        co_return error_code{};
+      }
+      if (n == 0) co_return asio::error::eof;
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;  // readable no more: wait again
+      co_return error_code(errno, asio::error::get_system_category());
+    }
+  }
+}
+
 void ClientStream::defer(std::string_view data) {
   if (capture_ != nullptr) capture_->take(data);
   else deferred_.append(data);

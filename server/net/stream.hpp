@@ -22,6 +22,12 @@ class ClientStream {
   // Reads what is available (at least one byte) into the free tail of `buf`, which
   // offers at least `min_chunk` bytes.
   awaitable<error_code> read_some(InputBuffer& buf, std::size_t min_chunk = 16384);
+  // read_some for an empty `buf` that may stay so a long time (a client between
+  // statements), holding no memory while it waits: plain TCP only. It waits for the
+  // socket to be readable, then reads once into a buffer of the thread's and copies
+  // what came into `buf`, sized to it. (The wait costs an epoll_ctl where a read that
+  // waits costs a recv(2) that finds nothing: the same count of system calls.)
+  awaitable<error_code> read_idle(InputBuffer& buf);
   awaitable<error_code> write(std::string_view data);
   // Bytes that go out with the next write, or before the next read: the proxy's own
   // answers to extended-protocol messages, which PostgreSQL too sends only at Sync,

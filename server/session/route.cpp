@@ -845,7 +845,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
             answer_here = fe_.client_txn != 'E' && route.txn == TxnCommand::none &&
                           (scatter_read || route.generate_keys || route.pull_insert || maintains_index(route));
           }
-          lookahead_.emplace(Lookahead{slot.parse_seq, next.frame.body.data(), std::move(*bind), std::move(route)});
+          lookahead_.reset(new Lookahead{slot.parse_seq, next.frame.body.data(), std::move(*bind), std::move(route)});
         }
         break;
       }
@@ -910,7 +910,7 @@ std::size_t Session::shard_to_prepare(const Prepared& p) {
 
 awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   // The Parse just before decoded and routed this very Bind to choose its shard.
-  std::optional<Lookahead> ahead;
+  std::unique_ptr<Lookahead> ahead;
   if (lookahead_ && lookahead_->bind_body == f.body.data()) ahead = std::move(lookahead_);
   lookahead_.reset();
   std::optional<proto::Bind> bind;
@@ -1083,8 +1083,8 @@ awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::
     if (auto p = fe_.prepared.find(std::string(bind.statement)); p != fe_.prepared.end())
       req.named_since = p->second.parsed_at;
   if (route.cls == StatementClass::ddl) forget_table_definitions();
-  scatter_.portal.emplace(std::string(bind.portal), std::move(req));
-  scatter_.route = route;
+  scatter_.portal = std::make_unique<std::pair<std::string, ScatterRequest>>(std::string(bind.portal), std::move(req));
+  scatter_.route = std::make_unique<routing::Route>(route);
   std::string out;
   proto::encode_bind_complete(out);
   stream_.defer(out);

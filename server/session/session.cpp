@@ -1,6 +1,7 @@
 #include "server/session/session.hpp"
 #include "server/session/admin_console.hpp"
 
+#include <malloc.h>
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
@@ -16,6 +17,7 @@
 #include "protocol/sqlstate.hpp"
 #include "server/cluster/proxy.hpp"
 #include "server/net/wire.hpp"
+#include "server/state/heap_trim.hpp"
 
 namespace splitpoint::server {
 
@@ -79,6 +81,13 @@ const std::string& fake_scram_secret() {
   return secret;
 }
 
+// After a session started or ended on this worker's thread: a burst of ended sessions
+// gives their heap back to the system (TrimPolicy).
+void note_sessions(std::size_t live) {
+  thread_local TrimPolicy policy;
+  if (policy.note(live)) malloc_trim(0);
+}
+
 }  // namespace
 
 Session::Session(Proxy& server, Worker& worker, tcp::socket socket)
@@ -92,10 +101,12 @@ Session::Session(Proxy& server, Worker& worker, tcp::socket socket)
                         std::chrono::system_clock::now().time_since_epoch()).count();
   limits_.max_message_size = runtime_->config.max_message_size;
   worker_.sessions.insert(this);
+  note_sessions(worker_.sessions.size());
 }
 
 Session::~Session() {
   worker_.sessions.erase(this);
+  note_sessions(worker_.sessions.size());
   if (who_.cancel_pid) server_.cancels().remove({who_.cancel_pid, who_.cancel_secret});
   if (who_.counted) server_.client_count().fetch_sub(1);
   if (who_.logged_in) {

@@ -593,8 +593,10 @@ class Session : public std::enable_shared_from_this<Session> {
       std::string host;  // host:port that answered (SPEC §10); empty when none did
     };
     std::vector<Status> last;  // SHOW splitpoint.last_scatter
-    std::optional<std::pair<std::string, ScatterRequest>> portal;
-    std::optional<routing::Route> route;
+    // (Behind pointers, as lookahead_: most sessions never have one, and an idle
+    // session's size is its memory, docs/performance.md "Idle connections".)
+    std::unique_ptr<std::pair<std::string, ScatterRequest>> portal;
+    std::unique_ptr<routing::Route> route;
   };
   // The backends a client's CancelRequest (handled on any thread) cancels: the
   // current one, or every backend of a running multi-shard statement.
@@ -659,8 +661,9 @@ class Session : public std::enable_shared_from_this<Session> {
   Client who_;
   bool closing_ = false;
 
-  // Client input. Waiting for the next message, an empty buffer keeps at most
-  // kIdleInputBytes (an idle client costs little memory); a longer message grows it.
+  // Client input. Waiting for the next message, an empty buffer holds no memory
+  // (ClientStream::read_idle; with TLS it keeps at most kIdleInputBytes); a longer
+  // message grows it.
   static constexpr std::size_t kIdleInputBytes = 2048;
   InputBuffer cbuf_;
   std::size_t cpos_ = 0;
@@ -671,7 +674,7 @@ class Session : public std::enable_shared_from_this<Session> {
   ClientSettings settings_;  // carried to every backend
   ShardTransaction txn_;
   PendingSync pending_;
-  std::optional<Lookahead> lookahead_;
+  std::unique_ptr<Lookahead> lookahead_;
   ScatterState scatter_;
 
   // Backend side: pools and backends held per shard (several only inside a

@@ -50,7 +50,7 @@ awaitable<void> Session::serve() {
       cbuf_.erase(0, cpos_);
       cpos_ = 0;
     }
-    if (cbuf_.empty() && cbuf_.capacity() > kIdleInputBytes) cbuf_.shrink_to_fit();  // frees it
+    if (cbuf_.empty()) cbuf_.shrink_to_fit();  // frees it: an idle client holds no input buffer
     statement_ended();  // (what the proxy runs itself is done; a scatter portal takes moves again at Execute)
     bool timed = idle_timeout.count() > 0;
     if (timed) {
@@ -58,7 +58,8 @@ awaitable<void> Session::serve() {
       idle_.was_busy = in_use();
       arm_idle_timer();
     }
-    auto ec = co_await stream_.read_some(cbuf_, cbuf_.empty() ? kIdleInputBytes : 16384);
+    auto ec = cbuf_.empty() && !stream_.is_tls() ? co_await stream_.read_idle(cbuf_)
+                                                  : co_await stream_.read_some(cbuf_, cbuf_.empty() ? kIdleInputBytes : 16384);
     if (timed) idle_.timer->cancel();
     if (idle_.timed_out) {
       spdlog::info("[{}] closed: idle timeout", id_);
