@@ -45,7 +45,7 @@ void Session::follow_runtime() {
     else if (!held_[i]) pools_[i] = std::move(pool);
   }
   held_.resize(pools_.size());
-  ryw_.resize(pools_.size());
+  hosts_.resize(pools_.size());
 }
 
 // DROP SHARD renumbers the shards after the dropped one: the session's per-shard state
@@ -59,18 +59,16 @@ void Session::renumber_shards(const Runtime& next) {
   if (same) return;  // (shards added at the end, or none changed)
   std::vector<std::shared_ptr<Pool>> pools(now.size());
   std::vector<std::unique_ptr<Backend>> held(now.size());
-  ReadYourWrites ryw;
-  ryw.resize(now.size());
+  std::vector<std::optional<std::size_t>> to_of(was.size());
   std::size_t cur = kNoShard;
   for (std::size_t i = 0; i < was.size() && i < pools_.size(); ++i) {
-    const auto to = next.config.find_shard(was[i].name);
+    const auto to = to_of[i] = next.config.find_shard(was[i].name);
     if (!to) {
       if (i < held_.size()) release_shard(i, false);
       continue;
     }
     pools[*to] = std::move(pools_[i]);
     if (i < held_.size()) held[*to] = std::move(held_[i]);
-    if (i < ryw_.lsn.size()) ryw.lsn[*to] = ryw_.lsn[i], ryw.unknown[*to] = ryw_.unknown[i];
     if (cur_ == i) cur = *to;
   }
   if (settings_.routing.shard) {
@@ -81,7 +79,7 @@ void Session::renumber_shards(const Runtime& next) {
   // (Shards new to the session stay null here: follow_runtime fills them in.)
   pools_ = std::move(pools);
   held_ = std::move(held);
-  ryw_ = std::move(ryw);
+  hosts_.renumber(to_of, now.size());
   cur_ = cur;
 }
 

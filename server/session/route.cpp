@@ -122,8 +122,8 @@ std::optional<std::size_t> Session::single_target(const routing::Route& route) {
 bool Session::check_write(const routing::Route& route, std::size_t shard, std::string& error) {
   if (route.cls != StatementClass::write && route.cls != StatementClass::ddl) return true;
   if (!in_transaction()) return true;
-  if (two_phase()) {
-    note_written(shard);
+  if (txn_.two_phase()) {
+    txn_.note_written(shard);
     if (!txn_.write_shard) txn_.write_shard = shard;
     return true;
   }
@@ -430,7 +430,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   }
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
-  forget_drawn_lastval(route);
+  keys_.forget_drawn_lastval(route);
   if (route.indexes.lookup) co_await route_through_index(route);
   bool before_done = false;  // before_shards, once
   auto ready = [&] {
@@ -454,10 +454,10 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
         route.cls = StatementClass::utility;
         break;
       case Executor::sequence_read:
-        if (auto text = answer_from_drawn(route, sql)) co_return co_await run_on_shards(route, *text);
+        if (auto text = keys_.answer_from_drawn(route, sql)) co_return co_await run_on_shards(route, *text);
         break;
       case Executor::generate_keys:
-        co_return co_await insert_with_generated_keys(route, keep, sql);
+        co_return co_await keys_.insert_with_generated_keys(route, keep, sql);
       case Executor::pull_insert:
         co_return co_await pull_insert_select(route, keep, sql);
       case Executor::cursor:
@@ -679,14 +679,14 @@ awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& ro
   auto label = label_of(route, false);
   count_route(route, label);
   std::optional<std::size_t> standby;
-  if (runtime_->standbys) standby = co_await read_host(target, route);
-  if (!standby && route.reads == routing::Route::Reads::writes) may_write_on(target);
+  if (runtime_->standbys) standby = co_await hosts_.read_host(target, route);
+  if (!standby && route.reads == routing::Route::Reads::writes) hosts_.may_write_on(target);
   if (!co_await pump_.use_shard(target, standby)) {
     if (closing_) co_return false;
     co_await send_ready();
     co_return true;
   }
-  count_target(label);
+  hosts_.count_target(label);
   if (route.sql_prepared != routing::Route::SqlPrepared::none) sync_sql_prepared(route);
   // SQL EXECUTE of a statement the client prepared with the protocol (in PostgreSQL both
   // kinds share one namespace): on the backend it has the proxy's name for it, and is
@@ -834,7 +834,7 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
             answer_here = true;  // (or held: hold_extended_begin)
           } else if (auto t = single_target(route); t && !maintains_index(route)) {  // (else run at Execute)
             shard = *t;
-            if (runtime_->standbys && !cur()) standby = co_await read_host(shard, route);
+            if (runtime_->standbys && !cur()) standby = co_await hosts_.read_host(shard, route);
           } else {
             const bool scatter_read = route.kind == RouteKind::shards && route.cls == StatementClass::read;
             answer_here = fe_.client_txn != 'E' && route.txn == TxnCommand::none &&
@@ -945,7 +945,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, true))
     co_return !closing_;
   if (may_hold_begin(route)) co_return co_await hold_extended_begin(route, p.query(), bind->portal);
-  forget_drawn_lastval(route);
+  keys_.forget_drawn_lastval(route);
   if (route.indexes.lookup) co_await route_through_index(route);
   // As handle_query: the router's order of the special cases.
   for (Executor step : routing::dispatch(route, pools_.size(), routing::Protocol::extended)) {
@@ -962,11 +962,11 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
         }
         break;
       case Executor::sequence_read:
-        if (auto text = answer_from_drawn(route, p.query()))
+        if (auto text = keys_.answer_from_drawn(route, p.query()))
           if (auto target = single_target(route)) co_return co_await bind_rewritten(route, *target, *bind, *text, types);
         break;
       case Executor::generate_keys:
-        co_return co_await insert_with_generated_keys(route, keep, p.query(), &*bind, &types);
+        co_return co_await keys_.insert_with_generated_keys(route, keep, p.query(), &*bind, &types);
       case Executor::pull_insert:
         co_return co_await pull_insert_select(route, keep, p.query(), &*bind, &types);
       case Executor::reject:
@@ -1010,7 +1010,7 @@ awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& rou
   if (route.txn == TxnCommand::commit && fe_.client_txn != 'E' && !fe_.proxy_failed_txn && txn_.written.size() > 1) {
     // Written on several shards: two-phase commit, answered here.
     co_await pump_.drain();
-    auto error = co_await commit_two_phase();
+    auto error = co_await txn_.commit_two_phase();
     if (error.empty()) apply_session_commands();
     else fe_.pending_commands.clear();
     reset_transaction();
@@ -1066,7 +1066,7 @@ Session::ScatterRequest Session::request_of(const proto::Bind& bind, std::string
 awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::Bind& bind, std::string sql,
                                       const std::vector<std::int32_t>& types) {
   leave_batch_shard(kNoShard);
-  if (route.cls != StatementClass::read && in_transaction() && !two_phase() && !single_target(route) &&
+  if (route.cls != StatementClass::read && in_transaction() && !txn_.two_phase() && !single_target(route) &&
       !route.key_guard())  // (MultiShardWrite: the guarded shards write nothing)
     co_return co_await reject(sqlstate::cross_shard_write,
                               "statement would write to several shards inside a transaction; a transaction may "
@@ -1123,13 +1123,13 @@ awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Rout
   pending_.route = label_of(route, false);
   count_route(route, pending_.route);
   std::optional<std::size_t> standby;
-  if (runtime_->standbys) standby = co_await read_host(target, route);
-  if (!standby && route.reads == routing::Route::Reads::writes) may_write_on(target);
+  if (runtime_->standbys) standby = co_await hosts_.read_host(target, route);
+  if (!standby && route.reads == routing::Route::Reads::writes) hosts_.may_write_on(target);
   if (!co_await pump_.use_shard(target, standby)) {
     fe_.skip_until_sync = true;
     co_return !closing_;
   }
-  count_target(pending_.route);
+  hosts_.count_target(pending_.route);
   // After attaching: the client's own BEGIN starts the transaction on this backend.
   if (route.txn == TxnCommand::begin) txn_.begin_sql = p.query();
   ensure_prepared(p);
@@ -1213,7 +1213,7 @@ awaitable<bool> Session::finish_transaction(const routing::Route& route, std::st
   std::string error, tag = verb, notices;
   std::vector<std::size_t> order;
   if (!rollback && txn_.written.size() > 1) {
-    error = co_await commit_two_phase(&notices);
+    error = co_await txn_.commit_two_phase(&notices);
   } else {
     for (std::size_t s = 0; s < held_.size(); ++s)
       if (in_transaction_on(s) && (!txn_.write_shard || s != *txn_.write_shard)) order.push_back(s);
@@ -1285,7 +1285,7 @@ awaitable<bool> Session::prepare_transaction(std::string_view sql) {
     co_return true;
   }
   const std::size_t s = joined.empty() ? pick_any_shard() : joined.front();
-  if (joined.empty() && !co_await join_transaction(s)) {
+  if (joined.empty() && !co_await txn_.join_transaction(s)) {
     co_await roll_back_everywhere();
     co_return co_await reject(sqlstate::connection_failure,
                               "shard \"" + pools_[s]->target().shard + "\" could not take the transaction", false);
@@ -1408,7 +1408,7 @@ awaitable<std::vector<std::pair<std::size_t, Session::Reply>>> Session::run_on_e
 awaitable<AcquireResult> Session::acquire_counted(std::size_t shard, bool metered) {
   const auto waited_from = std::chrono::steady_clock::now();
   std::optional<std::size_t> primary;
-  auto r = co_await acquire_backend(shard, primary);
+  auto r = co_await hosts_.acquire_backend(shard, primary);
   if (metered && shard < kMaxShards) {
     metrics_.shards[shard].pool_wait.observe_since(waited_from);
     if (!r.backend) metrics_.shards[shard].connect_errors.add();
@@ -1420,7 +1420,7 @@ awaitable<Session::Sent> Session::send_on(std::size_t shard, std::string_view sq
                                           bool metered, bool join) {
   Sent sent;
   sent.shard = shard;
-  may_write_on(shard);  // (the proxy's own statements too: BEGIN, COMMIT, a write on every shard)
+  hosts_.may_write_on(shard);  // (the proxy's own statements too: BEGIN, COMMIT, a write on every shard)
   if (drop_if_closed(shard)) {
     // Held for the transaction (its BEGIN goes with this statement): its replacement is too.
     auto r = co_await acquire_counted(shard, metered);
@@ -1494,7 +1494,7 @@ awaitable<Session::Reply> Session::read_reply(Sent& sent, bool metered, std::siz
   } else if (!reply.lost) {
     reply.lost = !co_await read_until_ready(b, queries, limits_, on_frame);
   }
-  if (sent.borrowed) give_back(shard, std::move(sent.borrowed), !reply.lost);
+  if (sent.borrowed) hosts_.give_back(shard, std::move(sent.borrowed), !reply.lost);
   if (reply.lost && held_[shard]) {
     error_code ignored;
     held_[shard]->socket.close(ignored);

@@ -55,7 +55,11 @@
 #include "server/txn/deadlocks.hpp"
 #include "server/net/frontend.hpp"
 #include "server/state/metrics.hpp"
+#include "server/session/execute/shard_transaction.hpp"
+#include "server/session/keys.hpp"
 #include "server/session/pump.hpp"
+#include "server/session/replicas.hpp"
+#include "server/session/timeout.hpp"
 #include "server/cluster/runtime.hpp"
 #include "server/net/stream.hpp"
 
@@ -76,6 +80,13 @@ class Session : public std::enable_shared_from_this<Session> {
   friend class AdminConsole;
   friend class MultiShardWrite;
   friend class Pump;
+  // Its parts, each with its own state: login.hpp, timeout.hpp, replicas.hpp, keys.hpp,
+  // execute/shard_transaction.hpp
+  friend class Login;
+  friend class QueryTimeout;
+  friend class HostChoice;
+  friend class KeyDrawing;
+  friend class ShardTransaction;
 
  public:
   Session(Proxy& server, Worker& worker, tcp::socket socket);
@@ -118,19 +129,6 @@ class Session : public std::enable_shared_from_this<Session> {
     bool lost = false;     // connection broke
     bool truncated = false;  // more DataRows than run_on's max_rows came (not kept)
   };
-
-  // ---- session.cpp: login
-  awaitable<bool> login();
-  awaitable<std::optional<protocol::StartupMessage>> read_startup();
-  awaitable<bool> take_startup(const protocol::StartupMessage& startup);
-  awaitable<bool> greet();
-  awaitable<std::optional<protocol::Frame>> read_startup_frame();
-  awaitable<bool> authenticate();
-  awaitable<bool> authenticate_scram(const UserAuth* user);
-  awaitable<bool> authentication_failed();
-  awaitable<std::optional<std::string>> read_password_message(std::string_view expected);
-  void set_startup_param(std::string name, std::string value);
-  awaitable<bool> apply_startup_params(ParameterList& reported);
 
   // ---- execute/forward.cpp
   awaitable<void> serve();
@@ -196,29 +194,9 @@ class Session : public std::enable_shared_from_this<Session> {
   int sync_backend_state(Backend& b, std::string& out, bool join_transaction);
   // The shard takes part in the client's open transaction (BEGIN reached it).
   bool in_transaction_on(std::size_t shard) const { return held_[shard] && held_[shard]->status != 'I'; }
-  // ---- timeout.cpp (timeouts.query)
-  // After a flush to the current backend: starts timing what it owes, if not already.
-  void start_query_clock() {
-    if (query_clock_.since == std::chrono::steady_clock::time_point{} && !fe_.expect.empty() &&
-        runtime_->config.timeouts.query.count() > 0)
-      start_query_timer();
-  }
-  void start_query_timer();
-  void arm_query_timer(std::chrono::steady_clock::time_point at);
-  void on_query_timer();
-  void cancel_timed_out_statement();
   // A CancelRequest for the statement backend `b` of `shard` runs, sent without waiting
   // for it (timeouts.query, a deadlock across shards).
   void cancel_statement_on(std::size_t shard, Backend& b);
-  bool timed_out_statement_cancelled() const {
-    return query_clock_.cancelled == query_clock_.since && query_clock_.since != std::chrono::steady_clock::time_point{};
-  }
-  // PostgreSQL's 57014 after the proxy's cancel, into `out` with a message that names
-  // the shard and the timeout. False: not a 57014.
-  bool rewrite_timeout_error(std::string_view body, std::string& out);
-  // The backend did not answer the cancel either: its connection is closed and the
-  // client's statements get 08006.
-  awaitable<void> answer_dropped_statement(std::size_t shard);
   // ---- execute/deadlock.cpp: backend `b`'s 57014 after break_deadlock, as 40P01 (a
   // whole ErrorResponse) appended to `out`. False: not that backend or not a 57014.
   bool rewrite_deadlock_error(const Backend& b, std::string_view body, std::string& out);
@@ -230,27 +208,6 @@ class Session : public std::enable_shared_from_this<Session> {
   void note_parameter_statuses(std::string_view messages);  // whole messages, others skipped
   void apply_session_commands();
 
-  // ---- replicas.cpp (SPEC §10)
-  bool reads_from_standby(const routing::Route& route) const;  // hint > SET splitpoint.reads > config
-  bool may_read_standby(std::size_t shard, const routing::Route& route) const;
-  // The standby that runs this read on `shard`; nullopt: the primary.
-  awaitable<std::optional<std::size_t>> read_host(std::size_t shard, const routing::Route& route);
-  std::shared_ptr<Pool> pool_on(std::size_t shard, std::size_t host);
-  // Back to the pool of the host it came from.
-  void give_back(std::size_t shard, std::unique_ptr<Backend> b, bool reusable);
-  // A statement that may write (or commit) goes to `shard`'s primary: the next standby
-  // read there must have replayed past it.
-  void may_write_on(std::size_t shard) {
-    if (runtime_->standbys) ryw_.unknown[shard] = 1;
-  }
-  void host_failed(std::size_t shard, std::size_t host, BanReason why);
-  awaitable<bool> wait_for_primary(std::size_t shard);
-  std::string no_primary_message(std::size_t shard) const;
-  std::string host_label(std::size_t shard, std::size_t host) const;  // "host:port"
-  // After pump_.use_shard(): counts the statement's target (queries_total{target}).
-  void count_target(RouteLabel label);
-  // `standby` is reset when the standby could not be reached (the primary answers).
-  awaitable<AcquireResult> acquire_backend(std::size_t shard, std::optional<std::size_t>& standby);
   // ---- execute/rows.cpp: rows written per partition, from the shards' CommandComplete
   RowShares row_shares(const routing::Route& route, std::size_t shard) const;
   void count_written(std::string_view tag);
@@ -330,19 +287,6 @@ class Session : public std::enable_shared_from_this<Session> {
                                     const std::function<routing::Route()>& again);
   awaitable<bool> fetch_shapes(const std::vector<std::string>& tables, KeptShapes& keep);
   void forget_table_definitions();  // after DDL: shapes and key sources read again
-  // ---- keys.cpp: keys the proxy generates (SPEC §3)
-  // An INSERT whose key the proxy generates (route.generate_keys), run with its keys. In
-  // the extended protocol the keys are parameters after the client's. False: the
-  // session ends; refused statements get their error here. (`keep`: the statement's
-  // shapes, used again for the rewritten statement, see fetch_shapes.)
-  awaitable<bool> insert_with_generated_keys(routing::Route& route, KeptShapes& keep, std::string_view sql,
-                                             const protocol::Bind* bind = nullptr,
-                                             const std::vector<std::int32_t>* types = nullptr);
-  // An INSERT the proxy rewrote (keys filled in, rows pulled), routed again and run; in
-  // the extended protocol with `bind`'s parameters (of `types`).
-  awaitable<bool> run_rewritten_insert(routing::Route& route, KeptShapes& keep, std::string text,
-                                       const protocol::Bind* bind = nullptr,
-                                       std::vector<std::int32_t> types = {});
   // ---- execute/global_index.cpp (SPEC §12): a read an index narrows runs on the shards
   // of the keys it finds (Route::lookup); a write to a table with a global index: the
   // statement, then the changes it logged applied to the index's entries, in one
@@ -424,18 +368,6 @@ class Session : public std::enable_shared_from_this<Session> {
     return runtime_->combine ? runtime_->combine->get(who_.user, who_.password, who_.database)
                              : pools_[combine_shard()];
   }
-  // Where KeyCache keeps the values of `request`'s column (this session's database).
-  std::string key_cache_key(const routing::KeyRequest& request) const;
-  // `n` values of `request`'s column; nullopt: none can be made, `error` says why.
-  awaitable<std::optional<std::vector<std::string>>> draw_keys(const routing::KeyRequest& request, std::size_t n,
-                                                               KeyCache::Source& source, std::string& error);
-  // settings_.drawn: the values the proxy drew for this session stand in for its own
-  // nextval calls (answer_from_drawn).
-  void note_drawn(const std::string& sequence, const std::string& value);
-  std::optional<std::string> answer_from_drawn(const routing::Route& route, std::string_view sql);
-  void forget_drawn_lastval(const routing::Route& route);
-  awaitable<std::optional<KeyCache::Source>> key_source(const routing::KeyRequest& request, const std::string& cache_key,
-                                                        std::string& error);
   awaitable<bool> run_local(const routing::LocalCommand& c, std::string_view portal, bool extended);
   std::optional<std::pair<std::string, std::string>> local_answer(const routing::LocalCommand& c,
                                                                   Frontend::LocalPortal& answer);
@@ -459,22 +391,6 @@ class Session : public std::enable_shared_from_this<Session> {
   // The transaction is over on every shard: forget its state.
   void reset_transaction();
   // ---- execute/two_phase.cpp (transactions.cross_shard_writes: two_phase)
-  bool two_phase() const { return runtime_->config.cross_shard_writes == config::CrossShardWrites::two_phase; }
-  void note_written(std::size_t shard);
-  // Makes `shard` part of the open transaction (held, BEGIN sent). False on failure.
-  awaitable<bool> join_transaction(std::size_t shard);
-  // A backend of `shard` held by the session (BEGIN not sent: send_on's `join` sends it
-  // with the statement). False: none could be had.
-  awaitable<bool> hold_backend(std::size_t shard);
-  // Commits a transaction that wrote to several shards; "" or the ErrorResponse body.
-  // Notices the shards raised while committing are appended to `notices`.
-  awaitable<std::string> commit_two_phase(std::string* notices = nullptr);
-  // SPT01 for a transaction that wrote to `shard`, which has max_prepared_transactions = 0.
-  std::string no_prepared_transactions_error(std::size_t shard) const;
-  std::string prepare_failure(std::size_t shard, const Reply& reply);
-  // The client's Sync ends an txn_.implicit: commit (or roll back) on every shard,
-  // then one ReadyForQuery 'I'.
-  awaitable<bool> end_implicit_transaction();
   // A write on several shards: its executor, MultiShardWrite (execute/multi_shard_write.hpp). With
   // `ext`, the statement runs in the extended protocol with its parameters.
   awaitable<bool> run_on_shards(const routing::Route& route, std::string_view sql,
@@ -539,44 +455,6 @@ class Session : public std::enable_shared_from_this<Session> {
     bool counted = false, logged_in = false;
     bool admin = false;  // an admin console session
   };
-  // The transaction over shards, beyond the status the client was told (Frontend).
-  struct ShardTransaction {
-    std::uint64_t seq = 0;  // changes when a transaction ends (the deadlock search)
-    // The backend whose statement break_deadlock cancelled (0: none), and the cycle, for
-    // the client's 40P01.
-    std::int32_t deadlock_pid = 0;
-    std::string deadlock_detail;
-    std::string begin_sql;  // the client's BEGIN, replayed on each shard joined
-    // The transaction's savepoints, outermost first, as the client made them; each
-    // shard gets those it lacks before its next statement of the transaction
-    // (BackendState::savepoints).
-    std::vector<std::string> savepoints;
-    std::optional<std::size_t> write_shard;
-    std::vector<std::size_t> written;  // two_phase: every shard this transaction wrote
-    // Extended protocol outside a transaction block: the current backend ran a write
-    // since the client's last Sync.
-    bool batch_wrote = false;
-    // That batch moved on to another shard: the proxy turned it into a transaction
-    // block on every shard it touches (BEGIN after the write), finished at the Sync.
-    bool implicit = false;
-    // The proxy's own block around a client's statements (run_parts): a write that
-    // fails in it is rolled back.
-    bool own = false;
-    bool ddl = false;  // ran DDL: table shapes are forgotten again when it ends (committed by then)
-    // Inside indexed_write (execute/global_index.cpp): the statement runs as any other;
-    // then its entries' statements, not counted as the client's.
-    bool maintaining_index = false, applying_index = false;
-  };
-  // timeouts.query (timeout.cpp): one timer per session, made on first use and
-  // armed only while the current backend owes answers; it fires at most once per
-  // timeout interval however many statements run, and looks at `since` then.
-  struct QueryClock {
-    std::unique_ptr<asio::steady_timer> timer;
-    std::chrono::steady_clock::time_point since{};      // owed answers since; {}: none owed
-    std::chrono::steady_clock::time_point cancelled{};  // the `since` of the statement cancelled
-    bool armed = false;
-    bool dropped = false;  // no answer to the cancel either: the pump ends that backend
-  };
   // The routed statement whose Sync is still to come (extended protocol).
   struct PendingSync {
     std::chrono::steady_clock::time_point started{};
@@ -611,17 +489,6 @@ class Session : public std::enable_shared_from_this<Session> {
     std::uint16_t port = 0;
     std::vector<Target> scatter;
   };
-  // Read-your-writes (SPEC §10), per shard: the primary LSN a standby must have
-  // replayed before it may answer this session, and whether the session used the
-  // primary since that LSN was read (then it is read again before a standby read).
-  struct ReadYourWrites {
-    std::vector<std::uint64_t> lsn;
-    std::vector<char> unknown;
-    void resize(std::size_t n) {
-      lsn.resize(n, 0);
-      unknown.resize(n, 0);
-    }
-  };
   // The Bind right after a Parse, decoded and routed by handle_parse (to prepare the
   // statement on that Bind's shard); handle_bind reuses both instead of doing them again.
   // The Bind is known by where its body lies in cbuf_, which does not change while
@@ -635,7 +502,6 @@ class Session : public std::enable_shared_from_this<Session> {
   struct IdleTimer {
     std::unique_ptr<asio::steady_timer> timer;
     bool timed_out = false;
-    bool login_timed_out = false;
     bool was_busy = false;  // the last look found a statement or transaction (arm_idle_timer)
   };
 
@@ -669,7 +535,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // What the client was promised, its prepared statements and transaction status.
   Frontend fe_;
   ClientSettings settings_;  // carried to every backend
-  ShardTransaction txn_;
+  ShardTransaction txn_{*this};  // execute/shard_transaction.hpp
+  KeyDrawing keys_{*this};       // keys.hpp
   PendingSync pending_;
   std::optional<Lookahead> lookahead_;
   ScatterState scatter_;
@@ -681,12 +548,25 @@ class Session : public std::enable_shared_from_this<Session> {
   std::size_t cur_ = kNoShard;
   std::string bout_;  // bytes for the current backend, written once per batch
   Pump pump_{*this};   // the single-shard forward (pump.hpp)
-  QueryClock query_clock_;
+  QueryTimeout timeout_{*this};  // timeouts.query (timeout.hpp)
   bool pinned_ = false;  // LISTEN: keeps its backend until the end
   std::size_t next_any_ = 0;
-  ReadYourWrites ryw_;
+  HostChoice hosts_{*this};  // replicas.hpp
   CancelTargets cancel_;
 };
+
+inline void QueryTimeout::start() {
+  if (since_ == Clock::time_point{} && !s_.fe_.expect.empty() && s_.runtime_->config.timeouts.query.count() > 0)
+    start_timer();
+}
+
+inline void HostChoice::may_write_on(std::size_t shard) {
+  if (s_.runtime_->standbys) ryw_.unknown[shard] = 1;
+}
+
+inline bool ShardTransaction::two_phase() const {
+  return s_.runtime_->config.cross_shard_writes == config::CrossShardWrites::two_phase;
+}
 
 // The deadlock search's way to the sessions (server/txn/deadlocks.hpp), given by the
 // process.

@@ -111,7 +111,7 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       txn_.batch_wrote = false;
       fe_.batch_commands.clear();  // the batch failed: its SETs did not happen
       scatter_.portal.reset();     // (bound, not executed: gone with the failed batch)
-      if (txn_.implicit) co_return co_await end_implicit_transaction();
+      if (txn_.implicit) co_return co_await txn_.end_implicit_transaction();
       // A block the batch opened itself (BEGIN in a Bind) failed on a shard the proxy
       // synced mid-batch: PostgreSQL says E at this Sync (libpq_pipeline's
       // `transaction`, tests/integration/test_pg_regress.sh).
@@ -168,8 +168,7 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     case 'f':
       if (f.type != 'd') fe_.copy_in = false;
       // COPY IN: the shard waits for the client, timeouts.query counts from its last data.
-      if (query_clock_.since != std::chrono::steady_clock::time_point{})
-        query_clock_.since = std::chrono::steady_clock::now();
+      timeout_.client_sent();
       if (cur()) {
         bool open = fe_.sent_after_sync;
         forward_raw(f, 0);
@@ -294,7 +293,7 @@ awaitable<bool> Session::handle_sync(const proto::Frame& f) {
   if (txn_.implicit) {
     for (auto& c : fe_.batch_commands) fe_.pending_commands.push_back(std::move(c));
     fe_.batch_commands.clear();
-    co_return co_await end_implicit_transaction();
+    co_return co_await txn_.end_implicit_transaction();
   }
   if (!cur()) {
     fe_.batch_commands.clear();
@@ -401,7 +400,7 @@ void Session::leave_batch_shard(std::size_t shard) {
   cur()->unnamed_owner = {0, 0};  // a Query drops the unnamed statement
   begin_implicit_block();
   txn_.write_shard = cur_;
-  note_written(cur_);
+  txn_.note_written(cur_);
   txn_.batch_wrote = false;
 }
 
@@ -536,7 +535,7 @@ void Session::release_shard(std::size_t shard, bool reusable) {
   }
   if (!b) return;
   if (!b->read_buf.empty() || b->status != 'I') reusable = false;
-  give_back(shard, std::move(b), reusable);
+  hosts_.give_back(shard, std::move(b), reusable);
 }
 
 // (Session pooling keeps a backend between transactions; a transaction's other shards

@@ -195,11 +195,11 @@ awaitable<bool> Session::pull_insert_select(const routing::Route& route, KeptSha
   text.replace(at, routing::kRowsMarker.size(), "VALUES " + values_of(messages, *names));
   messages = std::string();
   routing::Route rewritten;
-  if (!extended) co_return co_await run_rewritten_insert(rewritten, keep, std::move(text));
+  if (!extended) co_return co_await keys_.run_rewritten_insert(rewritten, keep, std::move(text));
   proto::Bind b;  // the rows are literals: no parameters
   b.portal = bind->portal;
   b.result_formats = bind->result_formats;
-  co_return co_await run_rewritten_insert(rewritten, keep, std::move(text), &b);
+  co_return co_await keys_.run_rewritten_insert(rewritten, keep, std::move(text), &b);
 }
 
 }  // namespace splitpoint::server

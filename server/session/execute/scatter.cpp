@@ -93,7 +93,7 @@ awaitable<std::optional<std::size_t>> Session::describe_columns(const std::strin
       if (type == 'T')
         if (auto rd = proto::RowDescription::decode(body)) columns = rd->fields.size();
     });
-  if (borrowed) give_back(shard, std::move(borrowed), ok);
+  if (borrowed) hosts_.give_back(shard, std::move(borrowed), ok);
   co_return columns;
 }
 

@@ -189,8 +189,8 @@ awaitable<bool> ScatterRead::acquire() {
         sh.b = s_.held_[sh.index].get();
         continue;
       }
-      if (s_.runtime_->standbys) sh.standby = co_await s_.read_host(sh.index, route_);
-      acquiring.start(i, sh.standby ? s_.pool_on(sh.index, *sh.standby) : s_.pools_[sh.index]);
+      if (s_.runtime_->standbys) sh.standby = co_await s_.hosts_.read_host(sh.index, route_);
+      acquiring.start(i, sh.standby ? s_.hosts_.pool_on(sh.index, *sh.standby) : s_.pools_[sh.index]);
     }
     // The combine database's connection is one more, acquired with the others.
     if (combine_) {
@@ -207,7 +207,7 @@ awaitable<bool> ScatterRead::acquire() {
           if (sh.index < kMaxShards)
             metrics.shards[sh.index].pool_wait.observe(std::chrono::duration<double>(waited).count());
           if (!r->backend && sh.standby) {  // the primary answers instead
-            if (host_unreachable(r->sqlstate)) s_.host_failed(sh.index, *sh.standby, BanReason::connect);
+            if (host_unreachable(r->sqlstate)) s_.hosts_.host_failed(sh.index, *sh.standby, BanReason::connect);
             sh.standby.reset();
             acquiring.start(i, s_.pools_[sh.index]);
             continue;
@@ -243,7 +243,7 @@ awaitable<bool> ScatterRead::acquire() {
   if (shard_stmt_.prepare_error.empty()) co_return true;
   s_.clear_scatter_cancel_targets();
   for (auto& sh : shards_)
-    if (sh.borrowed) s_.give_back(sh.index, std::move(sh.borrowed), true);
+    if (sh.borrowed) s_.hosts_.give_back(sh.index, std::move(sh.borrowed), true);
   co_await s_.reject(sqlstate::cannot_merge, shard_stmt_.prepare_error, req_.extended);
   co_return false;
 }
@@ -555,7 +555,7 @@ awaitable<void> ScatterRead::describe() {
     ok = co_await read_until_ready(*b, 1, s_.limits_, [&](char type, std::string_view, std::string_view body) {
       if (type == 'T') there = proto::RowDescription::decode(body);
     });
-  if (borrowed) s_.give_back(catalog, std::move(borrowed), ok);
+  if (borrowed) s_.hosts_.give_back(catalog, std::move(borrowed), ok);
   if (!there || there->fields.size() != fields.fields.size()) co_return;
   for (std::size_t i = 0; i < fields.fields.size(); ++i)
     if (is_user_type(fields.fields[i].type_oid) && same_type(fields.fields[i].type_oid, there->fields[i].type_oid))
@@ -781,12 +781,12 @@ awaitable<void> ScatterRead::clean_up() {
     s_.scatter_.last.push_back({s_.pools_[sh.index]->target().shard, sh.status,
                                 sh.state == Shard::State::missing ? 0 : sh.rows,
                                 std::chrono::duration<double, std::milli>(elapsed).count(), sh.error,
-                                sh.b ? s_.host_label(sh.index, sh.b->host) : std::string()});
+                                sh.b ? s_.hosts_.host_label(sh.index, sh.b->host) : std::string()});
     if (sh.borrowed) {
       if (s_.in_transaction() && reusable) {
         s_.held_[sh.index] = std::move(sh.borrowed);  // joined the transaction
       } else {
-        s_.give_back(sh.index, std::move(sh.borrowed), reusable);
+        s_.hosts_.give_back(sh.index, std::move(sh.borrowed), reusable);
       }
     } else if (sh.b && !reusable) {
       s_.release_shard(sh.index, false);
@@ -827,7 +827,7 @@ awaitable<void> ScatterRead::drain_shard(Shard& sh, bool& reusable) {
                           s_.in_transaction() && Clock::now() < deadline_;
   if (!answered && !keep_block) {
     sh.b->cancel_sent = true;
-    const auto& target = s_.pool_on(sh.index, sh.b->host)->target();
+    const auto& target = s_.hosts_.pool_on(sh.index, sh.b->host)->target();
     co_await send_cancel(target.host, target.port, sh.b->process_id, sh.b->secret_key, cfg.timeouts.server_connect);
   }
   auto ex = co_await asio::this_coro::executor;
