@@ -191,8 +191,8 @@ awaitable<bool> KeyDrawing::run_rewritten_insert(routing::Route& route, KeptShap
   }
   route = again();
   if (route.kind == RouteKind::need_shapes) co_await s_.route_with_shapes(route, keep, again);
-  s_.take_moves();
-  if (s_.moves_.view && !co_await s_.wait_for_moves(route, extended, again)) co_return !s_.closing_;
+  s_.moves_.take_moves();
+  if (s_.moves_.view && !co_await s_.moves_.wait_for_moves(route, extended, again)) co_return !s_.closing_;
   // Pulled rows whose key the column list leaves out: generated, then here again.
   if (route.generate_keys) co_return co_await insert_with_generated_keys(route, keep, text, bind, &types);
   if (route.kind == RouteKind::error) co_return co_await s_.reject(route.sqlstate, route.message, extended);

@@ -170,4 +170,16 @@ void HostChoice::renumber(const std::vector<std::optional<std::size_t>>& to, std
   ryw_ = std::move(ryw);
 }
 
+std::size_t HostChoice::pick_any_shard() {
+  if (s_.cur_ != Session::kNoShard) return s_.cur_;
+  for (std::size_t s = 0; s < s_.held_.size(); ++s)
+    if (s_.held_[s]) return s;
+  if (s_.settings_.routing.shard) return *s_.settings_.routing.shard;
+  // A transaction block's first keyless read: where its catalog reads and sequences go,
+  // so that a block that reads all three (pg_dump's snapshot) stays on one shard.
+  if (s_.in_transaction()) return s_.runtime_->config.combine_shard();
+  // Spread keyless reads (reference tables) over the shards.
+  return next_any_++ % s_.pools_.size();
+}
+
 }  // namespace splitpoint::server

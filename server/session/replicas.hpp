@@ -44,6 +44,9 @@ class HostChoice {
   // new number, nullopt when it was dropped).
   void resize(std::size_t n) { ryw_.resize(n); }
   void renumber(const std::vector<std::optional<std::size_t>>& to, std::size_t n);
+  // The shard a statement any shard can answer goes to: the current or a held one, SET
+  // splitpoint.shard's, a block's combine shard, else the next in turn.
+  std::size_t pick_any_shard();
 
  private:
   bool reads_from_standby(const routing::Route& route) const;  // hint > SET splitpoint.reads > config
@@ -65,6 +68,7 @@ class HostChoice {
 
   Session& s_;
   ReadYourWrites ryw_;
+  std::size_t next_any_ = 0;
 };
 
 }  // namespace splitpoint::server

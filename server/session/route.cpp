@@ -67,7 +67,7 @@ RouteLabel Session::label_of(const routing::Route& route, bool multi) {
 // Counts a routed statement: by route, per partition, and its keys for hot-key stats.
 void Session::count_route(const routing::Route& route, RouteLabel label) {
   if (route.cls == StatementClass::ddl) user_types::note_ddl();  // (a type may be made or dropped)
-  if (txn_.applying_index) return;  // (a global index's entries: splitpoint_index_entry_writes_total)
+  if (index_.applying()) return;  // (a global index's entries: splitpoint_index_entry_writes_total)
   metrics_.queries[static_cast<std::size_t>(label)].add();
   for (auto& hit : route.partitions) {
     auto i = runtime_->slots->slot(hit.distribution, hit.partition);
@@ -76,18 +76,6 @@ void Session::count_route(const routing::Route& route, RouteLabel label) {
   }
   if (route.distribution)
     for (auto& key : route.key_values) metrics_.hot_key(*route.distribution, key);
-}
-
-std::size_t Session::pick_any_shard() {
-  if (cur_ != kNoShard) return cur_;
-  for (std::size_t s = 0; s < held_.size(); ++s)
-    if (held_[s]) return s;
-  if (settings_.routing.shard) return *settings_.routing.shard;
-  // A transaction block's first keyless read: where its catalog reads and sequences go,
-  // so that a block that reads all three (pg_dump's snapshot) stays on one shard.
-  if (in_transaction()) return runtime_->config.combine_shard();
-  // Spread keyless reads (reference tables) over the shards.
-  return next_any_++ % pools_.size();
 }
 
 // Where a catalog read goes: the combine shard, the same for every statement of every
@@ -106,7 +94,7 @@ std::optional<std::size_t> Session::single_target(const routing::Route& route) {
     case RouteKind::any_shard:
       // (An extended-protocol BEGIN: where the block's catalog reads then go.)
       if (route.reads == routing::Route::Reads::catalog || route.txn == TxnCommand::begin) return catalog_shard();
-      return pick_any_shard();
+      return hosts_.pick_any_shard();
     case RouteKind::shards:
       if (route.shards.size() == 1 && route.per_shard_sql.empty()) return route.shards.front();
       return std::nullopt;
@@ -164,7 +152,7 @@ awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables, Ke
       "OR (pg_catalog.current_schemas(false) = '{}' AND c.relnamespace = 'public'::pg_catalog.regnamespace)))) "
       "ORDER BY 1, a.attnum";
   co_await pump_.drain();
-  auto reply = co_await run_on(pick_any_shard(), sql);
+  auto reply = co_await run_on(hosts_.pick_any_shard(), sql);
   if (reply.lost || !reply.error.empty()) co_return false;
   std::map<std::string, routing::TableShape> found;
   for (auto& t : tables) found[t];  // a table that does not exist gets an empty shape
@@ -264,7 +252,7 @@ awaitable<bool> Session::reject_unless_invalid(std::string_view code, std::strin
       probe->sql = probe_sql;
       probe->result_formats.clear();
     }
-    Reply reply = co_await run_on(pick_any_shard(), probe_sql, probe ? &*probe : nullptr);
+    Reply reply = co_await run_on(hosts_.pick_any_shard(), probe_sql, probe ? &*probe : nullptr);
     auto fields = reply.error.empty() ? std::nullopt : proto::ErrorFields::decode(reply.error);
     if (fields && fields->get('C') != sqlstate::syntax_error) {
       for (auto& [k, v] : fields->fields) {
@@ -414,15 +402,15 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   // The checks before these calls spare most statements two coroutine frames.
   if (route.kind == RouteKind::need_shapes)
     co_await route_with_shapes(route, keep, [&] { return router.route_simple(sql, settings_.routing, lookup); });
-  take_moves();  // (a partition in cutover: SPEC §9)
-  if (moves_.view && !co_await wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, settings_.routing, lookup); }))
+  moves_.take_moves();  // (a partition in cutover: SPEC §9)
+  if (moves_.view && !co_await moves_.wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, settings_.routing, lookup); }))
     co_return !closing_;
 
   if (route.cls == StatementClass::utility || route.cls == StatementClass::ddl)
     if (auto db = database_it_needs_alone(sql)) close_idle_connections_to(*db);
   if (route.cls == StatementClass::ddl && !runtime_->config.indexes.empty() && truncates_indexed(sql, *runtime_->topology))
     route.indexes.writes = true;  // (the entries of an indexed table it empties go too)
-  if (maintains_index(route)) co_return co_await indexed_write(f, route);
+  if (index_.maintains_index(route)) co_return co_await index_.indexed_write(f, route);
   const bool spread = route.kind == RouteKind::all_shards || route.shards.size() > 1;
   if (several_statements_apart(route, sql) || (route.cls == StatementClass::write && spread && !in_transaction())) {
     auto done = co_await run_apart(route, sql);  // (texts.cpp)
@@ -431,7 +419,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
   keys_.forget_drawn_lastval(route);
-  if (route.indexes.lookup) co_await route_through_index(route);
+  if (route.indexes.lookup) co_await index_.route_through_index(route);
   bool before_done = false;  // before_shards, once
   auto ready = [&] {
     if (!before_done) before_shards(route);
@@ -473,7 +461,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
         ready();
         if (!co_await route_execute(route)) co_return !closing_;
         // EXECUTE of a prepared write to an indexed table: as the statement itself would.
-        if (maintains_index(route)) co_return co_await indexed_write(f, route);
+        if (index_.maintains_index(route)) co_return co_await index_.indexed_write(f, route);
         break;
       case Executor::deallocate:
         ready();
@@ -828,17 +816,17 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
           KeptShapes keep;
           routing::BoundParams params{bind->params, bind->param_formats, slot.param_types};
           auto route = runtime_->router->route(*slot.plan, params, settings_.routing, shape_lookup(keep));
-          take_moves();
+          moves_.take_moves();
           const bool held = fe_.client_txn != 'E' && moves_.view && held_by_moves(*moves_.view, route);
           if (may_hold_begin(route) || held) {
             answer_here = true;  // (or held: hold_extended_begin)
-          } else if (auto t = single_target(route); t && !maintains_index(route)) {  // (else run at Execute)
+          } else if (auto t = single_target(route); t && !index_.maintains_index(route)) {  // (else run at Execute)
             shard = *t;
             if (runtime_->standbys && !cur()) standby = co_await hosts_.read_host(shard, route);
           } else {
             const bool scatter_read = route.kind == RouteKind::shards && route.cls == StatementClass::read;
             answer_here = fe_.client_txn != 'E' && route.txn == TxnCommand::none &&
-                          (scatter_read || route.generate_keys || route.pull_insert || maintains_index(route));
+                          (scatter_read || route.generate_keys || route.pull_insert || index_.maintains_index(route));
           }
           lookahead_.emplace(Lookahead{slot.parse_seq, next.frame.body.data(), std::move(*bind), std::move(route)});
         }
@@ -919,7 +907,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   if (!fe_.portals.empty()) fe_.portals.erase(std::string(bind->portal));  // (a new portal of that name)
   auto it = fe_.prepared.find(std::string(bind->statement));
   if (it == fe_.prepared.end()) {  // (an unknown statement: PostgreSQL reports it)
-    if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
+    if (!cur() && !co_await pump_.use_shard(hosts_.pick_any_shard())) {
       fe_.skip_until_sync = true;
       co_return !closing_;
     }
@@ -938,15 +926,15 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   else route = router.route(*p.plan, params, settings_.routing, lookup);
   if (route.kind == RouteKind::need_shapes)
     co_await route_with_shapes(route, keep, [&] { return router.route(*p.plan, params, settings_.routing, lookup); });
-  take_moves();
-  if (moves_.view && !co_await wait_for_moves(route, true, [&] { return runtime_->router->route(*p.plan, params, settings_.routing, lookup); }))
+  moves_.take_moves();
+  if (moves_.view && !co_await moves_.wait_for_moves(route, true, [&] { return runtime_->router->route(*p.plan, params, settings_.routing, lookup); }))
     co_return !closing_;
 
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, true))
     co_return !closing_;
   if (may_hold_begin(route)) co_return co_await hold_extended_begin(route, p.query(), bind->portal);
   keys_.forget_drawn_lastval(route);
-  if (route.indexes.lookup) co_await route_through_index(route);
+  if (route.indexes.lookup) co_await index_.route_through_index(route);
   // As handle_query: the router's order of the special cases.
   for (Executor step : routing::dispatch(route, pools_.size(), routing::Protocol::extended)) {
     switch (step) {
@@ -1043,13 +1031,13 @@ awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& rou
       co_return true;
     }
     route.kind = RouteKind::shards;
-    route.shards = {last ? *last : pick_any_shard()};
+    route.shards = {last ? *last : hosts_.pick_any_shard()};
   }
   co_return std::nullopt;
 }
 
 // The statement of a Bind as the proxy runs it itself (no description unless asked).
-Session::ScatterRequest Session::request_of(const proto::Bind& bind, std::string sql,
+ScatterRequest Session::request_of(const proto::Bind& bind, std::string sql,
                                             const std::vector<std::int32_t>& types) {
   ScatterRequest req;
   req.sql = std::move(sql);
@@ -1107,7 +1095,7 @@ awaitable<bool> Session::bind_rewritten(const routing::Route& route, std::size_t
 // forwarded under the statement's server-side name.
 awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Route& route, std::size_t target,
                                       const Prepared& p) {
-  if (maintains_index(route)) {
+  if (index_.maintains_index(route)) {
     // A write to an indexed table: the proxy runs it at Execute, then its entries
     // (indexed_execute).
     auto bind = proto::Bind::decode(f.body);
@@ -1284,7 +1272,7 @@ awaitable<bool> Session::prepare_transaction(std::string_view sql) {
     co_await answer({}, {}, "ROLLBACK");
     co_return true;
   }
-  const std::size_t s = joined.empty() ? pick_any_shard() : joined.front();
+  const std::size_t s = joined.empty() ? hosts_.pick_any_shard() : joined.front();
   if (joined.empty() && !co_await txn_.join_transaction(s)) {
     co_await roll_back_everywhere();
     co_return co_await reject(sqlstate::connection_failure,

@@ -1,5 +1,6 @@
 #include "server/session/session.hpp"
 #include "server/session/admin_console.hpp"
+#include "server/session/cancel_targets.hpp"
 #include "server/session/login.hpp"
 
 #include <openssl/rand.h>
@@ -593,43 +594,66 @@ Session::ClientInfo Session::info() const {
 }
 
 void Session::set_cancel_target(Backend* b, std::size_t shard) {
-  std::lock_guard lock(cancel_.mu);
-  cancel_.backend = b;
+  if (!b) return cancel_.set(nullptr, {}, 0);
+  const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);  // (a standby's, SPEC §10)
+  cancel_.set(b, e.host, e.port);
+}
+
+void CancelTargets::set(Backend* b, const std::string& host, std::uint16_t port) {
+  std::lock_guard lock(mu_);
+  backend_ = b;
   if (b) {
-    const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);  // (a standby's, SPEC §10)
-    cancel_.host = e.host;
-    cancel_.port = e.port;
+    host_ = host;
+    port_ = port;
   }
 }
 
-void Session::add_scatter_cancel_target(Backend* b, const std::string& host, std::uint16_t port,
-                                        std::optional<std::size_t> shard) {
-  std::lock_guard lock(cancel_.mu);
-  cancel_.scatter.push_back({b, host, port, shard});
+void CancelTargets::forget(const Backend* b) {
+  std::lock_guard lock(mu_);
+  if (backend_ == b) backend_ = nullptr;
 }
 
-void Session::clear_scatter_cancel_targets() {
-  std::lock_guard lock(cancel_.mu);
-  cancel_.scatter.clear();
+void CancelTargets::add_scatter(Backend* b, const std::string& host, std::uint16_t port,
+                                std::optional<std::size_t> shard) {
+  std::lock_guard lock(mu_);
+  scatter_.push_back({b, host, port, shard});
 }
 
-std::vector<Session::CancelTo> Session::cancel_targets(std::int32_t secret) {
+void CancelTargets::clear_scatter() {
+  std::lock_guard lock(mu_);
+  scatter_.clear();
+}
+
+bool CancelTargets::scatter_running() {
+  std::lock_guard lock(mu_);
+  return !scatter_.empty();
+}
+
+std::vector<std::pair<std::size_t, Backend*>> CancelTargets::scatter_on_shards() {
+  std::vector<std::pair<std::size_t, Backend*>> out;
+  std::lock_guard lock(mu_);
+  for (const auto& t : scatter_)
+    if (t.shard) out.emplace_back(*t.shard, t.backend);
+  return out;
+}
+
+std::vector<CancelTargets::To> CancelTargets::take() {
   // The backend the pump reads from, or every backend of a multi-shard statement.
-  std::vector<CancelTo> to;
-  std::lock_guard lock(cancel_.mu);
-  if (secret != who_.cancel_secret) return to;
+  std::vector<To> to;
+  std::lock_guard lock(mu_);
   auto add = [&](Backend* b, const std::string& host, std::uint16_t port) {
     // From now on this backend is never handed to another client.
     b->cancel_sent = true;
     to.push_back({host, port, b->process_id, b->secret_key});
   };
-  if (cancel_.backend) add(cancel_.backend, cancel_.host, cancel_.port);
-  for (auto& t : cancel_.scatter) add(t.backend, t.host, t.port);
+  if (backend_) add(backend_, host_, port_);
+  for (auto& t : scatter_) add(t.backend, t.host, t.port);
   return to;
 }
 
 void Session::request_cancel(std::int32_t secret) {
-  auto to = cancel_targets(secret);
+  if (secret != who_.cancel_secret) return;  // (fixed at login)
+  auto to = cancel_.take();
   if (to.empty()) return;
   spdlog::info("[{}] forwarding cancel request to {} backend(s)", id_, to.size());
   for (auto& t : to)
@@ -642,7 +666,8 @@ void Session::request_cancel(std::int32_t secret) {
 // only after signalling the backend, so a client that waits for that close (asyncpg)
 // never sees its cancel land on its next statement.
 awaitable<void> Session::forward_cancel(std::int32_t secret) {
-  auto to = cancel_targets(secret);
+  if (secret != who_.cancel_secret) co_return;
+  auto to = cancel_.take();
   if (to.empty()) co_return;
   spdlog::info("[{}] forwarding cancel request to {} backend(s)", id_, to.size());
   for (auto& t : to) co_await send_cancel(t.host, t.port, t.pid, t.key, runtime_->config.timeouts.server_connect);

@@ -2,18 +2,26 @@
 // to the shard that owns its key and forwarding between the client and pooled
 // backends. Two coroutines on the worker's thread share the state: the client loop
 // (client -> backend) and, while a backend is current, the pump (backend -> client).
-// Nothing here is touched from another thread except the cancel target, which is
-// guarded by cancel_mu_.
+// Nothing here is touched from another thread except the cancel targets
+// (CancelTargets, under its own mutex) and the epoch mark (CatalogEpoch::epoch).
 //
-//   session.cpp            life cycle, login and authentication, startup parameters
+// Session keeps the client loop, the dispatch and the state the hot path reads; its
+// other concerns are parts of their own, each a class with its state, holding the
+// session by reference (friends, as the executors are), declared next to their .cpp:
+//
+//   session.cpp            life cycle; Login (login.hpp): start-up, authentication,
+//                          startup parameters; CancelTargets (cancel_targets.hpp)
 //   route.cpp              the dispatch over routing::dispatch's steps, transactions,
 //                          local commands (SET/SHOW splitpoint.*)
-//   keys.cpp, moves.cpp    generated keys; statements during a partition's move
+//   keys.cpp               generated keys and drawn values: KeyDrawing (keys.hpp)
+//   moves.cpp              the catalog epoch followed, statements during a partition's
+//                          move: CatalogEpoch (moves.hpp)
 //   replicas.cpp           which host runs a statement: standbys for reads, the
-//                          primary through a failover (SPEC §10)
+//                          primary through a failover (SPEC §10): HostChoice (replicas.hpp)
 //   texts.cpp              statement texts the proxy rewrites or builds
 //   timeout.cpp            timeouts.query: a statement the current backend leaves
-//                          unanswered is cancelled there, then its connection dropped
+//                          unanswered is cancelled there, then its connection dropped:
+//                          QueryTimeout (timeout.hpp)
 //   pump.cpp               the single-shard forward: its executor, Pump (pump.hpp)
 //   admin_console.cpp      the admin console (database "splitpoint"): admin_login, then
 //                          its executor, AdminConsole (admin_console.hpp); the extended
@@ -21,14 +29,17 @@
 //   execute/               the executors of statements that are not one shard's:
 //     forward.cpp          the client loop, prepared statements, backend state (SET
 //                          replay, BEGIN on joining, SQL-level PREPARE)
-//     two_phase.cpp        joining shards, two-phase commit as coordinator
+//     two_phase.cpp        the transaction over shards, joining shards, two-phase commit
+//                          as coordinator: ShardTransaction (execute/shard_transaction.hpp)
 //     multi_shard_write.*  a write on several shards: MultiShardWrite
 //     copy.cpp             COPY FROM STDIN split by key: CopyIn
 //     insert_select.cpp    INSERT ... SELECT across shards
 //     cursor.cpp           cursors over several shards
-//     scatter.cpp          deadline and partial-result settings; hands a scatter read to
-//                          its executor, ScatterRead (execute/scatter_read.hpp; its combine step
-//                          in execute/scatter_combine.cpp)
+//     global_index.cpp     global indexes: IndexMaintenance (execute/global_index.hpp)
+//     scatter.cpp          deadline and partial-result settings; hands a scatter read
+//                          (execute/scatter_request.hpp) to its executor, ScatterRead
+//                          (execute/scatter_read.hpp; its combine step in
+//                          execute/scatter_combine.cpp)
 //     rows.cpp             rows written per partition, from the shards' tags
 //     deadlock.cpp         this session's side of the deadlock search (txn/deadlocks.hpp)
 #pragma once
@@ -55,8 +66,12 @@
 #include "server/txn/deadlocks.hpp"
 #include "server/net/frontend.hpp"
 #include "server/state/metrics.hpp"
+#include "server/session/cancel_targets.hpp"
+#include "server/session/execute/global_index.hpp"
+#include "server/session/execute/scatter_request.hpp"
 #include "server/session/execute/shard_transaction.hpp"
 #include "server/session/keys.hpp"
+#include "server/session/moves.hpp"
 #include "server/session/pump.hpp"
 #include "server/session/replicas.hpp"
 #include "server/session/timeout.hpp"
@@ -70,7 +85,6 @@ class Catalog;
 struct Worker;
 class ScatterRead;
 class CopyIn;
-struct IndexWrite;  // execute/global_index.cpp
 
 class Session : public std::enable_shared_from_this<Session> {
   // Executors of the session's statements: server/session/pump.hpp, server/session/execute/scatter_read.hpp,
@@ -80,8 +94,10 @@ class Session : public std::enable_shared_from_this<Session> {
   friend class AdminConsole;
   friend class MultiShardWrite;
   friend class Pump;
-  // Its parts, each with its own state: login.hpp, timeout.hpp, replicas.hpp, keys.hpp,
-  // execute/shard_transaction.hpp
+  // Its parts: login.hpp, timeout.hpp, replicas.hpp, keys.hpp, moves.hpp,
+  // execute/shard_transaction.hpp, execute/global_index.hpp
+  friend class CatalogEpoch;
+  friend class IndexMaintenance;
   friend class Login;
   friend class QueryTimeout;
   friend class HostChoice;
@@ -110,7 +126,7 @@ class Session : public std::enable_shared_from_this<Session> {
   ClientInfo info() const;
   // The catalog epoch the running statement took its moves under (moves_.epoch, read
   // from any thread by Proxy::epoch_in_use); kIdle when none runs.
-  static constexpr std::int64_t kIdle = INT64_MAX;
+  static constexpr std::int64_t kIdle = CatalogEpoch::kIdle;
   // The deadlock search (server/txn/deadlocks.hpp), on this session's thread: the backends
   // it uses on its shards' primaries (held, or a running multi-shard read's), and
   // cancelling its wait on `shard` (backend `pid`, still in transaction `txn`) to break
@@ -154,12 +170,6 @@ class Session : public std::enable_shared_from_this<Session> {
   // pg_terminate_backend) goes back as broken, unless it held what cannot be replayed on
   // another; true when it did (execute/forward.cpp).
   bool drop_if_closed(std::size_t shard);
-  struct CancelTo {
-    std::string host;
-    std::uint16_t port = 0;
-    std::int32_t pid = 0, key = 0;
-  };
-  std::vector<CancelTo> cancel_targets(std::int32_t secret);
   void close_idle_connections_to(const std::string& database);
   std::size_t shard_to_prepare(const Prepared& p);
   void release_all(bool reusable);
@@ -172,21 +182,6 @@ class Session : public std::enable_shared_from_this<Session> {
   // Inside a transaction block as the client sees it, including a BEGIN already sent
   // in this extended batch whose ReadyForQuery has not come back yet.
   bool in_transaction() const { return fe_.client_txn != 'I' || !txn_.begin_sql.empty(); }
-  // ---- moves.cpp (SPEC §9)
-  // Between transactions: the newest runtime of this one's lineage (a catalog epoch).
-  void follow_runtime();
-  void renumber_shards(const Runtime& next);  // DROP SHARD: per-shard state by name
-  // Before a statement reaches the shards (and again while it is held): marks it running
-  // under the current epoch, then takes the newest moves (moves_.view, null if none).
-  void take_moves();
-  void statement_ended() { moves_.epoch.store(kIdle, std::memory_order_release); }
-  // Waits while the statement is for a partition in cutover (or the lease lapsed), up
-  // to moves.max_hold, then routes it `again` with the new placement. False: refused
-  // (SPM01, or DDL during a move), the error sent. Call when take_moves found moves.
-  awaitable<bool> wait_for_moves(routing::Route& route, bool extended, const std::function<routing::Route()>& again);
-  // The text to send to `shard` so that it leaves out rows it holds but does not own;
-  // nullopt: `sql` as it is.
-  std::optional<std::string> hide_foreign_rows(std::size_t shard, const routing::Route& route, std::string_view sql) const;
   void ensure_prepared(const Prepared& p);
   void make_room(Backend& b);
   // Appends the Queries that bring backend `b` to this client's state before its
@@ -251,26 +246,6 @@ class Session : public std::enable_shared_from_this<Session> {
   static constexpr const char* kAdminDatabase = "splitpoint";
   awaitable<bool> admin_login();
   // ---- execute/scatter.cpp
-  struct ScatterRequest {
-    std::string sql;  // the client's statement
-    bool extended = false;
-    bool describe = true;   // send the RowDescription (simple: always; extended: Describe P came)
-    bool emit_rows = true;  // extended Describe without Execute: no rows
-    std::vector<std::optional<std::string>> params;
-    std::vector<std::int16_t> param_formats, result_formats;
-    std::vector<std::int32_t> param_types;
-    // The client's statement is a named one (prepared once, executed many times), parsed
-    // then: so is the shards' statement, on each backend once (ScatterRead::send_statement).
-    std::optional<std::chrono::steady_clock::time_point> named_since;
-    // A Bind of these parameters (views into this request) with `result_formats`.
-    protocol::Bind bind(std::vector<std::int16_t> result_formats) const {
-      protocol::Bind b;
-      b.param_formats = param_formats;
-      for (auto& p : params) b.params.push_back(p ? std::optional<std::string_view>(*p) : std::nullopt);
-      b.result_formats = std::move(result_formats);
-      return b;
-    }
-  };
   awaitable<bool> scatter_read(const routing::Route& route, ScatterRequest req);
   static ScatterRequest request_of(const protocol::Bind& bind, std::string sql, const std::vector<std::int32_t>& types);
   awaitable<std::optional<std::size_t>> describe_columns(const std::string& sql, const std::vector<std::int32_t>& types,
@@ -287,31 +262,6 @@ class Session : public std::enable_shared_from_this<Session> {
                                     const std::function<routing::Route()>& again);
   awaitable<bool> fetch_shapes(const std::vector<std::string>& tables, KeptShapes& keep);
   void forget_table_definitions();  // after DDL: shapes and key sources read again
-  // ---- execute/global_index.cpp (SPEC §12): a read an index narrows runs on the shards
-  // of the keys it finds (Route::lookup); a write to a table with a global index: the
-  // statement, then the changes it logged applied to the index's entries, in one
-  // transaction (the proxy's own outside a block).
-  awaitable<void> route_through_index(routing::Route& route);
-  awaitable<bool> indexed_write(const protocol::Frame& f, const routing::Route& route);
-  // The same in the extended protocol: a Bind of such a write is a portal the proxy
-  // answers (bind_scatter), and its Execute runs here; `req`: the statement and its
-  // parameters. Outside a block the batch becomes one transaction to its Sync.
-  bool maintains_index(const routing::Route& route) const {
-    return route.indexes.writes && !txn_.maintaining_index && fe_.client_txn != 'E';
-  }
-  awaitable<bool> indexed_execute(const routing::Route& route, const ScatterRequest& req);
-  // This transaction's logged changes on the shards it is in, applied; the error (an
-  // ErrorResponse body) that stopped them, or empty. `sql`: the statement that wrote
-  // (its ON CONFLICT judged by a global unique index, a TRUNCATE); `answer`: its answer,
-  // made what one PostgreSQL would have answered where an ON CONFLICT took rows back
-  // (their value held on another shard) or updated the row holding it there instead.
-  awaitable<std::string> apply_index_changes(std::string_view sql = {}, std::string* answer = nullptr);
-  awaitable<std::string> read_index_changes(IndexWrite& w);
-  awaitable<std::string> write_index_entries(IndexWrite& w, std::size_t index);
-  // A claim refused for a row the statement inserted: the row taken back, and for DO
-  // UPDATE the row holding the value updated instead.
-  awaitable<std::string> resolve_conflict(IndexWrite& w, std::size_t index, const std::vector<std::optional<std::string>>& vals);
-  awaitable<std::string> run_index_statement(const std::string& sql, std::size_t index, std::string* answer);
   // ---- execute/insert_select.cpp: INSERT ... SELECT whose rows are pulled (route.pull_insert)
   awaitable<bool> pull_insert_select(const routing::Route& route, KeptShapes& keep, std::string_view sql,
                                      const protocol::Bind* bind = nullptr,
@@ -412,7 +362,7 @@ class Session : public std::enable_shared_from_this<Session> {
     int queries = 0;  // Query messages sent: session-state replays, then the statement
     Reply reply;      // lost (or the acquire error) when nothing can be read
   };
-  // A backend of `shard` from its pools (acquire_backend); `metered`: the wait and a
+  // A backend of `shard` from its pools (hosts_.acquire_backend); `metered`: the wait and a
   // failure count in the shard's metrics, as for a client's statement.
   awaitable<AcquireResult> acquire_counted(std::size_t shard, bool metered);
   // `join`: a held backend not yet in the open transaction gets BEGIN before `sql`.
@@ -424,7 +374,6 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> reject_unless_invalid(std::string_view sqlstate, std::string message, std::string_view sql,
                                         const ScatterRequest* ext);
   awaitable<bool> reject_with(const protocol::ErrorFields& fields, bool extended);
-  std::size_t pick_any_shard();
   bool check_write(const routing::Route& route, std::size_t shard, std::string& error);
   routing::ShapeLookup shape_lookup(KeptShapes& keep);
   std::optional<std::size_t> single_target(const routing::Route& route);
@@ -438,12 +387,6 @@ class Session : public std::enable_shared_from_this<Session> {
                              bool ready_for_query);
   awaitable<void> send_ready();
   void set_cancel_target(Backend* b, std::size_t shard);
-  // A multi-shard statement's backends, while it runs (ScatterRead): a client's
-  // CancelRequest cancels each of them (at `host`:`port`, where `b` is; `shard`: the
-  // shard it is on, none for scatter.combine's own database).
-  void add_scatter_cancel_target(Backend* b, const std::string& host, std::uint16_t port,
-                                 std::optional<std::size_t> shard);
-  void clear_scatter_cancel_targets();
 
   // Who is connected: fixed at login.
   struct Client {
@@ -474,21 +417,6 @@ class Session : public std::enable_shared_from_this<Session> {
     std::optional<std::pair<std::string, ScatterRequest>> portal;
     std::optional<routing::Route> route;
   };
-  // The backends a client's CancelRequest (handled on any thread) cancels: the
-  // current one, or every backend of a running multi-shard statement.
-  struct CancelTargets {
-    struct Target {
-      Backend* backend;
-      std::string host;
-      std::uint16_t port;
-      std::optional<std::size_t> shard;  // for the deadlock detector's view (execute/deadlock.cpp)
-    };
-    std::mutex mu;
-    Backend* backend = nullptr;
-    std::string host;
-    std::uint16_t port = 0;
-    std::vector<Target> scatter;
-  };
   // The Bind right after a Parse, decoded and routed by handle_parse (to prepare the
   // statement on that Bind's shard); handle_bind reuses both instead of doing them again.
   // The Bind is known by where its body lies in cbuf_, which does not change while
@@ -509,16 +437,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Worker& worker_;
   ClientStream stream_;
   std::shared_ptr<const Runtime> runtime_;
-  std::uint64_t generation_ = 0;           // of the server's runtime when runtime_ was taken
-  // The moves the running statement reads through (null: none), and the epoch it took
-  // them under. The catalog acknowledges an epoch only once no statement of an older
-  // one runs: a read that began before a move's copy must not meet the copied rows
-  // without the view that hides them (SPEC §9).
-  struct StatementMoves {
-    std::shared_ptr<const MoveView> view;
-    std::atomic<std::int64_t> epoch{kIdle};
-  };
-  StatementMoves moves_;
+  CatalogEpoch moves_{*this};  // moves.hpp
   std::uint64_t id_;
   protocol::FrameLimits limits_;
   WorkerMetrics& metrics_;
@@ -537,6 +456,7 @@ class Session : public std::enable_shared_from_this<Session> {
   ClientSettings settings_;  // carried to every backend
   ShardTransaction txn_{*this};  // execute/shard_transaction.hpp
   KeyDrawing keys_{*this};       // keys.hpp
+  IndexMaintenance index_{*this};  // execute/global_index.hpp
   PendingSync pending_;
   std::optional<Lookahead> lookahead_;
   ScatterState scatter_;
@@ -550,9 +470,8 @@ class Session : public std::enable_shared_from_this<Session> {
   Pump pump_{*this};   // the single-shard forward (pump.hpp)
   QueryTimeout timeout_{*this};  // timeouts.query (timeout.hpp)
   bool pinned_ = false;  // LISTEN: keeps its backend until the end
-  std::size_t next_any_ = 0;
   HostChoice hosts_{*this};  // replicas.hpp
-  CancelTargets cancel_;
+  CancelTargets cancel_;  // cancel_targets.hpp: guarded by its own mutex
 };
 
 inline void QueryTimeout::start() {
@@ -562,6 +481,10 @@ inline void QueryTimeout::start() {
 
 inline void HostChoice::may_write_on(std::size_t shard) {
   if (s_.runtime_->standbys) ryw_.unknown[shard] = 1;
+}
+
+inline bool IndexMaintenance::maintains_index(const routing::Route& route) const {
+  return route.indexes.writes && !maintaining_ && s_.fe_.client_txn != 'E';
 }
 
 inline bool ShardTransaction::two_phase() const {

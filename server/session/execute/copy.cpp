@@ -146,7 +146,7 @@ class CopyIn {
 awaitable<bool> CopyIn::run() {
   // Writes only, by key: nothing it sends reads through the moves' views, so the catalog
   // need not wait for it (a long load would hold up every move; SPEC §9).
-  s_.statement_ended();
+  s_.moves_.statement_ended();
   if (in_txn_ && shards_.size() > 1 && !s_.txn_.two_phase()) {
     co_await s_.reject(sqlstate::cross_shard_write,
                        "COPY into \"" + table_ + "\" may write to several shards, which a transaction may not", false);

@@ -51,7 +51,7 @@ awaitable<void> Session::serve() {
       cpos_ = 0;
     }
     if (cbuf_.empty() && cbuf_.capacity() > kIdleInputBytes) cbuf_.shrink_to_fit();  // frees it
-    statement_ended();  // (what the proxy runs itself is done; a scatter portal takes moves again at Execute)
+    moves_.statement_ended();  // (what the proxy runs itself is done; a scatter portal takes moves again at Execute)
     bool timed = idle_timeout.count() > 0;
     if (timed) {
       if (!idle_.timer) idle_.timer = std::make_unique<asio::steady_timer>(ex);
@@ -128,8 +128,8 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       co_return true;
     fe_.open_batch_failed = false;
   }
-  if (server_.runtime_generation() != generation_ && (f.type == 'Q' || f.type == 'P' || f.type == 'B'))
-    follow_runtime();  // (a new catalog epoch, taken between transactions)
+  if (server_.runtime_generation() != moves_.generation() && (f.type == 'Q' || f.type == 'P' || f.type == 'B'))
+    moves_.follow_runtime();  // (a new catalog epoch, taken between transactions)
   switch (f.type) {
     case 'Q':
       co_return co_await handle_query(f);
@@ -150,7 +150,7 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       if (fe_.local_portal || scatter_.portal || !fe_.portals.empty()) co_return co_await handle_execute(f);
       [[fallthrough]];
     case 'H':
-      if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
+      if (!cur() && !co_await pump_.use_shard(hosts_.pick_any_shard())) {
         fe_.skip_until_sync = true;
         co_return !closing_;
       }
@@ -213,7 +213,7 @@ awaitable<bool> Session::handle_describe(const proto::Frame& f) {
     }
   }
   auto it = d->kind == 'S' ? fe_.prepared.find(std::string(d->name)) : fe_.prepared.end();
-  if (!cur() && !co_await pump_.use_shard(it == fe_.prepared.end() ? pick_any_shard() : shard_to_prepare(it->second))) {
+  if (!cur() && !co_await pump_.use_shard(it == fe_.prepared.end() ? hosts_.pick_any_shard() : shard_to_prepare(it->second))) {
     fe_.skip_until_sync = true;
     co_return !closing_;
   }
@@ -277,7 +277,7 @@ awaitable<bool> Session::handle_sync(const proto::Frame& f) {
     auto req = std::move(scatter_.portal->second);
     auto portal = std::move(scatter_.portal->first);
     scatter_.portal.reset();
-    if (held_past_sync(portal, req.emit_rows, *scatter_.route, in_transaction()) && !maintains_index(*scatter_.route)) {
+    if (held_past_sync(portal, req.emit_rows, *scatter_.route, in_transaction()) && !index_.maintains_index(*scatter_.route)) {
       // A named portal of a block outlives its Sync (asyncpg's cursor: Bind, Sync, then
       // Execute with a row limit, Sync, ...): its rows are read now and kept, as a
       // portal read in pieces (cursor.cpp); an error of the read comes at this Sync.
@@ -341,10 +341,10 @@ awaitable<bool> Session::handle_execute(const proto::Frame& f) {
       auto req = std::move(scatter_.portal->second);
       auto portal = std::move(scatter_.portal->first);
       scatter_.portal.reset();
-      take_moves();  // (a named portal may outlive its Sync: then nothing marks it running)
-      if (maintains_index(*scatter_.route)) {
+      moves_.take_moves();  // (a named portal may outlive its Sync: then nothing marks it running)
+      if (index_.maintains_index(*scatter_.route)) {
         const routing::Route route = *scatter_.route;
-        co_return co_await indexed_execute(route, req);
+        co_return co_await index_.indexed_execute(route, req);
       }
       if (scatter_.route->cls != routing::StatementClass::read || scatter_.route->explain != routing::Route::Explain::none) {
         // One transaction on several shards, as the Sync ends it (SPEC §5).
@@ -364,7 +364,7 @@ awaitable<bool> Session::handle_execute(const proto::Frame& f) {
       if (fe_.portals.count(std::string(e->portal))) co_return co_await execute_more(std::string(e->portal), e->max_rows);
     }
   }
-  if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
+  if (!cur() && !co_await pump_.use_shard(hosts_.pick_any_shard())) {
     fe_.skip_until_sync = true;
     co_return !closing_;
   }
@@ -528,11 +528,8 @@ bool Session::should_release() const {
 void Session::release_shard(std::size_t shard, bool reusable) {
   if (!held_[shard]) return;  // (held_ changes on this thread only)
   std::unique_ptr<Backend> b;
-  {
-    std::lock_guard lock(cancel_.mu);
-    b = std::move(held_[shard]);
-    if (cancel_.backend == b.get()) cancel_.backend = nullptr;
-  }
+  b = std::move(held_[shard]);
+  cancel_.forget(b.get());
   if (!b) return;
   if (!b->read_buf.empty() || b->status != 'I') reusable = false;
   hosts_.give_back(shard, std::move(b), reusable);

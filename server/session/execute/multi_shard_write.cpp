@@ -36,7 +36,7 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
 }
 
 MultiShardWrite::MultiShardWrite(Session& session, const routing::Route& route, std::string_view sql,
-                                 const Session::ScatterRequest* ext)
+                                 const ScatterRequest* ext)
     : s_(session), route_(route), sql_(sql), ext_(ext), targets_(route.target_shards(session.pools_.size())) {
   // SET key = <value>: the guarded shards first, so that a row that would move stops
   // the statement before the value's own shard applies it.
@@ -115,7 +115,7 @@ awaitable<void> MultiShardWrite::run_on(std::size_t shard) {
   std::string_view stmt = sql_;
   for (auto& [s, text] : route_.per_shard_sql)
     if (s == shard) stmt = text;
-  auto hidden = s_.hide_foreign_rows(shard, route_, stmt);
+  auto hidden = s_.moves_.hide_foreign_rows(shard, route_, stmt);
   if (hidden) stmt = *hidden;
   const auto started = std::chrono::steady_clock::now();
   // In a block, a shard that has not joined it gets BEGIN with the statement (one round

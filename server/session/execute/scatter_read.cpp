@@ -66,7 +66,7 @@ void keep_answer_buffer(std::string b) {
 
 }  // namespace
 
-ScatterRead::ScatterRead(Session& session, const routing::Route& route, Session::ScatterRequest req,
+ScatterRead::ScatterRead(Session& session, const routing::Route& route, ScatterRequest req,
                          std::optional<Clock::time_point> retry_of)
     : s_(session), route_(route), req_(std::move(req)), started_(retry_of.value_or(Clock::now())),
       out_(take_answer_buffer()), retry_(retry_of.has_value()) {}
@@ -90,7 +90,7 @@ awaitable<bool> ScatterRead::run() {
     start_merge();
     if (wants_combine_) {  // nothing was sent to the client: the shards are let go
       reads_.stream_done = true;
-      s_.clear_scatter_cancel_targets();
+      s_.cancel_.clear_scatter();
       reads_.timer->cancel();
       co_await clean_up();
       co_return !s_.closing_;
@@ -98,7 +98,7 @@ awaitable<bool> ScatterRead::run() {
     if (failure_.message.empty()) co_await stream();
   }
   reads_.stream_done = true;
-  s_.clear_scatter_cancel_targets();
+  s_.cancel_.clear_scatter();
   reads_.timer->cancel();
   if (combine_) co_await end_combine();
   answer();
@@ -241,7 +241,7 @@ awaitable<bool> ScatterRead::acquire() {
     }
   }  // connections acquired after this point go back to their pools
   if (shard_stmt_.prepare_error.empty()) co_return true;
-  s_.clear_scatter_cancel_targets();
+  s_.cancel_.clear_scatter();
   for (auto& sh : shards_)
     if (sh.borrowed) s_.hosts_.give_back(sh.index, std::move(sh.borrowed), true);
   co_await s_.reject(sqlstate::cannot_merge, shard_stmt_.prepare_error, req_.extended);
@@ -278,7 +278,7 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
   std::string out;
   sh.skip_ready += s_.sync_backend_state(*b, out, true);
   std::optional<std::string> hidden;  // (SPEC §9)
-  if (!combine_) hidden = s_.hide_foreign_rows(sh.index, route_, plan_->shard_sql);
+  if (!combine_) hidden = s_.moves_.hide_foreign_rows(sh.index, route_, plan_->shard_sql);
   if (combine_) {
     encode_pulls(out, sh.index);
   } else if (!shard_stmt_.extended) {
@@ -321,7 +321,7 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
   }
   sh.sent = true;
   const auto& at = s_.runtime_->shards[sh.index]->hosts().endpoint(b->host);
-  s_.add_scatter_cancel_target(b, at.host, at.port, sh.index);
+  s_.cancel_.add_scatter(b, at.host, at.port, sh.index);
   auto ec = co_await send_all(b->socket, out);
   if (ec) {
     sh.state = Shard::State::missing;
@@ -343,10 +343,7 @@ void ScatterRead::arm_deadline(const asio::any_io_executor& ex) {
   auto& client = s_.stream_.socket();
   client.async_wait(tcp::socket::wait_read, [&client, self = s_.shared_from_this()](error_code ec) {
     if (ec) return;
-    {
-      std::lock_guard lock(self->cancel_.mu);
-      if (self->cancel_.scatter.empty()) return;  // the statement is over (the wait outlived it)
-    }
+    if (!self->cancel_.scatter_running()) return;  // the statement is over (the wait outlived it)
     char peek[8];
     const ssize_t n = ::recv(client.native_handle(), peek, sizeof peek, MSG_PEEK | MSG_DONTWAIT);
     const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||

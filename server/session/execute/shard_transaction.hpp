@@ -59,9 +59,6 @@ class ShardTransaction {
   // fails in it is rolled back.
   bool own = false;
   bool ddl = false;  // ran DDL: table shapes are forgotten again when it ends (committed by then)
-  // Inside indexed_write (execute/global_index.cpp): the statement runs as any other;
-  // then its entries' statements, not counted as the client's.
-  bool maintaining_index = false, applying_index = false;
 
  private:
   // SPT01 for a transaction that wrote to `shard`, which has max_prepared_transactions = 0.
