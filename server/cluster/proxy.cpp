@@ -186,7 +186,7 @@ std::vector<std::shared_ptr<Session>> Proxy::sessions() {
 }
 
 std::int64_t Proxy::epoch_in_use() {
-  // After the runtime was stored (pairs with the fence in Session::take_moves): a session
+  // After the runtime was stored (pairs with the fence in CatalogEpoch::take_moves): a session
   // whose mark is not seen here takes that runtime's moves.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   std::int64_t oldest = epoch();

@@ -103,7 +103,7 @@ class Proxy {
   // The catalog epoch of the current runtime (0 without a catalog); stored after it.
   std::int64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   // From the catalog's thread: the oldest epoch a running statement took its moves
-  // under (Session::take_moves), or the current one; the epoch this proxy acknowledges.
+  // under (CatalogEpoch::take_moves), or the current one; the epoch this proxy acknowledges.
   std::int64_t epoch_in_use();
 
   Metrics& metrics() { return *metrics_; }

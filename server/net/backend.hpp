@@ -74,7 +74,7 @@ struct ConnectResult {
   std::string sqlstate;  // set on failure
   std::string message;
   // Refused as a restarting PostgreSQL refuses (nothing listening, 57P03, 57P01, closed
-  // during start-up): worth connecting again soon (Session::acquire_backend).
+  // during start-up): worth connecting again soon (HostChoice::acquire_backend).
   bool restarting = false;
 };
 

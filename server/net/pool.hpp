@@ -49,7 +49,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
   // ParameterStatus values of the first connection opened, for clients' start-up.
   std::optional<ParameterList> server_parameters() const;
   // What a client whose startup parameters make `script` (their SET script) is told
-  // at start-up, once a login has learnt it from a backend (Session::login): one round
+  // at start-up, once a login has learnt it from a backend (Login::greet): one round
   // trip per distinct set of startup parameters, not per login. At most 256 are kept.
   std::optional<ParameterList> startup_parameters(const std::string& script) const;
   void remember_startup_parameters(const std::string& script, ParameterList reported);

@@ -19,7 +19,7 @@ struct VerifierLookup {
 // timeouts.server_connect.
 awaitable<VerifierLookup> look_up_verifier(const Runtime& rt, const std::string& user);
 
-// The user `look_up_verifier` found, for Session::authenticate: no plaintext, the
+// The user `look_up_verifier` found, for Login::authenticate: no plaintext, the
 // verifier's SCRAM or md5 form. Nullopt for a verifier it cannot use (a plaintext
 // password stored by PostgreSQL before 10, or something else).
 std::optional<UserAuth> passthrough_user(const std::string& name, const std::string& verifier);

@@ -19,6 +19,8 @@
 #include "server/cluster/catalog.hpp"
 #include "server/cluster/indexes.hpp"
 #include "server/cluster/proxy.hpp"
+#include "server/session/keys.hpp"
+
 #include "server/session/session.hpp"
 #include "server/net/wire.hpp"
 
@@ -69,14 +71,14 @@ void Session::forget_table_definitions() {
 
 // How the table's key column gets its values, from the shard's catalog (once per
 // database and table until DDL).
-awaitable<std::optional<KeyCache::Source>> Session::key_source(const routing::KeyRequest& request,
+awaitable<std::optional<KeyCache::Source>> KeyDrawing::key_source(const routing::KeyRequest& request,
                                                                const std::string& cache_key, std::string& error) {
-  if (auto s = runtime_->keys->source(cache_key)) co_return s;
+  if (auto s = s_.runtime_->keys->source(cache_key)) co_return s;
   if (!request.sequence.empty()) {  // nextval('s') written in the statement
     KeyCache::Source src;
     src.sql = "SELECT pg_catalog.nextval(" + quote_literal(request.sequence) + ") FROM pg_catalog.generate_series(1, ";
     src.sequence = request.sequence;
-    runtime_->keys->set_source(cache_key, src);
+    s_.runtime_->keys->set_source(cache_key, src);
     co_return src;
   }
   const std::string rel = relation_literal(request.table), col = quote_literal(request.column);
@@ -85,8 +87,8 @@ awaitable<std::optional<KeyCache::Source>> Session::key_source(const routing::Ke
       "), pg_catalog.pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attribute a LEFT JOIN pg_catalog.pg_attrdef d "
       "ON d.adrelid = a.attrelid AND d.adnum = a.attnum WHERE a.attrelid = " + rel +
       "::pg_catalog.regclass AND a.attname = " + col + " AND NOT a.attisdropped";
-  co_await pump_.drain();
-  auto reply = co_await run_on(combine_shard(), sql);
+  co_await s_.pump_.drain();
+  auto reply = co_await s_.run_on(s_.combine_shard(), sql);
   if (reply.lost || !reply.error.empty()) {
     error = "cannot read its default: " + message_of(reply.error);
     co_return std::nullopt;
@@ -105,16 +107,16 @@ awaitable<std::optional<KeyCache::Source>> Session::key_source(const routing::Ke
       src.sequence = nextval_sequence(*row->values[2]);
     }
   });
-  runtime_->keys->set_source(cache_key, src);
+  s_.runtime_->keys->set_source(cache_key, src);
   co_return src;
 }
 
-std::string Session::key_cache_key(const routing::KeyRequest& request) const {
-  if (!request.sequence.empty()) return who_.database + '\0' + "nextval" + '\0' + request.sequence;
-  return who_.database + '\0' + request.table + '\0' + request.column;
+std::string KeyDrawing::key_cache_key(const routing::KeyRequest& request) const {
+  if (!request.sequence.empty()) return s_.who_.database + '\0' + "nextval" + '\0' + request.sequence;
+  return s_.who_.database + '\0' + request.table + '\0' + request.column;
 }
 
-awaitable<std::optional<std::vector<std::string>>> Session::draw_keys(const routing::KeyRequest& request,
+awaitable<std::optional<std::vector<std::string>>> KeyDrawing::draw_keys(const routing::KeyRequest& request,
                                                                       std::size_t n, KeyCache::Source& source,
                                                                       std::string& error) {
   const std::string cache_key = key_cache_key(request);
@@ -125,11 +127,11 @@ awaitable<std::optional<std::vector<std::string>>> Session::draw_keys(const rout
     co_return std::nullopt;
   }
   source = *src;
-  std::vector<std::string> keys = runtime_->keys->take(cache_key, n);
+  std::vector<std::string> keys = s_.runtime_->keys->take(cache_key, n);
   if (keys.size() == n) co_return keys;
   const std::size_t missing = n - keys.size();
-  co_await pump_.drain();
-  auto reply = co_await run_on(combine_shard(),
+  co_await s_.pump_.drain();
+  auto reply = co_await s_.run_on(s_.combine_shard(),
                                src->sql + std::to_string(std::max(missing, kKeyBlock)) + ")");
   if (reply.lost || !reply.error.empty()) {
     error = "cannot evaluate its default: " + message_of(reply.error);
@@ -141,11 +143,11 @@ awaitable<std::optional<std::vector<std::string>>> Session::draw_keys(const rout
     co_return std::nullopt;
   }
   keys.insert(keys.end(), fresh->begin(), fresh->begin() + static_cast<std::ptrdiff_t>(missing));
-  runtime_->keys->add(cache_key, std::move(*fresh), missing);
+  s_.runtime_->keys->add(cache_key, std::move(*fresh), missing);
   co_return keys;
 }
 
-awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, KeptShapes& keep, std::string_view sql,
+awaitable<bool> KeyDrawing::insert_with_generated_keys(routing::Route& route, KeptShapes& keep, std::string_view sql,
                                                     const proto::Bind* bind, const std::vector<std::int32_t>* types) {
   const auto request = route.generate_keys;
   const bool extended = bind != nullptr;
@@ -156,13 +158,13 @@ awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, KeptS
     // (Not a `?:` in the co_await's arguments: GCC 12 destroys the wrong temporary.)
     std::string message = route.message;
     if (!error.empty()) message += " (" + error + ")";
-    co_return co_await reject(route.sqlstate, std::move(message), extended);
+    co_return co_await s_.reject(route.sqlstate, std::move(message), extended);
   }
   note_drawn(source.sequence, keys->back());  // (drawn whatever becomes of the INSERT, as by nextval)
   const int first_param = extended ? static_cast<int>(bind->params.size()) + 1 : 0;
-  auto keyed = routing::insert_with_keys(sql, settings_.routing.standard_conforming_strings, *request, *keys,
+  auto keyed = routing::insert_with_keys(sql, s_.settings_.routing.standard_conforming_strings, *request, *keys,
                                          source.overriding, first_param);
-  if (!keyed) co_return co_await reject(route.sqlstate, route.message, extended);
+  if (!keyed) co_return co_await s_.reject(route.sqlstate, route.message, extended);
   if (!extended) co_return co_await run_rewritten_insert(route, keep, std::move(*keyed));
   // Extended: the client's parameters, then the keys (text).
   std::vector<std::int32_t> all_types = *types;
@@ -174,59 +176,59 @@ awaitable<bool> Session::insert_with_generated_keys(routing::Route& route, KeptS
   co_return co_await run_rewritten_insert(route, keep, std::move(*keyed), &b, std::move(all_types));
 }
 
-awaitable<bool> Session::run_rewritten_insert(routing::Route& route, KeptShapes& keep, std::string text,
+awaitable<bool> KeyDrawing::run_rewritten_insert(routing::Route& route, KeptShapes& keep, std::string text,
                                               const proto::Bind* bind, std::vector<std::int32_t> types) {
   const bool extended = bind != nullptr;
-  auto lookup = shape_lookup(keep);
-  auto& router = *runtime_->router;
+  auto lookup = s_.shape_lookup(keep);
+  auto& router = *s_.runtime_->router;
   std::shared_ptr<const routing::Plan> plan;
   routing::BoundParams params;
-  std::function<routing::Route()> again = [&] { return router.route_simple(text, settings_.routing, lookup); };
+  std::function<routing::Route()> again = [&] { return router.route_simple(text, s_.settings_.routing, lookup); };
   if (extended) {
-    plan = router.plan(text, types, settings_.routing.standard_conforming_strings);
+    plan = router.plan(text, types, s_.settings_.routing.standard_conforming_strings);
     params = routing::BoundParams{bind->params, bind->param_formats, types};
-    again = [&] { return router.route(*plan, params, settings_.routing, lookup); };
+    again = [&] { return router.route(*plan, params, s_.settings_.routing, lookup); };
   }
   route = again();
-  if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, keep, again);
-  take_moves();
-  if (moves_.view && !co_await wait_for_moves(route, extended, again)) co_return !closing_;
+  if (route.kind == RouteKind::need_shapes) co_await s_.route_with_shapes(route, keep, again);
+  s_.moves_.take_moves();
+  if (s_.moves_.view && !co_await s_.moves_.wait_for_moves(route, extended, again)) co_return !s_.closing_;
   // Pulled rows whose key the column list leaves out: generated, then here again.
   if (route.generate_keys) co_return co_await insert_with_generated_keys(route, keep, text, bind, &types);
-  if (route.kind == RouteKind::error) co_return co_await reject(route.sqlstate, route.message, extended);
+  if (route.kind == RouteKind::error) co_return co_await s_.reject(route.sqlstate, route.message, extended);
   // One shard, inside a block: the transaction's write rule, as for any write to one shard.
   std::string error;
-  if (auto target = single_target(route); target && !check_write(route, *target, error))
-    co_return co_await reject(sqlstate::cross_shard_write, std::move(error), extended);
+  if (auto target = s_.single_target(route); target && !s_.check_write(route, *target, error))
+    co_return co_await s_.reject(sqlstate::cross_shard_write, std::move(error), extended);
   if (!extended) {
     // Rows on several shards outside a block: one transaction, as the client's statement
     // (the extended protocol's is made one at its Execute).
-    if (!in_transaction() && (route.kind == RouteKind::all_shards || route.shards.size() > 1)) {
-      const bool alone = co_await writes_shards_alone(route);
+    if (!s_.in_transaction() && (route.kind == RouteKind::all_shards || route.shards.size() > 1)) {
+      const bool alone = co_await s_.writes_shards_alone(route);
       if (alone) {
         const std::vector<std::string_view> whole{text};
-        co_return co_await run_parts(whole, true, &route);
+        co_return co_await s_.run_parts(whole, true, &route);
       }
     }
-    co_return co_await run_on_shards(route, text);
+    co_return co_await s_.run_on_shards(route, text);
   }
-  if (auto target = single_target(route)) co_return co_await bind_rewritten(route, *target, *bind, text, types);
-  co_return co_await bind_scatter(route, *bind, std::move(text), types);
+  if (auto target = s_.single_target(route)) co_return co_await s_.bind_rewritten(route, *target, *bind, text, types);
+  co_return co_await s_.bind_scatter(route, *bind, std::move(text), types);
 }
 
-void Session::note_drawn(const std::string& sequence, const std::string& value) {
+void KeyDrawing::note_drawn(const std::string& sequence, const std::string& value) {
   if (sequence.empty()) return;  // (gen_random_uuid() and the like: no sequence's session state)
-  auto& drawn = settings_.drawn;
+  auto& drawn = s_.settings_.drawn;
   auto it = std::find_if(drawn.last_of.begin(), drawn.last_of.end(), [&](auto& d) { return d.first == sequence; });
   if (it == drawn.last_of.end()) drawn.last_of.emplace_back(sequence, value);
   else it->second = value;
   drawn.lastval = value;
 }
 
-std::optional<std::string> Session::answer_from_drawn(const routing::Route& route, std::string_view sql) {
-  auto& drawn = settings_.drawn;
+std::optional<std::string> KeyDrawing::answer_from_drawn(const routing::Route& route, std::string_view sql) {
+  auto& drawn = s_.settings_.drawn;
   if (route.reads == routing::Route::Reads::sequences) {
-    if (!settings_.routing.standard_conforming_strings) return std::nullopt;
+    if (!s_.settings_.routing.standard_conforming_strings) return std::nullopt;
     if (auto read = routing::sequence_read(sql)) {
       if (read->lastval) {
         if (!drawn.lastval) return std::nullopt;
@@ -245,10 +247,10 @@ std::optional<std::string> Session::answer_from_drawn(const routing::Route& rout
   return std::nullopt;
 }
 
-void Session::forget_drawn_lastval(const routing::Route& route) {
+void KeyDrawing::forget_drawn_lastval(const routing::Route& route) {
   // A write the proxy does not fill may call nextval on its shard.
   if (route.cls == routing::StatementClass::write && !route.generate_keys && !route.copy_from && !route.pull_insert)
-    settings_.drawn.lastval.reset();
+    s_.settings_.drawn.lastval.reset();
 }
 
 }  // namespace splitpoint::server

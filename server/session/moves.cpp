@@ -16,73 +16,71 @@ namespace splitpoint::server {
 
 using routing::RouteKind;
 
-void Session::follow_runtime() {
-  if (pump_.active() || txn_.implicit) return;  // (asked again at the next frame)
+void CatalogEpoch::follow_runtime() {
+  if (s_.pump_.active() || s_.txn_.implicit) return;  // (asked again at the next frame)
   // A transaction block that has sent nothing to any shard yet (its BEGIN held,
   // hold_begin; no backend taken) depends on no placement: it follows too, so that its
   // first statement routes by the placement in force. Otherwise a cutover between the
   // client's BEGIN and that statement sent it to the partition's old shard, whose fence
   // refused it (SPM01: pgbench -N through REBALANCE, tests/integration/test_adopt.py).
-  if (in_transaction()) {
-    if (txn_.begin_sql.empty() || fe_.client_txn != 'T' || txn_.write_shard || !txn_.written.empty()) return;
-    for (const auto& b : held_)
+  if (s_.in_transaction()) {
+    if (s_.txn_.begin_sql.empty() || s_.fe_.client_txn != 'T' || s_.txn_.write_shard || !s_.txn_.written.empty()) return;
+    for (const auto& b : s_.held_)
       if (b) return;
   }
-  const auto generation = server_.runtime_generation();
-  auto rt = server_.runtime();
+  const auto generation = s_.server_.runtime_generation();
+  auto rt = s_.server_.runtime();
   generation_ = generation;
   // A reload starts another lineage: the session keeps its runtime, but follows its
   // shards' primaries (a failover, SPEC §10, also bumps the generation).
-  if (rt && rt != runtime_ && rt->lineage == runtime_->lineage) {
+  if (rt && rt != s_.runtime_ && rt->lineage == s_.runtime_->lineage) {
     renumber_shards(*rt);
-    runtime_ = std::move(rt);
+    s_.runtime_ = std::move(rt);
   }
   // A new epoch may have given a shard new pools; a backend the session holds (session
   // pooling, LISTEN) goes back to the pool it came from, so those stay.
-  for (std::size_t i = 0; i < runtime_->shards.size(); ++i) {
-    auto pool = runtime_->shards[i]->get(who_.user, who_.password, who_.database);
-    if (i == pools_.size()) pools_.push_back(std::move(pool));
-    else if (!held_[i]) pools_[i] = std::move(pool);
+  for (std::size_t i = 0; i < s_.runtime_->shards.size(); ++i) {
+    auto pool = s_.runtime_->shards[i]->get(s_.who_.user, s_.who_.password, s_.who_.database);
+    if (i == s_.pools_.size()) s_.pools_.push_back(std::move(pool));
+    else if (!s_.held_[i]) s_.pools_[i] = std::move(pool);
   }
-  held_.resize(pools_.size());
-  ryw_.resize(pools_.size());
+  s_.held_.resize(s_.pools_.size());
+  s_.hosts_.resize(s_.pools_.size());
 }
 
 // DROP SHARD renumbers the shards after the dropped one: the session's per-shard state
 // follows the names. A backend kept on the dropped shard (session pooling, LISTEN) is
 // closed; SET splitpoint.shard naming it is forgotten.
-void Session::renumber_shards(const Runtime& next) {
-  const auto& was = runtime_->config.shards;
+void CatalogEpoch::renumber_shards(const Runtime& next) {
+  const auto& was = s_.runtime_->config.shards;
   const auto& now = next.config.shards;
   bool same = now.size() >= was.size();
   for (std::size_t i = 0; same && i < was.size(); ++i) same = was[i].name == now[i].name;
   if (same) return;  // (shards added at the end, or none changed)
   std::vector<std::shared_ptr<Pool>> pools(now.size());
   std::vector<std::unique_ptr<Backend>> held(now.size());
-  ReadYourWrites ryw;
-  ryw.resize(now.size());
-  std::size_t cur = kNoShard;
-  for (std::size_t i = 0; i < was.size() && i < pools_.size(); ++i) {
-    const auto to = next.config.find_shard(was[i].name);
+  std::vector<std::optional<std::size_t>> to_of(was.size());
+  std::size_t cur = Session::kNoShard;
+  for (std::size_t i = 0; i < was.size() && i < s_.pools_.size(); ++i) {
+    const auto to = to_of[i] = next.config.find_shard(was[i].name);
     if (!to) {
-      if (i < held_.size()) release_shard(i, false);
+      if (i < s_.held_.size()) s_.release_shard(i, false);
       continue;
     }
-    pools[*to] = std::move(pools_[i]);
-    if (i < held_.size()) held[*to] = std::move(held_[i]);
-    if (i < ryw_.lsn.size()) ryw.lsn[*to] = ryw_.lsn[i], ryw.unknown[*to] = ryw_.unknown[i];
-    if (cur_ == i) cur = *to;
+    pools[*to] = std::move(s_.pools_[i]);
+    if (i < s_.held_.size()) held[*to] = std::move(s_.held_[i]);
+    if (s_.cur_ == i) cur = *to;
   }
-  if (settings_.routing.shard) {
-    const auto to = *settings_.routing.shard < was.size() ? next.config.find_shard(was[*settings_.routing.shard].name) : std::nullopt;
-    if (to) settings_.routing.shard = *to;
-    else settings_.routing.shard.reset();
+  if (s_.settings_.routing.shard) {
+    const auto to = *s_.settings_.routing.shard < was.size() ? next.config.find_shard(was[*s_.settings_.routing.shard].name) : std::nullopt;
+    if (to) s_.settings_.routing.shard = *to;
+    else s_.settings_.routing.shard.reset();
   }
   // (Shards new to the session stay null here: follow_runtime fills them in.)
-  pools_ = std::move(pools);
-  held_ = std::move(held);
-  ryw_ = std::move(ryw);
-  cur_ = cur;
+  s_.pools_ = std::move(pools);
+  s_.held_ = std::move(held);
+  s_.hosts_.renumber(to_of, now.size());
+  s_.cur_ = cur;
 }
 
 bool held_by_moves(const MoveView& v, const routing::Route& r) {
@@ -97,24 +95,24 @@ bool held_by_moves(const MoveView& v, const routing::Route& r) {
   return false;
 }
 
-void Session::take_moves() {
-  if (server_.catalog()) {
+void CatalogEpoch::take_moves() {
+  if (s_.server_.catalog()) {
     // Marked before the moves are read: the catalog thread reads the mark after storing
     // a new epoch's runtime, so one of the two sees the other (Proxy::epoch_in_use).
-    moves_.epoch.store(server_.epoch(), std::memory_order_relaxed);
+    epoch.store(s_.server_.epoch(), std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
   }
-  moves_.view.reset();
-  if (!server_.moves_active()) return;
-  moves_.view = server_.runtime()->moves;  // (the newest epoch's: the session's may predate a cutover)
-  if (!moves_.view->active()) moves_.view.reset();
+  view.reset();
+  if (!s_.server_.moves_active()) return;
+  view = s_.server_.runtime()->moves;  // (the newest epoch's: the session's may predate a cutover)
+  if (!view->active()) view.reset();
 }
 
-awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
+awaitable<bool> CatalogEpoch::wait_for_moves(routing::Route& route, bool extended,
                                         const std::function<routing::Route()>& again) {
-  const auto& moves = moves_.view;
+  const auto& moves = view;
   if (route.cls == routing::StatementClass::ddl && route.kind == RouteKind::all_shards && moves->moving) {
-    co_await reject("SPA01", "a partition move is in progress (SHOW MOVES); DDL on the shards waits until it ends",
+    co_await s_.reject("SPA01", "a partition move is in progress (SHOW MOVES); DDL on the shards waits until it ends",
                     extended);
     co_return false;
   }
@@ -123,11 +121,11 @@ awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
   // once: after the hold it would go there anyway (a transaction keeps its placement),
   // and when it wrote the partition before the hold the cutover waits for it to end (the
   // fence's lock), so holding it stalled both until the cutover gave up and retried.
-  const auto open_on = [&](std::size_t s) { return s < held_.size() && in_transaction_on(s); };
+  const auto open_on = [&](std::size_t s) { return s < s_.held_.size() && s_.in_transaction_on(s); };
   if (!moves->fenced && route.kind == RouteKind::shards && !route.shards.empty() &&
       std::all_of(route.shards.begin(), route.shards.end(), open_on))
     co_return true;
-  const auto until = std::chrono::steady_clock::now() + runtime_->config.moves.max_hold;
+  const auto until = std::chrono::steady_clock::now() + s_.runtime_->config.moves.max_hold;
   asio::steady_timer timer(co_await asio::this_coro::executor);
   // Counted while held (splitpoint_held_statements), and once (…_total).
   struct Held {
@@ -140,10 +138,10 @@ awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
     ~Held() {
       if (m) m->holding.fetch_sub(1, std::memory_order_relaxed);
     }
-  } held(server_.catalog() ? &server_.catalog()->metrics() : nullptr);
+  } held(s_.server_.catalog() ? &s_.server_.catalog()->metrics() : nullptr);
   while (moves && held_by_moves(*moves, route)) {
-    if (std::chrono::steady_clock::now() >= until || closing_) {
-      co_await reject("SPM01",
+    if (std::chrono::steady_clock::now() >= until || s_.closing_) {
+      co_await s_.reject("SPM01",
                       moves->fenced ? "this proxy lost its catalog lease; retry when it is back"
                                     : "the partition is moving and its hold expired before the move finished; retry",
                       extended);
@@ -158,9 +156,9 @@ awaitable<bool> Session::wait_for_moves(routing::Route& route, bool extended,
   co_return true;
 }
 
-std::optional<std::string> Session::hide_foreign_rows(std::size_t shard, const routing::Route& route,
+std::optional<std::string> CatalogEpoch::hide_foreign_rows(std::size_t shard, const routing::Route& route,
                                                       std::string_view sql) const {
-  const auto& moves = moves_.view;
+  const auto& moves = view;
   if (!moves || shard >= moves->views.size() || moves->views[shard].empty()) return std::nullopt;
   if (!route.partitions.empty()) {
     // Keys confine the statement to their partitions: only those hidden here matter.
@@ -170,7 +168,7 @@ std::optional<std::string> Session::hide_foreign_rows(std::size_t shard, const r
         any |= h.shard == shard && p.distribution == h.distribution && p.partition == h.partition;
     if (!any) return std::nullopt;
   }
-  return routing::read_through_views(sql, moves->views[shard], settings_.routing.standard_conforming_strings);
+  return routing::read_through_views(sql, moves->views[shard], s_.settings_.routing.standard_conforming_strings);
 }
 
 void Session::count_shard_error(std::string_view sqlstate) {

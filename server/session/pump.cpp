@@ -51,7 +51,7 @@ awaitable<bool> Pump::attach(std::size_t shard, std::optional<std::size_t> stand
     const auto waited_from = std::chrono::steady_clock::now();
     AcquireResult r;
     if (!s.runtime_->standbys) r.backend = s.pools_[shard]->take_idle(s.stream_.socket().get_executor());  // no coroutine frame
-    if (!r.backend) r = co_await s.acquire_backend(shard, standby);
+    if (!r.backend) r = co_await s.hosts_.acquire_backend(shard, standby);
     if (shard < kMaxShards) s.metrics_.shards[shard].pool_wait.observe_since(waited_from);
     if (!r.backend) {
       if (shard < kMaxShards) s.metrics_.shards[shard].connect_errors.add();
@@ -81,7 +81,7 @@ awaitable<bool> Pump::attach(std::size_t shard, std::optional<std::size_t> stand
         co_await user_types::learn(here, *b, there, *on_catalog, s.limits_);
       if (borrowed) {
         const bool reusable = borrowed->status == 'I';
-        s.give_back(catalog, std::move(borrowed), reusable);
+        s.hosts_.give_back(catalog, std::move(borrowed), reusable);
       }
     }
   }
@@ -126,7 +126,7 @@ awaitable<void> Pump::drain() {
 awaitable<void> Pump::flush() {
   Session& s = s_;
   if (!s.bout_.empty() && s.cur()) {
-    s.start_query_clock();  // (before: a write into a full window to a silent shard is waiting too)
+    s.timeout_.start();  // (before: a write into a full window to a silent shard is waiting too)
     auto ec = co_await send_all(s.cur()->socket, s.bout_);
     if (ec) {
       // The pump sees the broken connection too and tells the client.
@@ -180,7 +180,7 @@ bool Pump::process_backend_frame(char type, std::string_view body) {
     }
     auto fields = proto::ErrorFields::decode(body);
     s.count_shard_error(fields ? fields->get('C') : std::string_view("XX000"));
-    if (s.timed_out_statement_cancelled() && s.rewrite_timeout_error(body, replacement_)) return false;
+    if (s.timeout_.cancelled() && s.timeout_.rewrite_error(body, replacement_)) return false;
   }
   if (v.injected_failed) {
     auto e = proto::ErrorFields::decode(body);
@@ -241,8 +241,8 @@ awaitable<void> Pump::run() {
     std::span<char> space = in.prepare(16384);
     auto [ec, n] = co_await b->socket.async_read_some(asio::buffer(space.data(), space.size()), use_nothrow);
     in.commit(n);
-    if (ec && s.query_clock_.dropped) {
-      co_await s.answer_dropped_statement(shard);  // (still current: the client loop waits)
+    if (ec && s.timeout_.dropped()) {
+      co_await s.timeout_.answer_dropped(shard);  // (still current: the client loop waits)
       break;
     }
     if (ec) {
@@ -256,7 +256,7 @@ awaitable<void> Pump::run() {
       lost = true;
       break;
     }
-    if (s.fe_.expect.empty()) s.query_clock_.since = {};  // timeouts.query: nothing owed (before the client hears it)
+    if (s.fe_.expect.empty()) s.timeout_.owed_nothing();  // timeouts.query: nothing owed (before the client hears it)
     if (b->status == 'E' && s.block_aborted()) co_await s.release_aborted_block();
     if (!data.empty() && co_await s.stream_.write(data)) {
       s.closing_ = true;  // client gone; the client loop sees it on its next read
@@ -303,8 +303,7 @@ bool Pump::is_fatal(std::string_view error_body) {
 void Pump::detach() {
   Session& s = s_;
   s.cur_ = Session::kNoShard;
-  s.query_clock_.since = {};
-  s.query_clock_.dropped = false;
+  s.timeout_.detached();
   active_.store(false, std::memory_order_relaxed);
   s.metrics_.clients_active.add(-1);
   s.set_cancel_target(nullptr, 0);
@@ -314,7 +313,7 @@ void Pump::detach() {
 awaitable<void> Pump::report_lost(std::size_t shard, Backend* b) {
   Session& s = s_;
   spdlog::warn("[{}] lost connection to shard {}", s.id_, s.pools_[shard]->target().shard);
-  if (s.runtime_->standbys) s.host_failed(shard, b->host, BanReason::lost);
+  if (s.runtime_->standbys) s.hosts_.host_failed(shard, b->host, BanReason::lost);
   lost_ = true;
   s.release_shard(shard, false);
   s.fe_.expect.clear();

@@ -6,6 +6,8 @@
 
 #include "protocol/sqlstate.hpp"
 #include "server/cluster/proxy.hpp"
+#include "server/session/replicas.hpp"
+
 #include "server/session/session.hpp"
 
 namespace splitpoint::server {
@@ -16,40 +18,40 @@ constexpr auto kPrimaryPoll = std::chrono::milliseconds(50);
 
 }  // namespace
 
-bool Session::reads_from_standby(const routing::Route& route) const {
+bool HostChoice::reads_from_standby(const routing::Route& route) const {
   for (auto& [k, v] : route.hints)
     if (k == "reads") return v == "replica";
-  if (auto v = local_setting("reads")) return *v == "replica";
-  return runtime_->config.reads == config::Reads::replica;
+  if (auto v = s_.local_setting("reads")) return *v == "replica";
+  return s_.runtime_->config.reads == config::Reads::replica;
 }
 
-bool Session::may_read_standby(std::size_t shard, const routing::Route& route) const {
-  if (!runtime_->standbys || !route.replica_safe() || !runtime_->shards[shard]->hosts().has_standbys()) return false;
-  if (in_transaction() || txn_.implicit || txn_.batch_wrote || pinned_ ||
-      runtime_->config.pool_mode != config::PoolMode::transaction)
+bool HostChoice::may_read_standby(std::size_t shard, const routing::Route& route) const {
+  if (!s_.runtime_->standbys || !route.replica_safe() || !s_.runtime_->shards[shard]->hosts().has_standbys()) return false;
+  if (s_.in_transaction() || s_.txn_.implicit || s_.txn_.batch_wrote || s_.pinned_ ||
+      s_.runtime_->config.pool_mode != config::PoolMode::transaction)
     return false;
   // The shard's primary is in the current batch, or still owes answers (a write sent
   // just before may not have committed yet, so its LSN is not known): the statement
   // stays on it.
-  if (held_[shard] && held_[shard]->host == pools_[shard]->target().host_index &&
-      (fe_.sent_after_sync || (cur_ == shard && !fe_.expect.empty())))
+  if (s_.held_[shard] && s_.held_[shard]->host == s_.pools_[shard]->target().host_index &&
+      (s_.fe_.sent_after_sync || (s_.cur_ == shard && !s_.fe_.expect.empty())))
     return false;
   return reads_from_standby(route);
 }
 
-awaitable<std::optional<std::size_t>> Session::read_host(std::size_t shard, const routing::Route& route) {
+awaitable<std::optional<std::size_t>> HostChoice::read_host(std::size_t shard, const routing::Route& route) {
   if (!may_read_standby(shard, route)) co_return std::nullopt;
-  ShardHosts& hosts = runtime_->shards[shard]->hosts();
+  ShardHosts& hosts = s_.runtime_->shards[shard]->hosts();
   // Within a batch the reads stay on the standby the batch is on.
-  if (cur_ == shard && pump_.active() && cur()->host != pools_[shard]->target().host_index) co_return cur()->host;
+  if (s_.cur_ == shard && s_.pump_.active() && s_.cur()->host != s_.pools_[shard]->target().host_index) co_return s_.cur()->host;
   if (ryw_.unknown[shard]) {
     // The session used the primary since it last looked: what it committed there is
     // at most the primary's current LSN. A standby must have replayed that far.
-    auto pool = pools_[shard];
-    auto r = co_await pool->acquire(runtime_->config.timeouts.server_connect);
+    auto pool = s_.pools_[shard];
+    auto r = co_await pool->acquire(s_.runtime_->config.timeouts.server_connect);
     if (!r.backend) co_return std::nullopt;
     auto q = co_await simple_query(*r.backend, "SELECT pg_catalog.pg_current_wal_insert_lsn()",
-                                   runtime_->config.timeouts.server_connect);
+                                   s_.runtime_->config.timeouts.server_connect);
     const bool fine = q.ok() && !q.rows.empty() && !q.rows[0].empty() && q.rows[0][0];
     pool->release(std::move(r.backend), fine);
     if (!fine) co_return std::nullopt;
@@ -58,23 +60,23 @@ awaitable<std::optional<std::size_t>> Session::read_host(std::size_t shard, cons
     ryw_.lsn[shard] = std::max(ryw_.lsn[shard], lsn ? end_of_records(*lsn) : ~std::uint64_t{0});
     ryw_.unknown[shard] = 0;
   }
-  co_return hosts.pick_standby(runtime_->config.max_replica_lag, ryw_.lsn[shard]);
+  co_return hosts.pick_standby(s_.runtime_->config.max_replica_lag, ryw_.lsn[shard]);
 }
 
-std::shared_ptr<Pool> Session::pool_on(std::size_t shard, std::size_t host) {
-  if (pools_[shard]->target().host_index == host) return pools_[shard];
-  return runtime_->shards[shard]->get(who_.user, who_.password, who_.database, host);
+std::shared_ptr<Pool> HostChoice::pool_on(std::size_t shard, std::size_t host) {
+  if (s_.pools_[shard]->target().host_index == host) return s_.pools_[shard];
+  return s_.runtime_->shards[shard]->get(s_.who_.user, s_.who_.password, s_.who_.database, host);
 }
 
-void Session::give_back(std::size_t shard, std::unique_ptr<Backend> b, bool reusable) {
-  if (b->host != pools_[shard]->target().host_index) return pool_on(shard, b->host)->release(std::move(b), reusable);
-  pools_[shard]->release(std::move(b), reusable);
+void HostChoice::give_back(std::size_t shard, std::unique_ptr<Backend> b, bool reusable) {
+  if (b->host != s_.pools_[shard]->target().host_index) return pool_on(shard, b->host)->release(std::move(b), reusable);
+  s_.pools_[shard]->release(std::move(b), reusable);
 }
 
-void Session::host_failed(std::size_t shard, std::size_t host, BanReason why) {
-  ShardHosts& hosts = runtime_->shards[shard]->hosts();
+void HostChoice::host_failed(std::size_t shard, std::size_t host, BanReason why) {
+  ShardHosts& hosts = s_.runtime_->shards[shard]->hosts();
   if (host == hosts.primary() && hosts.candidates() == 1) return;  // nowhere else to go: not banned
-  spdlog::warn("[{}] shard \"{}\" host {} banned ({})", id_, runtime_->shards[shard]->shard().name,
+  spdlog::warn("[{}] shard \"{}\" host {} banned ({})", s_.id_, s_.runtime_->shards[shard]->shard().name,
                hosts.label(host), kBanReasonNames[static_cast<std::size_t>(why)]);
   hosts.ban(host, why, ShardHosts::Clock::now());
 }
@@ -82,35 +84,35 @@ void Session::host_failed(std::size_t shard, std::size_t host, BanReason why) {
 // Up to moves.max_hold for the health checks to find the shard's one primary, then the
 // session's pool follows it. False: none within the hold, or two (the caller reports
 // SPH01).
-awaitable<bool> Session::wait_for_primary(std::size_t shard) {
-  ShardHosts& hosts = runtime_->shards[shard]->hosts();
-  const auto until = std::chrono::steady_clock::now() + runtime_->config.moves.max_hold;
-  asio::steady_timer timer(stream_.socket().get_executor());
+awaitable<bool> HostChoice::wait_for_primary(std::size_t shard) {
+  ShardHosts& hosts = s_.runtime_->shards[shard]->hosts();
+  const auto until = std::chrono::steady_clock::now() + s_.runtime_->config.moves.max_hold;
+  asio::steady_timer timer(s_.stream_.socket().get_executor());
   while (hosts.primary_state() != ShardHosts::PrimaryState::known) {
     // Two primaries: refused at once (which one the application's writes should reach
     // is for an operator to say).
     if (hosts.primary_state() == ShardHosts::PrimaryState::two_primaries) co_return false;
-    if (std::chrono::steady_clock::now() >= until || closing_) co_return false;
+    if (std::chrono::steady_clock::now() >= until || s_.closing_) co_return false;
     timer.expires_after(kPrimaryPoll);
     co_await timer.async_wait(use_nothrow);
   }
-  if (pools_[shard]->target().host_index != hosts.primary())
-    pools_[shard] = runtime_->shards[shard]->get(who_.user, who_.password, who_.database);
+  if (s_.pools_[shard]->target().host_index != hosts.primary())
+    s_.pools_[shard] = s_.runtime_->shards[shard]->get(s_.who_.user, s_.who_.password, s_.who_.database);
   co_return true;
 }
 
-std::string Session::host_label(std::size_t shard, std::size_t host) const {
-  return runtime_->shards[shard]->hosts().label(host);
+std::string HostChoice::host_label(std::size_t shard, std::size_t host) const {
+  return s_.runtime_->shards[shard]->hosts().label(host);
 }
 
-void Session::count_target(RouteLabel label) {
-  if (runtime_->standbys && cur() && cur()->host != pools_[cur_]->target().host_index)
-    metrics_.replica_queries[static_cast<std::size_t>(label)].add();
+void HostChoice::count_target(RouteLabel label) {
+  if (s_.runtime_->standbys && s_.cur() && s_.cur()->host != s_.pools_[s_.cur_]->target().host_index)
+    s_.metrics_.replica_queries[static_cast<std::size_t>(label)].add();
 }
 
-std::string Session::no_primary_message(std::size_t shard) const {
-  const ShardHosts& hosts = runtime_->shards[shard]->hosts();
-  const std::string& name = runtime_->shards[shard]->shard().name;
+std::string HostChoice::no_primary_message(std::size_t shard) const {
+  const ShardHosts& hosts = s_.runtime_->shards[shard]->hosts();
+  const std::string& name = s_.runtime_->shards[shard]->shard().name;
   if (hosts.primary_state() == ShardHosts::PrimaryState::two_primaries)
     return "shard \"" + name + "\" has more than one host out of recovery; writes to it are refused until one is";
   return "shard \"" + name + "\" has no primary (none found within moves.max_hold)";
@@ -120,13 +122,13 @@ std::string Session::no_primary_message(std::size_t shard) const {
 // reached is banned and the primary used instead; a primary that cannot be reached,
 // on a shard with several possible primaries, is banned and the statement waits for
 // the health checks to find the new one (moves.max_hold).
-awaitable<AcquireResult> Session::acquire_backend(std::size_t shard, std::optional<std::size_t>& standby) {
-  const auto wait = runtime_->config.timeouts.client_login;  // as long as a login may take
-  ShardHosts& hosts = runtime_->shards[shard]->hosts();
+awaitable<AcquireResult> HostChoice::acquire_backend(std::size_t shard, std::optional<std::size_t>& standby) {
+  const auto wait = s_.runtime_->config.timeouts.client_login;  // as long as a login may take
+  ShardHosts& hosts = s_.runtime_->shards[shard]->hosts();
   AcquireResult r;
   if (standby) {
     auto pool = pool_on(shard, *standby);
-    r.backend = pool->take_idle(stream_.socket().get_executor());
+    r.backend = pool->take_idle(s_.stream_.socket().get_executor());
     if (!r.backend) r = co_await pool->acquire(wait);
     if (!r.backend) {
       if (host_unreachable(r.sqlstate)) host_failed(shard, *standby, BanReason::connect);
@@ -134,17 +136,17 @@ awaitable<AcquireResult> Session::acquire_backend(std::size_t shard, std::option
     }
   }
   std::chrono::milliseconds backoff{50};
-  const auto unavailable_until = std::chrono::steady_clock::now() + runtime_->config.timeouts.shard_unavailable;
+  const auto unavailable_until = std::chrono::steady_clock::now() + s_.runtime_->config.timeouts.shard_unavailable;
   for (int attempt = 0; !r.backend && attempt < 2; ++attempt) {
-    if (runtime_->standbys && hosts.candidates() > 1 &&
-        (hosts.primary_state() != ShardHosts::PrimaryState::known || pools_[shard]->target().host_index != hosts.primary()) &&
+    if (s_.runtime_->standbys && hosts.candidates() > 1 &&
+        (hosts.primary_state() != ShardHosts::PrimaryState::known || s_.pools_[shard]->target().host_index != hosts.primary()) &&
         !co_await wait_for_primary(shard)) {
       r = AcquireResult{nullptr, sqlstate::no_primary, no_primary_message(shard)};
       break;
     }
-    r.backend = pools_[shard]->take_idle(stream_.socket().get_executor());
-    if (!r.backend) r = co_await pools_[shard]->acquire(wait);
-    if (!r.backend && r.restarting && (!runtime_->standbys || hosts.candidates() == 1) &&
+    r.backend = s_.pools_[shard]->take_idle(s_.stream_.socket().get_executor());
+    if (!r.backend) r = co_await s_.pools_[shard]->acquire(wait);
+    if (!r.backend && r.restarting && (!s_.runtime_->standbys || hosts.candidates() == 1) &&
         std::chrono::steady_clock::now() + backoff < unavailable_until) {
       // A shard restarting (or switched over by hand) comes back: wait for it, as
       // PgBouncer's clients wait, instead of failing every statement meanwhile.
@@ -154,10 +156,30 @@ awaitable<AcquireResult> Session::acquire_backend(std::size_t shard, std::option
       attempt = -1;
       continue;
     }
-    if (r.backend || !runtime_->standbys || hosts.candidates() == 1 || !host_unreachable(r.sqlstate)) break;
-    host_failed(shard, pools_[shard]->target().host_index, BanReason::connect);  // then wait for another
+    if (r.backend || !s_.runtime_->standbys || hosts.candidates() == 1 || !host_unreachable(r.sqlstate)) break;
+    host_failed(shard, s_.pools_[shard]->target().host_index, BanReason::connect);  // then wait for another
   }
   co_return r;
+}
+
+void HostChoice::renumber(const std::vector<std::optional<std::size_t>>& to, std::size_t n) {
+  ReadYourWrites ryw;
+  ryw.resize(n);
+  for (std::size_t i = 0; i < to.size() && i < ryw_.lsn.size(); ++i)
+    if (to[i]) ryw.lsn[*to[i]] = ryw_.lsn[i], ryw.unknown[*to[i]] = ryw_.unknown[i];
+  ryw_ = std::move(ryw);
+}
+
+std::size_t HostChoice::pick_any_shard() {
+  if (s_.cur_ != Session::kNoShard) return s_.cur_;
+  for (std::size_t s = 0; s < s_.held_.size(); ++s)
+    if (s_.held_[s]) return s;
+  if (s_.settings_.routing.shard) return *s_.settings_.routing.shard;
+  // A transaction block's first keyless read: where its catalog reads and sequences go,
+  // so that a block that reads all three (pg_dump's snapshot) stays on one shard.
+  if (s_.in_transaction()) return s_.runtime_->config.combine_shard();
+  // Spread keyless reads (reference tables) over the shards.
+  return next_any_++ % s_.pools_.size();
 }
 
 }  // namespace splitpoint::server

@@ -67,7 +67,7 @@ RouteLabel Session::label_of(const routing::Route& route, bool multi) {
 // Counts a routed statement: by route, per partition, and its keys for hot-key stats.
 void Session::count_route(const routing::Route& route, RouteLabel label) {
   if (route.cls == StatementClass::ddl) user_types::note_ddl();  // (a type may be made or dropped)
-  if (txn_.applying_index) return;  // (a global index's entries: splitpoint_index_entry_writes_total)
+  if (index_.applying()) return;  // (a global index's entries: splitpoint_index_entry_writes_total)
   metrics_.queries[static_cast<std::size_t>(label)].add();
   for (auto& hit : route.partitions) {
     auto i = runtime_->slots->slot(hit.distribution, hit.partition);
@@ -76,18 +76,6 @@ void Session::count_route(const routing::Route& route, RouteLabel label) {
   }
   if (route.distribution)
     for (auto& key : route.key_values) metrics_.hot_key(*route.distribution, key);
-}
-
-std::size_t Session::pick_any_shard() {
-  if (cur_ != kNoShard) return cur_;
-  for (std::size_t s = 0; s < held_.size(); ++s)
-    if (held_[s]) return s;
-  if (settings_.routing.shard) return *settings_.routing.shard;
-  // A transaction block's first keyless read: where its catalog reads and sequences go,
-  // so that a block that reads all three (pg_dump's snapshot) stays on one shard.
-  if (in_transaction()) return runtime_->config.combine_shard();
-  // Spread keyless reads (reference tables) over the shards.
-  return next_any_++ % pools_.size();
 }
 
 // Where a catalog read goes: the combine shard, the same for every statement of every
@@ -106,7 +94,7 @@ std::optional<std::size_t> Session::single_target(const routing::Route& route) {
     case RouteKind::any_shard:
       // (An extended-protocol BEGIN: where the block's catalog reads then go.)
       if (route.reads == routing::Route::Reads::catalog || route.txn == TxnCommand::begin) return catalog_shard();
-      return pick_any_shard();
+      return hosts_.pick_any_shard();
     case RouteKind::shards:
       if (route.shards.size() == 1 && route.per_shard_sql.empty()) return route.shards.front();
       return std::nullopt;
@@ -122,8 +110,8 @@ std::optional<std::size_t> Session::single_target(const routing::Route& route) {
 bool Session::check_write(const routing::Route& route, std::size_t shard, std::string& error) {
   if (route.cls != StatementClass::write && route.cls != StatementClass::ddl) return true;
   if (!in_transaction()) return true;
-  if (two_phase()) {
-    note_written(shard);
+  if (txn_.two_phase()) {
+    txn_.note_written(shard);
     if (!txn_.write_shard) txn_.write_shard = shard;
     return true;
   }
@@ -164,7 +152,7 @@ awaitable<bool> Session::fetch_shapes(const std::vector<std::string>& tables, Ke
       "OR (pg_catalog.current_schemas(false) = '{}' AND c.relnamespace = 'public'::pg_catalog.regnamespace)))) "
       "ORDER BY 1, a.attnum";
   co_await pump_.drain();
-  auto reply = co_await run_on(pick_any_shard(), sql);
+  auto reply = co_await run_on(hosts_.pick_any_shard(), sql);
   if (reply.lost || !reply.error.empty()) co_return false;
   std::map<std::string, routing::TableShape> found;
   for (auto& t : tables) found[t];  // a table that does not exist gets an empty shape
@@ -264,7 +252,7 @@ awaitable<bool> Session::reject_unless_invalid(std::string_view code, std::strin
       probe->sql = probe_sql;
       probe->result_formats.clear();
     }
-    Reply reply = co_await run_on(pick_any_shard(), probe_sql, probe ? &*probe : nullptr);
+    Reply reply = co_await run_on(hosts_.pick_any_shard(), probe_sql, probe ? &*probe : nullptr);
     auto fields = reply.error.empty() ? std::nullopt : proto::ErrorFields::decode(reply.error);
     if (fields && fields->get('C') != sqlstate::syntax_error) {
       for (auto& [k, v] : fields->fields) {
@@ -419,15 +407,15 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   // The checks before these calls spare most statements two coroutine frames.
   if (route.kind == RouteKind::need_shapes)
     co_await route_with_shapes(route, keep, [&] { return router.route_simple(sql, settings_.routing, lookup); });
-  take_moves();  // (a partition in cutover: SPEC §9)
-  if (moves_.view && !co_await wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, settings_.routing, lookup); }))
+  moves_.take_moves();  // (a partition in cutover: SPEC §9)
+  if (moves_.view && !co_await moves_.wait_for_moves(route, false, [&] { return runtime_->router->route_simple(sql, settings_.routing, lookup); }))
     co_return !closing_;
 
   if (route.cls == StatementClass::utility || route.cls == StatementClass::ddl)
     if (auto db = database_it_needs_alone(sql)) close_idle_connections_to(*db);
   if (route.cls == StatementClass::ddl && !runtime_->config.indexes.empty() && truncates_indexed(sql, *runtime_->topology))
     route.indexes.writes = true;  // (the entries of an indexed table it empties go too)
-  if (maintains_index(route)) co_return co_await indexed_write(f, route);
+  if (index_.maintains_index(route)) co_return co_await index_.indexed_write(f, route);
   const bool spread = route.kind == RouteKind::all_shards || route.shards.size() > 1;
   if (several_statements_apart(route, sql) || (route.cls == StatementClass::write && spread && !in_transaction())) {
     auto done = co_await run_apart(route, sql);  // (texts.cpp)
@@ -435,8 +423,8 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
   }
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, false))
     co_return !closing_;
-  forget_drawn_lastval(route);
-  if (route.indexes.lookup) co_await route_through_index(route);
+  keys_.forget_drawn_lastval(route);
+  if (route.indexes.lookup) co_await index_.route_through_index(route);
   bool before_done = false;  // before_shards, once
   auto ready = [&] {
     if (!before_done) before_shards(route);
@@ -459,10 +447,10 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
         route.cls = StatementClass::utility;
         break;
       case Executor::sequence_read:
-        if (auto text = answer_from_drawn(route, sql)) co_return co_await run_on_shards(route, *text);
+        if (auto text = keys_.answer_from_drawn(route, sql)) co_return co_await run_on_shards(route, *text);
         break;
       case Executor::generate_keys:
-        co_return co_await insert_with_generated_keys(route, keep, sql);
+        co_return co_await keys_.insert_with_generated_keys(route, keep, sql);
       case Executor::pull_insert:
         co_return co_await pull_insert_select(route, keep, sql);
       case Executor::cursor:
@@ -478,7 +466,7 @@ awaitable<bool> Session::handle_query(const proto::Frame& f) {
         ready();
         if (!co_await route_execute(route)) co_return !closing_;
         // EXECUTE of a prepared write to an indexed table: as the statement itself would.
-        if (maintains_index(route)) co_return co_await indexed_write(f, route);
+        if (index_.maintains_index(route)) co_return co_await index_.indexed_write(f, route);
         break;
       case Executor::deallocate:
         ready();
@@ -684,14 +672,14 @@ awaitable<bool> Session::forward_query(const proto::Frame& f, routing::Route& ro
   auto label = label_of(route, false);
   count_route(route, label);
   std::optional<std::size_t> standby;
-  if (runtime_->standbys) standby = co_await read_host(target, route);
-  if (!standby && route.reads == routing::Route::Reads::writes) may_write_on(target);
+  if (runtime_->standbys) standby = co_await hosts_.read_host(target, route);
+  if (!standby && route.reads == routing::Route::Reads::writes) hosts_.may_write_on(target);
   if (!co_await pump_.use_shard(target, standby)) {
     if (closing_) co_return false;
     co_await send_ready();
     co_return true;
   }
-  count_target(label);
+  hosts_.count_target(label);
   if (route.sql_prepared != routing::Route::SqlPrepared::none) sync_sql_prepared(route);
   // SQL EXECUTE of a statement the client prepared with the protocol (in PostgreSQL both
   // kinds share one namespace): on the backend it has the proxy's name for it, and is
@@ -833,17 +821,17 @@ awaitable<bool> Session::handle_parse(const proto::Frame& f) {
           KeptShapes keep;
           routing::BoundParams params{bind->params, bind->param_formats, slot.param_types};
           auto route = runtime_->router->route(*slot.plan, params, settings_.routing, shape_lookup(keep));
-          take_moves();
+          moves_.take_moves();
           const bool held = fe_.client_txn != 'E' && moves_.view && held_by_moves(*moves_.view, route);
           if (may_hold_begin(route) || held) {
             answer_here = true;  // (or held: hold_extended_begin)
-          } else if (auto t = single_target(route); t && !maintains_index(route)) {  // (else run at Execute)
+          } else if (auto t = single_target(route); t && !index_.maintains_index(route)) {  // (else run at Execute)
             shard = *t;
-            if (runtime_->standbys && !cur()) standby = co_await read_host(shard, route);
+            if (runtime_->standbys && !cur()) standby = co_await hosts_.read_host(shard, route);
           } else {
             const bool scatter_read = route.kind == RouteKind::shards && route.cls == StatementClass::read;
             answer_here = fe_.client_txn != 'E' && route.txn == TxnCommand::none &&
-                          (scatter_read || route.generate_keys || route.pull_insert || maintains_index(route));
+                          (scatter_read || route.generate_keys || route.pull_insert || index_.maintains_index(route));
           }
           lookahead_.reset(new Lookahead{slot.parse_seq, next.frame.body.data(), std::move(*bind), std::move(route)});
         }
@@ -924,7 +912,7 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   if (!fe_.portals.empty()) fe_.portals.erase(std::string(bind->portal));  // (a new portal of that name)
   auto it = fe_.prepared.find(std::string(bind->statement));
   if (it == fe_.prepared.end()) {  // (an unknown statement: PostgreSQL reports it)
-    if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
+    if (!cur() && !co_await pump_.use_shard(hosts_.pick_any_shard())) {
       fe_.skip_until_sync = true;
       co_return !closing_;
     }
@@ -943,15 +931,15 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
   else route = router.route(*p.plan, params, settings_.routing, lookup);
   if (route.kind == RouteKind::need_shapes)
     co_await route_with_shapes(route, keep, [&] { return router.route(*p.plan, params, settings_.routing, lookup); });
-  take_moves();
-  if (moves_.view && !co_await wait_for_moves(route, true, [&] { return runtime_->router->route(*p.plan, params, settings_.routing, lookup); }))
+  moves_.take_moves();
+  if (moves_.view && !co_await moves_.wait_for_moves(route, true, [&] { return runtime_->router->route(*p.plan, params, settings_.routing, lookup); }))
     co_return !closing_;
 
   if ((pump_.active() || fe_.client_txn == 'E') && co_await refused_in_failed_transaction(route, true))
     co_return !closing_;
   if (may_hold_begin(route)) co_return co_await hold_extended_begin(route, p.query(), bind->portal);
-  forget_drawn_lastval(route);
-  if (route.indexes.lookup) co_await route_through_index(route);
+  keys_.forget_drawn_lastval(route);
+  if (route.indexes.lookup) co_await index_.route_through_index(route);
   // As handle_query: the router's order of the special cases.
   for (Executor step : routing::dispatch(route, pools_.size(), routing::Protocol::extended)) {
     switch (step) {
@@ -967,11 +955,11 @@ awaitable<bool> Session::handle_bind(const proto::Frame& f) {
         }
         break;
       case Executor::sequence_read:
-        if (auto text = answer_from_drawn(route, p.query()))
+        if (auto text = keys_.answer_from_drawn(route, p.query()))
           if (auto target = single_target(route)) co_return co_await bind_rewritten(route, *target, *bind, *text, types);
         break;
       case Executor::generate_keys:
-        co_return co_await insert_with_generated_keys(route, keep, p.query(), &*bind, &types);
+        co_return co_await keys_.insert_with_generated_keys(route, keep, p.query(), &*bind, &types);
       case Executor::pull_insert:
         co_return co_await pull_insert_select(route, keep, p.query(), &*bind, &types);
       case Executor::reject:
@@ -1015,7 +1003,7 @@ awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& rou
   if (route.txn == TxnCommand::commit && fe_.client_txn != 'E' && !fe_.proxy_failed_txn && txn_.written.size() > 1) {
     // Written on several shards: two-phase commit, answered here.
     co_await pump_.drain();
-    auto error = co_await commit_two_phase();
+    auto error = co_await txn_.commit_two_phase();
     if (error.empty()) apply_session_commands();
     else fe_.pending_commands.clear();
     reset_transaction();
@@ -1048,13 +1036,13 @@ awaitable<std::optional<bool>> Session::bind_transaction_end(routing::Route& rou
       co_return true;
     }
     route.kind = RouteKind::shards;
-    route.shards = {last ? *last : pick_any_shard()};
+    route.shards = {last ? *last : hosts_.pick_any_shard()};
   }
   co_return std::nullopt;
 }
 
 // The statement of a Bind as the proxy runs it itself (no description unless asked).
-Session::ScatterRequest Session::request_of(const proto::Bind& bind, std::string sql,
+ScatterRequest Session::request_of(const proto::Bind& bind, std::string sql,
                                             const std::vector<std::int32_t>& types) {
   ScatterRequest req;
   req.sql = std::move(sql);
@@ -1071,7 +1059,7 @@ Session::ScatterRequest Session::request_of(const proto::Bind& bind, std::string
 awaitable<bool> Session::bind_scatter(const routing::Route& route, const proto::Bind& bind, std::string sql,
                                       const std::vector<std::int32_t>& types) {
   leave_batch_shard(kNoShard);
-  if (route.cls != StatementClass::read && in_transaction() && !two_phase() && !single_target(route) &&
+  if (route.cls != StatementClass::read && in_transaction() && !txn_.two_phase() && !single_target(route) &&
       !route.key_guard())  // (MultiShardWrite: the guarded shards write nothing)
     co_return co_await reject(sqlstate::cross_shard_write,
                               "statement would write to several shards inside a transaction; a transaction may "
@@ -1112,7 +1100,7 @@ awaitable<bool> Session::bind_rewritten(const routing::Route& route, std::size_t
 // forwarded under the statement's server-side name.
 awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Route& route, std::size_t target,
                                       const Prepared& p) {
-  if (maintains_index(route)) {
+  if (index_.maintains_index(route)) {
     // A write to an indexed table: the proxy runs it at Execute, then its entries
     // (indexed_execute).
     auto bind = proto::Bind::decode(f.body);
@@ -1128,13 +1116,13 @@ awaitable<bool> Session::bind_forward(const proto::Frame& f, const routing::Rout
   pending_.route = label_of(route, false);
   count_route(route, pending_.route);
   std::optional<std::size_t> standby;
-  if (runtime_->standbys) standby = co_await read_host(target, route);
-  if (!standby && route.reads == routing::Route::Reads::writes) may_write_on(target);
+  if (runtime_->standbys) standby = co_await hosts_.read_host(target, route);
+  if (!standby && route.reads == routing::Route::Reads::writes) hosts_.may_write_on(target);
   if (!co_await pump_.use_shard(target, standby)) {
     fe_.skip_until_sync = true;
     co_return !closing_;
   }
-  count_target(pending_.route);
+  hosts_.count_target(pending_.route);
   // After attaching: the client's own BEGIN starts the transaction on this backend.
   if (route.txn == TxnCommand::begin) txn_.begin_sql = p.query();
   ensure_prepared(p);
@@ -1218,7 +1206,7 @@ awaitable<bool> Session::finish_transaction(const routing::Route& route, std::st
   std::string error, tag = verb, notices;
   std::vector<std::size_t> order;
   if (!rollback && txn_.written.size() > 1) {
-    error = co_await commit_two_phase(&notices);
+    error = co_await txn_.commit_two_phase(&notices);
   } else {
     for (std::size_t s = 0; s < held_.size(); ++s)
       if (in_transaction_on(s) && (!txn_.write_shard || s != *txn_.write_shard)) order.push_back(s);
@@ -1289,8 +1277,8 @@ awaitable<bool> Session::prepare_transaction(std::string_view sql) {
     co_await answer({}, {}, "ROLLBACK");
     co_return true;
   }
-  const std::size_t s = joined.empty() ? pick_any_shard() : joined.front();
-  if (joined.empty() && !co_await join_transaction(s)) {
+  const std::size_t s = joined.empty() ? hosts_.pick_any_shard() : joined.front();
+  if (joined.empty() && !co_await txn_.join_transaction(s)) {
     co_await roll_back_everywhere();
     co_return co_await reject(sqlstate::connection_failure,
                               "shard \"" + pools_[s]->target().shard + "\" could not take the transaction", false);
@@ -1413,7 +1401,7 @@ awaitable<std::vector<std::pair<std::size_t, Session::Reply>>> Session::run_on_e
 awaitable<AcquireResult> Session::acquire_counted(std::size_t shard, bool metered) {
   const auto waited_from = std::chrono::steady_clock::now();
   std::optional<std::size_t> primary;
-  auto r = co_await acquire_backend(shard, primary);
+  auto r = co_await hosts_.acquire_backend(shard, primary);
   if (metered && shard < kMaxShards) {
     metrics_.shards[shard].pool_wait.observe_since(waited_from);
     if (!r.backend) metrics_.shards[shard].connect_errors.add();
@@ -1425,7 +1413,7 @@ awaitable<Session::Sent> Session::send_on(std::size_t shard, std::string_view sq
                                           bool metered, bool join) {
   Sent sent;
   sent.shard = shard;
-  may_write_on(shard);  // (the proxy's own statements too: BEGIN, COMMIT, a write on every shard)
+  hosts_.may_write_on(shard);  // (the proxy's own statements too: BEGIN, COMMIT, a write on every shard)
   if (drop_if_closed(shard)) {
     // Held for the transaction (its BEGIN goes with this statement): its replacement is too.
     auto r = co_await acquire_counted(shard, metered);
@@ -1499,7 +1487,7 @@ awaitable<Session::Reply> Session::read_reply(Sent& sent, bool metered, std::siz
   } else if (!reply.lost) {
     reply.lost = !co_await read_until_ready(b, queries, limits_, on_frame);
   }
-  if (sent.borrowed) give_back(shard, std::move(sent.borrowed), !reply.lost);
+  if (sent.borrowed) hosts_.give_back(shard, std::move(sent.borrowed), !reply.lost);
   if (reply.lost && held_[shard]) {
     error_code ignored;
     held_[shard]->socket.close(ignored);

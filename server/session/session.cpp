@@ -1,5 +1,7 @@
 #include "server/session/session.hpp"
 #include "server/session/admin_console.hpp"
+#include "server/session/cancel_targets.hpp"
+#include "server/session/login.hpp"
 
 #include <malloc.h>
 #include <openssl/rand.h>
@@ -117,19 +119,11 @@ Session::~Session() {
 
 awaitable<void> Session::run() {
   auto self = shared_from_this();
-  auto ex = co_await asio::this_coro::executor;
   error_code ignored;
   stream_.socket().set_option(tcp::no_delay(true), ignored);
 
-  asio::steady_timer login_timer(ex, runtime_->config.timeouts.client_login);
-  login_timer.async_wait([this, self](error_code ec) {
-    if (ec) return;
-    idle_.login_timed_out = true;
-    stream_.close();
-  });
-  bool ok = co_await login();
-  login_timer.cancel();
-  if (idle_.login_timed_out) spdlog::info("[{}] closed: login timeout", id_);
+  Login login(*this);
+  const bool ok = co_await login.run();
   // (Not `co_await (who_.admin ? a() : b())`: GCC 12 destroys the wrong temporary.)
   if (ok && who_.admin) {
     AdminConsole console(*this);
@@ -145,24 +139,24 @@ awaitable<void> Session::run() {
 // Start-up and authentication
 // https://www.postgresql.org/docs/15/protocol-flow.html#PROTOCOL-FLOW-START-UP
 
-awaitable<std::optional<proto::Frame>> Session::read_startup_frame() {
+awaitable<std::optional<proto::Frame>> Login::read_startup_frame() {
   for (;;) {
-    auto r = proto::decode_startup_frame(std::string_view(cbuf_).substr(cpos_));
+    auto r = proto::decode_startup_frame(std::string_view(s_.cbuf_).substr(s_.cpos_));
     if (r.status == proto::FrameStatus::ok) {
-      cpos_ += r.frame.size;
+      s_.cpos_ += r.frame.size;
       co_return r.frame;
     }
     if (r.status == proto::FrameStatus::error) {
-      co_await send_error("FATAL", sqlstate::protocol_violation, r.error, false);
+      co_await s_.send_error("FATAL", sqlstate::protocol_violation, r.error, false);
       co_return std::nullopt;
     }
-    if (co_await stream_.read_some(cbuf_, 1024)) co_return std::nullopt;
+    if (co_await s_.stream_.read_some(s_.cbuf_, 1024)) co_return std::nullopt;
   }
 }
 
 // The startup packet, after SSLRequest (TLS), GSSENCRequest (declined) and a protocol
 // version to negotiate; nullopt: the connection ends (a CancelRequest ends it too).
-awaitable<std::optional<proto::StartupMessage>> Session::read_startup() {
+awaitable<std::optional<proto::StartupMessage>> Login::read_startup() {
   std::optional<proto::StartupMessage> startup;
   for (int round = 0; round < 3 && !startup; ++round) {
     auto frame = co_await read_startup_frame();
@@ -170,38 +164,38 @@ awaitable<std::optional<proto::StartupMessage>> Session::read_startup() {
     auto code = proto::startup_code(frame->body);
     if (!code) co_return std::nullopt;
     if (*code == proto::kSSLRequestCode) {
-      if (runtime_->tls && !stream_.is_tls()) {
+      if (s_.runtime_->tls && !s_.stream_.is_tls()) {
         // Anything sent after SSLRequest before the handshake would be read as if it
         // had been encrypted (CVE-2021-23214): refuse it.
-        if (cpos_ != cbuf_.size()) {
-          spdlog::warn("[{}] closed: data after SSLRequest before TLS handshake", id_);
+        if (s_.cpos_ != s_.cbuf_.size()) {
+          spdlog::warn("[{}] closed: data after SSLRequest before TLS handshake", s_.id_);
           co_return std::nullopt;
         }
-        cbuf_.clear();
-        cpos_ = 0;
-        if (co_await stream_.write("S")) co_return std::nullopt;
-        if (auto ec = co_await stream_.start_tls(*runtime_->tls)) {
-          spdlog::info("[{}] closed: TLS handshake failed: {}", id_, ec.message());
+        s_.cbuf_.clear();
+        s_.cpos_ = 0;
+        if (co_await s_.stream_.write("S")) co_return std::nullopt;
+        if (auto ec = co_await s_.stream_.start_tls(*s_.runtime_->tls)) {
+          spdlog::info("[{}] closed: TLS handshake failed: {}", s_.id_, ec.message());
           co_return std::nullopt;
         }
       } else {
-        if (co_await stream_.write("N")) co_return std::nullopt;
+        if (co_await s_.stream_.write("N")) co_return std::nullopt;
       }
       continue;
     }
     if (*code == proto::kGSSENCRequestCode) {
-      if (co_await stream_.write("N")) co_return std::nullopt;
+      if (co_await s_.stream_.write("N")) co_return std::nullopt;
       continue;
     }
     if (*code == proto::kCancelRequestCode) {
       if (auto c = proto::CancelRequest::decode(frame->body))
-        if (auto target = server_.cancels().find({c->process_id, c->secret_key}))
+        if (auto target = s_.server_.cancels().find({c->process_id, c->secret_key}))
           co_await target->forward_cancel(c->secret_key);
       co_return std::nullopt;  // the server closes a cancel connection without a reply
     }
     std::uint32_t major = static_cast<std::uint32_t>(*code) >> 16, minor = *code & 0xffff;
     if (major != 3) {
-      co_await send_error("FATAL", sqlstate::feature_not_supported,
+      co_await s_.send_error("FATAL", sqlstate::feature_not_supported,
                           "unsupported frontend protocol " + std::to_string(major) + "." +
                               std::to_string(minor) + ": server supports 3.0 to 3.0",
                           false);
@@ -215,7 +209,7 @@ awaitable<std::optional<proto::StartupMessage>> Session::read_startup() {
     }
     startup = proto::StartupMessage::decode(body);
     if (!startup) {
-      co_await send_error("FATAL", sqlstate::protocol_violation, "invalid startup packet layout", false);
+      co_await s_.send_error("FATAL", sqlstate::protocol_violation, "invalid startup packet layout", false);
       co_return std::nullopt;
     }
     if (minor != 0) {
@@ -230,22 +224,22 @@ awaitable<std::optional<proto::StartupMessage>> Session::read_startup() {
       w.i32(static_cast<std::int32_t>(options.size()));
       for (auto o : options) w.cstr(o);
       w.finish();
-      if (co_await stream_.write(out)) co_return std::nullopt;
+      if (co_await s_.stream_.write(out)) co_return std::nullopt;
     }
   }
   co_return startup;
 }
 
 // The startup packet's user, database and settings; admission (client limit, shutdown).
-awaitable<bool> Session::take_startup(const proto::StartupMessage& startup) {
+awaitable<bool> Login::take_startup(const proto::StartupMessage& startup) {
 
   for (auto& [k, v] : startup.parameters) {
     if (k == "user") {
-      who_.user = v;
+      s_.who_.user = v;
     } else if (k == "database") {
-      who_.database = v;
+      s_.who_.database = v;
     } else if (k == "replication") {
-      co_await send_error("FATAL", sqlstate::feature_not_supported, "splitpoint does not support replication connections",
+      co_await s_.send_error("FATAL", sqlstate::feature_not_supported, "splitpoint does not support replication connections",
                           false);
       co_return false;
     } else if (k == "options") {
@@ -258,21 +252,21 @@ awaitable<bool> Session::take_startup(const proto::StartupMessage& startup) {
       set_startup_param(k, v);
     }
   }
-  if (who_.user.empty()) {
-    co_await send_error("FATAL", sqlstate::invalid_authorization, "no PostgreSQL user name specified in startup packet",
+  if (s_.who_.user.empty()) {
+    co_await s_.send_error("FATAL", sqlstate::invalid_authorization, "no PostgreSQL user name specified in startup packet",
                         false);
     co_return false;
   }
-  if (who_.database.empty()) who_.database = who_.user;
+  if (s_.who_.database.empty()) s_.who_.database = s_.who_.user;
 
-  who_.counted = true;
-  auto clients = server_.client_count().fetch_add(1) + 1;
-  if (clients > static_cast<std::int64_t>(runtime_->config.max_client_connections)) {
-    co_await send_error("FATAL", sqlstate::too_many_connections, "sorry, too many clients already", false);
+  s_.who_.counted = true;
+  auto clients = s_.server_.client_count().fetch_add(1) + 1;
+  if (clients > static_cast<std::int64_t>(s_.runtime_->config.max_client_connections)) {
+    co_await s_.send_error("FATAL", sqlstate::too_many_connections, "sorry, too many clients already", false);
     co_return false;
   }
-  if (server_.shutting_down()) {
-    co_await send_error("FATAL", "57P03", "the database system is shutting down", false);
+  if (s_.server_.shutting_down()) {
+    co_await s_.send_error("FATAL", "57P03", "the database system is shutting down", false);
     co_return false;
   }
 
@@ -281,33 +275,33 @@ awaitable<bool> Session::take_startup(const proto::StartupMessage& startup) {
 
 // After authentication: the pools, the server's settings and the client's, the
 // cancel key, and the client's ReadyForQuery.
-awaitable<bool> Session::greet() {
-  for (auto& shard : runtime_->shards) pools_.push_back(shard->get(who_.user, who_.password, who_.database));
-  held_.resize(pools_.size());
-  ryw_.resize(pools_.size());
-  auto params = pools_.front()->server_parameters();
+awaitable<bool> Login::greet() {
+  for (auto& shard : s_.runtime_->shards) s_.pools_.push_back(shard->get(s_.who_.user, s_.who_.password, s_.who_.database));
+  s_.held_.resize(s_.pools_.size());
+  s_.hosts_.resize(s_.pools_.size());
+  auto params = s_.pools_.front()->server_parameters();
   if (!params) {
     // First client for this pool: open a connection to learn the server's settings
     // (and to report a bad backend configuration at login rather than later).
-    auto r = co_await pools_.front()->acquire(runtime_->config.timeouts.server_connect);
+    auto r = co_await s_.pools_.front()->acquire(s_.runtime_->config.timeouts.server_connect);
     if (!r.backend) {
-      co_await send_error("FATAL", r.sqlstate, r.message, false);
+      co_await s_.send_error("FATAL", r.sqlstate, r.message, false);
       co_return false;
     }
     params = r.backend->parameters;
-    pools_.front()->release(std::move(r.backend), true);
+    s_.pools_.front()->release(std::move(r.backend), true);
   }
 
-  settings_.rebuild_script();
+  s_.settings_.rebuild_script();
   // The client's own settings: a bad value fails the login as PostgreSQL fails it, and
   // the reported values are the server's spelling of them ("sql,dmy" -> "SQL, DMY").
   ParameterList reported = *params;
-  if (!settings_.startup.empty()) {
-    if (auto known = pools_.front()->startup_parameters(settings_.script)) {
+  if (!s_.settings_.startup.empty()) {
+    if (auto known = s_.pools_.front()->startup_parameters(s_.settings_.script)) {
       reported = std::move(*known);
     } else {
       if (!co_await apply_startup_params(reported)) co_return false;
-      pools_.front()->remember_startup_parameters(settings_.script, reported);
+      s_.pools_.front()->remember_startup_parameters(s_.settings_.script, reported);
     }
   }
   // Session pooling: the catalog shard's backend is the session's from its login, and
@@ -315,80 +309,94 @@ awaitable<bool> Session::greet() {
   // pg_stat_activity agree with BackendKeyData (isolationtester relies on it). The
   // secret stays the proxy's: a CancelRequest reaches this session, which cancels there.
   std::int32_t pid = 0;
-  if (runtime_->config.pool_mode == config::PoolMode::session) {
-    const std::size_t shard = catalog_shard();
+  if (s_.runtime_->config.pool_mode == config::PoolMode::session) {
+    const std::size_t shard = s_.catalog_shard();
     std::optional<std::size_t> primary;
-    if (auto r = co_await acquire_backend(shard, primary); r.backend) {
+    if (auto r = co_await s_.hosts_.acquire_backend(shard, primary); r.backend) {
       pid = r.backend->process_id;
-      held_[shard] = std::move(r.backend);
+      s_.held_[shard] = std::move(r.backend);
     }
   }
-  const auto key = server_.cancels().add(shared_from_this(), pid);
-  who_.cancel_pid = key.pid;
-  who_.cancel_secret = key.secret;
+  const auto key = s_.server_.cancels().add(s_.shared_from_this(), pid);
+  s_.who_.cancel_pid = key.pid;
+  s_.who_.cancel_secret = key.secret;
 
   std::string out;
   proto::Authentication{}.encode(out);  // AuthenticationOk
   for (auto& [name, value] : reported) {
     proto::ParameterStatus{name, value}.encode(out);
-    if (name == "standard_conforming_strings") settings_.routing.standard_conforming_strings = value != "off";
+    if (name == "standard_conforming_strings") s_.settings_.routing.standard_conforming_strings = value != "off";
   }
-  proto::BackendKeyData{who_.cancel_pid, who_.cancel_secret}.encode(out);
+  proto::BackendKeyData{s_.who_.cancel_pid, s_.who_.cancel_secret}.encode(out);
   proto::ReadyForQuery{'I'}.encode(out);
-  if (co_await stream_.write(out)) co_return false;
-  spdlog::debug("[{}] login user={} database={}", id_, who_.user, who_.database);
-  who_.logged_in = true;
-  metrics_.clients.add(1);
-  server_.register_session(id_, shared_from_this(), moves_.epoch);
+  if (co_await s_.stream_.write(out)) co_return false;
+  spdlog::debug("[{}] login user={} database={}", s_.id_, s_.who_.user, s_.who_.database);
+  s_.who_.logged_in = true;
+  s_.metrics_.clients.add(1);
+  s_.server_.register_session(s_.id_, s_.shared_from_this(), s_.moves_.epoch);
   co_return true;
 }
 
-awaitable<bool> Session::login() {
+// Within timeouts.client_login, or the connection is closed.
+awaitable<bool> Login::run() {
+  asio::steady_timer timer(co_await asio::this_coro::executor, s_.runtime_->config.timeouts.client_login);
+  timer.async_wait([this, self = s_.shared_from_this()](error_code ec) {
+    if (ec) return;
+    timed_out_ = true;
+    s_.stream_.close();
+  });
+  const bool ok = co_await exchange();
+  timer.cancel();
+  if (timed_out_) spdlog::info("[{}] closed: login timeout", s_.id_);
+  co_return ok;
+}
+
+awaitable<bool> Login::exchange() {
   auto startup = co_await read_startup();
   if (!startup) co_return false;
   const bool taken = co_await take_startup(*startup);
   if (!taken) co_return false;
   // SPEC §11: the user's `allow:` CIDRs, before authentication (as pg_hba.conf).
-  if (const UserAuth* u = runtime_->find_user(who_.user); u && !u->allow.empty()) {
+  if (const UserAuth* u = s_.runtime_->find_user(s_.who_.user); u && !u->allow.empty()) {
     error_code ec;
-    const auto ep = stream_.socket().remote_endpoint(ec);
+    const auto ep = s_.stream_.socket().remote_endpoint(ec);
     const std::string host = ec ? std::string("?") : ep.address().to_string();
     if (!config::allowed(u->allow, host)) {
-      spdlog::info("[{}] closed: host {} is not in user {}'s allow list", id_, host, who_.user);
-      co_await send_error("FATAL", sqlstate::invalid_authorization,
-                          "no allow entry for host \"" + host + "\", user \"" + who_.user + "\", database \"" +
-                              who_.database + "\", " + (stream_.is_tls() ? "SSL on" : "SSL off"),
+      spdlog::info("[{}] closed: host {} is not in user {}'s allow list", s_.id_, host, s_.who_.user);
+      co_await s_.send_error("FATAL", sqlstate::invalid_authorization,
+                          "no allow entry for host \"" + host + "\", user \"" + s_.who_.user + "\", database \"" +
+                              s_.who_.database + "\", " + (s_.stream_.is_tls() ? "SSL on" : "SSL off"),
                           false);
       co_return false;
     }
   }
   const bool authenticated = co_await authenticate();
   if (!authenticated) co_return false;
-  if (who_.database == kAdminDatabase) co_return co_await admin_login();
+  if (s_.who_.database == Session::kAdminDatabase) co_return co_await s_.admin_login();
   co_return co_await greet();
 }
 
 // A parameter from the startup packet; a later one of the same name wins, as in
 // PostgreSQL (options are read after the packet's own parameters).
-void Session::set_startup_param(std::string name, std::string value) {
+void Login::set_startup_param(std::string name, std::string value) {
   for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (auto& [k, v] : settings_.startup)
+  for (auto& [k, v] : s_.settings_.startup)
     if (k == name) {
       v = std::move(value);
       return;
     }
-  settings_.startup.emplace_back(std::move(name), std::move(value));
+  s_.settings_.startup.emplace_back(std::move(name), std::move(value));
 }
 
 // Runs the startup parameters on a backend and reads back the values of those the
 // server reports (ParameterStatus), in its spelling. False: the login failed (sent).
-awaitable<bool> Session::apply_startup_params(ParameterList& reported) {
-  std::string sql = "RESET ALL;" + settings_.script + "SELECT ";
+awaitable<bool> Login::apply_startup_params(ParameterList& reported) {
+  std::string sql = "RESET ALL;" + s_.settings_.script + "SELECT ";
   std::vector<std::size_t> read;  // indices into `reported`
   for (std::size_t i = 0; i < reported.size(); ++i) {
     std::string lower = reported[i].first;
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    for (auto& kv : settings_.startup)
+    for (auto& kv : s_.settings_.startup)
       if (kv.first == lower) {
         sql += (read.empty() ? "" : ", ") + std::string("pg_catalog.current_setting(") +
                quote_literal(reported[i].first) + ")";
@@ -396,7 +404,7 @@ awaitable<bool> Session::apply_startup_params(ParameterList& reported) {
       }
   }
   if (read.empty()) sql += "1";
-  auto reply = co_await run_on(0, sql);
+  auto reply = co_await s_.run_on(0, sql);
   if (reply.lost || !reply.error.empty()) {
     auto e = proto::ErrorFields::decode(reply.error);
     std::string out;
@@ -404,11 +412,11 @@ awaitable<bool> Session::apply_startup_params(ParameterList& reported) {
       for (auto& [code, value] : e->fields)
         if (code == 'S' || code == 'V') value = "FATAL";
       e->encode(out, 'E');
-      metrics_.error(e->get('C'));
-      spdlog::info("[{}] closed: startup parameter refused: {}", id_, e->get('M'));
-      co_await stream_.write(out);
+      s_.metrics_.error(e->get('C'));
+      spdlog::info("[{}] closed: startup parameter refused: {}", s_.id_, e->get('M'));
+      co_await s_.stream_.write(out);
     } else {
-      co_await send_error("FATAL", sqlstate::connection_failure, "cannot apply the startup parameters", false);
+      co_await s_.send_error("FATAL", sqlstate::connection_failure, "cannot apply the startup parameters", false);
     }
     co_return false;
   }
@@ -423,19 +431,19 @@ awaitable<bool> Session::apply_startup_params(ParameterList& reported) {
 
 // The client's answer to an authentication request. Anything else is a protocol
 // violation, reported as PostgreSQL does before closing.
-awaitable<std::optional<std::string>> Session::read_password_message(std::string_view expected) {
+awaitable<std::optional<std::string>> Login::read_password_message(std::string_view expected) {
   for (;;) {
-    auto r = proto::decode_frame(std::string_view(cbuf_).substr(cpos_), proto::Direction::frontend, limits_);
+    auto r = proto::decode_frame(std::string_view(s_.cbuf_).substr(s_.cpos_), proto::Direction::frontend, s_.limits_);
     if (r.status == proto::FrameStatus::error) {
-      spdlog::info("[{}] closed: {} during authentication", id_, r.error);
-      co_await send_error("FATAL", sqlstate::protocol_violation, r.error, false);
+      spdlog::info("[{}] closed: {} during authentication", s_.id_, r.error);
+      co_await s_.send_error("FATAL", sqlstate::protocol_violation, r.error, false);
       co_return std::nullopt;
     }
     if (r.status == proto::FrameStatus::ok) {
-      cpos_ += r.frame.size;
+      s_.cpos_ += r.frame.size;
       if (r.frame.type != 'p') {
-        spdlog::info("[{}] closed: unexpected message during authentication", id_);
-        co_await send_error("FATAL", sqlstate::protocol_violation,
+        spdlog::info("[{}] closed: unexpected message during authentication", s_.id_);
+        co_await s_.send_error("FATAL", sqlstate::protocol_violation,
                             "expected " + std::string(expected) + ", got message type " +
                                 std::to_string(static_cast<unsigned char>(r.frame.type)),
                             false);
@@ -443,39 +451,39 @@ awaitable<std::optional<std::string>> Session::read_password_message(std::string
       }
       co_return std::string(r.frame.body);
     }
-    if (co_await stream_.read_some(cbuf_, 1024)) co_return std::nullopt;
+    if (co_await s_.stream_.read_some(s_.cbuf_, 1024)) co_return std::nullopt;
   }
 }
 
-awaitable<bool> Session::authentication_failed() {
-  spdlog::info("[{}] closed: authentication failed for user {}", id_, who_.user);
-  co_await send_error("FATAL", sqlstate::invalid_password,
-                      "password authentication failed for user \"" + who_.user + "\"", false);
+awaitable<bool> Login::authentication_failed() {
+  spdlog::info("[{}] closed: authentication failed for user {}", s_.id_, s_.who_.user);
+  co_await s_.send_error("FATAL", sqlstate::invalid_password,
+                      "password authentication failed for user \"" + s_.who_.user + "\"", false);
   co_return false;
 }
 
-awaitable<bool> Session::authenticate() {
-  const auto& cfg = runtime_->config;
-  const UserAuth* user = runtime_->find_user(who_.user);
+awaitable<bool> Login::authenticate() {
+  const auto& cfg = s_.runtime_->config;
+  const UserAuth* user = s_.runtime_->find_user(s_.who_.user);
   std::optional<UserAuth> looked_up;  // auth: passthrough, a user not in the file
   auto method = cfg.auth;
   if (method == config::AuthMethod::passthrough) {
     if (!user) {
-      auto found = co_await look_up_verifier(*runtime_, who_.user);
+      auto found = co_await look_up_verifier(*s_.runtime_, s_.who_.user);
       if (!found.error.empty()) {
-        spdlog::warn("[{}] auth_query for user {} failed: {}", id_, who_.user, found.error);
-        co_await send_error("FATAL", sqlstate::connection_failure,
-                            "could not look up the password of user \"" + who_.user + "\" (see the proxy's log)",
+        spdlog::warn("[{}] auth_query for user {} failed: {}", s_.id_, s_.who_.user, found.error);
+        co_await s_.send_error("FATAL", sqlstate::connection_failure,
+                            "could not look up the password of user \"" + s_.who_.user + "\" (see the proxy's log)",
                             false);
         co_return false;
       }
-      if (found.verifier) looked_up = passthrough_user(who_.user, *found.verifier);
+      if (found.verifier) looked_up = passthrough_user(s_.who_.user, *found.verifier);
       if (looked_up) user = &*looked_up;
     }
     // An unknown user goes through a SCRAM exchange that fails at its end, as PostgreSQL's.
     method = user && !user->md5.empty() ? config::AuthMethod::md5 : config::AuthMethod::scram_sha_256;
   }
-  if (user) who_.password = user->plaintext.empty() ? user->md5 : user->plaintext;
+  if (user) s_.who_.password = user->plaintext.empty() ? user->md5 : user->plaintext;
   auto fail = [this] { return authentication_failed(); };
   std::string out;
   // As PostgreSQL: md5 with only a SCRAM verifier stored authenticates with SCRAM.
@@ -486,7 +494,7 @@ awaitable<bool> Session::authenticate() {
       co_return true;
     case config::AuthMethod::password: {
       proto::Authentication{proto::AuthCode::cleartext_password}.encode(out);
-      if (co_await stream_.write(out)) co_return false;
+      if (co_await s_.stream_.write(out)) co_return false;
       auto body = co_await read_password_message("password response");
       if (!body) co_return false;
       auto pw = proto::PasswordMessage::decode(*body);
@@ -497,10 +505,10 @@ awaitable<bool> Session::authenticate() {
         auto v = proto::scram::make_verifier(pw->password, user->scram->salt, user->scram->iterations);
         good = equal_secret(v.stored_key, user->scram->stored_key);
       } else if (!user->md5.empty()) {
-        good = equal_secret(proto::md5::verifier(who_.user, pw->password), user->md5);
+        good = equal_secret(proto::md5::verifier(s_.who_.user, pw->password), user->md5);
       }
       if (!good) co_return co_await fail();
-      who_.password = std::string(pw->password);
+      s_.who_.password = std::string(pw->password);
       co_return true;
     }
     case config::AuthMethod::md5: {
@@ -509,7 +517,7 @@ awaitable<bool> Session::authenticate() {
       proto::Authentication a{proto::AuthCode::md5_password};
       a.md5_salt = std::string_view(salt, 4);
       a.encode(out);
-      if (co_await stream_.write(out)) co_return false;
+      if (co_await s_.stream_.write(out)) co_return false;
       auto body = co_await read_password_message("password response");
       if (!body) co_return false;
       auto pw = proto::PasswordMessage::decode(*body);
@@ -530,55 +538,55 @@ awaitable<bool> Session::authenticate() {
 // to the proxy's certificate (SPEC §11, RFC 5929 tls-server-end-point), as PostgreSQL.
 // A malformed or unfitting SCRAM message, or channel binding data that differs, is a
 // protocol violation (08P01, as PostgreSQL); a wrong proof or an unknown user: 28P01.
-awaitable<bool> Session::authenticate_scram(const UserAuth* user) {
+awaitable<bool> Login::authenticate_scram(const UserAuth* user) {
   std::optional<proto::scram::Verifier> verifier;
   if (user && user->scram) verifier = user->scram;
-  proto::scram::ServerExchange exchange(verifier, fake_scram_secret(), who_.user, stream_.certificate_hash());
+  proto::scram::ServerExchange exchange(verifier, fake_scram_secret(), s_.who_.user, s_.stream_.certificate_hash());
   std::string out;
   proto::Authentication a{proto::AuthCode::sasl};
   a.mechanisms = exchange.mechanisms();
   a.encode(out);
-  if (co_await stream_.write(out)) co_return false;
+  if (co_await s_.stream_.write(out)) co_return false;
   auto body = co_await read_password_message("SASL response");
   if (!body) co_return false;
   auto init = proto::SASLInitialResponse::decode(*body);
   if (!init || !init->data) {
-    co_await send_error("FATAL", sqlstate::protocol_violation, "malformed SASL message", false);
+    co_await s_.send_error("FATAL", sqlstate::protocol_violation, "malformed SASL message", false);
     co_return false;
   }
   auto first = exchange.handle_client_first(*init->data, init->mechanism);
   if (!first) {
-    spdlog::info("[{}] closed: {} (user {})", id_, exchange.error(), who_.user);
-    co_await send_error("FATAL", sqlstate::protocol_violation, exchange.error(), false);
+    spdlog::info("[{}] closed: {} (user {})", s_.id_, exchange.error(), s_.who_.user);
+    co_await s_.send_error("FATAL", sqlstate::protocol_violation, exchange.error(), false);
     co_return false;
   }
   out.clear();
   proto::Authentication cont{proto::AuthCode::sasl_continue};
   cont.data = *first;
   cont.encode(out);
-  if (co_await stream_.write(out)) co_return false;
+  if (co_await s_.stream_.write(out)) co_return false;
   body = co_await read_password_message("SASL response");
   if (!body) co_return false;
   auto resp = proto::SASLResponse::decode(*body);
   if (!resp) co_return false;
   auto final_msg = exchange.handle_client_final(resp->data);
   if (!final_msg && exchange.error() == proto::scram::kBindingCheckFailed) {
-    spdlog::info("[{}] closed: {} (user {})", id_, exchange.error(), who_.user);
-    co_await send_error("FATAL", sqlstate::protocol_violation, exchange.error(), false);
+    spdlog::info("[{}] closed: {} (user {})", s_.id_, exchange.error(), s_.who_.user);
+    co_await s_.send_error("FATAL", sqlstate::protocol_violation, exchange.error(), false);
     co_return false;
   }
   if (!final_msg) {
-    spdlog::debug("[{}] SCRAM refused: {}", id_, exchange.error());
+    spdlog::debug("[{}] SCRAM refused: {}", s_.id_, exchange.error());
     co_return co_await authentication_failed();
   }
   // Without the password, the shards are logged in to with the client's key (they must
   // store the same verifier).
-  if (user->plaintext.empty()) who_.password = exchange.client_key();
+  if (user->plaintext.empty()) s_.who_.password = exchange.client_key();
   out.clear();
   proto::Authentication fin{proto::AuthCode::sasl_final};
   fin.data = *final_msg;
   fin.encode(out);
-  co_return !co_await stream_.write(out);
+  co_return !co_await s_.stream_.write(out);
 }
 
 
@@ -597,43 +605,66 @@ Session::ClientInfo Session::info() const {
 }
 
 void Session::set_cancel_target(Backend* b, std::size_t shard) {
-  std::lock_guard lock(cancel_.mu);
-  cancel_.backend = b;
+  if (!b) return cancel_.set(nullptr, {}, 0);
+  const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);  // (a standby's, SPEC §10)
+  cancel_.set(b, e.host, e.port);
+}
+
+void CancelTargets::set(Backend* b, const std::string& host, std::uint16_t port) {
+  std::lock_guard lock(mu_);
+  backend_ = b;
   if (b) {
-    const auto& e = runtime_->shards[shard]->hosts().endpoint(b->host);  // (a standby's, SPEC §10)
-    cancel_.host = e.host;
-    cancel_.port = e.port;
+    host_ = host;
+    port_ = port;
   }
 }
 
-void Session::add_scatter_cancel_target(Backend* b, const std::string& host, std::uint16_t port,
-                                        std::optional<std::size_t> shard) {
-  std::lock_guard lock(cancel_.mu);
-  cancel_.scatter.push_back({b, host, port, shard});
+void CancelTargets::forget(const Backend* b) {
+  std::lock_guard lock(mu_);
+  if (backend_ == b) backend_ = nullptr;
 }
 
-void Session::clear_scatter_cancel_targets() {
-  std::lock_guard lock(cancel_.mu);
-  cancel_.scatter.clear();
+void CancelTargets::add_scatter(Backend* b, const std::string& host, std::uint16_t port,
+                                std::optional<std::size_t> shard) {
+  std::lock_guard lock(mu_);
+  scatter_.push_back({b, host, port, shard});
 }
 
-std::vector<Session::CancelTo> Session::cancel_targets(std::int32_t secret) {
+void CancelTargets::clear_scatter() {
+  std::lock_guard lock(mu_);
+  scatter_.clear();
+}
+
+bool CancelTargets::scatter_running() {
+  std::lock_guard lock(mu_);
+  return !scatter_.empty();
+}
+
+std::vector<std::pair<std::size_t, Backend*>> CancelTargets::scatter_on_shards() {
+  std::vector<std::pair<std::size_t, Backend*>> out;
+  std::lock_guard lock(mu_);
+  for (const auto& t : scatter_)
+    if (t.shard) out.emplace_back(*t.shard, t.backend);
+  return out;
+}
+
+std::vector<CancelTargets::To> CancelTargets::take() {
   // The backend the pump reads from, or every backend of a multi-shard statement.
-  std::vector<CancelTo> to;
-  std::lock_guard lock(cancel_.mu);
-  if (secret != who_.cancel_secret) return to;
+  std::vector<To> to;
+  std::lock_guard lock(mu_);
   auto add = [&](Backend* b, const std::string& host, std::uint16_t port) {
     // From now on this backend is never handed to another client.
     b->cancel_sent = true;
     to.push_back({host, port, b->process_id, b->secret_key});
   };
-  if (cancel_.backend) add(cancel_.backend, cancel_.host, cancel_.port);
-  for (auto& t : cancel_.scatter) add(t.backend, t.host, t.port);
+  if (backend_) add(backend_, host_, port_);
+  for (auto& t : scatter_) add(t.backend, t.host, t.port);
   return to;
 }
 
 void Session::request_cancel(std::int32_t secret) {
-  auto to = cancel_targets(secret);
+  if (secret != who_.cancel_secret) return;  // (fixed at login)
+  auto to = cancel_.take();
   if (to.empty()) return;
   spdlog::info("[{}] forwarding cancel request to {} backend(s)", id_, to.size());
   for (auto& t : to)
@@ -646,7 +677,8 @@ void Session::request_cancel(std::int32_t secret) {
 // only after signalling the backend, so a client that waits for that close (asyncpg)
 // never sees its cancel land on its next statement.
 awaitable<void> Session::forward_cancel(std::int32_t secret) {
-  auto to = cancel_targets(secret);
+  if (secret != who_.cancel_secret) co_return;
+  auto to = cancel_.take();
   if (to.empty()) co_return;
   spdlog::info("[{}] forwarding cancel request to {} backend(s)", id_, to.size());
   for (auto& t : to) co_await send_cancel(t.host, t.port, t.pid, t.key, runtime_->config.timeouts.server_connect);

@@ -2,18 +2,26 @@
 // to the shard that owns its key and forwarding between the client and pooled
 // backends. Two coroutines on the worker's thread share the state: the client loop
 // (client -> backend) and, while a backend is current, the pump (backend -> client).
-// Nothing here is touched from another thread except the cancel target, which is
-// guarded by cancel_mu_.
+// Nothing here is touched from another thread except the cancel targets
+// (CancelTargets, under its own mutex) and the epoch mark (CatalogEpoch::epoch).
 //
-//   session.cpp            life cycle, login and authentication, startup parameters
+// Session keeps the client loop, the dispatch and the state the hot path reads; its
+// other concerns are parts of their own, each a class with its state, holding the
+// session by reference (friends, as the executors are), declared next to their .cpp:
+//
+//   session.cpp            life cycle; Login (login.hpp): start-up, authentication,
+//                          startup parameters; CancelTargets (cancel_targets.hpp)
 //   route.cpp              the dispatch over routing::dispatch's steps, transactions,
 //                          local commands (SET/SHOW splitpoint.*)
-//   keys.cpp, moves.cpp    generated keys; statements during a partition's move
+//   keys.cpp               generated keys and drawn values: KeyDrawing (keys.hpp)
+//   moves.cpp              the catalog epoch followed, statements during a partition's
+//                          move: CatalogEpoch (moves.hpp)
 //   replicas.cpp           which host runs a statement: standbys for reads, the
-//                          primary through a failover (SPEC §10)
+//                          primary through a failover (SPEC §10): HostChoice (replicas.hpp)
 //   texts.cpp              statement texts the proxy rewrites or builds
 //   timeout.cpp            timeouts.query: a statement the current backend leaves
-//                          unanswered is cancelled there, then its connection dropped
+//                          unanswered is cancelled there, then its connection dropped:
+//                          QueryTimeout (timeout.hpp)
 //   pump.cpp               the single-shard forward: its executor, Pump (pump.hpp)
 //   admin_console.cpp      the admin console (database "splitpoint"): admin_login, then
 //                          its executor, AdminConsole (admin_console.hpp); the extended
@@ -21,14 +29,17 @@
 //   execute/               the executors of statements that are not one shard's:
 //     forward.cpp          the client loop, prepared statements, backend state (SET
 //                          replay, BEGIN on joining, SQL-level PREPARE)
-//     two_phase.cpp        joining shards, two-phase commit as coordinator
+//     two_phase.cpp        the transaction over shards, joining shards, two-phase commit
+//                          as coordinator: ShardTransaction (execute/shard_transaction.hpp)
 //     multi_shard_write.*  a write on several shards: MultiShardWrite
 //     copy.cpp             COPY FROM STDIN split by key: CopyIn
 //     insert_select.cpp    INSERT ... SELECT across shards
 //     cursor.cpp           cursors over several shards
-//     scatter.cpp          deadline and partial-result settings; hands a scatter read to
-//                          its executor, ScatterRead (execute/scatter_read.hpp; its combine step
-//                          in execute/scatter_combine.cpp)
+//     global_index.cpp     global indexes: IndexMaintenance (execute/global_index.hpp)
+//     scatter.cpp          deadline and partial-result settings; hands a scatter read
+//                          (execute/scatter_request.hpp) to its executor, ScatterRead
+//                          (execute/scatter_read.hpp; its combine step in
+//                          execute/scatter_combine.cpp)
 //     rows.cpp             rows written per partition, from the shards' tags
 //     deadlock.cpp         this session's side of the deadlock search (txn/deadlocks.hpp)
 #pragma once
@@ -55,7 +66,15 @@
 #include "server/txn/deadlocks.hpp"
 #include "server/net/frontend.hpp"
 #include "server/state/metrics.hpp"
+#include "server/session/cancel_targets.hpp"
+#include "server/session/execute/global_index.hpp"
+#include "server/session/execute/scatter_request.hpp"
+#include "server/session/execute/shard_transaction.hpp"
+#include "server/session/keys.hpp"
+#include "server/session/moves.hpp"
 #include "server/session/pump.hpp"
+#include "server/session/replicas.hpp"
+#include "server/session/timeout.hpp"
 #include "server/cluster/runtime.hpp"
 #include "server/net/stream.hpp"
 
@@ -66,7 +85,6 @@ class Catalog;
 struct Worker;
 class ScatterRead;
 class CopyIn;
-struct IndexWrite;  // execute/global_index.cpp
 
 class Session : public std::enable_shared_from_this<Session> {
   // Executors of the session's statements: server/session/pump.hpp, server/session/execute/scatter_read.hpp,
@@ -76,6 +94,15 @@ class Session : public std::enable_shared_from_this<Session> {
   friend class AdminConsole;
   friend class MultiShardWrite;
   friend class Pump;
+  // Its parts: login.hpp, timeout.hpp, replicas.hpp, keys.hpp, moves.hpp,
+  // execute/shard_transaction.hpp, execute/global_index.hpp
+  friend class CatalogEpoch;
+  friend class IndexMaintenance;
+  friend class Login;
+  friend class QueryTimeout;
+  friend class HostChoice;
+  friend class KeyDrawing;
+  friend class ShardTransaction;
 
  public:
   Session(Proxy& server, Worker& worker, tcp::socket socket);
@@ -99,7 +126,7 @@ class Session : public std::enable_shared_from_this<Session> {
   ClientInfo info() const;
   // The catalog epoch the running statement took its moves under (moves_.epoch, read
   // from any thread by Proxy::epoch_in_use); kIdle when none runs.
-  static constexpr std::int64_t kIdle = INT64_MAX;
+  static constexpr std::int64_t kIdle = CatalogEpoch::kIdle;
   // The deadlock search (server/txn/deadlocks.hpp), on this session's thread: the backends
   // it uses on its shards' primaries (held, or a running multi-shard read's), and
   // cancelling its wait on `shard` (backend `pid`, still in transaction `txn`) to break
@@ -118,19 +145,6 @@ class Session : public std::enable_shared_from_this<Session> {
     bool lost = false;     // connection broke
     bool truncated = false;  // more DataRows than run_on's max_rows came (not kept)
   };
-
-  // ---- session.cpp: login
-  awaitable<bool> login();
-  awaitable<std::optional<protocol::StartupMessage>> read_startup();
-  awaitable<bool> take_startup(const protocol::StartupMessage& startup);
-  awaitable<bool> greet();
-  awaitable<std::optional<protocol::Frame>> read_startup_frame();
-  awaitable<bool> authenticate();
-  awaitable<bool> authenticate_scram(const UserAuth* user);
-  awaitable<bool> authentication_failed();
-  awaitable<std::optional<std::string>> read_password_message(std::string_view expected);
-  void set_startup_param(std::string name, std::string value);
-  awaitable<bool> apply_startup_params(ParameterList& reported);
 
   // ---- execute/forward.cpp
   awaitable<void> serve();
@@ -156,12 +170,6 @@ class Session : public std::enable_shared_from_this<Session> {
   // pg_terminate_backend) goes back as broken, unless it held what cannot be replayed on
   // another; true when it did (execute/forward.cpp).
   bool drop_if_closed(std::size_t shard);
-  struct CancelTo {
-    std::string host;
-    std::uint16_t port = 0;
-    std::int32_t pid = 0, key = 0;
-  };
-  std::vector<CancelTo> cancel_targets(std::int32_t secret);
   void close_idle_connections_to(const std::string& database);
   std::size_t shard_to_prepare(const Prepared& p);
   void release_all(bool reusable);
@@ -174,21 +182,6 @@ class Session : public std::enable_shared_from_this<Session> {
   // Inside a transaction block as the client sees it, including a BEGIN already sent
   // in this extended batch whose ReadyForQuery has not come back yet.
   bool in_transaction() const { return fe_.client_txn != 'I' || !txn_.begin_sql.empty(); }
-  // ---- moves.cpp (SPEC §9)
-  // Between transactions: the newest runtime of this one's lineage (a catalog epoch).
-  void follow_runtime();
-  void renumber_shards(const Runtime& next);  // DROP SHARD: per-shard state by name
-  // Before a statement reaches the shards (and again while it is held): marks it running
-  // under the current epoch, then takes the newest moves (moves_.view, null if none).
-  void take_moves();
-  void statement_ended() { moves_.epoch.store(kIdle, std::memory_order_release); }
-  // Waits while the statement is for a partition in cutover (or the lease lapsed), up
-  // to moves.max_hold, then routes it `again` with the new placement. False: refused
-  // (SPM01, or DDL during a move), the error sent. Call when take_moves found moves.
-  awaitable<bool> wait_for_moves(routing::Route& route, bool extended, const std::function<routing::Route()>& again);
-  // The text to send to `shard` so that it leaves out rows it holds but does not own;
-  // nullopt: `sql` as it is.
-  std::optional<std::string> hide_foreign_rows(std::size_t shard, const routing::Route& route, std::string_view sql) const;
   void ensure_prepared(const Prepared& p);
   void make_room(Backend& b);
   // Appends the Queries that bring backend `b` to this client's state before its
@@ -196,29 +189,9 @@ class Session : public std::enable_shared_from_this<Session> {
   int sync_backend_state(Backend& b, std::string& out, bool join_transaction);
   // The shard takes part in the client's open transaction (BEGIN reached it).
   bool in_transaction_on(std::size_t shard) const { return held_[shard] && held_[shard]->status != 'I'; }
-  // ---- timeout.cpp (timeouts.query)
-  // After a flush to the current backend: starts timing what it owes, if not already.
-  void start_query_clock() {
-    if (query_clock_.since == std::chrono::steady_clock::time_point{} && !fe_.expect.empty() &&
-        runtime_->config.timeouts.query.count() > 0)
-      start_query_timer();
-  }
-  void start_query_timer();
-  void arm_query_timer(std::chrono::steady_clock::time_point at);
-  void on_query_timer();
-  void cancel_timed_out_statement();
   // A CancelRequest for the statement backend `b` of `shard` runs, sent without waiting
   // for it (timeouts.query, a deadlock across shards).
   void cancel_statement_on(std::size_t shard, Backend& b);
-  bool timed_out_statement_cancelled() const {
-    return query_clock_.cancelled == query_clock_.since && query_clock_.since != std::chrono::steady_clock::time_point{};
-  }
-  // PostgreSQL's 57014 after the proxy's cancel, into `out` with a message that names
-  // the shard and the timeout. False: not a 57014.
-  bool rewrite_timeout_error(std::string_view body, std::string& out);
-  // The backend did not answer the cancel either: its connection is closed and the
-  // client's statements get 08006.
-  awaitable<void> answer_dropped_statement(std::size_t shard);
   // ---- execute/deadlock.cpp: backend `b`'s 57014 after break_deadlock, as 40P01 (a
   // whole ErrorResponse) appended to `out`. False: not that backend or not a 57014.
   bool rewrite_deadlock_error(const Backend& b, std::string_view body, std::string& out);
@@ -230,27 +203,6 @@ class Session : public std::enable_shared_from_this<Session> {
   void note_parameter_statuses(std::string_view messages);  // whole messages, others skipped
   void apply_session_commands();
 
-  // ---- replicas.cpp (SPEC §10)
-  bool reads_from_standby(const routing::Route& route) const;  // hint > SET splitpoint.reads > config
-  bool may_read_standby(std::size_t shard, const routing::Route& route) const;
-  // The standby that runs this read on `shard`; nullopt: the primary.
-  awaitable<std::optional<std::size_t>> read_host(std::size_t shard, const routing::Route& route);
-  std::shared_ptr<Pool> pool_on(std::size_t shard, std::size_t host);
-  // Back to the pool of the host it came from.
-  void give_back(std::size_t shard, std::unique_ptr<Backend> b, bool reusable);
-  // A statement that may write (or commit) goes to `shard`'s primary: the next standby
-  // read there must have replayed past it.
-  void may_write_on(std::size_t shard) {
-    if (runtime_->standbys) ryw_.unknown[shard] = 1;
-  }
-  void host_failed(std::size_t shard, std::size_t host, BanReason why);
-  awaitable<bool> wait_for_primary(std::size_t shard);
-  std::string no_primary_message(std::size_t shard) const;
-  std::string host_label(std::size_t shard, std::size_t host) const;  // "host:port"
-  // After pump_.use_shard(): counts the statement's target (queries_total{target}).
-  void count_target(RouteLabel label);
-  // `standby` is reset when the standby could not be reached (the primary answers).
-  awaitable<AcquireResult> acquire_backend(std::size_t shard, std::optional<std::size_t>& standby);
   // ---- execute/rows.cpp: rows written per partition, from the shards' CommandComplete
   RowShares row_shares(const routing::Route& route, std::size_t shard) const;
   void count_written(std::string_view tag);
@@ -294,26 +246,6 @@ class Session : public std::enable_shared_from_this<Session> {
   static constexpr const char* kAdminDatabase = "splitpoint";
   awaitable<bool> admin_login();
   // ---- execute/scatter.cpp
-  struct ScatterRequest {
-    std::string sql;  // the client's statement
-    bool extended = false;
-    bool describe = true;   // send the RowDescription (simple: always; extended: Describe P came)
-    bool emit_rows = true;  // extended Describe without Execute: no rows
-    std::vector<std::optional<std::string>> params;
-    std::vector<std::int16_t> param_formats, result_formats;
-    std::vector<std::int32_t> param_types;
-    // The client's statement is a named one (prepared once, executed many times), parsed
-    // then: so is the shards' statement, on each backend once (ScatterRead::send_statement).
-    std::optional<std::chrono::steady_clock::time_point> named_since;
-    // A Bind of these parameters (views into this request) with `result_formats`.
-    protocol::Bind bind(std::vector<std::int16_t> result_formats) const {
-      protocol::Bind b;
-      b.param_formats = param_formats;
-      for (auto& p : params) b.params.push_back(p ? std::optional<std::string_view>(*p) : std::nullopt);
-      b.result_formats = std::move(result_formats);
-      return b;
-    }
-  };
   awaitable<bool> scatter_read(const routing::Route& route, ScatterRequest req);
   static ScatterRequest request_of(const protocol::Bind& bind, std::string sql, const std::vector<std::int32_t>& types);
   awaitable<std::optional<std::size_t>> describe_columns(const std::string& sql, const std::vector<std::int32_t>& types,
@@ -330,44 +262,6 @@ class Session : public std::enable_shared_from_this<Session> {
                                     const std::function<routing::Route()>& again);
   awaitable<bool> fetch_shapes(const std::vector<std::string>& tables, KeptShapes& keep);
   void forget_table_definitions();  // after DDL: shapes and key sources read again
-  // ---- keys.cpp: keys the proxy generates (SPEC §3)
-  // An INSERT whose key the proxy generates (route.generate_keys), run with its keys. In
-  // the extended protocol the keys are parameters after the client's. False: the
-  // session ends; refused statements get their error here. (`keep`: the statement's
-  // shapes, used again for the rewritten statement, see fetch_shapes.)
-  awaitable<bool> insert_with_generated_keys(routing::Route& route, KeptShapes& keep, std::string_view sql,
-                                             const protocol::Bind* bind = nullptr,
-                                             const std::vector<std::int32_t>* types = nullptr);
-  // An INSERT the proxy rewrote (keys filled in, rows pulled), routed again and run; in
-  // the extended protocol with `bind`'s parameters (of `types`).
-  awaitable<bool> run_rewritten_insert(routing::Route& route, KeptShapes& keep, std::string text,
-                                       const protocol::Bind* bind = nullptr,
-                                       std::vector<std::int32_t> types = {});
-  // ---- execute/global_index.cpp (SPEC §12): a read an index narrows runs on the shards
-  // of the keys it finds (Route::lookup); a write to a table with a global index: the
-  // statement, then the changes it logged applied to the index's entries, in one
-  // transaction (the proxy's own outside a block).
-  awaitable<void> route_through_index(routing::Route& route);
-  awaitable<bool> indexed_write(const protocol::Frame& f, const routing::Route& route);
-  // The same in the extended protocol: a Bind of such a write is a portal the proxy
-  // answers (bind_scatter), and its Execute runs here; `req`: the statement and its
-  // parameters. Outside a block the batch becomes one transaction to its Sync.
-  bool maintains_index(const routing::Route& route) const {
-    return route.indexes.writes && !txn_.maintaining_index && fe_.client_txn != 'E';
-  }
-  awaitable<bool> indexed_execute(const routing::Route& route, const ScatterRequest& req);
-  // This transaction's logged changes on the shards it is in, applied; the error (an
-  // ErrorResponse body) that stopped them, or empty. `sql`: the statement that wrote
-  // (its ON CONFLICT judged by a global unique index, a TRUNCATE); `answer`: its answer,
-  // made what one PostgreSQL would have answered where an ON CONFLICT took rows back
-  // (their value held on another shard) or updated the row holding it there instead.
-  awaitable<std::string> apply_index_changes(std::string_view sql = {}, std::string* answer = nullptr);
-  awaitable<std::string> read_index_changes(IndexWrite& w);
-  awaitable<std::string> write_index_entries(IndexWrite& w, std::size_t index);
-  // A claim refused for a row the statement inserted: the row taken back, and for DO
-  // UPDATE the row holding the value updated instead.
-  awaitable<std::string> resolve_conflict(IndexWrite& w, std::size_t index, const std::vector<std::optional<std::string>>& vals);
-  awaitable<std::string> run_index_statement(const std::string& sql, std::size_t index, std::string* answer);
   // ---- execute/insert_select.cpp: INSERT ... SELECT whose rows are pulled (route.pull_insert)
   awaitable<bool> pull_insert_select(const routing::Route& route, KeptShapes& keep, std::string_view sql,
                                      const protocol::Bind* bind = nullptr,
@@ -424,18 +318,6 @@ class Session : public std::enable_shared_from_this<Session> {
     return runtime_->combine ? runtime_->combine->get(who_.user, who_.password, who_.database)
                              : pools_[combine_shard()];
   }
-  // Where KeyCache keeps the values of `request`'s column (this session's database).
-  std::string key_cache_key(const routing::KeyRequest& request) const;
-  // `n` values of `request`'s column; nullopt: none can be made, `error` says why.
-  awaitable<std::optional<std::vector<std::string>>> draw_keys(const routing::KeyRequest& request, std::size_t n,
-                                                               KeyCache::Source& source, std::string& error);
-  // settings_.drawn: the values the proxy drew for this session stand in for its own
-  // nextval calls (answer_from_drawn).
-  void note_drawn(const std::string& sequence, const std::string& value);
-  std::optional<std::string> answer_from_drawn(const routing::Route& route, std::string_view sql);
-  void forget_drawn_lastval(const routing::Route& route);
-  awaitable<std::optional<KeyCache::Source>> key_source(const routing::KeyRequest& request, const std::string& cache_key,
-                                                        std::string& error);
   awaitable<bool> run_local(const routing::LocalCommand& c, std::string_view portal, bool extended);
   std::optional<std::pair<std::string, std::string>> local_answer(const routing::LocalCommand& c,
                                                                   Frontend::LocalPortal& answer);
@@ -459,22 +341,6 @@ class Session : public std::enable_shared_from_this<Session> {
   // The transaction is over on every shard: forget its state.
   void reset_transaction();
   // ---- execute/two_phase.cpp (transactions.cross_shard_writes: two_phase)
-  bool two_phase() const { return runtime_->config.cross_shard_writes == config::CrossShardWrites::two_phase; }
-  void note_written(std::size_t shard);
-  // Makes `shard` part of the open transaction (held, BEGIN sent). False on failure.
-  awaitable<bool> join_transaction(std::size_t shard);
-  // A backend of `shard` held by the session (BEGIN not sent: send_on's `join` sends it
-  // with the statement). False: none could be had.
-  awaitable<bool> hold_backend(std::size_t shard);
-  // Commits a transaction that wrote to several shards; "" or the ErrorResponse body.
-  // Notices the shards raised while committing are appended to `notices`.
-  awaitable<std::string> commit_two_phase(std::string* notices = nullptr);
-  // SPT01 for a transaction that wrote to `shard`, which has max_prepared_transactions = 0.
-  std::string no_prepared_transactions_error(std::size_t shard) const;
-  std::string prepare_failure(std::size_t shard, const Reply& reply);
-  // The client's Sync ends an txn_.implicit: commit (or roll back) on every shard,
-  // then one ReadyForQuery 'I'.
-  awaitable<bool> end_implicit_transaction();
   // A write on several shards: its executor, MultiShardWrite (execute/multi_shard_write.hpp). With
   // `ext`, the statement runs in the extended protocol with its parameters.
   awaitable<bool> run_on_shards(const routing::Route& route, std::string_view sql,
@@ -496,7 +362,7 @@ class Session : public std::enable_shared_from_this<Session> {
     int queries = 0;  // Query messages sent: session-state replays, then the statement
     Reply reply;      // lost (or the acquire error) when nothing can be read
   };
-  // A backend of `shard` from its pools (acquire_backend); `metered`: the wait and a
+  // A backend of `shard` from its pools (hosts_.acquire_backend); `metered`: the wait and a
   // failure count in the shard's metrics, as for a client's statement.
   awaitable<AcquireResult> acquire_counted(std::size_t shard, bool metered);
   // `join`: a held backend not yet in the open transaction gets BEGIN before `sql`.
@@ -508,7 +374,6 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<bool> reject_unless_invalid(std::string_view sqlstate, std::string message, std::string_view sql,
                                         const ScatterRequest* ext);
   awaitable<bool> reject_with(const protocol::ErrorFields& fields, bool extended);
-  std::size_t pick_any_shard();
   bool check_write(const routing::Route& route, std::size_t shard, std::string& error);
   routing::ShapeLookup shape_lookup(KeptShapes& keep);
   std::optional<std::size_t> single_target(const routing::Route& route);
@@ -522,12 +387,6 @@ class Session : public std::enable_shared_from_this<Session> {
                              bool ready_for_query);
   awaitable<void> send_ready();
   void set_cancel_target(Backend* b, std::size_t shard);
-  // A multi-shard statement's backends, while it runs (ScatterRead): a client's
-  // CancelRequest cancels each of them (at `host`:`port`, where `b` is; `shard`: the
-  // shard it is on, none for scatter.combine's own database).
-  void add_scatter_cancel_target(Backend* b, const std::string& host, std::uint16_t port,
-                                 std::optional<std::size_t> shard);
-  void clear_scatter_cancel_targets();
 
   // Who is connected: fixed at login.
   struct Client {
@@ -538,44 +397,6 @@ class Session : public std::enable_shared_from_this<Session> {
     std::int32_t cancel_pid = 0, cancel_secret = 0;  // BackendKeyData given to the client
     bool counted = false, logged_in = false;
     bool admin = false;  // an admin console session
-  };
-  // The transaction over shards, beyond the status the client was told (Frontend).
-  struct ShardTransaction {
-    std::uint64_t seq = 0;  // changes when a transaction ends (the deadlock search)
-    // The backend whose statement break_deadlock cancelled (0: none), and the cycle, for
-    // the client's 40P01.
-    std::int32_t deadlock_pid = 0;
-    std::string deadlock_detail;
-    std::string begin_sql;  // the client's BEGIN, replayed on each shard joined
-    // The transaction's savepoints, outermost first, as the client made them; each
-    // shard gets those it lacks before its next statement of the transaction
-    // (BackendState::savepoints).
-    std::vector<std::string> savepoints;
-    std::optional<std::size_t> write_shard;
-    std::vector<std::size_t> written;  // two_phase: every shard this transaction wrote
-    // Extended protocol outside a transaction block: the current backend ran a write
-    // since the client's last Sync.
-    bool batch_wrote = false;
-    // That batch moved on to another shard: the proxy turned it into a transaction
-    // block on every shard it touches (BEGIN after the write), finished at the Sync.
-    bool implicit = false;
-    // The proxy's own block around a client's statements (run_parts): a write that
-    // fails in it is rolled back.
-    bool own = false;
-    bool ddl = false;  // ran DDL: table shapes are forgotten again when it ends (committed by then)
-    // Inside indexed_write (execute/global_index.cpp): the statement runs as any other;
-    // then its entries' statements, not counted as the client's.
-    bool maintaining_index = false, applying_index = false;
-  };
-  // timeouts.query (timeout.cpp): one timer per session, made on first use and
-  // armed only while the current backend owes answers; it fires at most once per
-  // timeout interval however many statements run, and looks at `since` then.
-  struct QueryClock {
-    std::unique_ptr<asio::steady_timer> timer;
-    std::chrono::steady_clock::time_point since{};      // owed answers since; {}: none owed
-    std::chrono::steady_clock::time_point cancelled{};  // the `since` of the statement cancelled
-    bool armed = false;
-    bool dropped = false;  // no answer to the cancel either: the pump ends that backend
   };
   // The routed statement whose Sync is still to come (extended protocol).
   struct PendingSync {
@@ -598,32 +419,6 @@ class Session : public std::enable_shared_from_this<Session> {
     std::unique_ptr<std::pair<std::string, ScatterRequest>> portal;
     std::unique_ptr<routing::Route> route;
   };
-  // The backends a client's CancelRequest (handled on any thread) cancels: the
-  // current one, or every backend of a running multi-shard statement.
-  struct CancelTargets {
-    struct Target {
-      Backend* backend;
-      std::string host;
-      std::uint16_t port;
-      std::optional<std::size_t> shard;  // for the deadlock detector's view (execute/deadlock.cpp)
-    };
-    std::mutex mu;
-    Backend* backend = nullptr;
-    std::string host;
-    std::uint16_t port = 0;
-    std::vector<Target> scatter;
-  };
-  // Read-your-writes (SPEC §10), per shard: the primary LSN a standby must have
-  // replayed before it may answer this session, and whether the session used the
-  // primary since that LSN was read (then it is read again before a standby read).
-  struct ReadYourWrites {
-    std::vector<std::uint64_t> lsn;
-    std::vector<char> unknown;
-    void resize(std::size_t n) {
-      lsn.resize(n, 0);
-      unknown.resize(n, 0);
-    }
-  };
   // The Bind right after a Parse, decoded and routed by handle_parse (to prepare the
   // statement on that Bind's shard); handle_bind reuses both instead of doing them again.
   // The Bind is known by where its body lies in cbuf_, which does not change while
@@ -637,7 +432,6 @@ class Session : public std::enable_shared_from_this<Session> {
   struct IdleTimer {
     std::unique_ptr<asio::steady_timer> timer;
     bool timed_out = false;
-    bool login_timed_out = false;
     bool was_busy = false;  // the last look found a statement or transaction (arm_idle_timer)
   };
 
@@ -645,16 +439,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Worker& worker_;
   ClientStream stream_;
   std::shared_ptr<const Runtime> runtime_;
-  std::uint64_t generation_ = 0;           // of the server's runtime when runtime_ was taken
-  // The moves the running statement reads through (null: none), and the epoch it took
-  // them under. The catalog acknowledges an epoch only once no statement of an older
-  // one runs: a read that began before a move's copy must not meet the copied rows
-  // without the view that hides them (SPEC §9).
-  struct StatementMoves {
-    std::shared_ptr<const MoveView> view;
-    std::atomic<std::int64_t> epoch{kIdle};
-  };
-  StatementMoves moves_;
+  CatalogEpoch moves_{*this};  // moves.hpp
   std::uint64_t id_;
   protocol::FrameLimits limits_;
   WorkerMetrics& metrics_;
@@ -672,7 +457,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // What the client was promised, its prepared statements and transaction status.
   Frontend fe_;
   ClientSettings settings_;  // carried to every backend
-  ShardTransaction txn_;
+  ShardTransaction txn_{*this};  // execute/shard_transaction.hpp
+  KeyDrawing keys_{*this};       // keys.hpp
+  IndexMaintenance index_{*this};  // execute/global_index.hpp
   PendingSync pending_;
   std::unique_ptr<Lookahead> lookahead_;
   ScatterState scatter_;
@@ -684,12 +471,28 @@ class Session : public std::enable_shared_from_this<Session> {
   std::size_t cur_ = kNoShard;
   std::string bout_;  // bytes for the current backend, written once per batch
   Pump pump_{*this};   // the single-shard forward (pump.hpp)
-  QueryClock query_clock_;
+  QueryTimeout timeout_{*this};  // timeouts.query (timeout.hpp)
   bool pinned_ = false;  // LISTEN: keeps its backend until the end
-  std::size_t next_any_ = 0;
-  ReadYourWrites ryw_;
-  CancelTargets cancel_;
+  HostChoice hosts_{*this};  // replicas.hpp
+  CancelTargets cancel_;  // cancel_targets.hpp: guarded by its own mutex
 };
+
+inline void QueryTimeout::start() {
+  if (since_ == Clock::time_point{} && !s_.fe_.expect.empty() && s_.runtime_->config.timeouts.query.count() > 0)
+    start_timer();
+}
+
+inline void HostChoice::may_write_on(std::size_t shard) {
+  if (s_.runtime_->standbys) ryw_.unknown[shard] = 1;
+}
+
+inline bool IndexMaintenance::maintains_index(const routing::Route& route) const {
+  return route.indexes.writes && !maintaining_ && s_.fe_.client_txn != 'E';
+}
+
+inline bool ShardTransaction::two_phase() const {
+  return s_.runtime_->config.cross_shard_writes == config::CrossShardWrites::two_phase;
+}
 
 // The deadlock search's way to the sessions (server/txn/deadlocks.hpp), given by the
 // process.

@@ -93,7 +93,7 @@ awaitable<std::optional<bool>> Session::run_apart(const routing::Route& route, s
 awaitable<bool> Session::writes_shards_alone(const routing::Route& route) {
   // (An INSERT whose keys the proxy draws or whose rows it pulls is asked about again
   // once rewritten, with its keys: run_rewritten_insert.)
-  if (pools_.size() < 2 || in_transaction() || !two_phase() || route.cls != StatementClass::write ||
+  if (pools_.size() < 2 || in_transaction() || !txn_.two_phase() || route.cls != StatementClass::write ||
       route.txn != TxnCommand::none || route.syntax_error || route.key_guard() || route.generate_keys ||
       route.pull_insert || route.explain != routing::Route::Explain::none)
     co_return false;
@@ -103,7 +103,7 @@ awaitable<bool> Session::writes_shards_alone(const routing::Route& route) {
   for (auto s : targets) {
     if (pools_[s]->max_prepared_transactions() || held_[s]) continue;
     // Not read yet: a new connection of the pool reads it (Pool::connect_for).
-    const bool held = co_await hold_backend(s);
+    const bool held = co_await txn_.hold_backend(s);
     if (held) release_shard(s, true);
   }
   // A shard that cannot prepare transactions (or whose setting is still unknown): shard

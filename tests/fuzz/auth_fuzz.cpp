@@ -27,7 +27,7 @@
 //              md5 verifier/response are the reference MD5s, response refuses what
 //              is_verifier refuses
 //   login      bytes as a client connection (SSLRequest, GSSENCRequest, StartupMessage,
-//              then 'p' messages) through the steps of Session::authenticate (an
+//              then 'p' messages) through the steps of Login::authenticate (an
 //              SSLRequest stands for TLS: -PLUS offered): never authenticated without
 //              the password
 //   backend    bytes as a shard's start-up answers ('R' messages) through the steps of
@@ -477,7 +477,7 @@ std::optional<std::string> password_message(std::string_view& buf) {
   return std::string(r.frame.body);
 }
 
-// Session::authenticate's SCRAM and MD5 steps; "alice" exists, any other user not.
+// Login::authenticate's SCRAM and MD5 steps; "alice" exists, any other user not.
 void login(std::string_view buf, bool use_md5) {
   bool tls = false;
   auto user = startup_user(buf, tls);

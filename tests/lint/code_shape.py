@@ -2,7 +2,8 @@
 """The shape DESIGN.md asks of the code, checked (issue #12): no function in server/,
 routing/, config/ or protocol/ longer than MAX_FUNCTION lines (from its signature to
 its closing brace), no class or struct there with more than MAX_MEMBERS data members
-(static ones aside). It reads the code through universal-ctags (Debian's
+(static ones aside), and no class or struct definition there longer than
+MAX_CLASS_LINES lines (from its `class X {` to its `};`; issue #46). It reads the code through universal-ctags (Debian's
 universal-ctags), which knows where each function ends and which members belong to
 which class. And no folder of server/ with more than MAX_FOLDER_FILES .cpp files (issue
 #46: a folder is a subsystem a newcomer can name; routing/ and routing/merge/, at 17
@@ -18,6 +19,7 @@ import sys
 
 MAX_FUNCTION = 100
 MAX_MEMBERS = 30
+MAX_CLASS_LINES = 400
 MAX_FOLDER_FILES = 15
 DIRS = ("server", "routing", "config", "protocol")
 
@@ -48,6 +50,11 @@ def main():
             if length > MAX_FUNCTION:
                 bad.append(f"{where}: {t.get('scope', '') + '::' if 'scope' in t else ''}{t['name']} has {length} lines"
                            f" (max {MAX_FUNCTION})")
+        elif t["kind"] in ("class", "struct") and "end" in t:
+            length = t["end"] - t["line"] + 1
+            if length > MAX_CLASS_LINES:
+                bad.append(f"{where}: {t.get('scope', '') + '::' if 'scope' in t else ''}{t['name']} has {length} lines"
+                           f" (max {MAX_CLASS_LINES})")
         elif t["kind"] == "member" and t.get("scopeKind") in ("class", "struct"):
             if " static " not in " " + t.get("pattern", "") + " ":
                 members[(t["scope"], t["path"])].append(t["name"])

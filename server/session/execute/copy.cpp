@@ -146,8 +146,8 @@ class CopyIn {
 awaitable<bool> CopyIn::run() {
   // Writes only, by key: nothing it sends reads through the moves' views, so the catalog
   // need not wait for it (a long load would hold up every move; SPEC §9).
-  s_.statement_ended();
-  if (in_txn_ && shards_.size() > 1 && !s_.two_phase()) {
+  s_.moves_.statement_ended();
+  if (in_txn_ && shards_.size() > 1 && !s_.txn_.two_phase()) {
     co_await s_.reject(sqlstate::cross_shard_write,
                        "COPY into \"" + table_ + "\" may write to several shards, which a transaction may not", false);
     co_return !s_.closing_;
@@ -166,8 +166,8 @@ awaitable<bool> CopyIn::run() {
   }
   co_await finish();
   for (auto& fill : fills_) {  // (what the rows did not use serves the next statements)
-    s_.runtime_->keys->put_back(s_.key_cache_key(fill.request), {fill.values.rbegin(), fill.values.rend()});
-    if (!fill.last.empty()) s_.note_drawn(fill.sequence, fill.last);
+    s_.runtime_->keys->put_back(s_.keys_.key_cache_key(fill.request), {fill.values.rbegin(), fill.values.rend()});
+    if (!fill.last.empty()) s_.keys_.note_drawn(fill.sequence, fill.last);
   }
   co_await answer();
   co_return !s_.closing_;
@@ -246,10 +246,10 @@ awaitable<bool> CopyIn::plan_fills(const routing::TableShape& shape) {
 // COPY on every shard, one after the other, up to its CopyInResponse.
 awaitable<void> CopyIn::start() {
   for (std::size_t s = 0; s < shards_.size() && start_error_.empty(); ++s) {
-    s_.may_write_on(s);
+    s_.hosts_.may_write_on(s);
     if (!s_.held_[s]) {
       std::optional<std::size_t> primary;
-      auto r = co_await s_.acquire_backend(s, primary);
+      auto r = co_await s_.hosts_.acquire_backend(s, primary);
       if (!r.backend) {
         start_error_ = error_body(r.sqlstate, r.message);
         break;
@@ -271,7 +271,7 @@ awaitable<bool> CopyIn::start_on(std::size_t s) {
   // A shard outside the client's transaction joins it (two_phase commits them together).
   int swallow = s_.sync_backend_state(*b, out, true);
   if (in_txn_) {
-    s_.note_written(s);
+    s_.txn_.note_written(s);
     if (!s_.txn_.write_shard) s_.txn_.write_shard = s;
   }
   proto::Query{sql_}.encode(out);
@@ -313,7 +313,7 @@ awaitable<bool> CopyIn::fill_row(std::string_view bytes, std::string& out) {
       auto held = std::move(s_.held_[shard]);
       KeyCache::Source source;
       std::string error;
-      auto drawn = co_await s_.draw_keys(fill.request, kFillBlock, source, error);
+      auto drawn = co_await s_.keys_.draw_keys(fill.request, kFillBlock, source, error);
       s_.held_[shard] = std::move(held);
       if (!drawn) {
         fail("cannot draw values of column \"" + fill.request.column + "\" of \"" + table_ + "\": " + error,

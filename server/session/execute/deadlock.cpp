@@ -20,10 +20,8 @@ std::vector<std::pair<std::size_t, Backend*>> Session::backends_in_use() {
   std::vector<std::pair<std::size_t, Backend*>> out;
   for (std::size_t shard = 0; shard < held_.size(); ++shard)
     if (held_[shard]) out.emplace_back(shard, held_[shard].get());
-  std::lock_guard lock(cancel_.mu);
-  for (const auto& t : cancel_.scatter)
-    if (t.shard && std::none_of(out.begin(), out.end(), [&](const auto& u) { return u.second == t.backend; }))
-      out.emplace_back(*t.shard, t.backend);
+  for (const auto& [shard, b] : cancel_.scatter_on_shards())
+    if (std::none_of(out.begin(), out.end(), [&](const auto& u) { return u.second == b; })) out.emplace_back(shard, b);
   return out;
 }
 

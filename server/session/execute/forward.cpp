@@ -51,7 +51,7 @@ awaitable<void> Session::serve() {
       cpos_ = 0;
     }
     if (cbuf_.empty()) cbuf_.shrink_to_fit();  // frees it: an idle client holds no input buffer
-    statement_ended();  // (what the proxy runs itself is done; a scatter portal takes moves again at Execute)
+    moves_.statement_ended();  // (what the proxy runs itself is done; a scatter portal takes moves again at Execute)
     bool timed = idle_timeout.count() > 0;
     if (timed) {
       if (!idle_.timer) idle_.timer = std::make_unique<asio::steady_timer>(ex);
@@ -112,7 +112,7 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       txn_.batch_wrote = false;
       fe_.batch_commands.clear();  // the batch failed: its SETs did not happen
       scatter_.portal.reset();     // (bound, not executed: gone with the failed batch)
-      if (txn_.implicit) co_return co_await end_implicit_transaction();
+      if (txn_.implicit) co_return co_await txn_.end_implicit_transaction();
       // A block the batch opened itself (BEGIN in a Bind) failed on a shard the proxy
       // synced mid-batch: PostgreSQL says E at this Sync (libpq_pipeline's
       // `transaction`, tests/integration/test_pg_regress.sh).
@@ -129,8 +129,8 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       co_return true;
     fe_.open_batch_failed = false;
   }
-  if (server_.runtime_generation() != generation_ && (f.type == 'Q' || f.type == 'P' || f.type == 'B'))
-    follow_runtime();  // (a new catalog epoch, taken between transactions)
+  if (server_.runtime_generation() != moves_.generation() && (f.type == 'Q' || f.type == 'P' || f.type == 'B'))
+    moves_.follow_runtime();  // (a new catalog epoch, taken between transactions)
   switch (f.type) {
     case 'Q':
       co_return co_await handle_query(f);
@@ -151,7 +151,7 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
       if (fe_.local_portal || scatter_.portal || !fe_.portals.empty()) co_return co_await handle_execute(f);
       [[fallthrough]];
     case 'H':
-      if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
+      if (!cur() && !co_await pump_.use_shard(hosts_.pick_any_shard())) {
         fe_.skip_until_sync = true;
         co_return !closing_;
       }
@@ -169,8 +169,7 @@ awaitable<bool> Session::handle_frame(const proto::Frame& f) {
     case 'f':
       if (f.type != 'd') fe_.copy_in = false;
       // COPY IN: the shard waits for the client, timeouts.query counts from its last data.
-      if (query_clock_.since != std::chrono::steady_clock::time_point{})
-        query_clock_.since = std::chrono::steady_clock::now();
+      timeout_.client_sent();
       if (cur()) {
         bool open = fe_.sent_after_sync;
         forward_raw(f, 0);
@@ -215,7 +214,7 @@ awaitable<bool> Session::handle_describe(const proto::Frame& f) {
     }
   }
   auto it = d->kind == 'S' ? fe_.prepared.find(std::string(d->name)) : fe_.prepared.end();
-  if (!cur() && !co_await pump_.use_shard(it == fe_.prepared.end() ? pick_any_shard() : shard_to_prepare(it->second))) {
+  if (!cur() && !co_await pump_.use_shard(it == fe_.prepared.end() ? hosts_.pick_any_shard() : shard_to_prepare(it->second))) {
     fe_.skip_until_sync = true;
     co_return !closing_;
   }
@@ -279,7 +278,7 @@ awaitable<bool> Session::handle_sync(const proto::Frame& f) {
     auto req = std::move(scatter_.portal->second);
     auto portal = std::move(scatter_.portal->first);
     scatter_.portal.reset();
-    if (held_past_sync(portal, req.emit_rows, *scatter_.route, in_transaction()) && !maintains_index(*scatter_.route)) {
+    if (held_past_sync(portal, req.emit_rows, *scatter_.route, in_transaction()) && !index_.maintains_index(*scatter_.route)) {
       // A named portal of a block outlives its Sync (asyncpg's cursor: Bind, Sync, then
       // Execute with a row limit, Sync, ...): its rows are read now and kept, as a
       // portal read in pieces (cursor.cpp); an error of the read comes at this Sync.
@@ -295,7 +294,7 @@ awaitable<bool> Session::handle_sync(const proto::Frame& f) {
   if (txn_.implicit) {
     for (auto& c : fe_.batch_commands) fe_.pending_commands.push_back(std::move(c));
     fe_.batch_commands.clear();
-    co_return co_await end_implicit_transaction();
+    co_return co_await txn_.end_implicit_transaction();
   }
   if (!cur()) {
     fe_.batch_commands.clear();
@@ -343,10 +342,10 @@ awaitable<bool> Session::handle_execute(const proto::Frame& f) {
       auto req = std::move(scatter_.portal->second);
       auto portal = std::move(scatter_.portal->first);
       scatter_.portal.reset();
-      take_moves();  // (a named portal may outlive its Sync: then nothing marks it running)
-      if (maintains_index(*scatter_.route)) {
+      moves_.take_moves();  // (a named portal may outlive its Sync: then nothing marks it running)
+      if (index_.maintains_index(*scatter_.route)) {
         const routing::Route route = *scatter_.route;
-        co_return co_await indexed_execute(route, req);
+        co_return co_await index_.indexed_execute(route, req);
       }
       if (scatter_.route->cls != routing::StatementClass::read || scatter_.route->explain != routing::Route::Explain::none) {
         // One transaction on several shards, as the Sync ends it (SPEC §5).
@@ -366,7 +365,7 @@ awaitable<bool> Session::handle_execute(const proto::Frame& f) {
       if (fe_.portals.count(std::string(e->portal))) co_return co_await execute_more(std::string(e->portal), e->max_rows);
     }
   }
-  if (!cur() && !co_await pump_.use_shard(pick_any_shard())) {
+  if (!cur() && !co_await pump_.use_shard(hosts_.pick_any_shard())) {
     fe_.skip_until_sync = true;
     co_return !closing_;
   }
@@ -402,7 +401,7 @@ void Session::leave_batch_shard(std::size_t shard) {
   cur()->unnamed_owner = {0, 0};  // a Query drops the unnamed statement
   begin_implicit_block();
   txn_.write_shard = cur_;
-  note_written(cur_);
+  txn_.note_written(cur_);
   txn_.batch_wrote = false;
 }
 
@@ -530,14 +529,11 @@ bool Session::should_release() const {
 void Session::release_shard(std::size_t shard, bool reusable) {
   if (!held_[shard]) return;  // (held_ changes on this thread only)
   std::unique_ptr<Backend> b;
-  {
-    std::lock_guard lock(cancel_.mu);
-    b = std::move(held_[shard]);
-    if (cancel_.backend == b.get()) cancel_.backend = nullptr;
-  }
+  b = std::move(held_[shard]);
+  cancel_.forget(b.get());
   if (!b) return;
   if (!b->read_buf.empty() || b->status != 'I') reusable = false;
-  give_back(shard, std::move(b), reusable);
+  hosts_.give_back(shard, std::move(b), reusable);
 }
 
 // (Session pooling keeps a backend between transactions; a transaction's other shards

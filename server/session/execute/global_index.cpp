@@ -34,6 +34,8 @@
 #include "server/cluster/indexes.hpp"
 #include "server/cluster/proxy.hpp"
 #include "server/net/wire.hpp"
+#include "server/session/execute/global_index.hpp"
+
 #include "server/session/session.hpp"
 
 namespace splitpoint::server {
@@ -299,48 +301,48 @@ std::string adjusted_answer(std::string& answer, const IndexWrite& w) {
 
 }  // namespace
 
-awaitable<void> Session::route_through_index(routing::Route& route) {
-  const config::Config& cfg = runtime_->config;
+awaitable<void> IndexMaintenance::route_through_index(routing::Route& route) {
+  const config::Config& cfg = s_.runtime_->config;
   const routing::Route::Lookup& l = *route.indexes.lookup;
   const config::Index& ix = cfg.indexes[l.index];
-  if (!server_.indexes().ready(ix.name)) co_return;  // (built or checked again: every shard)
+  if (!s_.server_.indexes().ready(ix.name)) co_return;  // (built or checked again: every shard)
   std::map<std::size_t, std::string> by_shard;  // the values each entries' shard is asked for
   for (const auto& [shard, value] : l.values)
     by_shard[shard] += (by_shard[shard].empty() ? "" : ", ") + quote_literal(value);
-  co_await pump_.drain();
+  co_await s_.pump_.drain();
   const routing::ColumnType key_type = routing::column_type(l.key_type);
   std::set<std::size_t> shards;
   for (const auto& [shard, values] : by_shard) {
-    auto reply = co_await run_on(shard, "SELECT DISTINCT " + ident(ix.key_column) + "::text FROM splitpoint." +
+    auto reply = co_await s_.run_on(shard, "SELECT DISTINCT " + ident(ix.key_column) + "::text FROM splitpoint." +
                                             ident(ix.name + "_entries") + " WHERE " + ident(ix.columns.front()) +
                                             " IN (" + values + ")");
     if (reply.lost || !reply.error.empty()) co_return;  // (every shard, as without the index)
     auto keys = first_column(reply.messages);
     if (!keys) co_return;
     for (const auto& key : *keys) {
-      auto p = runtime_->topology->partition_of(l.distribution, key_type, key);
+      auto p = s_.runtime_->topology->partition_of(l.distribution, key_type, key);
       if (p.status != routing::PartitionOf::Status::ok) co_return;
-      shards.insert(runtime_->topology->shard_of(l.distribution, p.partition));
+      shards.insert(s_.runtime_->topology->shard_of(l.distribution, p.partition));
     }
   }
-  server_.metrics().index_event(l.index, shards.empty() ? Metrics::IndexEvent::lookup_empty
+  s_.server_.metrics().index_event(l.index, shards.empty() ? Metrics::IndexEvent::lookup_empty
                                                          : Metrics::IndexEvent::lookup_found);
   route.kind = RouteKind::shards;
   route.shards.assign(shards.begin(), shards.end());
   // No row has the value: one shard answers (no rows, the statement's description).
-  if (route.shards.empty()) route.shards = {pick_any_shard()};
+  if (route.shards.empty()) route.shards = {s_.hosts_.pick_any_shard()};
 }
 
-awaitable<bool> Session::indexed_write(const proto::Frame& f, const routing::Route& route) {
-  txn_.maintaining_index = true;
+awaitable<bool> IndexMaintenance::indexed_write(const proto::Frame& f, const routing::Route& route) {
+  maintaining_ = true;
   struct Reset {
     bool& flag;
     ~Reset() { flag = false; }
-  } reset{txn_.maintaining_index};
-  const bool own = !in_transaction();
+  } reset{maintaining_};
+  const bool own = !s_.in_transaction();
   if (own) {
-    if (!co_await run_unseen("BEGIN")) co_return false;
-    txn_.own = true;
+    if (!co_await s_.run_unseen("BEGIN")) co_return false;
+    s_.txn_.own = true;
   }
   // The statement's text, kept: `f` points into the client's input buffer, which a COPY
   // reading its data may reallocate.
@@ -351,11 +353,11 @@ awaitable<bool> Session::indexed_write(const proto::Frame& f, const routing::Rou
   const bool hold_answer = !route.copy_from;
   ClientStream::Quiet quiet;
   ClientStream::Capture capture;
-  stream_.quiet(&quiet);
-  if (hold_answer) stream_.capture(&capture);
-  bool go_on = co_await handle_query(f);
-  if (go_on && !closing_) co_await pump_.drain();
-  stream_.capture(nullptr);
+  s_.stream_.quiet(&quiet);
+  if (hold_answer) s_.stream_.capture(&capture);
+  bool go_on = co_await s_.handle_query(f);
+  if (go_on && !s_.closing_) co_await s_.pump_.drain();
+  s_.stream_.capture(nullptr);
   std::string answer;  // the statement's answer but its ReadyForQuery
   bool failed = quiet.errors > 0;
   for_each_message(capture.data, [&](char type, std::string_view, std::string_view whole) {
@@ -363,23 +365,23 @@ awaitable<bool> Session::indexed_write(const proto::Frame& f, const routing::Rou
     if (type != 'Z') answer.append(whole);
   });
   std::string error;
-  if (go_on && !closing_ && !failed && fe_.client_txn != 'E') {
-    txn_.applying_index = true;
-    error = co_await apply_index_changes(written_text(fe_, route, sql), &answer);
-    txn_.applying_index = false;
+  if (go_on && !s_.closing_ && !failed && s_.fe_.client_txn != 'E') {
+    applying_ = true;
+    error = co_await apply_index_changes(written_text(s_.fe_, route, sql), &answer);
+    applying_ = false;
   }
-  stream_.quiet(nullptr);
-  if (!go_on || closing_) co_return false;
+  s_.stream_.quiet(nullptr);
+  if (!go_on || s_.closing_) co_return false;
   if (!error.empty()) {
     answer.clear();
     proto::Writer(answer, 'E').bytes(error).finish();
-    if (fe_.client_txn != 'E') co_await fail_block();
+    if (s_.fe_.client_txn != 'E') co_await s_.fail_block();
   }
-  co_await stream_.write(answer);
-  if (own && !co_await run_unseen(failed || !error.empty() || fe_.client_txn == 'E' ? "ROLLBACK" : "COMMIT"))
+  co_await s_.stream_.write(answer);
+  if (own && !co_await s_.run_unseen(failed || !error.empty() || s_.fe_.client_txn == 'E' ? "ROLLBACK" : "COMMIT"))
     co_return false;
-  co_await send_ready();
-  co_return !closing_;
+  co_await s_.send_ready();
+  co_return !s_.closing_;
 }
 
 // The extended protocol's Execute of such a write (its Bind made it a portal of the
@@ -390,57 +392,57 @@ awaitable<bool> Session::indexed_write(const proto::Frame& f, const routing::Rou
 // two-phase commit) as PostgreSQL's implicit transaction of an extended batch. Then its
 // entries, as in the simple protocol; the client gets the statement's answer, or the
 // first error and then nothing until Sync (the batch rolls back there).
-awaitable<bool> Session::indexed_execute(const routing::Route& route, const ScatterRequest& req) {
-  txn_.maintaining_index = true;
+awaitable<bool> IndexMaintenance::indexed_execute(const routing::Route& route, const ScatterRequest& req) {
+  maintaining_ = true;
   struct Reset {
     bool& flag;
     ~Reset() { flag = false; }
-  } reset{txn_.maintaining_index};
-  if (!in_transaction()) begin_implicit_block();
+  } reset{maintaining_};
+  if (!s_.in_transaction()) s_.begin_implicit_block();
   ClientStream::Capture capture;
-  stream_.capture(&capture);
-  bool go_on = co_await run_on_shards(route, req.sql, &req);
-  stream_.capture(nullptr);
-  if (!go_on || closing_) co_return false;
-  bool failed = fe_.skip_until_sync;
+  s_.stream_.capture(&capture);
+  bool go_on = co_await s_.run_on_shards(route, req.sql, &req);
+  s_.stream_.capture(nullptr);
+  if (!go_on || s_.closing_) co_return false;
+  bool failed = s_.fe_.skip_until_sync;
   for_each_message(capture.data, [&](char type, std::string_view, std::string_view) { failed = failed || type == 'E'; });
   std::string error;
-  if (!failed && fe_.client_txn != 'E') {
-    const char status = fe_.client_txn;
-    txn_.applying_index = true;
-    error = co_await apply_index_changes(written_text(fe_, route, req.sql), &capture.data);
-    txn_.applying_index = false;
-    if (closing_) co_return false;
+  if (!failed && s_.fe_.client_txn != 'E') {
+    const char status = s_.fe_.client_txn;
+    applying_ = true;
+    error = co_await apply_index_changes(written_text(s_.fe_, route, req.sql), &capture.data);
+    applying_ = false;
+    if (s_.closing_) co_return false;
     // (The entries' statements end with the ReadyForQuery of a block: the batch's own
     // transaction is still no block of the client's.)
-    if (txn_.implicit && fe_.client_txn == 'T') fe_.client_txn = status;
+    if (s_.txn_.implicit && s_.fe_.client_txn == 'T') s_.fe_.client_txn = status;
   }
   if (!error.empty()) {
     capture.data.clear();
     proto::Writer(capture.data, 'E').bytes(error).finish();
-    fe_.skip_until_sync = true;
-    co_await fail_block();
+    s_.fe_.skip_until_sync = true;
+    co_await s_.fail_block();
   }
-  co_await stream_.write(capture.data);
-  co_return !closing_;
+  co_await s_.stream_.write(capture.data);
+  co_return !s_.closing_;
 }
 
-awaitable<std::string> Session::apply_index_changes(std::string_view sql, std::string* answer) {
+awaitable<std::string> IndexMaintenance::apply_index_changes(std::string_view sql, std::string* answer) {
   IndexWrite w;
   w.shape = shape_of(sql);
   std::string error = co_await read_index_changes(w);
-  const config::Config& cfg = runtime_->config;
+  const config::Config& cfg = s_.runtime_->config;
   for (std::size_t i = 0; error.empty() && i < cfg.indexes.size(); ++i) error = co_await write_index_entries(w, i);
   // A TRUNCATE of an indexed table empties its entries in the same transaction; with
   // CASCADE, so does one of a table it emptied (no rows left on any shard).
   for (std::size_t i = 0; error.empty() && i < cfg.indexes.size(); ++i) {
     const auto& truncated = w.shape.truncated;
     bool emptied = std::find(truncated.begin(), truncated.end(), cfg.indexes[i].table) != truncated.end();
-    for (std::size_t s = 0; !emptied && w.shape.cascade && s < pools_.size(); ++s) {
-      if (!in_transaction_on(s)) break;
-      auto reply = co_await run_on(s, "SELECT 1 FROM " + qualified(cfg.indexes[i].table) + " LIMIT 1");
+    for (std::size_t s = 0; !emptied && w.shape.cascade && s < s_.pools_.size(); ++s) {
+      if (!s_.in_transaction_on(s)) break;
+      auto reply = co_await s_.run_on(s, "SELECT 1 FROM " + qualified(cfg.indexes[i].table) + " LIMIT 1");
       if (!reply.error.empty() || reply.lost || reply.tag != "SELECT 0") break;
-      emptied = s + 1 == pools_.size();
+      emptied = s + 1 == s_.pools_.size();
     }
     if (emptied)
       error = co_await run_index_statement("DELETE FROM splitpoint." + ident(cfg.indexes[i].name + "_entries"), i, nullptr);
@@ -457,17 +459,17 @@ awaitable<std::string> Session::apply_index_changes(std::string_view sql, std::s
 
 // This transaction's changes on every shard it is in, each value a row of its own (n:
 // the change, o: the value's place), taken out of the log.
-awaitable<std::string> Session::read_index_changes(IndexWrite& w) {
-  IndexKeeper& keeper = server_.indexes();
+awaitable<std::string> IndexMaintenance::read_index_changes(IndexWrite& w) {
+  IndexKeeper& keeper = s_.server_.indexes();
   w.changes.clear();
-  for (std::size_t s = 0; s < pools_.size(); ++s) {
-    if (!in_transaction_on(s) || !keeper.logs_on(s)) continue;
-    auto reply = co_await run_on(
+  for (std::size_t s = 0; s < s_.pools_.size(); ++s) {
+    if (!s_.in_transaction_on(s) || !keeper.logs_on(s)) continue;
+    auto reply = co_await s_.run_on(
         s,
         "WITH d AS (DELETE FROM splitpoint.index_changes WHERE txid = pg_catalog.txid_current_if_assigned() "
         "RETURNING index_name, op, vals), n AS (SELECT row_number() OVER () AS n, * FROM d) "
         "SELECT n.n, n.index_name, n.op, u.v FROM n, unnest(n.vals) WITH ORDINALITY AS u(v, o) ORDER BY n.n, u.o");
-    if (reply.lost) co_return error_body(sqlstate::connection_failure, "shard \"" + pools_[s]->target().shard + "\" was lost while its index changes were read");
+    if (reply.lost) co_return error_body(sqlstate::connection_failure, "shard \"" + s_.pools_[s]->target().shard + "\" was lost while its index changes were read");
     if (!reply.error.empty()) co_return reply.error;
     std::string last;
     for_each_message(reply.messages, [&](char type, std::string_view body, std::string_view) {
@@ -497,8 +499,8 @@ awaitable<std::string> Session::read_index_changes(IndexWrite& w) {
 // judged by this index, a claim refused takes back the row it was for (resolve_conflict):
 // its value is held by another row, committed, or of a transaction the claim waited for.
 // DO NOTHING: as PostgreSQL would have done nothing; DO UPDATE: that row is updated.
-awaitable<std::string> Session::write_index_entries(IndexWrite& w, std::size_t index) {
-  const config::Index& ix = runtime_->config.indexes[index];
+awaitable<std::string> IndexMaintenance::write_index_entries(IndexWrite& w, std::size_t index) {
+  const config::Index& ix = s_.runtime_->config.indexes[index];
   auto it = w.changes.find(ix.name);
   if (it == w.changes.end()) co_return std::string();
   const std::string entries = "splitpoint." + ident(ix.name + "_entries");
@@ -547,9 +549,9 @@ awaitable<std::string> Session::write_index_entries(IndexWrite& w, std::size_t i
   co_return std::string();
 }
 
-awaitable<std::string> Session::resolve_conflict(IndexWrite& w, std::size_t index,
+awaitable<std::string> IndexMaintenance::resolve_conflict(IndexWrite& w, std::size_t index,
                                                  const std::vector<std::optional<std::string>>& vals) {
-  const config::Index& ix = runtime_->config.indexes[index];
+  const config::Index& ix = s_.runtime_->config.indexes[index];
   std::string match;  // the value's columns
   for (std::size_t k = 0; k < ix.columns.size(); ++k)
     match += (k ? " AND " : "") + ident(ix.columns[k]) + " = " + quote_literal(*vals[k]);
@@ -615,16 +617,16 @@ awaitable<std::string> Session::resolve_conflict(IndexWrite& w, std::size_t inde
 // One statement of the index's upkeep through the proxy's routing; its error with the
 // table's schema and name in place of the entries' (the index is the table's, as the
 // client sees it), or empty. `returned`: it returned a row.
-awaitable<std::string> Session::run_index_statement(const std::string& sql, std::size_t index, std::string* answer) {
-  const config::Index& ix = runtime_->config.indexes[index];
+awaitable<std::string> IndexMaintenance::run_index_statement(const std::string& sql, std::size_t index, std::string* answer) {
+  const config::Index& ix = s_.runtime_->config.indexes[index];
   ClientStream::Capture capture;
-  stream_.capture(&capture);
-  const bool go_on = co_await run_one(sql);
-  stream_.capture(nullptr);
-  if (!go_on || closing_) co_return error_body(sqlstate::connection_failure, "the session ended");
+  s_.stream_.capture(&capture);
+  const bool go_on = co_await s_.run_one(sql);
+  s_.stream_.capture(nullptr);
+  if (!go_on || s_.closing_) co_return error_body(sqlstate::connection_failure, "the session ended");
   std::string error = first_error(capture.data);
   if (error.empty()) {
-    server_.metrics().index_event(index, Metrics::IndexEvent::entry_write);
+    s_.server_.metrics().index_event(index, Metrics::IndexEvent::entry_write);
     if (answer) *answer = std::move(capture.data);
     co_return error;
   }

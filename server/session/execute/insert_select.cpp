@@ -84,8 +84,8 @@ awaitable<bool> Session::read_for_insert(std::string_view select, const proto::B
   }
   routing::Route route = again();
   if (route.kind == RouteKind::need_shapes) co_await route_with_shapes(route, keep, again);
-  take_moves();
-  if (moves_.view && !co_await wait_for_moves(route, extended, again)) co_return false;
+  moves_.take_moves();
+  if (moves_.view && !co_await moves_.wait_for_moves(route, extended, again)) co_return false;
   if (route.kind == RouteKind::error) {
     co_await reject(route.sqlstate, route.message, extended);
     co_return false;
@@ -100,7 +100,7 @@ awaitable<bool> Session::read_for_insert(std::string_view select, const proto::B
   }
   if (auto target = single_target(route)) {
     co_await pump_.drain();
-    auto hidden = hide_foreign_rows(*target, route, select);
+    auto hidden = moves_.hide_foreign_rows(*target, route, select);
     std::string_view text = hidden ? std::string_view(*hidden) : select;
     auto reply = co_await run_on(*target, text, extended ? &req : nullptr, true, max_rows);
     if (reply.lost && reply.error.empty()) reply.error = error_body(sqlstate::connection_failure, "the shard did not answer");
@@ -173,7 +173,7 @@ awaitable<bool> Session::pull_insert_select(const routing::Route& route, KeptSha
     text.replace(at, routing::kRowsMarker.size(), "SELECT * FROM (" + parts->select + ") AS splitpoint_rows LIMIT 0");
     routing::Route one = route;
     one.kind = RouteKind::shards;
-    one.shards = {pick_any_shard()};
+    one.shards = {hosts_.pick_any_shard()};
     std::string error;
     if (!check_write(one, one.shards.front(), error))
       co_return co_await reject(sqlstate::cross_shard_write, std::move(error), extended);
@@ -195,11 +195,11 @@ awaitable<bool> Session::pull_insert_select(const routing::Route& route, KeptSha
   text.replace(at, routing::kRowsMarker.size(), "VALUES " + values_of(messages, *names));
   messages = std::string();
   routing::Route rewritten;
-  if (!extended) co_return co_await run_rewritten_insert(rewritten, keep, std::move(text));
+  if (!extended) co_return co_await keys_.run_rewritten_insert(rewritten, keep, std::move(text));
   proto::Bind b;  // the rows are literals: no parameters
   b.portal = bind->portal;
   b.result_formats = bind->result_formats;
-  co_return co_await run_rewritten_insert(rewritten, keep, std::move(text), &b);
+  co_return co_await keys_.run_rewritten_insert(rewritten, keep, std::move(text), &b);
 }
 
 }  // namespace splitpoint::server

@@ -36,7 +36,7 @@ awaitable<bool> Session::run_on_shards(const routing::Route& route, std::string_
 }
 
 MultiShardWrite::MultiShardWrite(Session& session, const routing::Route& route, std::string_view sql,
-                                 const Session::ScatterRequest* ext)
+                                 const ScatterRequest* ext)
     : s_(session), route_(route), sql_(sql), ext_(ext), targets_(route.target_shards(session.pools_.size())) {
   // SET key = <value>: the guarded shards first, so that a row that would move stops
   // the statement before the value's own shard applies it.
@@ -55,7 +55,7 @@ bool MultiShardWrite::writes_on(std::size_t shard) const {
 awaitable<bool> MultiShardWrite::run() {
   in_block_ = s_.in_transaction();
   const auto writers = std::count_if(targets_.begin(), targets_.end(), [&](std::size_t s) { return writes_on(s); });
-  if (in_block_ && writers > 1 && !s_.two_phase())
+  if (in_block_ && writers > 1 && !s_.txn_.two_phase())
     co_return co_await s_.reject(sqlstate::cross_shard_write,
                                  "statement would write to " + std::to_string(targets_.size()) +
                                      " shards inside a transaction; a transaction may write to one shard only",
@@ -88,15 +88,15 @@ awaitable<bool> MultiShardWrite::join_block(bool& ok) {
   // (Transactions that write one shard only: a guarded UPDATE writes its value's shard.)
   const auto* guard = route_.key_guard();
   std::string error;
-  if (guard && !s_.two_phase() && std::find(targets_.begin(), targets_.end(), guard->owner) != targets_.end() &&
+  if (guard && !s_.txn_.two_phase() && std::find(targets_.begin(), targets_.end(), guard->owner) != targets_.end() &&
       !s_.check_write(route_, guard->owner, error)) {
     ok = co_await s_.reject(sqlstate::cross_shard_write, error, ext_ != nullptr);
     co_return false;
   }
   for (auto s : targets_) {
     bool joined = false;
-    if (guard) joined = co_await s_.join_transaction(s);
-    else joined = co_await s_.hold_backend(s);
+    if (guard) joined = co_await s_.txn_.join_transaction(s);
+    else joined = co_await s_.txn_.hold_backend(s);
     if (!joined) {
       s_.fe_.fail_block();
       ok = co_await s_.reject(sqlstate::connection_failure,
@@ -105,7 +105,7 @@ awaitable<bool> MultiShardWrite::join_block(bool& ok) {
       co_return false;
     }
     if (!writes_on(s)) continue;  // (reads only; a guarded one fails rather than write)
-    s_.note_written(s);
+    s_.txn_.note_written(s);
     if (!s_.txn_.write_shard) s_.txn_.write_shard = s;
   }
   co_return true;
@@ -115,7 +115,7 @@ awaitable<void> MultiShardWrite::run_on(std::size_t shard) {
   std::string_view stmt = sql_;
   for (auto& [s, text] : route_.per_shard_sql)
     if (s == shard) stmt = text;
-  auto hidden = s_.hide_foreign_rows(shard, route_, stmt);
+  auto hidden = s_.moves_.hide_foreign_rows(shard, route_, stmt);
   if (hidden) stmt = *hidden;
   const auto started = std::chrono::steady_clock::now();
   // In a block, a shard that has not joined it gets BEGIN with the statement (one round

@@ -44,7 +44,7 @@ class MultiShardWrite {
  public:
   // `ext`: the statement runs in the extended protocol with those parameters.
   MultiShardWrite(Session& session, const routing::Route& route, std::string_view sql,
-                  const Session::ScatterRequest* ext);
+                  const ScatterRequest* ext);
 
   // False: the session ends.
   awaitable<bool> run();
@@ -82,7 +82,7 @@ class MultiShardWrite {
   Session& s_;
   const routing::Route& route_;
   std::string_view sql_;
-  const Session::ScatterRequest* ext_;
+  const ScatterRequest* ext_;
   std::vector<std::size_t> targets_;
   bool in_block_ = false;
   std::string first_error_, applied_, failed_;

@@ -73,7 +73,7 @@ awaitable<bool> Session::scatter_read(const routing::Route& route, ScatterReques
 // Number of result columns of `sql` (one Parse + Describe on `on`, else on any shard).
 awaitable<std::optional<std::size_t>> Session::describe_columns(const std::string& sql,
                                                                 const std::vector<std::int32_t>& types, Backend* on) {
-  std::size_t shard = pick_any_shard();
+  std::size_t shard = hosts_.pick_any_shard();
   std::unique_ptr<Backend> borrowed;
   Backend* b = on != nullptr ? on : held_[shard].get();
   if (!b) {
@@ -93,7 +93,7 @@ awaitable<std::optional<std::size_t>> Session::describe_columns(const std::strin
       if (type == 'T')
         if (auto rd = proto::RowDescription::decode(body)) columns = rd->fields.size();
     });
-  if (borrowed) give_back(shard, std::move(borrowed), ok);
+  if (borrowed) hosts_.give_back(shard, std::move(borrowed), ok);
   co_return columns;
 }
 

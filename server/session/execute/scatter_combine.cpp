@@ -79,7 +79,7 @@ void ScatterRead::take_combine(ParallelAcquire& acquiring) {
   combining_.sh.borrowed = std::move(r->backend);
   combining_.sh.b = combining_.sh.borrowed.get();
   const auto& at = combining_.pool->target();
-  s_.add_scatter_cancel_target(combining_.sh.b, at.host, at.port,
+  s_.cancel_.add_scatter(combining_.sh.b, at.host, at.port,
                                s_.runtime_->combine ? std::nullopt : std::optional{s_.combine_shard()});
 }
 
@@ -133,7 +133,7 @@ void ScatterRead::encode_pulls(std::string& out, std::size_t shard) const {
   std::vector<std::string> pulls;
   for (const auto& p : combine_->pulls)
     if (!p.one_shard || shard == shards_.front().index)
-      pulls.push_back(s_.hide_foreign_rows(shard, route_, p.pull_sql).value_or(p.pull_sql));
+      pulls.push_back(s_.moves_.hide_foreign_rows(shard, route_, p.pull_sql).value_or(p.pull_sql));
   if (!req_.extended) {
     std::string sql;
     for (const auto& p : pulls) sql += (sql.empty() ? "" : "; ") + p;

@@ -66,7 +66,7 @@ void keep_answer_buffer(std::string b) {
 
 }  // namespace
 
-ScatterRead::ScatterRead(Session& session, const routing::Route& route, Session::ScatterRequest req,
+ScatterRead::ScatterRead(Session& session, const routing::Route& route, ScatterRequest req,
                          std::optional<Clock::time_point> retry_of)
     : s_(session), route_(route), req_(std::move(req)), started_(retry_of.value_or(Clock::now())),
       out_(take_answer_buffer()), retry_(retry_of.has_value()) {}
@@ -90,7 +90,7 @@ awaitable<bool> ScatterRead::run() {
     start_merge();
     if (wants_combine_) {  // nothing was sent to the client: the shards are let go
       reads_.stream_done = true;
-      s_.clear_scatter_cancel_targets();
+      s_.cancel_.clear_scatter();
       reads_.timer->cancel();
       co_await clean_up();
       co_return !s_.closing_;
@@ -98,7 +98,7 @@ awaitable<bool> ScatterRead::run() {
     if (failure_.message.empty()) co_await stream();
   }
   reads_.stream_done = true;
-  s_.clear_scatter_cancel_targets();
+  s_.cancel_.clear_scatter();
   reads_.timer->cancel();
   if (combine_) co_await end_combine();
   answer();
@@ -189,8 +189,8 @@ awaitable<bool> ScatterRead::acquire() {
         sh.b = s_.held_[sh.index].get();
         continue;
       }
-      if (s_.runtime_->standbys) sh.standby = co_await s_.read_host(sh.index, route_);
-      acquiring.start(i, sh.standby ? s_.pool_on(sh.index, *sh.standby) : s_.pools_[sh.index]);
+      if (s_.runtime_->standbys) sh.standby = co_await s_.hosts_.read_host(sh.index, route_);
+      acquiring.start(i, sh.standby ? s_.hosts_.pool_on(sh.index, *sh.standby) : s_.pools_[sh.index]);
     }
     // The combine database's connection is one more, acquired with the others.
     if (combine_) {
@@ -207,7 +207,7 @@ awaitable<bool> ScatterRead::acquire() {
           if (sh.index < kMaxShards)
             metrics.shards[sh.index].pool_wait.observe(std::chrono::duration<double>(waited).count());
           if (!r->backend && sh.standby) {  // the primary answers instead
-            if (host_unreachable(r->sqlstate)) s_.host_failed(sh.index, *sh.standby, BanReason::connect);
+            if (host_unreachable(r->sqlstate)) s_.hosts_.host_failed(sh.index, *sh.standby, BanReason::connect);
             sh.standby.reset();
             acquiring.start(i, s_.pools_[sh.index]);
             continue;
@@ -241,9 +241,9 @@ awaitable<bool> ScatterRead::acquire() {
     }
   }  // connections acquired after this point go back to their pools
   if (shard_stmt_.prepare_error.empty()) co_return true;
-  s_.clear_scatter_cancel_targets();
+  s_.cancel_.clear_scatter();
   for (auto& sh : shards_)
-    if (sh.borrowed) s_.give_back(sh.index, std::move(sh.borrowed), true);
+    if (sh.borrowed) s_.hosts_.give_back(sh.index, std::move(sh.borrowed), true);
   co_await s_.reject(sqlstate::cannot_merge, shard_stmt_.prepare_error, req_.extended);
   co_return false;
 }
@@ -278,7 +278,7 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
   std::string out;
   sh.skip_ready += s_.sync_backend_state(*b, out, true);
   std::optional<std::string> hidden;  // (SPEC §9)
-  if (!combine_) hidden = s_.hide_foreign_rows(sh.index, route_, plan_->shard_sql);
+  if (!combine_) hidden = s_.moves_.hide_foreign_rows(sh.index, route_, plan_->shard_sql);
   if (combine_) {
     encode_pulls(out, sh.index);
   } else if (!shard_stmt_.extended) {
@@ -321,7 +321,7 @@ awaitable<void> ScatterRead::send_statement(Shard& sh) {
   }
   sh.sent = true;
   const auto& at = s_.runtime_->shards[sh.index]->hosts().endpoint(b->host);
-  s_.add_scatter_cancel_target(b, at.host, at.port, sh.index);
+  s_.cancel_.add_scatter(b, at.host, at.port, sh.index);
   auto ec = co_await send_all(b->socket, out);
   if (ec) {
     sh.state = Shard::State::missing;
@@ -343,10 +343,7 @@ void ScatterRead::arm_deadline(const asio::any_io_executor& ex) {
   auto& client = s_.stream_.socket();
   client.async_wait(tcp::socket::wait_read, [&client, self = s_.shared_from_this()](error_code ec) {
     if (ec) return;
-    {
-      std::lock_guard lock(self->cancel_.mu);
-      if (self->cancel_.scatter.empty()) return;  // the statement is over (the wait outlived it)
-    }
+    if (!self->cancel_.scatter_running()) return;  // the statement is over (the wait outlived it)
     char peek[8];
     const ssize_t n = ::recv(client.native_handle(), peek, sizeof peek, MSG_PEEK | MSG_DONTWAIT);
     const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
@@ -555,7 +552,7 @@ awaitable<void> ScatterRead::describe() {
     ok = co_await read_until_ready(*b, 1, s_.limits_, [&](char type, std::string_view, std::string_view body) {
       if (type == 'T') there = proto::RowDescription::decode(body);
     });
-  if (borrowed) s_.give_back(catalog, std::move(borrowed), ok);
+  if (borrowed) s_.hosts_.give_back(catalog, std::move(borrowed), ok);
   if (!there || there->fields.size() != fields.fields.size()) co_return;
   for (std::size_t i = 0; i < fields.fields.size(); ++i)
     if (is_user_type(fields.fields[i].type_oid) && same_type(fields.fields[i].type_oid, there->fields[i].type_oid))
@@ -781,12 +778,12 @@ awaitable<void> ScatterRead::clean_up() {
     s_.scatter_.last.push_back({s_.pools_[sh.index]->target().shard, sh.status,
                                 sh.state == Shard::State::missing ? 0 : sh.rows,
                                 std::chrono::duration<double, std::milli>(elapsed).count(), sh.error,
-                                sh.b ? s_.host_label(sh.index, sh.b->host) : std::string()});
+                                sh.b ? s_.hosts_.host_label(sh.index, sh.b->host) : std::string()});
     if (sh.borrowed) {
       if (s_.in_transaction() && reusable) {
         s_.held_[sh.index] = std::move(sh.borrowed);  // joined the transaction
       } else {
-        s_.give_back(sh.index, std::move(sh.borrowed), reusable);
+        s_.hosts_.give_back(sh.index, std::move(sh.borrowed), reusable);
       }
     } else if (sh.b && !reusable) {
       s_.release_shard(sh.index, false);
@@ -827,7 +824,7 @@ awaitable<void> ScatterRead::drain_shard(Shard& sh, bool& reusable) {
                           s_.in_transaction() && Clock::now() < deadline_;
   if (!answered && !keep_block) {
     sh.b->cancel_sent = true;
-    const auto& target = s_.pool_on(sh.index, sh.b->host)->target();
+    const auto& target = s_.hosts_.pool_on(sh.index, sh.b->host)->target();
     co_await send_cancel(target.host, target.port, sh.b->process_id, sh.b->secret_key, cfg.timeouts.server_connect);
   }
   auto ex = co_await asio::this_coro::executor;

@@ -56,7 +56,7 @@ class ScatterRead {
  public:
   using Clock = std::chrono::steady_clock;
   // `retry_of`: the start of a first attempt this one repeats as a combine step.
-  ScatterRead(Session& session, const routing::Route& route, Session::ScatterRequest req,
+  ScatterRead(Session& session, const routing::Route& route, ScatterRequest req,
               std::optional<Clock::time_point> retry_of = std::nullopt);
   ~ScatterRead();
   ScatterRead(const ScatterRead&) = delete;
@@ -67,7 +67,7 @@ class ScatterRead {
   // described their rows) before anything reached the client: the statement is to run
   // again as a combine step (Session::scatter_read does), with this request.
   bool wants_combine() const { return wants_combine_; }
-  Session::ScatterRequest take_request() { return std::move(req_); }
+  ScatterRequest take_request() { return std::move(req_); }
   Clock::time_point started() const { return started_; }
 
  private:
@@ -148,7 +148,7 @@ class ScatterRead {
 
   Session& s_;
   const routing::Route& route_;
-  Session::ScatterRequest req_;
+  ScatterRequest req_;
   const Clock::time_point started_;
   Clock::time_point deadline_;
   bool allow_partial_ = false;
