@@ -29,7 +29,6 @@ DB=isolation_regression
 # and why.
 declare -A EXPECTED_DIFFERENCES=(
   [temp-schema-cleanup]="after pg_terminate_backend(pg_backend_pid()) the client reads the server's FATAL and then the proxy's own 'FATAL: server connection lost': the proxy reports the backend it lost"
-  [nowait-5]="'BEGIN; EXECUTE sl1_run; SELECT ...' sent as one text is refused (0A000): the proxy keeps SQL-prepared statements to route their EXECUTEs, and takes EXECUTE only as a statement of its own"
   [async-notify]="in permutation 'listen2 ...' listener2's notification comes one step late (after l2stop, not after l2commit); not analysed"
 )
 

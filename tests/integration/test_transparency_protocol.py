@@ -17,8 +17,8 @@ are sharded over two shards.
     login with PostgreSQL's error (FATAL 22023);
   - over two shards with a hash-sharded table: SQL-level PREPARE/EXECUTE inserts land on
     the shard that owns each key (the same shard a plain INSERT picks), in both pool
-    modes; EXECUTE with a non-constant argument, and PREPARE or EXECUTE among other
-    statements of one text, are refused with 0A000; in transaction
+    modes, also among other statements of one text (run one by one); EXECUTE with a
+    non-constant argument is refused with 0A000; in transaction
     mode another session's statement left on a pooled backend neither runs nor is
     dropped for a session that did not prepare it (26000);
     standard_conforming_strings = off routes an INSERT with a backslash-escaped quote
@@ -35,7 +35,9 @@ Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 # test-timeout: 300
 
 import os
+import select
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import pgwire  # noqa: E402
@@ -250,13 +252,15 @@ def sql_prepare_execute_routes_by_key():
                 h.query("ROLLBACK").raise_error()
         assert rows_on_shards("kv") == rows_on_shards("kv_plain"), f"{mode}: EXECUTE put rows on other shards"
         assert c.query("EXECUTE get(1 + 1)").sqlstate == "0A000"
-        # Among other statements neither could be followed: refused, and nothing left
-        # behind on a backend (before: the EXECUTE went to any shard and found no row,
-        # and a later client's PREPARE of that name failed with 42P05).
-        for _ in range(4):
-            r = c.query("PREPARE mixed (bigint) AS SELECT v FROM kv WHERE id = $1; EXECUTE mixed(7)")
-            assert r.sqlstate == "0A000", (mode, r.sqlstate, r.results)
-            assert c.query("SELECT 1; EXECUTE get(7)").sqlstate == "0A000", mode
+        # Among other statements of one text: run one by one, each EXECUTE routed by its
+        # key as when sent alone, and nothing left behind on a backend for another
+        # client (before: refused with 0A000; before that, the EXECUTE went to any shard
+        # and found no row, and a later client's PREPARE of that name failed with 42P05).
+        for k in (7, 8, 9, 17):
+            r = c.query(f"PREPARE mixed (bigint) AS SELECT v FROM kv WHERE id = $1; EXECUTE mixed({k}); "
+                        "DEALLOCATE mixed").raise_error()
+            assert r.results[1].rows == [[f"v{k}"]], (mode, k, r.results)
+            assert c.query(f"SELECT 1; EXECUTE get({k})").raise_error().rows == [[f"v{k}"]], (mode, k)
         other = raw(p)
         other.query("PREPARE mixed (bigint) AS SELECT v FROM kv WHERE id = $1").raise_error()
         assert other.scalar("EXECUTE mixed(7)") == "v7", mode
@@ -418,11 +422,79 @@ def extended_begin_answered_as_postgresql():
         assert got == want, f"batch {i}: PostgreSQL sent {want}, the proxy {got}"
 
 
+def prepare_execute_among_other_statements():
+    """A text with SQL PREPARE or EXECUTE among other statements (isolation spec
+    nowait-5's `BEGIN; EXECUTE ...; SELECT ...`) gets PostgreSQL's answers, message by
+    message, with one ReadyForQuery; the first error ends it (before: 0A000)."""
+    texts = [
+        "PREPARE pe1 (int) AS SELECT $1 + 1 AS n; EXECUTE pe1(1)",
+        "BEGIN; EXECUTE pe1(2); SELECT 3 AS m",
+        "COMMIT",
+        "SELECT 1 AS a; PREPARE pe1 AS SELECT 1; SELECT 2 AS b",
+        "SELECT 1 AS a; EXECUTE nosuch; SELECT 2 AS b",
+        "BEGIN; EXECUTE pe1(0); EXECUTE pe1(1/0); SELECT 1 AS c",
+        "SELECT 1",
+        "ROLLBACK",
+        "PREPARE pe2 AS INSERT INTO t VALUES (1); EXECUTE pe2; EXECUTE pe2; SELECT count(*) FROM t",
+        "EXECUTE pe2; SELECT 1/0",
+        "SELECT count(*) FROM t",
+        "EXECUTE pe1(4); DEALLOCATE pe1; EXECUTE pe1(5)",
+        "EXECUTE pe1(6)",
+        "DEALLOCATE pe2; DELETE FROM t",
+    ]
+    seen = {}
+    for name, port in (("postgresql", sptest.PG_PORTS[0]), ("proxy", PROXIES["one-session"].port)):
+        c = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        seen[name] = []
+        for text in texts:
+            c.send([pgwire.query_msg(text)])
+            seen[name].append([(t, b) if t != "E" else (t, tuple(sorted(
+                (k, v) for k, v in pgwire.decode_fields(b).items() if k in "CMS")))
+                for t, b in c.recv_until("Z") if t in "TDCEZ"])
+        c.close()
+    for text, want, got in zip(texts, seen["postgresql"], seen["proxy"]):
+        assert got == want, f"{text}: PostgreSQL sent {want}, the proxy {got}"
+
+
+def waiting_text_answers_nothing_until_it_ends():
+    """A text whose second statement waits on a lock (isolation spec nowait-5's `BEGIN;
+    EXECUTE ...; SELECT ...`): the client hears nothing of it until it ends, as from
+    PostgreSQL, whose answers wait in its 8 kB output buffer (isolationtester sees the
+    wait only while libpq has no result; before, the first statement's answer went out
+    at once and isolationtester waited on the step until its timeout)."""
+    for name, port in (("postgresql", sptest.PG_PORTS[0]), ("proxy", PROXIES["one-session"].port)):
+        holder = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        waiter = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        pid = int(waiter.scalar("SELECT pg_backend_pid()"))
+        holder.query("SELECT pg_advisory_lock(4501)").raise_error()
+        waiter.query("PREPARE tpp_wait AS SELECT pg_advisory_lock(4501) IS NOT NULL AS got").raise_error()
+        waiter.send([pgwire.query_msg("BEGIN; EXECUTE tpp_wait; SELECT 1 AS after")])
+        d = sptest.superuser(sptest.PG_PORTS[0], DBS.name)
+        cur = d.cursor()
+        deadline = time.monotonic() + 15
+        while True:
+            cur.execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s", (pid,))
+            if cur.fetchone()[0] == "advisory":
+                break
+            assert time.monotonic() < deadline, f"{name}: the EXECUTE never waited"
+            time.sleep(0.01)
+        d.close()
+        readable, _, _ = select.select([waiter.sock], [], [], 0)
+        assert not readable and not waiter.buf, f"{name}: answered part of a text that waits"
+        holder.query("SELECT pg_advisory_unlock(4501)").raise_error()
+        got = [t for t, _ in waiter.recv_until("Z")]
+        assert got == ["C", "T", "D", "C", "T", "D", "C", "Z"], (name, got)
+        waiter.query("ROLLBACK; DEALLOCATE tpp_wait").raise_error()
+        holder.close()
+        waiter.close()
+
+
 TESTS = [session_mode_transactions_are_transactions, extended_set_is_the_sessions_and_does_not_leak,
          syntax_errors_are_postgresqls_own, transaction_verbs_outside_a_transaction_warn,
          reset_goes_back_to_the_startup_value, sql_prepare_execute_routes_by_key, legacy_strings_route_by_key,
          clients_own_two_phase_commit, temp_table_pins_the_session, cursor_over_two_shards,
-         extended_begin_answered_as_postgresql]
+         extended_begin_answered_as_postgresql, prepare_execute_among_other_statements,
+         waiting_text_answers_nothing_until_it_ends]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS, setup, teardown))
