@@ -29,7 +29,11 @@ are sharded over two shards.
     cursor over both shards (DECLARE, FETCH, MOVE, CLOSE, WITH HOLD), both pool modes;
   - an extended-protocol BEGIN, which the proxy holds when it starts its batch: the
     same messages as PostgreSQL's for BEGIN ISOLATION LEVEL (kept), a BEGIN bound but
-    never executed, a named one, and a pipeline BEGIN / INSERT / error / Sync.
+    never executed, a named one, and a pipeline BEGIN / INSERT / error / Sync;
+  - against PostgreSQL, message by message: texts with SQL PREPARE / EXECUTE among
+    other statements; a text whose statement waits on a lock answers nothing until it
+    ends; a notification that came while the proxy held a block's BEGIN comes before
+    COMMIT's ReadyForQuery.
 Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
 # test-timeout: 300
@@ -489,12 +493,55 @@ def waiting_text_answers_nothing_until_it_ends():
         waiter.close()
 
 
+def unread_bytes_from(port):
+    """Bytes the kernel holds for the local TCP socket on 127.0.0.1:port, not read yet."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    return int(fields[4].split(":")[1], 16)
+    return 0
+
+
+def notification_in_a_held_block_comes_before_commits_ready():
+    """LISTEN, BEGIN (which the proxy holds: its backend stays idle and sends the
+    notification at once), another session's NOTIFY, COMMIT: the notification comes
+    with COMMIT's answer, before its ReadyForQuery, as PostgreSQL sends one that came
+    during a transaction (isolation spec async-notify; before, it came with the next
+    statement)."""
+    seen = {}
+    for name, port in (("postgresql", sptest.PG_PORTS[0]), ("proxy", PROXIES["one-session"].port)):
+        listener = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        notifier = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        pid = listener.scalar("SELECT pg_backend_pid()")
+        listener.query("LISTEN tpp_held").raise_error()
+        listener.query("BEGIN").raise_error()
+        notifier.query("NOTIFY tpp_held, 'in the block'").raise_error()
+        if name == "proxy":  # (the notification reached the proxy's connection to that backend)
+            d = sptest.superuser(sptest.PG_PORTS[0], DBS.name)
+            cur = d.cursor()
+            cur.execute("SELECT client_port FROM pg_stat_activity WHERE pid = %s", (int(pid),))
+            proxy_port = cur.fetchone()[0]
+            d.close()
+            deadline = time.monotonic() + 15
+            while unread_bytes_from(proxy_port) == 0:
+                assert time.monotonic() < deadline, "the notification never reached the proxy"
+                time.sleep(0.01)
+        listener.send([pgwire.query_msg("COMMIT")])
+        seen[name] = [(t, pgwire.Reader(b).i32() and b[4:] if t == "A" else b) for t, b in listener.recv_until("Z")]
+        listener.query("UNLISTEN *").raise_error()
+        listener.close()
+        notifier.close()
+    assert seen["proxy"] == seen["postgresql"], seen
+
+
 TESTS = [session_mode_transactions_are_transactions, extended_set_is_the_sessions_and_does_not_leak,
          syntax_errors_are_postgresqls_own, transaction_verbs_outside_a_transaction_warn,
          reset_goes_back_to_the_startup_value, sql_prepare_execute_routes_by_key, legacy_strings_route_by_key,
          clients_own_two_phase_commit, temp_table_pins_the_session, cursor_over_two_shards,
          extended_begin_answered_as_postgresql, prepare_execute_among_other_statements,
-         waiting_text_answers_nothing_until_it_ends]
+         waiting_text_answers_nothing_until_it_ends, notification_in_a_held_block_comes_before_commits_ready]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS, setup, teardown))
