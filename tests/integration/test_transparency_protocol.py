@@ -33,7 +33,7 @@ are sharded over two shards.
   - against PostgreSQL, message by message: texts with SQL PREPARE / EXECUTE among
     other statements; a text whose statement waits on a lock answers nothing until it
     ends; a notification that came while the proxy held a block's BEGIN comes before
-    COMMIT's ReadyForQuery.
+    COMMIT's ReadyForQuery; a session-level advisory lock ends with its client's session.
 Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
 # test-timeout: 300
@@ -493,6 +493,30 @@ def waiting_text_answers_nothing_until_it_ends():
         waiter.close()
 
 
+def advisory_lock_ends_with_its_session():
+    """A session-level advisory lock ends when its client disconnects, as in PostgreSQL:
+    the backend the proxy gives back is reset at once (before, it kept the lock in the
+    pool until another client took that backend; the regression schedule's advisory_lock
+    then waited for the lock prepared_xacts had left)."""
+    for name, port in (("postgresql", sptest.PG_PORTS[0]), ("proxy", PROXIES["one-session"].port)):
+        other = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        holder = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        assert holder.scalar("SELECT pg_try_advisory_lock(4502)") == "t", name
+        holder.close()
+        d = sptest.superuser(sptest.PG_PORTS[0], DBS.name)
+        cur = d.cursor()
+        deadline = time.monotonic() + 10
+        while True:
+            cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4502")
+            if cur.fetchone()[0] == 0:
+                break
+            assert time.monotonic() < deadline, f"{name}: the lock outlived its session"
+            time.sleep(0.01)
+        d.close()
+        assert other.scalar("SELECT pg_try_advisory_lock(4502)") == "t", name
+        other.close()
+
+
 def unread_bytes_from(port):
     """Bytes the kernel holds for the local TCP socket on 127.0.0.1:port, not read yet."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -541,7 +565,8 @@ TESTS = [session_mode_transactions_are_transactions, extended_set_is_the_session
          reset_goes_back_to_the_startup_value, sql_prepare_execute_routes_by_key, legacy_strings_route_by_key,
          clients_own_two_phase_commit, temp_table_pins_the_session, cursor_over_two_shards,
          extended_begin_answered_as_postgresql, prepare_execute_among_other_statements,
-         waiting_text_answers_nothing_until_it_ends, notification_in_a_held_block_comes_before_commits_ready]
+         waiting_text_answers_nothing_until_it_ends, notification_in_a_held_block_comes_before_commits_ready,
+         advisory_lock_ends_with_its_session]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS, setup, teardown))
