@@ -501,7 +501,8 @@ def advisory_lock_ends_with_its_session():
     for name, port in (("postgresql", sptest.PG_PORTS[0]), ("proxy", PROXIES["one-session"].port)):
         other = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
         holder = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
-        assert holder.scalar("SELECT pg_try_advisory_lock(4502)") == "t", name
+        got = holder.scalar("SELECT pg_try_advisory_lock(4502)")
+        assert got == "t", (name, "holder", got)
         holder.close()
         d = sptest.superuser(sptest.PG_PORTS[0], DBS.name)
         cur = d.cursor()
@@ -513,7 +514,9 @@ def advisory_lock_ends_with_its_session():
             assert time.monotonic() < deadline, f"{name}: the lock outlived its session"
             time.sleep(0.01)
         d.close()
-        assert other.scalar("SELECT pg_try_advisory_lock(4502)") == "t", name
+        got = other.scalar("SELECT pg_try_advisory_lock(4502)")
+        assert got == "t", (name, "other", got)
+        other.query("SELECT pg_advisory_unlock(4502)").raise_error()  # (a closing backend ends a moment later)
         other.close()
 
 
