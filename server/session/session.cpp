@@ -372,7 +372,8 @@ void Session::set_startup_param(std::string name, std::string value) {
 // Runs the startup parameters on a backend and reads back the values of those the
 // server reports (ParameterStatus), in its spelling. False: the login failed (sent).
 awaitable<bool> Session::apply_startup_params(ParameterList& reported) {
-  std::string sql = "RESET ALL;" + settings_.script + "SELECT ";
+  // (as Session::sync_backend_state: a pooled backend may carry another client's role)
+  std::string sql = "SET SESSION AUTHORIZATION DEFAULT;RESET ALL;" + settings_.script + "SELECT ";
   std::vector<std::size_t> read;  // indices into `reported`
   for (std::size_t i = 0; i < reported.size(); ++i) {
     std::string lower = reported[i].first;

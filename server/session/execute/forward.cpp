@@ -435,7 +435,10 @@ int Session::sync_backend_state(Backend& b, std::string& out, bool join_transact
     discarded(b);
   }
   if (b.applied_state != settings_.hash) {
-    proto::Query{"RESET ALL;" + settings_.script}.encode(out);
+    // (RESET ALL leaves the role and the session authorization: another client's SET
+    // ROLE or SET SESSION AUTHORIZATION would stay for this one; DISCARD ALL resets both
+    // the same way)
+    proto::Query{"SET SESSION AUTHORIZATION DEFAULT;RESET ALL;" + settings_.script}.encode(out);
     ++queries;
     b.applied_state = settings_.hash;
   }
