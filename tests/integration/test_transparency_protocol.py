@@ -344,6 +344,16 @@ def temp_table_pins_the_session():
     for o in others:
         assert o.query("SELECT count(*) FROM mine").sqlstate == "42P01", "a temp table visible to another client"
     assert c.scalar("SELECT count(*) FROM mine") == "1", "the temp table did not follow its session"
+    # A transaction block ends on the pinned backend, which stays the session's (before,
+    # COMMIT gave it back to the pool: the regression schedule's temp tables vanished).
+    for end in ("COMMIT", "ROLLBACK"):
+        c.query("BEGIN").raise_error()
+        c.query("INSERT INTO mine VALUES (2)").raise_error()
+        c.query(end).raise_error()
+        others[0].query("BEGIN").raise_error()  # (it takes the pool's other backend)
+        others[0].scalar("SELECT 1")
+        assert c.scalar("SELECT count(*) FROM mine") == "2", f"the temp table did not outlive {end}"
+        others[0].query("ROLLBACK").raise_error()
     for o in others:
         o.close()
     c.close()

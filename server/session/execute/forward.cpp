@@ -557,8 +557,9 @@ bool Session::drop_if_closed(std::size_t shard) {
   return true;
 }
 
+// (A pinned session keeps its backend past the transaction: temporary tables live there.)
 void Session::end_shard(std::size_t shard, bool ok) {
-  if (!ok || runtime_->config.pool_mode == config::PoolMode::transaction) release_shard(shard, ok);
+  if (!ok || (runtime_->config.pool_mode == config::PoolMode::transaction && !pinned_)) release_shard(shard, ok);
 }
 
 void Session::release_all(bool reusable) {
