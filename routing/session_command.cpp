@@ -128,6 +128,8 @@ SessionCommandInfo classify_session_command(std::string_view sql) {
     std::string w = words.next();
     if (w == "all") return {SessionCommand::reset_all, {}};
     if (w == "time") return {SessionCommand::reset, "timezone"};
+    // (RESET SESSION AUTHORIZATION undoes SET SESSION AUTHORIZATION)
+    if (w == "session" && words.next() == "authorization") return {SessionCommand::reset, "session_authorization"};
     if (w.empty()) return {};
     return {SessionCommand::reset, w};
   }

@@ -161,6 +161,9 @@ Frontend::Verdict Frontend::on_backend(char type, std::string_view body, Backend
 bool ClientSettings::apply(std::vector<SessionCmd>& commands) {
   bool backend_reset = false;
   for (auto& c : commands) {
+    // SET and RESET SESSION AUTHORIZATION put the role back to NONE as well.
+    if (c.name == "session_authorization" && (c.kind == SessionCommand::set || c.kind == SessionCommand::reset))
+      std::erase_if(sets, [](auto& p) { return p.first == "role"; });
     auto it = std::find_if(sets.begin(), sets.end(), [&](auto& p) { return p.first == c.name; });
     switch (c.kind) {
       case SessionCommand::set:

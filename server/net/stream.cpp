@@ -16,6 +16,9 @@
 
 namespace splitpoint::server {
 
+// PostgreSQL's output buffer (PqSendBuffer's initial size).
+constexpr std::size_t kTextOutputBuffer = 8192;
+
 awaitable<error_code> ClientStream::start_tls(asio::ssl::context& ctx) {
   tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, ctx);
   auto [ec] = co_await tls_->async_handshake(asio::ssl::stream_base::server, use_nothrow);
@@ -78,6 +81,14 @@ awaitable<error_code> ClientStream::write(std::string_view data) {
       if (type == 'E') ++quiet_->errors;
       if (type != 'Z') kept.append(whole);
     });
+    // As PostgreSQL's output buffer while it runs one text: the answers go out when
+    // 8 kB are waiting, or with the text's ReadyForQuery. A client sees nothing of a
+    // text whose statement waits on a lock (isolationtester's wait check relies on it:
+    // a first statement's result would end libpq's PQisBusy).
+    if (!kept.empty() && deferred_.size() + kept.size() < kTextOutputBuffer) {
+      deferred_.append(kept);
+      co_return error_code{};
+    }
     data = kept;
   }
   std::string first;  // what was deferred goes out first, in the same send(2)

@@ -5,6 +5,8 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <cctype>
 #include <charconv>
+#include <span>
+#include <sys/socket.h>
 
 #include "protocol/buffer.hpp"
 #include "protocol/messages.hpp"
@@ -1241,9 +1243,34 @@ awaitable<bool> Session::finish_transaction(const routing::Route& route, std::st
   co_return true;
 }
 
+// The NotificationResponses an idle backend the session holds has sent since it was
+// last read, taken from the front of what it sent (what is already in the socket; the
+// rest stays for whoever reads it next). The pump reads only the current backend, and
+// none while a block's BEGIN is held: a LISTEN session's notification that came then
+// waits there.
+static std::string take_notifications(Backend& b, const proto::FrameLimits& limits) {
+  std::string out;
+  if (b.status != 'I' || !b.socket.is_open()) return out;
+  for (;;) {
+    std::span<char> space = b.read_buf.prepare(16384);
+    const ssize_t n = ::recv(b.socket.native_handle(), space.data(), space.size(), MSG_DONTWAIT);
+    if (n <= 0) break;
+    b.read_buf.commit(static_cast<std::size_t>(n));
+  }
+  for (;;) {
+    auto r = proto::decode_frame(b.read_buf, proto::Direction::backend, limits);
+    if (r.status != proto::FrameStatus::ok || r.frame.type != 'A') break;
+    out.append(std::string_view(b.read_buf).substr(0, r.frame.size));
+    b.read_buf.erase(0, r.frame.size);
+  }
+  return out;
+}
+
 // The end of a statement the proxy ran for the client: what the shards said besides
 // the result (notices, ParameterStatus), then the error (an ErrorResponse body) or the
-// tag, then ReadyForQuery.
+// tag, then, outside a block, the notifications its held backends have for it (as
+// PostgreSQL, which sends those that came during a transaction before the
+// ReadyForQuery that ends it), then ReadyForQuery.
 awaitable<void> Session::answer(std::string messages, std::string_view error, std::string_view tag) {
   note_parameter_statuses(messages);
   if (!error.empty()) {
@@ -1252,6 +1279,9 @@ awaitable<void> Session::answer(std::string messages, std::string_view error, st
   } else {
     proto::CommandComplete{tag}.encode(messages);
   }
+  if (fe_.client_txn == 'I')
+    for (std::size_t s = 0; s < held_.size(); ++s)
+      if (held_[s] && !(s == cur_ && pump_.active())) messages += take_notifications(*held_[s], limits_);
   proto::ReadyForQuery{fe_.client_txn}.encode(messages);
   co_await stream_.write(messages);
 }

@@ -391,7 +391,8 @@ void Login::set_startup_param(std::string name, std::string value) {
 // Runs the startup parameters on a backend and reads back the values of those the
 // server reports (ParameterStatus), in its spelling. False: the login failed (sent).
 awaitable<bool> Login::apply_startup_params(ParameterList& reported) {
-  std::string sql = "RESET ALL;" + s_.settings_.script + "SELECT ";
+  // (as Session::sync_backend_state: a pooled backend may carry another client's role)
+  std::string sql = "SET SESSION AUTHORIZATION DEFAULT;RESET ALL;" + s_.settings_.script + "SELECT ";
   std::vector<std::size_t> read;  // indices into `reported`
   for (std::size_t i = 0; i < reported.size(); ++i) {
     std::string lower = reported[i].first;

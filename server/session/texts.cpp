@@ -13,9 +13,11 @@
 //     (BEGIN first, COMMIT after the last statement, ROLLBACK after an error; their
 //     answers are not the client's), so it is applied whole or not at all;
 //   - the text's own BEGIN, COMMIT/END and ROLLBACK run as statements of it.
-// Not split (refused as before, docs/routing.md): SAVEPOINT and the two-phase verbs,
-// COPY, cursors, PREPARE/EXECUTE, and a write outside a block in a text that also has
-// its own BEGIN/COMMIT; a syntax error anywhere fails the whole text before any of it
+// A text with a SQL PREPARE or EXECUTE among its statements is split the same way over
+// one shard too (the router refuses it whole: it follows each prepared statement, which
+// it can only for a statement of its own). Not split (refused as before,
+// docs/routing.md): SAVEPOINT and the two-phase verbs, COPY, cursors, and a write
+// outside a block in a text that also has its own BEGIN/COMMIT; a syntax error anywhere fails the whole text before any of it
 // runs, as in PostgreSQL (a shard answers it).
 // One statement that writes on several shards outside a block runs the same way, in a
 // block of the proxy's own (writes_shards_alone): it too is one transaction.
@@ -31,7 +33,16 @@ using routing::RouteKind;
 using routing::StatementClass;
 using routing::TxnCommand;
 
+// A text that holds a SQL PREPARE or EXECUTE among other statements: the router refuses
+// it whole (it keeps each prepared statement to route its EXECUTEs, which it can only
+// when the statement is alone), so it runs apart, over one shard too.
+static bool sql_prepared_among_others(const routing::Route& route) {
+  return route.kind == RouteKind::error && route.sqlstate == "0A000" &&
+         route.message.starts_with("PREPARE and EXECUTE must be sent as a statement of their own");
+}
+
 bool Session::several_statements_apart(const routing::Route& route, std::string_view sql) const {
+  if (sql_prepared_among_others(route)) return routing::may_hold_several_statements(sql);
   if (pools_.size() < 2) return false;
   const bool apart = (route.kind == RouteKind::error && route.sqlstate == "SPC01") ||
                      (route.kind == RouteKind::shards && route.shards.size() > 1) ||
@@ -53,8 +64,7 @@ awaitable<std::optional<bool>> Session::run_statements_apart(std::string_view sq
   for (const auto& part : parts) {
     auto route = runtime_->router->route_simple(part, settings_.routing, lookup);
     reads = reads || route.cls == StatementClass::read;
-    if (route.syntax_error || route.copy_from || route.cursor != routing::Route::Cursor::none ||
-        route.sql_prepared != routing::Route::SqlPrepared::none)
+    if (route.syntax_error || route.copy_from || route.cursor != routing::Route::Cursor::none)
       co_return std::nullopt;
     switch (route.txn) {
       case TxnCommand::none:

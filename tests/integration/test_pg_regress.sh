@@ -18,16 +18,17 @@
 # Needs PostgreSQL's sources and regress.c built against the server's headers
 # (postgresql-server-dev-15, from deploy/install-deps): the sources come from PG_SOURCE
 # (a source tree), else from a cache (~/.cache/splitpoint/pg-regress), else `apt-get
-# source postgresql-15` (deb-src entries needed). Without them the test says SKIP and
-# why, and passes.
+# source postgresql-15` (deb-src entries needed; tests/lib/pg_suites.sh). Without them
+# the test says SKIP and why, and passes.
 # test-timeout: 900
 set -euo pipefail
 # shellcheck source=tests/lib/pg.sh
 source "$SP_ROOT/tests/lib/pg.sh"
+# shellcheck source=tests/lib/pg_suites.sh
+source "$SP_ROOT/tests/lib/pg_suites.sh"
 
 WORK=${TEST_WORKDIR:-$(test_dir test_pg_regress)}
 mkdir -p "$WORK"
-CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/splitpoint/pg-regress
 
 # Files whose outputs through the proxy differ from PostgreSQL's (or may: guc depends on
 # which pooled backend a client gets), and why. Each is a pooling artefact: in session
@@ -44,45 +45,8 @@ declare -A ANY_ROW_ORDER=(
   [largeobject]="SELECT pageno, data FROM pg_largeobject without ORDER BY: its rows come in the table's physical order, which two direct runs already give differently"
 )
 
-skip() {
-  echo "SKIP test_pg_regress: $*"
-  exit 0
-}
-
-# A PostgreSQL source tree with src/test/regress (its schedule, sql/, expected/, data/,
-# regress.c) and src/test/modules/libpq_pipeline (the program and its traces).
-has_suites() { [[ -f $1/src/test/regress/parallel_schedule && -f $1/src/test/modules/libpq_pipeline/libpq_pipeline.c ]]; }
-postgres_sources() {
-  if [[ -n ${PG_SOURCE:-} ]]; then
-    has_suites "$PG_SOURCE" && echo "$PG_SOURCE"
-    return
-  fi
-  local dir
-  for dir in "$CACHE"/postgresql-15*; do
-    has_suites "$dir" && echo "$dir" && return
-  done
-  command -v apt-get >/dev/null || return 1
-  rm -rf "$CACHE" && mkdir -p "$CACHE/download"
-  local v tarball
-  # The installed server's version first, then the others apt knows (newest first):
-  # a security update's source is not always in the mirror.
-  for v in $(dpkg-query -W -f='${Version}' postgresql-15 2>/dev/null) \
-    $(apt-cache showsrc postgresql-15 2>/dev/null | sed -n 's/^Version: //p' | sort -rV); do
-    (cd "$CACHE/download" && timeout 300 apt-get source -qq --download-only "postgresql-15=$v") >/dev/null 2>&1 ||
-      continue
-    tarball=$(ls "$CACHE"/download/postgresql-15_*.orig.tar.* 2>/dev/null | head -n 1)
-    [[ -n $tarball ]] || continue
-    tar -C "$CACHE" -xf "$tarball" --wildcards '*/src/test/regress/*' '*/src/test/modules/libpq_pipeline/*' >&2
-    rm -rf "$CACHE/download"
-    for dir in "$CACHE"/postgresql-15*; do
-      has_suites "$dir" && echo "$dir" && return
-    done
-  done
-  return 1
-}
-
-SOURCE=$(postgres_sources) ||
-  skip "no PostgreSQL sources (set PG_SOURCE, or add deb-src entries for apt-get source postgresql-15)"
+skip() { suite_skip test_pg_regress "$*"; }
+suite_sources test_pg_regress
 REGRESS=$SOURCE/src/test/regress
 PG_REGRESS=$("$PG_BIN/pg_config" --pkglibdir)/pgxs/src/test/regress/pg_regress
 [[ -x $PG_REGRESS ]] || skip "no pg_regress at $PG_REGRESS (postgresql-client-15)"
@@ -96,38 +60,15 @@ mkdir -p "$WORK/lib"
 cc -O1 -fPIC -shared -I"$INCLUDE" -o "$WORK/lib/regress.so" "$REGRESS/regress.c"
 chmod -R a+rX "$WORK/lib"
 
-SP_PORT=$(free_port)
-METRICS_PORT=$(free_port)
-CONFIG=$WORK/splitpoint.yaml
-cat >"$CONFIG" <<EOF
-listen: 127.0.0.1:$SP_PORT
-metrics_listen: 127.0.0.1:$METRICS_PORT
-pool_mode: session
-auth: scram-sha-256
-users:
-  - { name: postgres, password: postgres }
-shards:
-  - { name: s0, host: 127.0.0.1, port: $PG0_PORT, database: regression, user: postgres, password: postgres, pool_size: 40 }
-EOF
-sp_start "$CONFIG" "$WORK/splitpoint.log"
-
+suite_proxy_start splitpoint regression
 export PGPASSWORD=postgres
-super() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG0_PORT" -U postgres -d postgres "$@"; }
-cleanup() {
-  # (a PREPARE TRANSACTION PostgreSQL would refuse, temp's, succeeds on a pooled backend)
-  super -d regression -At -c "SELECT format('ROLLBACK PREPARED %L', gid) FROM pg_prepared_xacts WHERE database = 'regression'" \
-    2>/dev/null | while read -r stmt; do super -d regression -c "$stmt" >/dev/null 2>&1 || true; done || true
-  super -c "DROP DATABASE IF EXISTS regression WITH (FORCE)" >/dev/null 2>&1 || true
-  # (the schedule drops the roles it makes; one it left would break the next run)
-  super -At -c "SELECT format('DROP ROLE %I', rolname) FROM pg_roles WHERE rolname LIKE 'regress%'" 2>/dev/null |
-    while read -r stmt; do super -c "$stmt" >/dev/null 2>&1 || true; done || true
-}
+cleanup() { suite_drop_database regression; }
 on_exit cleanup
 
 # One run of the schedule on PORT into $WORK/out, then moved to $WORK/NAME.
 run_schedule() { # NAME PORT
   cleanup
-  super -c "CREATE DATABASE regression TEMPLATE template0"
+  suite_psql -c "CREATE DATABASE regression TEMPLATE template0"
   rm -rf "$WORK/out" && mkdir -p "$WORK/out" && chmod 777 "$WORK/out"
   local t0=$SECONDS
   "$PG_REGRESS" --use-existing --host=127.0.0.1 --port="$2" --user=postgres --dbname=regression \
@@ -173,7 +114,7 @@ for t in $("$WORK/libpq_pipeline" tests); do
     port=$PG0_PORT
     [[ $where == proxy ]] && port=$SP_PORT
     cleanup
-    super -c "CREATE DATABASE regression TEMPLATE template0"
+    suite_psql -c "CREATE DATABASE regression TEMPLATE template0"
     if ! "$WORK/libpq_pipeline" -r 700 -t "$WORK/traces/$t.$where" "$t" \
       "host=127.0.0.1 port=$port user=postgres password=postgres dbname=regression" >"$WORK/traces/$t.$where.out" 2>&1; then
       echo "FAIL: libpq_pipeline $t ($where):" >&2

@@ -15,7 +15,8 @@ uses a private PostgreSQL instance so restarting it disturbs nobody.
     back transaction not kept, SET LOCAL not kept; SET in a committed transaction
     (first statement, later statement, inside one multi-statement query) kept; a SET
     sent together with other statements in one Query carried over without them (the
-    other statements must not run again on the next backend); RESET, RESET ALL;
+    other statements must not run again on the next backend); RESET, RESET ALL; SET
+    ROLE stays with its client (not on the backend for the next one, nor at a login);
   - LISTEN pins the session: a NOTIFY from another client arrives by itself;
   - a client that vanishes mid-transaction, in a failed transaction or mid-COPY FROM
     STDIN leaves no backend idle in transaction, no partial data, no lost pool slot;
@@ -590,6 +591,34 @@ def set_with_other_statements_in_one_query_replays_only_the_set():
     finally:
         with direct() as d:
             q(d, "DROP TABLE IF EXISTS tp_replay")
+
+
+@test
+def set_role_stays_with_its_client():
+    # RESET ALL, with which a backend takes the next client's settings, leaves the role
+    # (and the session authorization): a client's SET ROLE reached every client after it
+    # on that backend, at login too.
+    with direct() as d:
+        q(d, "DROP ROLE IF EXISTS tp_role")
+        q(d, "CREATE ROLE tp_role")
+        q(d, "GRANT tp_role TO app")
+    try:
+        with Proxy("role", pool_size=1) as p:
+            a = p.psql()
+            b = p.psql()
+            q(a, "SET ROLE tp_role")
+            assert one(a, "SELECT current_user") == "tp_role"
+            assert one(b, "SELECT current_user") == "app", "another client's SET ROLE reached this one"
+            assert one(a, "SELECT current_user") == "tp_role"
+            c = p.psql()
+            assert one(c, "SELECT current_user") == "app", "another client's SET ROLE reached a new login"
+            q(a, "RESET ROLE")
+            assert one(a, "SELECT current_user") == "app"
+            for x in (a, b, c):
+                x.close()
+    finally:
+        with direct() as d:
+            q(d, "DROP ROLE IF EXISTS tp_role")
 
 
 @test

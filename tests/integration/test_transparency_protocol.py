@@ -17,8 +17,8 @@ are sharded over two shards.
     login with PostgreSQL's error (FATAL 22023);
   - over two shards with a hash-sharded table: SQL-level PREPARE/EXECUTE inserts land on
     the shard that owns each key (the same shard a plain INSERT picks), in both pool
-    modes; EXECUTE with a non-constant argument, and PREPARE or EXECUTE among other
-    statements of one text, are refused with 0A000; in transaction
+    modes, also among other statements of one text (run one by one); EXECUTE with a
+    non-constant argument is refused with 0A000; in transaction
     mode another session's statement left on a pooled backend neither runs nor is
     dropped for a session that did not prepare it (26000);
     standard_conforming_strings = off routes an INSERT with a backslash-escaped quote
@@ -29,13 +29,19 @@ are sharded over two shards.
     cursor over both shards (DECLARE, FETCH, MOVE, CLOSE, WITH HOLD), both pool modes;
   - an extended-protocol BEGIN, which the proxy holds when it starts its batch: the
     same messages as PostgreSQL's for BEGIN ISOLATION LEVEL (kept), a BEGIN bound but
-    never executed, a named one, and a pipeline BEGIN / INSERT / error / Sync.
+    never executed, a named one, and a pipeline BEGIN / INSERT / error / Sync;
+  - against PostgreSQL, message by message: texts with SQL PREPARE / EXECUTE among
+    other statements; a text whose statement waits on a lock answers nothing until it
+    ends; a notification that came while the proxy held a block's BEGIN comes before
+    COMMIT's ReadyForQuery; a session-level advisory lock ends with its client's session.
 Run by tests/run (PG0_PORT, PG1_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR).
 """
 # test-timeout: 300
 
 import os
+import select
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import pgwire  # noqa: E402
@@ -250,13 +256,15 @@ def sql_prepare_execute_routes_by_key():
                 h.query("ROLLBACK").raise_error()
         assert rows_on_shards("kv") == rows_on_shards("kv_plain"), f"{mode}: EXECUTE put rows on other shards"
         assert c.query("EXECUTE get(1 + 1)").sqlstate == "0A000"
-        # Among other statements neither could be followed: refused, and nothing left
-        # behind on a backend (before: the EXECUTE went to any shard and found no row,
-        # and a later client's PREPARE of that name failed with 42P05).
-        for _ in range(4):
-            r = c.query("PREPARE mixed (bigint) AS SELECT v FROM kv WHERE id = $1; EXECUTE mixed(7)")
-            assert r.sqlstate == "0A000", (mode, r.sqlstate, r.results)
-            assert c.query("SELECT 1; EXECUTE get(7)").sqlstate == "0A000", mode
+        # Among other statements of one text: run one by one, each EXECUTE routed by its
+        # key as when sent alone, and nothing left behind on a backend for another
+        # client (before: refused with 0A000; before that, the EXECUTE went to any shard
+        # and found no row, and a later client's PREPARE of that name failed with 42P05).
+        for k in (7, 8, 9, 17):
+            r = c.query(f"PREPARE mixed (bigint) AS SELECT v FROM kv WHERE id = $1; EXECUTE mixed({k}); "
+                        "DEALLOCATE mixed").raise_error()
+            assert r.results[1].rows == [[f"v{k}"]], (mode, k, r.results)
+            assert c.query(f"SELECT 1; EXECUTE get({k})").raise_error().rows == [[f"v{k}"]], (mode, k)
         other = raw(p)
         other.query("PREPARE mixed (bigint) AS SELECT v FROM kv WHERE id = $1").raise_error()
         assert other.scalar("EXECUTE mixed(7)") == "v7", mode
@@ -336,6 +344,16 @@ def temp_table_pins_the_session():
     for o in others:
         assert o.query("SELECT count(*) FROM mine").sqlstate == "42P01", "a temp table visible to another client"
     assert c.scalar("SELECT count(*) FROM mine") == "1", "the temp table did not follow its session"
+    # A transaction block ends on the pinned backend, which stays the session's (before,
+    # COMMIT gave it back to the pool: the regression schedule's temp tables vanished).
+    for end in ("COMMIT", "ROLLBACK"):
+        c.query("BEGIN").raise_error()
+        c.query("INSERT INTO mine VALUES (2)").raise_error()
+        c.query(end).raise_error()
+        others[0].query("BEGIN").raise_error()  # (it takes the pool's other backend)
+        others[0].scalar("SELECT 1")
+        assert c.scalar("SELECT count(*) FROM mine") == "2", f"the temp table did not outlive {end}"
+        others[0].query("ROLLBACK").raise_error()
     for o in others:
         o.close()
     c.close()
@@ -418,11 +436,150 @@ def extended_begin_answered_as_postgresql():
         assert got == want, f"batch {i}: PostgreSQL sent {want}, the proxy {got}"
 
 
+def prepare_execute_among_other_statements():
+    """A text with SQL PREPARE or EXECUTE among other statements (isolation spec
+    nowait-5's `BEGIN; EXECUTE ...; SELECT ...`) gets PostgreSQL's answers, message by
+    message, with one ReadyForQuery; the first error ends it (before: 0A000)."""
+    texts = [
+        "PREPARE pe1 (int) AS SELECT $1 + 1 AS n; EXECUTE pe1(1)",
+        "BEGIN; EXECUTE pe1(2); SELECT 3 AS m",
+        "COMMIT",
+        "SELECT 1 AS a; PREPARE pe1 AS SELECT 1; SELECT 2 AS b",
+        "SELECT 1 AS a; EXECUTE nosuch; SELECT 2 AS b",
+        "BEGIN; EXECUTE pe1(0); EXECUTE pe1(1/0); SELECT 1 AS c",
+        "SELECT 1",
+        "ROLLBACK",
+        "PREPARE pe2 AS INSERT INTO t VALUES (1); EXECUTE pe2; EXECUTE pe2; SELECT count(*) FROM t",
+        "EXECUTE pe2; SELECT 1/0",
+        "SELECT count(*) FROM t",
+        "EXECUTE pe1(4); DEALLOCATE pe1; EXECUTE pe1(5)",
+        "EXECUTE pe1(6)",
+        "DEALLOCATE pe2; DELETE FROM t",
+    ]
+    seen = {}
+    for name, port in (("postgresql", sptest.PG_PORTS[0]), ("proxy", PROXIES["one-session"].port)):
+        c = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        seen[name] = []
+        for text in texts:
+            c.send([pgwire.query_msg(text)])
+            seen[name].append([(t, b) if t != "E" else (t, tuple(sorted(
+                (k, v) for k, v in pgwire.decode_fields(b).items() if k in "CMS")))
+                for t, b in c.recv_until("Z") if t in "TDCEZ"])
+        c.close()
+    for text, want, got in zip(texts, seen["postgresql"], seen["proxy"]):
+        assert got == want, f"{text}: PostgreSQL sent {want}, the proxy {got}"
+
+
+def waiting_text_answers_nothing_until_it_ends():
+    """A text whose second statement waits on a lock (isolation spec nowait-5's `BEGIN;
+    EXECUTE ...; SELECT ...`): the client hears nothing of it until it ends, as from
+    PostgreSQL, whose answers wait in its 8 kB output buffer (isolationtester sees the
+    wait only while libpq has no result; before, the first statement's answer went out
+    at once and isolationtester waited on the step until its timeout)."""
+    for name, port in (("postgresql", sptest.PG_PORTS[0]), ("proxy", PROXIES["one-session"].port)):
+        holder = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        waiter = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        pid = int(waiter.scalar("SELECT pg_backend_pid()"))
+        holder.query("SELECT pg_advisory_lock(4501)").raise_error()
+        waiter.query("PREPARE tpp_wait AS SELECT pg_advisory_lock(4501) IS NOT NULL AS got").raise_error()
+        waiter.send([pgwire.query_msg("BEGIN; EXECUTE tpp_wait; SELECT 1 AS after")])
+        d = sptest.superuser(sptest.PG_PORTS[0], DBS.name)
+        cur = d.cursor()
+        deadline = time.monotonic() + 15
+        while True:
+            cur.execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s", (pid,))
+            if cur.fetchone()[0] == "advisory":
+                break
+            assert time.monotonic() < deadline, f"{name}: the EXECUTE never waited"
+            time.sleep(0.01)
+        d.close()
+        readable, _, _ = select.select([waiter.sock], [], [], 0)
+        assert not readable and not waiter.buf, f"{name}: answered part of a text that waits"
+        holder.query("SELECT pg_advisory_unlock(4501)").raise_error()
+        got = [t for t, _ in waiter.recv_until("Z")]
+        assert got == ["C", "T", "D", "C", "T", "D", "C", "Z"], (name, got)
+        waiter.query("ROLLBACK; DEALLOCATE tpp_wait").raise_error()
+        holder.close()
+        waiter.close()
+
+
+def advisory_lock_ends_with_its_session():
+    """A session-level advisory lock ends when its client disconnects, as in PostgreSQL:
+    the backend the proxy gives back is reset at once (before, it kept the lock in the
+    pool until another client took that backend; the regression schedule's advisory_lock
+    then waited for the lock prepared_xacts had left)."""
+    for name, port in (("postgresql", sptest.PG_PORTS[0]), ("proxy", PROXIES["one-session"].port)):
+        other = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        holder = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        got = holder.scalar("SELECT pg_try_advisory_lock(4502)")
+        assert got == "t", (name, "holder", got)
+        holder.close()
+        d = sptest.superuser(sptest.PG_PORTS[0], DBS.name)
+        cur = d.cursor()
+        deadline = time.monotonic() + 10
+        while True:
+            cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4502")
+            if cur.fetchone()[0] == 0:
+                break
+            assert time.monotonic() < deadline, f"{name}: the lock outlived its session"
+            time.sleep(0.01)
+        d.close()
+        got = other.scalar("SELECT pg_try_advisory_lock(4502)")
+        assert got == "t", (name, "other", got)
+        other.query("SELECT pg_advisory_unlock(4502)").raise_error()  # (a closing backend ends a moment later)
+        other.close()
+
+
+def unread_bytes_from(port):
+    """Bytes the kernel holds for the local TCP socket on 127.0.0.1:port, not read yet."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    return int(fields[4].split(":")[1], 16)
+    return 0
+
+
+def notification_in_a_held_block_comes_before_commits_ready():
+    """LISTEN, BEGIN (which the proxy holds: its backend stays idle and sends the
+    notification at once), another session's NOTIFY, COMMIT: the notification comes
+    with COMMIT's answer, before its ReadyForQuery, as PostgreSQL sends one that came
+    during a transaction (isolation spec async-notify; before, it came with the next
+    statement)."""
+    seen = {}
+    for name, port in (("postgresql", sptest.PG_PORTS[0]), ("proxy", PROXIES["one-session"].port)):
+        listener = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        notifier = pgwire.connect(HOST, port, "app", DBS.name, password="secret", timeout=15)
+        pid = listener.scalar("SELECT pg_backend_pid()")
+        listener.query("LISTEN tpp_held").raise_error()
+        listener.query("BEGIN").raise_error()
+        notifier.query("NOTIFY tpp_held, 'in the block'").raise_error()
+        if name == "proxy":  # (the notification reached the proxy's connection to that backend)
+            d = sptest.superuser(sptest.PG_PORTS[0], DBS.name)
+            cur = d.cursor()
+            cur.execute("SELECT client_port FROM pg_stat_activity WHERE pid = %s", (int(pid),))
+            proxy_port = cur.fetchone()[0]
+            d.close()
+            deadline = time.monotonic() + 15
+            while unread_bytes_from(proxy_port) == 0:
+                assert time.monotonic() < deadline, "the notification never reached the proxy"
+                time.sleep(0.01)
+        listener.send([pgwire.query_msg("COMMIT")])
+        seen[name] = [(t, pgwire.Reader(b).i32() and b[4:] if t == "A" else b) for t, b in listener.recv_until("Z")]
+        listener.query("UNLISTEN *").raise_error()
+        listener.close()
+        notifier.close()
+    assert seen["proxy"] == seen["postgresql"], seen
+
+
 TESTS = [session_mode_transactions_are_transactions, extended_set_is_the_sessions_and_does_not_leak,
          syntax_errors_are_postgresqls_own, transaction_verbs_outside_a_transaction_warn,
          reset_goes_back_to_the_startup_value, sql_prepare_execute_routes_by_key, legacy_strings_route_by_key,
          clients_own_two_phase_commit, temp_table_pins_the_session, cursor_over_two_shards,
-         extended_begin_answered_as_postgresql]
+         extended_begin_answered_as_postgresql, prepare_execute_among_other_statements,
+         waiting_text_answers_nothing_until_it_ends, notification_in_a_held_block_comes_before_commits_ready,
+         advisory_lock_ends_with_its_session]
 
 if __name__ == "__main__":
     sys.exit(sptest.run_tests(TESTS, setup, teardown))

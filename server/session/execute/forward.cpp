@@ -412,6 +412,15 @@ void Session::begin_implicit_block() {
   txn_.implicit = true;
 }
 
+// What DISCARD ALL leaves of a backend's state.
+static void discarded(Backend& b) {
+  b.prepared.clear();
+  b.sql_prepared.clear();
+  b.unnamed_owner = {0, 0};
+  b.needs_discard = false;
+  b.applied_state = kStateDefault;
+}
+
 // A backend another session-mode client left is reset first (DISCARD ALL refuses to
 // run inside a transaction block, so it goes in a Query of its own, never together with
 // the SETs); then the SET script is replayed if the backend has other settings; then,
@@ -423,14 +432,13 @@ int Session::sync_backend_state(Backend& b, std::string& out, bool join_transact
   if (b.needs_discard) {
     proto::Query{"DISCARD ALL"}.encode(out);
     ++queries;
-    b.prepared.clear();
-    b.sql_prepared.clear();
-    b.unnamed_owner = {0, 0};
-    b.needs_discard = false;
-    b.applied_state = kStateDefault;
+    discarded(b);
   }
   if (b.applied_state != settings_.hash) {
-    proto::Query{"RESET ALL;" + settings_.script}.encode(out);
+    // (RESET ALL leaves the role and the session authorization: another client's SET
+    // ROLE or SET SESSION AUTHORIZATION would stay for this one; DISCARD ALL resets both
+    // the same way)
+    proto::Query{"SET SESSION AUTHORIZATION DEFAULT;RESET ALL;" + settings_.script}.encode(out);
     ++queries;
     b.applied_state = settings_.hash;
   }
@@ -546,8 +554,9 @@ bool Session::drop_if_closed(std::size_t shard) {
   return true;
 }
 
+// (A pinned session keeps its backend past the transaction: temporary tables live there.)
 void Session::end_shard(std::size_t shard, bool ok) {
-  if (!ok || runtime_->config.pool_mode == config::PoolMode::transaction) release_shard(shard, ok);
+  if (!ok || (runtime_->config.pool_mode == config::PoolMode::transaction && !pinned_)) release_shard(shard, ok);
 }
 
 void Session::release_all(bool reusable) {
@@ -561,11 +570,18 @@ awaitable<void> Session::detach_for_exit() {
   co_await pump_.stop_for_exit();
   for (std::size_t s = 0; s < held_.size(); ++s) {
     if (!held_[s]) continue;
+    bool reusable = clean;
     if (clean && held_[s]->status == 'I') {
-      held_[s]->needs_discard = true;  // session mode: the next client starts fresh
-      held_[s]->applied_state = kStateUnknown;
+      // Reset now, as PostgreSQL ends a session at its client's disconnect (and as
+      // PgBouncer's server_reset_query): a session-level advisory lock the client left
+      // would otherwise block other clients for as long as the backend idles in the
+      // pool (the regression schedule's prepared_xacts leaves one that advisory_lock
+      // then waits on).
+      auto reply = co_await run_on(s, "DISCARD ALL");
+      reusable = !reply.lost && reply.error.empty() && held_[s] && held_[s]->status == 'I';
+      if (reusable) discarded(*held_[s]);
     }
-    release_shard(s, clean);
+    release_shard(s, reusable);
   }
 }
 

@@ -68,6 +68,8 @@ TEST_CASE("classify_session_command reads the leading keywords", "[session]") {
   CHECK(classify_session_command("set local x = 1").kind == SessionCommand::set_local);
   CHECK(classify_session_command("SET TIME ZONE 'UTC'").name == "timezone");
   CHECK(classify_session_command("SET SESSION AUTHORIZATION app").name == "session_authorization");
+  CHECK(classify_session_command("RESET SESSION AUTHORIZATION").kind == SessionCommand::reset);
+  CHECK(classify_session_command("RESET SESSION AUTHORIZATION").name == "session_authorization");
   CHECK(classify_session_command("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY").kind == SessionCommand::none);
   CHECK(classify_session_command("SET CONSTRAINTS ALL DEFERRED").kind == SessionCommand::none);
   CHECK(classify_session_command("-- c\n/* d */ RESET ALL").kind == SessionCommand::reset_all);

@@ -232,6 +232,21 @@ TEST_CASE("ClientSettings: RESET, DISCARD ALL and the startup parameters", "[fro
   CHECK(s.script.find("application_name") != std::string::npos);  // startup parameters stay
 }
 
+TEST_CASE("ClientSettings: SET and RESET SESSION AUTHORIZATION drop the role", "[frontend]") {
+  ClientSettings s;
+  std::vector<SessionCmd> cmds{{SessionCommand::set, "session_authorization", "SET SESSION AUTHORIZATION u"},
+                               {SessionCommand::set, "role", "SET ROLE r"}};
+  s.apply(cmds);
+  CHECK(s.script == "SET SESSION AUTHORIZATION u;SET ROLE r;");
+  std::vector<SessionCmd> reset{{SessionCommand::reset, "session_authorization", "RESET SESSION AUTHORIZATION"}};
+  s.apply(reset);
+  CHECK(s.script.empty());
+  std::vector<SessionCmd> again{{SessionCommand::set, "role", "SET ROLE r"},
+                                {SessionCommand::set, "session_authorization", "SET SESSION AUTHORIZATION v"}};
+  s.apply(again);
+  CHECK(s.script == "SET SESSION AUTHORIZATION v;");
+}
+
 TEST_CASE("a SQL-level PREPARE is kept once it succeeded, even in a rolled-back block", "[frontend]") {
   Frontend fe;
   BackendState b;
