@@ -29,6 +29,7 @@ Run by tests/run (PG0_PORT, SP_BIN, SP_ROOT, TEST_TMP, TEST_WORKDIR; PYTHONPATH=
 """
 # test-timeout: 300
 
+import contextlib
 import faulthandler
 import os
 import socket
@@ -73,6 +74,20 @@ class Proxy(sptest.Proxy):
 def direct(port: int = PG0, dbname: str = "app"):
     """A superuser connection straight to PostgreSQL, to see what the proxy really did."""
     return sptest.superuser(port, dbname)
+
+
+@contextlib.contextmanager
+def made_directly(drop, *make):
+    """Objects a test needs, made straight on PostgreSQL (`drop`, then `make`), and
+    dropped again after it, however it ends."""
+    with direct() as d:
+        for sql in (drop,) + make:
+            q(d, sql)
+    try:
+        yield
+    finally:
+        with direct() as d:
+            q(d, drop)
 
 
 def q(conn, sql, params=None):
@@ -559,11 +574,7 @@ def set_in_committed_transaction_is_kept():
 def set_with_other_statements_in_one_query_replays_only_the_set():
     # The proxy carries SETs to other backends; it must never carry the statements that
     # came with them in the same Query message (that would run them again).
-    with direct() as d:
-        q(d, "DROP TABLE IF EXISTS tp_replay")
-        q(d, "CREATE TABLE tp_replay (id int)")
-        q(d, "GRANT ALL ON tp_replay TO app")
-    try:
+    with made_directly("DROP TABLE IF EXISTS tp_replay", "CREATE TABLE tp_replay (id int)", "GRANT ALL ON tp_replay TO app"):
         with Proxy("set-replay") as p:
             x = p.psql()
             others = [p.psql() for _ in range(2)]
@@ -588,9 +599,6 @@ def set_with_other_statements_in_one_query_replays_only_the_set():
             assert len(pids) == 2, pids
             for c in [x] + others:
                 c.close()
-    finally:
-        with direct() as d:
-            q(d, "DROP TABLE IF EXISTS tp_replay")
 
 
 @test
@@ -598,11 +606,7 @@ def set_role_stays_with_its_client():
     # RESET ALL, with which a backend takes the next client's settings, leaves the role
     # (and the session authorization): a client's SET ROLE reached every client after it
     # on that backend, at login too.
-    with direct() as d:
-        q(d, "DROP ROLE IF EXISTS tp_role")
-        q(d, "CREATE ROLE tp_role")
-        q(d, "GRANT tp_role TO app")
-    try:
+    with made_directly("DROP ROLE IF EXISTS tp_role", "CREATE ROLE tp_role", "GRANT tp_role TO app"):
         with Proxy("role", pool_size=1) as p:
             a = p.psql()
             b = p.psql()
@@ -616,9 +620,6 @@ def set_role_stays_with_its_client():
             assert one(a, "SELECT current_user") == "app"
             for x in (a, b, c):
                 x.close()
-    finally:
-        with direct() as d:
-            q(d, "DROP ROLE IF EXISTS tp_role")
 
 
 @test
@@ -671,11 +672,7 @@ def _wait_no_stuck_backend(what: str):
 
 @test
 def client_vanishes_mid_transaction_or_copy():
-    with direct() as d:
-        q(d, "DROP TABLE IF EXISTS tp_abandon")
-        q(d, "CREATE TABLE tp_abandon (id int, v text)")
-        q(d, "GRANT ALL ON tp_abandon TO app")
-    try:
+    with made_directly("DROP TABLE IF EXISTS tp_abandon", "CREATE TABLE tp_abandon (id int, v text)", "GRANT ALL ON tp_abandon TO app"):
         with Proxy("vanish") as p:
             def count():
                 with direct() as d:
@@ -753,9 +750,6 @@ def client_vanishes_mid_transaction_or_copy():
             a.close()
             b.close()
             assert not idle_in_transaction()
-    finally:
-        with direct() as d:
-            q(d, "DROP TABLE IF EXISTS tp_abandon")
 
 
 @test
